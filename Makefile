@@ -1,0 +1,28 @@
+# Thin wrappers only; each target bootstraps what it needs.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.jetraft-installed
+
+.PHONY: setup test bench lab clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+test: setup
+	$(BIN)/python -m pytest
+
+bench: setup
+	$(BIN)/python tests/bench/core.py
+
+lab: setup
+	@echo "make lab: the five-host lab arrives with the appliance roles; it is not built yet." >&2
+	@exit 2
+
+clean:
+	rm -rf $(VENV) build server/*.egg-info .pytest_cache .hypothesis

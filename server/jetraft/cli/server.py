@@ -1,0 +1,247 @@
+"""``jetraft-server``: run a server with nats-server's command-line flags.
+
+Flags mirror nats-server's (``nats-server --help``); a flag overrides the same option in
+the configuration file. ``-t`` checks a configuration and exits: 0 and
+``configuration file <path> is valid`` on stderr, or 1 and the error with its file, line
+and column. ``--signal ldm|stop|quit|term|reload|reopen[=<pid or pid file>]`` signals a
+running server (nats-server server/signal.go mapping).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+import trio
+
+from jetraft import NATS_COMPAT_VERSION, __version__
+from jetraft.config import (
+    AuthorizationConfig,
+    ClusterConfig,
+    ConfigError,
+    JetStreamConfig,
+    ServerConfig,
+    config_from_text,
+    load_config,
+    parse_route_url,
+    validate,
+)
+
+PROG = "jetraft-server"
+
+#: ``--signal`` names (nats-server server/signal.go).
+SIGNALS = {
+    "ldm": signal.SIGUSR2,
+    "stop": signal.SIGKILL,
+    "quit": signal.SIGINT,
+    "term": signal.SIGTERM,
+    "reload": signal.SIGHUP,
+    "reopen": signal.SIGUSR1,
+}
+
+
+class UsageFailure(Exception):
+    """A command-line problem; printed as ``jetraft-server: <message>`` with exit 1."""
+
+
+def _split_host_port(url: str, default_port: int) -> tuple[str, int]:
+    """``nats://0.0.0.0:6222`` / ``0.0.0.0:6222`` / ``:6222`` -> (host, port)."""
+    rest = url.split("://", 1)[-1].rsplit("@", 1)[-1]
+    host, _, port = rest.rpartition(":")
+    if not host and not port.isdigit():
+        return rest or "0.0.0.0", default_port
+    try:
+        return host or "0.0.0.0", int(port)
+    except ValueError as exc:
+        raise UsageFailure(f"invalid cluster URL {url!r}: port is not a number") from exc
+
+
+def build_overrides(opts: dict) -> Callable[[ServerConfig], ServerConfig]:
+    """A function applying the command-line options in ``opts`` to a loaded configuration.
+
+    Kept as a function so that a SIGHUP reload can re-apply the same flags to the re-read
+    file. Raises :class:`UsageFailure` for malformed flag values.
+    """
+
+    def apply(cfg: ServerConfig) -> ServerConfig:
+        changes: dict = {}
+        if opts.get("port") is not None:
+            changes["port"] = opts["port"]
+        if opts.get("addr"):
+            changes["host"] = opts["addr"]
+        if opts.get("http_port") is not None:
+            changes["http_port"] = opts["http_port"]
+        if opts.get("server_name"):
+            changes["server_name"] = opts["server_name"]
+        if opts.get("pid_file"):
+            changes["pid_file"] = opts["pid_file"]
+        logging_changes = {}
+        if opts.get("debug"):
+            logging_changes["debug"] = True
+        if opts.get("trace"):
+            logging_changes["trace"] = True
+        if opts.get("log_file"):
+            logging_changes["log_file"] = opts["log_file"]
+        if logging_changes:
+            changes["logging"] = dataclasses.replace(cfg.logging, **logging_changes)
+        if opts.get("jetstream") or opts.get("store_dir"):
+            js = cfg.jetstream or JetStreamConfig()
+            if opts.get("store_dir"):
+                js = dataclasses.replace(js, store_dir=opts["store_dir"])
+            changes["jetstream"] = js
+        if opts.get("user") or opts.get("password") or opts.get("auth_token"):
+            authz = cfg.authorization or AuthorizationConfig()
+            changes["authorization"] = dataclasses.replace(
+                authz,
+                user=opts.get("user") or authz.user,
+                password=opts.get("password") or authz.password,
+                token=opts.get("auth_token") or authz.token,
+            )
+        cluster_listen = opts.get("cluster_listen") or opts.get("cluster")
+        if cluster_listen or opts.get("routes") or opts.get("cluster_name"):
+            cl = cfg.cluster or ClusterConfig()
+            if cluster_listen:
+                host, port = _split_host_port(cluster_listen, 6222)
+                cl = dataclasses.replace(cl, host=host, port=port)
+            if opts.get("routes"):
+                try:
+                    routes = tuple(parse_route_url(r.strip()) for r in opts["routes"].split(",") if r.strip())
+                except ConfigError as exc:
+                    raise UsageFailure(f"--routes: {exc.message}") from exc
+                cl = dataclasses.replace(cl, routes=routes)
+            if opts.get("cluster_name"):
+                cl = dataclasses.replace(cl, name=opts["cluster_name"])
+            changes["cluster"] = cl
+        return dataclasses.replace(cfg, **changes) if changes else cfg
+
+    return apply
+
+
+def load(config_path: str | None, opts: dict) -> tuple[ServerConfig, Callable[[ServerConfig], ServerConfig]]:
+    """Load the file (or the defaults), apply the flags, validate. Raises ConfigError/UsageFailure."""
+    overrides = build_overrides(opts)
+    base = load_config(config_path) if config_path else config_from_text("", filename="<command line>")
+    cfg = overrides(base)
+    validate(cfg)
+    return cfg, overrides
+
+
+def send_signal(spec: str, pid_file: str | None) -> None:
+    """``--signal name[=pid|pidfile]``: signal a running server. Raises UsageFailure."""
+    name, _, target = spec.partition("=")
+    sig = SIGNALS.get(name.strip().lower())
+    if sig is None:
+        raise UsageFailure(f"unknown signal {name!r} (expected one of {', '.join(SIGNALS)})")
+    target = target.strip() or (pid_file or "")
+    if not target:
+        raise UsageFailure("no PID given: use --signal {0}=<pid> or --signal {0}=<pid file>, "
+                           "or -P/pid_file".format(name))
+    if target.isdigit():
+        pid = int(target)
+    else:
+        try:
+            pid = int(Path(target).read_text().strip())
+        except (OSError, ValueError) as exc:
+            raise UsageFailure(f"cannot read a PID from {target}: {exc}") from exc
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError as exc:
+        raise UsageFailure(f"no process with PID {pid}") from exc
+    except PermissionError as exc:
+        raise UsageFailure(f"not permitted to signal PID {pid}") from exc
+
+
+def run_server(cfg: ServerConfig, overrides: Callable[[ServerConfig], ServerConfig]) -> int:
+    """Run until stopped by a signal; returns the exit status."""
+    from jetraft.events import EventLog
+    from jetraft.server import Server, log_threshold
+
+    unsupported = [what for what, on in (("JetStream", cfg.jetstream), ("clustering", cfg.cluster)) if on]
+    if unsupported:
+        raise UsageFailure(
+            f"{' and '.join(unsupported)} {'is' if len(unsupported) == 1 else 'are'} configured, "
+            "but this jetraft build does not support it yet; "
+            "remove the jetstream/cluster settings (or -js/--cluster flags) to run core NATS"
+        )
+    server = Server(cfg, overrides=overrides, handle_signals=True)
+    events = server.events
+    events.threshold = log_threshold(cfg)
+    if cfg.logging.log_file:
+        events.open_file(cfg.logging.log_file)
+    if cfg.pid_file:
+        Path(cfg.pid_file).write_text(f"{os.getpid()}\n")
+    try:
+        trio.run(server.serve)
+    except OSError as exc:
+        raise UsageFailure(f"cannot start: {exc}") from exc
+    finally:
+        if cfg.pid_file:
+            Path(cfg.pid_file).unlink(missing_ok=True)
+        events.close()
+    return 0
+
+
+@click.command(name=PROG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-c", "--config", "config_path", metavar="FILE", help="Configuration file.")
+@click.option("-t", "test_config", is_flag=True, help="Test the configuration and exit.")
+@click.option("-p", "--port", type=int, help="Port for clients (default 4222; -1 for a random port).")
+@click.option("-a", "--addr", "--net", "addr", metavar="HOST", help="Bind to host address (default 0.0.0.0).")
+@click.option("-m", "--http_port", type=int, help="Port for HTTP monitoring.")
+@click.option("-n", "--name", "--server_name", "server_name", help="Server name (default: the server id).")
+@click.option("-P", "--pid", "pid_file", metavar="FILE", help="File to store the PID.")
+@click.option("-l", "--log", "log_file", metavar="FILE", help="Also write the event log to FILE.")
+@click.option("-T", "--logtime", is_flag=True, hidden=True, help="Accepted for compatibility; events always carry a time.")
+@click.option("-D", "--debug", is_flag=True, help="Enable debug events.")
+@click.option("-V", "--trace", is_flag=True, help="Enable trace events.")
+@click.option("-DV", "debug_trace", is_flag=True, help="Debug and trace.")
+@click.option("-js", "--jetstream", is_flag=True, help="Enable JetStream.")
+@click.option("-sd", "--store_dir", metavar="DIR", help="JetStream storage directory.")
+@click.option("--user", help="User required for connections.")
+@click.option("--pass", "password", help="Password required for connections.")
+@click.option("--auth", "auth_token", help="Token required for connections.")
+@click.option("--routes", metavar="URL[,URL]", help="Routes to solicit and connect.")
+@click.option("--cluster", metavar="URL", help="Cluster URL for solicited routes.")
+@click.option("--cluster_listen", metavar="URL", help="Cluster URL from which members can solicit routes.")
+@click.option("--cluster_name", help="Cluster name.")
+@click.option("-sl", "--signal", "signal_spec", metavar="SIGNAL[=PID]",
+              help="Send a signal to a running server: ldm, stop, quit, term, reopen, reload.")
+@click.option("-v", "--version", "show_version", is_flag=True, help="Show the version.")
+def cli(config_path: str | None, test_config: bool, signal_spec: str | None, show_version: bool,
+        debug_trace: bool, logtime: bool, **opts: object) -> None:
+    """Run a jetraft server (NATS-compatible; flags as nats-server)."""
+    if show_version:
+        click.echo(f"{PROG}: v{__version__} (NATS protocol {NATS_COMPAT_VERSION})")
+        return
+    if debug_trace:
+        opts["debug"] = opts["trace"] = True
+    try:
+        if signal_spec:
+            pid_file = opts.get("pid_file")
+            if not pid_file and config_path:
+                pid_file = load_config(config_path).pid_file
+            send_signal(signal_spec, pid_file)
+            return
+        cfg, overrides = load(config_path, opts)
+        if test_config:
+            for warning in cfg.warnings:
+                click.echo(f"{PROG}: warning: {warning}", err=True)
+            click.echo(f"{PROG}: configuration file {config_path or '<defaults>'} is valid", err=True)
+            return
+        sys.exit(run_server(cfg, overrides))
+    except (ConfigError, UsageFailure) as exc:
+        click.echo(f"{PROG}: {exc}", err=True)
+        sys.exit(1)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point."""
+    cli.main(args=argv, prog_name=PROG)
+
+
+if __name__ == "__main__":
+    main()

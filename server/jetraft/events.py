@@ -1,0 +1,205 @@
+"""The structured event log: one JSON object per line, read by operators and by Spark.
+
+Every line is a JSON object with these keys (schema version :data:`SCHEMA_VERSION`):
+
+``ts``
+    UTC time of the event, RFC 3339 with nanoseconds (``2026-11-22T03:54:36.123456789Z``).
+``v``
+    The schema version (int). A reader rejects versions it does not know.
+``server_name``
+    The emitting server's ``server_name`` (its server_id when none is configured).
+``level``
+    ``error``, ``warn``, ``info``, ``debug`` or ``trace``; ``debug`` lines appear only with
+    ``-D``/``debug: true``, ``trace`` lines only with ``-V``/``trace: true``.
+``event``
+    The event name, one of :data:`EVENTS`.
+``...``
+    The event's own fields, as listed in :data:`EVENTS`. Field names never clash with the
+    five keys above.
+
+Secrets never enter the log: :meth:`EventLog.emit` refuses field names listed in
+:data:`REDACTED_FIELDS` (``pass``, ``password``, ``auth_token``...), and the server never
+passes a client's CONNECT options as a whole.
+
+Later layers (RAFT, JetStream) add their events to :data:`EVENTS`; adding an event or an
+optional field keeps the version, renaming or removing one bumps it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import IO, Any
+
+SCHEMA_VERSION = 1
+
+LEVELS = {"error": 40, "warn": 30, "info": 20, "debug": 10, "trace": 5}
+
+#: Field names that must never be logged (a programming error if passed).
+REDACTED_FIELDS = frozenset({"pass", "password", "auth_token", "token", "sig", "jwt", "nkey"})
+
+
+@dataclass(frozen=True, slots=True)
+class EventSpec:
+    """What an event means, its default level and its fields (name -> description)."""
+
+    level: str
+    doc: str
+    fields: dict[str, str]
+
+
+#: Every event jetraft emits. The Spark jobs (jetraft.validation) read this schema.
+EVENTS: dict[str, EventSpec] = {
+    "server_starting": EventSpec(
+        "info", "The server process started and is about to bind its listeners.",
+        {"server_id": "str", "version": "jetraft version", "nats_version": "advertised NATS version",
+         "config": "config file path or null", "pid": "int"},
+    ),
+    "listening": EventSpec(
+        "info", "A listener is accepting connections.",
+        {"kind": "client | monitor | cluster", "host": "str", "port": "int"},
+    ),
+    "server_ready": EventSpec("info", "Every listener is up; the server serves clients.", {}),
+    "config_warning": EventSpec(
+        "warn", "A configuration key was ignored.", {"message": "file:line:col: text"},
+    ),
+    "config_reloaded": EventSpec(
+        "info", "SIGHUP reloaded the configuration.",
+        {"config": "path", "changed": "list of option names applied"},
+    ),
+    "config_reload_failed": EventSpec(
+        "error", "SIGHUP reload refused; the running configuration is unchanged.",
+        {"config": "path", "error": "str"},
+    ),
+    "client_connected": EventSpec(
+        "debug", "A client finished CONNECT (and authentication when required).",
+        {"cid": "int", "ip": "str", "port": "int", "name": "client name or null",
+         "lang": "str or null", "version": "str or null", "user": "user name or null",
+         "account": "str"},
+    ),
+    "client_closed": EventSpec(
+        "debug", "A client connection ended.",
+        {"cid": "int", "ip": "str", "port": "int", "reason": "nats-server closed-state text",
+         "in_msgs": "int", "out_msgs": "int"},
+    ),
+    "auth_failed": EventSpec(
+        "warn", "A client failed authentication (the password itself is never logged).",
+        {"cid": "int", "ip": "str", "port": "int", "user": "user name or null", "reason": "str"},
+    ),
+    "protocol_error": EventSpec(
+        "debug", "A client sent something the protocol forbids; it was answered with -ERR.",
+        {"cid": "int", "error": "the -ERR text", "fatal": "bool"},
+    ),
+    "slow_consumer": EventSpec(
+        "warn", "A client could not keep up and was disconnected; other clients are unaffected.",
+        {"cid": "int", "ip": "str", "port": "int", "pending_bytes": "int", "reason": "str"},
+    ),
+    "stale_connection": EventSpec(
+        "debug", "A client did not answer ping_max PINGs and was disconnected.",
+        {"cid": "int", "ip": "str", "port": "int"},
+    ),
+    "max_connections": EventSpec(
+        "warn", "A connection was refused because max_connections was reached.",
+        {"ip": "str", "limit": "int"},
+    ),
+    "lame_duck_started": EventSpec(
+        "info", "Lame duck mode: no new clients; existing ones are drained.",
+        {"clients": "int", "duration_s": "float", "grace_period_s": "float"},
+    ),
+    "shutdown": EventSpec("info", "The server is stopping.", {"reason": "signal or cause"}),
+    "server_stopped": EventSpec("info", "Every connection and listener is closed.", {}),
+}
+
+
+def rfc3339_ns(ns: int) -> str:
+    """Format nanoseconds since the epoch as RFC 3339 UTC with nine fraction digits."""
+    secs, frac = divmod(ns, 1_000_000_000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{frac:09d}Z"
+
+
+class EventLog:
+    """Writes events as JSON lines to stdout and, optionally, to a file.
+
+    ``threshold`` is the lowest level written (``info`` by default; ``debug`` with ``-D``,
+    ``trace`` with ``-V``). Writes are line-buffered and flushed per event, so a crash loses
+    at most the line being written. Safe to call from worker threads.
+
+    Raises ``ValueError`` for an unknown event or a secret field name: both are bugs.
+    """
+
+    def __init__(
+        self,
+        server_name: str,
+        *,
+        stream: IO[str] | None = sys.stdout,
+        path: str | os.PathLike[str] | None = None,
+        threshold: str = "info",
+        clock: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.server_name = server_name
+        self._streams: list[IO[str]] = [stream] if stream is not None else []
+        self._file: IO[str] | None = None
+        self._lock = threading.Lock()
+        self._clock = clock
+        self.threshold = threshold
+        if path is not None:
+            self.open_file(path)
+
+    @property
+    def threshold(self) -> str:
+        return self._threshold
+
+    @threshold.setter
+    def threshold(self, level: str) -> None:
+        if level not in LEVELS:
+            raise ValueError(f"unknown log level {level!r}")
+        self._threshold = level
+        self._min = LEVELS[level]
+
+    def open_file(self, path: str | os.PathLike[str]) -> None:
+        """Append events to ``path`` as well (replacing any previous file)."""
+        f = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - owned, closed in close()
+        with self._lock:
+            old, self._file = self._file, f
+        if old is not None:
+            old.close()
+
+    def enabled(self, level: str) -> bool:
+        """Whether events of ``level`` are written (to skip building costly fields)."""
+        return LEVELS[level] >= self._min
+
+    def emit(self, event: str, /, level: str | None = None, **fields: Any) -> None:
+        """Write one event. ``level`` defaults to the event's level in :data:`EVENTS`."""
+        spec = EVENTS.get(event)
+        if spec is None:
+            raise ValueError(f"unknown event {event!r}: add it to jetraft.events.EVENTS")
+        secret = REDACTED_FIELDS.intersection(fields)
+        if secret:
+            raise ValueError(f"event {event!r} must not carry secret fields {sorted(secret)}")
+        level = level or spec.level
+        if LEVELS[level] < self._min:
+            return
+        record = {"ts": rfc3339_ns(self._clock()), "v": SCHEMA_VERSION,
+                  "server_name": self.server_name, "level": level, "event": event}
+        record.update(fields)
+        line = json.dumps(record, separators=(",", ":"), default=str) + "\n"
+        with self._lock:
+            for stream in self._streams:
+                try:
+                    stream.write(line)
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass  # a closed stdout must not take the server down
+            if self._file is not None:
+                self._file.write(line)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None

@@ -1,0 +1,354 @@
+"""One client connection: a reader, a writer with a bounded outbound buffer, a pinger.
+
+The connection owns a nursery of three tasks (trio structured concurrency): the reader
+feeds bytes to the sans-IO :class:`~jetraft.protocol.ClientParser` and hands each operation
+to the server; the writer drains the outbound buffer to the socket; the pinger sends PINGs
+every ``ping_interval`` seconds and closes a connection that leaves ``ping_max`` of them
+unanswered ("Stale Connection", nats-server server/client.go processPingTimer).
+
+Slow consumers (nats-server server/client.go queueOutbound / flushOutbound): the outbound
+buffer is bounded by ``max_pending`` bytes and a write may take at most ``write_deadline``
+seconds; past either, the connection is closed without waiting for it and every other
+client is unaffected.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING
+
+import trio
+
+from jetraft.auth import AuthError, Identity
+from jetraft.protocol import (
+    OK,
+    PING,
+    PONG,
+    ClientParser,
+    Connect,
+    Ping,
+    Pong,
+    ProtocolViolation,
+    Pub,
+    Sub,
+    Unsub,
+    encode_err,
+    encode_info,
+    encode_msg,
+)
+
+if TYPE_CHECKING:
+    from jetraft.server import Account, Server
+
+READ_SIZE = 65536
+
+
+class Subscription:
+    """A client's interest in a subject: ``sid`` is the client's id for it."""
+
+    __slots__ = ("client", "subject", "queue", "sid", "max_msgs", "delivered")
+
+    def __init__(self, client: ClientConnection, subject: str, queue: str | None, sid: str) -> None:
+        self.client = client
+        self.subject = subject
+        self.queue = queue
+        self.sid = sid
+        self.max_msgs: int | None = None
+        self.delivered = 0
+
+
+class ClientConnection:
+    """State and tasks of one client. Created by the server for every accepted socket."""
+
+    def __init__(self, server: Server, stream: trio.SocketStream, cid: int, ip: str, port: int) -> None:
+        cfg = server.config
+        self.server = server
+        self.stream = stream
+        self.cid = cid
+        self.ip = ip
+        self.port = port
+        self.parser = ClientParser(max_control_line=cfg.max_control_line, max_payload=cfg.max_payload)
+        self.subs: dict[str, Subscription] = {}
+        self.account: Account | None = None
+        self.identity: Identity | None = None
+        self.connected = False
+        self.verbose = False
+        self.echo = True
+        self.headers = False
+        self.no_responders = False
+        self.name: str | None = None
+        self.lang: str | None = None
+        self.version: str | None = None
+        self.start_ns = time.time_ns()
+        self.last_activity = self.start_ns
+        self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
+        self.pings_out = 0
+        self.close_reason: str | None = None
+        self._out = bytearray()
+        self._writer_parked = False
+        self._lot = trio.lowlevel.ParkingLot()
+        self._flush_then_close = False
+        self._scope: trio.CancelScope | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self) -> None:
+        """Serve the connection until it closes; never raises for client misbehaviour."""
+        with trio.CancelScope() as scope:
+            self._scope = scope
+            self.send(encode_info(self.server.client_info(self)))
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._writer)
+                nursery.start_soon(self._pinger)
+                if self.server.auth.required:
+                    nursery.start_soon(self._auth_timer)
+                await self._reader()
+                if self.close_reason is None:
+                    self.close_reason = "Client Closed"
+                nursery.cancel_scope.cancel()
+        await self._teardown()
+
+    async def _teardown(self) -> None:
+        self.server.client_closed(self)
+        with trio.move_on_after(1) as cs:
+            cs.shield = True
+            try:
+                await self.stream.aclose()
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass
+
+    def close(self, reason: str, *, flush: bool = True) -> None:
+        """End the connection; with ``flush`` the writer first sends what is queued."""
+        if self.close_reason is not None:
+            return
+        self.close_reason = reason
+        if flush and self._scope is not None:
+            self._flush_then_close = True
+            self._wake_writer()
+        elif self._scope is not None:
+            self._scope.cancel()
+
+    # ------------------------------------------------------------------ output
+
+    def send(self, data: bytes) -> None:
+        """Queue ``data`` for the client; a buffer past ``max_pending`` cuts the client off."""
+        if self.close_reason is not None:
+            return
+        out = self._out
+        out += data
+        if len(out) > self.server.config.max_pending:
+            self._slow_consumer("max_pending exceeded", len(out))
+            return
+        if self._writer_parked:
+            self._wake_writer()
+
+    def _wake_writer(self) -> None:
+        self._writer_parked = False
+        self._lot.unpark_all()
+
+    def _slow_consumer(self, why: str, pending: int) -> None:
+        self.server.stats.slow_consumers += 1
+        self.server.events.emit("slow_consumer", cid=self.cid, ip=self.ip, port=self.port,
+                                pending_bytes=pending, reason=why)
+        self._out = bytearray()
+        self.close("Slow Consumer (Pending Bytes)" if why.startswith("max") else "Slow Consumer (Write Deadline)",
+                   flush=False)
+
+    async def _writer(self) -> None:
+        deadline = self.server.config.write_deadline
+        while True:
+            if not self._out:
+                if self._flush_then_close:
+                    self._scope.cancel()
+                    return
+                self._writer_parked = True
+                await self._lot.park()
+                continue
+            data, self._out = self._out, bytearray()
+            with trio.move_on_after(deadline) as cs:
+                try:
+                    await self.stream.send_all(data)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    self.close("Write Error", flush=False)
+                    return
+            if cs.cancelled_caught:
+                self._slow_consumer("write_deadline exceeded", len(data) + len(self._out))
+                return
+
+    # ------------------------------------------------------------------ input
+
+    async def _reader(self) -> None:
+        stream, parser = self.stream, self.parser
+        while self.close_reason is None:
+            try:
+                data = await stream.receive_some(READ_SIZE)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                return
+            if not data:
+                return
+            self.last_activity = time.time_ns()
+            for op in parser.feed(data):
+                if self.close_reason is not None:
+                    return
+                if type(op) is Pub:
+                    if not self.connected and self.server.auth.required:
+                        self._auth_violation("command before CONNECT")
+                        return
+                    self.in_msgs += 1
+                    self.in_bytes += len(op.payload)
+                    self.server.publish(self, op.subject, op.reply, op.headers, op.payload)
+                    if self.verbose:
+                        self.send(OK)
+                else:
+                    await self._control(op)
+
+    async def _control(self, op: object) -> None:
+        if type(op) is Connect:
+            await self._connect(op.options)
+            return
+        if type(op) is ProtocolViolation:
+            self.server.events.emit("protocol_error", cid=self.cid, error=op.message, fatal=op.fatal)
+            self.send(encode_err(op.message))
+            if op.fatal:
+                self.close(op.message)
+            return
+        if not self.connected and self.server.auth.required:
+            self._auth_violation("command before CONNECT")
+            return
+        if type(op) is Ping:
+            self.send(PONG)
+        elif type(op) is Pong:
+            self.pings_out = 0
+        elif type(op) is Sub:
+            self._subscribe(op)
+        elif type(op) is Unsub:
+            self._unsubscribe(op)
+
+    async def _connect(self, options: dict) -> None:
+        if not isinstance(options, dict):
+            options = {}
+        if self.connected:
+            return
+        try:
+            if self.server.auth.required:
+                identity = await trio.to_thread.run_sync(
+                    self.server.auth.verify,
+                    _str_or_none(options.get("user")),
+                    _str_or_none(options.get("pass")),
+                    _str_or_none(options.get("auth_token")),
+                )
+            else:
+                identity = self.server.auth.verify(None, None, None)
+        except AuthError as exc:
+            self._auth_violation(str(exc), user=_str_or_none(options.get("user")))
+            return
+        if self.close_reason is not None:
+            return
+        self.verbose = bool(options.get("verbose", False))
+        self.parser.pedantic = bool(options.get("pedantic", False))
+        self.echo = bool(options.get("echo", True))
+        self.headers = bool(options.get("headers", False))
+        self.no_responders = bool(options.get("no_responders", False))
+        if self.no_responders and not self.headers:
+            self.send(encode_err("no responders requires headers support"))
+            self.close("Protocol Violation")
+            return
+        self.name = _str_or_none(options.get("name"))
+        self.lang = _str_or_none(options.get("lang"))
+        self.version = _str_or_none(options.get("version"))
+        self.identity = identity
+        self.account = self.server.account(identity.account)
+        self.connected = True
+        self.server.events.emit("client_connected", cid=self.cid, ip=self.ip, port=self.port,
+                                name=self.name, lang=self.lang, version=self.version,
+                                user=identity.user, account=identity.account)
+        if self.verbose:
+            self.send(OK)
+
+    def _auth_violation(self, reason: str, user: str | None = None) -> None:
+        self.server.events.emit("auth_failed", cid=self.cid, ip=self.ip, port=self.port,
+                                user=user, reason=reason)
+        self.send(encode_err("Authorization Violation"))
+        self.close("Authentication Failure")
+
+    def _subscribe(self, op: Sub) -> None:
+        if op.sid in self.subs:
+            if self.verbose:
+                self.send(OK)
+            return
+        sub = Subscription(self, op.subject, op.queue, op.sid)
+        self.subs[op.sid] = sub
+        self.account.sublist.insert(op.subject, sub, op.queue)
+        if self.verbose:
+            self.send(OK)
+
+    def _unsubscribe(self, op: Unsub) -> None:
+        sub = self.subs.get(op.sid)
+        if sub is not None:
+            if op.max_msgs and sub.delivered < op.max_msgs:
+                sub.max_msgs = op.max_msgs
+            else:
+                self.remove_subscription(sub)
+        if self.verbose:
+            self.send(OK)
+
+    def remove_subscription(self, sub: Subscription) -> None:
+        if self.subs.pop(sub.sid, None) is not None:
+            self.account.sublist.remove(sub.subject, sub, sub.queue)
+
+    def remove_all_subscriptions(self) -> None:
+        for sub in list(self.subs.values()):
+            self.remove_subscription(sub)
+
+    # ------------------------------------------------------------------ delivery
+
+    def deliver(self, sub: Subscription, subject: str, reply: str | None,
+                headers: bytes | None, payload: bytes) -> None:
+        """Queue one message for ``sub``; honours UNSUB max (nats-server client.go deliverMsg)."""
+        if not self.headers:
+            headers = None
+        self.send(encode_msg(subject, sub.sid, reply, payload, headers))
+        self.out_msgs += 1
+        size = len(payload) + (len(headers) if headers else 0)
+        self.out_bytes += size
+        stats = self.server.stats
+        stats.out_msgs += 1
+        stats.out_bytes += size
+        sub.delivered += 1
+        if sub.max_msgs is not None and sub.delivered >= sub.max_msgs:
+            self.remove_subscription(sub)
+
+    # ------------------------------------------------------------------ timers
+
+    async def _pinger(self) -> None:
+        cfg = self.server.config
+        while True:
+            await trio.sleep(cfg.ping_interval)
+            if self.pings_out + 1 > cfg.ping_max:
+                self.server.events.emit("stale_connection", cid=self.cid, ip=self.ip, port=self.port)
+                self.send(encode_err("Stale Connection"))
+                self.close("Stale Connection")
+                return
+            self.pings_out += 1
+            self.send(PING)
+
+    async def _auth_timer(self) -> None:
+        await trio.sleep(self.server.auth.timeout)
+        if not self.connected and self.close_reason is None:
+            self.server.events.emit("auth_failed", cid=self.cid, ip=self.ip, port=self.port,
+                                    user=None, reason="authentication timeout")
+            self.send(encode_err("Authentication Timeout"))
+            self.close("Authentication Timeout")
+
+    def send_info(self, **changes: object) -> None:
+        """Send an updated INFO (e.g. ``ldm=True`` in lame duck mode)."""
+        info = self.server.client_info(self)
+        info.update(changes)
+        self.send(encode_info(info))
+
+
+def _str_or_none(value: object) -> str | None:
+    if value is None:
+        return None
+    return value if isinstance(value, str) else json.dumps(value)

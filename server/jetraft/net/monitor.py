@@ -1,0 +1,213 @@
+"""Monitoring over HTTP on the ``http``/``-m`` port: /healthz, /varz, /connz, /subsz.
+
+Served by hypercorn (ASGI on trio). Field names, types and units follow nats-server
+server/monitor.go: durations are integer nanoseconds, times RFC 3339 UTC, uptime a Go-style
+duration string. Query parameters as nats-server: ``/connz?subs=1&offset=0&limit=1024``,
+``/subsz?subs=1&offset=0&limit=1024``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
+
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve
+
+from jetraft import NATS_COMPAT_VERSION, __version__
+from jetraft.events import rfc3339_ns
+
+if TYPE_CHECKING:
+    from jetraft.server import Server
+
+NS = 1_000_000_000
+DEFAULT_LIMIT = 1024
+
+
+def _ns(seconds: float) -> int:
+    return int(seconds * NS)
+
+
+def healthz(server: Server) -> tuple[int, dict[str, Any]]:
+    """``/healthz``: 200 ``{"status":"ok"}``, or 503 with the reason."""
+    if server.healthy:
+        return 200, {"status": "ok"}
+    reason = "lame duck mode" if server.lame_duck_mode else "server shutting down"
+    return 503, {"status": "unavailable", "error": reason}
+
+
+def varz(server: Server) -> dict[str, Any]:
+    """``/varz``: identity, limits and counters (nats-server monitor.go Varz)."""
+    cfg, stats = server.config, server.stats
+    now = rfc3339_ns(time.time_ns())
+    out: dict[str, Any] = {
+        "server_id": server.server_id,
+        "server_name": server.server_name,
+        "version": NATS_COMPAT_VERSION,
+        "proto": 1,
+        "go": f"jetraft {__version__}",
+        "host": cfg.host,
+        "port": server.client_port,
+        "auth_required": server.auth.required,
+        "max_connections": cfg.max_connections,
+        "ping_interval": _ns(cfg.ping_interval),
+        "ping_max": cfg.ping_max,
+        "http_host": cfg.http_host,
+        "http_port": server.monitor_port,
+        "auth_timeout": server.auth.timeout,
+        "max_control_line": cfg.max_control_line,
+        "max_payload": cfg.max_payload,
+        "max_pending": cfg.max_pending,
+        "write_deadline": _ns(cfg.write_deadline),
+        "lame_duck_duration": _ns(cfg.lame_duck_duration),
+        "lame_duck_grace_period": _ns(cfg.lame_duck_grace_period),
+        "start": rfc3339_ns(server.start_ns),
+        "now": now,
+        "uptime": server.uptime(),
+        "cores": os.cpu_count(),
+        "connections": len(server.clients),
+        "total_connections": stats.total_connections,
+        "routes": 0,
+        "remotes": 0,
+        "in_msgs": stats.in_msgs,
+        "out_msgs": stats.out_msgs,
+        "in_bytes": stats.in_bytes,
+        "out_bytes": stats.out_bytes,
+        "slow_consumers": stats.slow_consumers,
+        "subscriptions": sum(len(a.sublist) for a in server.accounts.values()),
+        "config_load_time": rfc3339_ns(server.config_load_ns),
+        "system_account": cfg.system_account,
+        "tags": list(cfg.server_tags),
+    }
+    if cfg.cluster is not None:
+        out["cluster"] = {"name": cfg.cluster.name, "addr": cfg.cluster.host, "cluster_port": cfg.cluster.port}
+    return out
+
+
+def _page(params: dict[str, list[str]]) -> tuple[int, int]:
+    def number(key: str, default: int) -> int:
+        try:
+            return max(0, int(params.get(key, [default])[0]))
+        except ValueError:
+            return default
+    return number("offset", 0), number("limit", DEFAULT_LIMIT) or DEFAULT_LIMIT
+
+
+def _flag(params: dict[str, list[str]], key: str) -> bool:
+    return params.get(key, ["0"])[0].lower() in ("1", "true", "detail")
+
+
+def connz(server: Server, params: dict[str, list[str]]) -> dict[str, Any]:
+    """``/connz``: one entry per client connection (nats-server monitor.go Connz)."""
+    offset, limit = _page(params)
+    now = time.time_ns()
+    clients = sorted(server.clients.values(), key=lambda c: c.cid)
+    conns = []
+    for c in clients[offset:offset + limit]:
+        entry: dict[str, Any] = {
+            "cid": c.cid, "kind": "Client", "type": "nats", "ip": c.ip, "port": c.port,
+            "start": rfc3339_ns(c.start_ns), "last_activity": rfc3339_ns(c.last_activity),
+            "uptime": f"{(now - c.start_ns) // NS}s", "idle": f"{(now - c.last_activity) // NS}s",
+            "pending_bytes": len(c._out), "in_msgs": c.in_msgs, "out_msgs": c.out_msgs,
+            "in_bytes": c.in_bytes, "out_bytes": c.out_bytes, "subscriptions": len(c.subs),
+        }
+        for key in ("name", "lang", "version"):
+            value = getattr(c, key)
+            if value:
+                entry[key] = value
+        if c.identity is not None:
+            if c.identity.user:
+                entry["authorized_user"] = c.identity.user
+            entry["account"] = c.identity.account
+        if _flag(params, "subs"):
+            entry["subscriptions_list"] = sorted(s.subject for s in c.subs.values())
+        conns.append(entry)
+    return {"server_id": server.server_id, "now": rfc3339_ns(now), "num_connections": len(conns),
+            "total": len(clients), "offset": offset, "limit": limit, "connections": conns}
+
+
+def subsz(server: Server, params: dict[str, list[str]]) -> dict[str, Any]:
+    """``/subsz``: subscription counts, and with ``subs=1`` the subscriptions themselves."""
+    total = sum(len(a.sublist) for a in server.accounts.values())
+    out: dict[str, Any] = {"server_id": server.server_id, "now": rfc3339_ns(time.time_ns()),
+                           "num_subscriptions": total}
+    if _flag(params, "subs"):
+        offset, limit = _page(params)
+        subs = []
+        for acc_name, acc in sorted(server.accounts.items()):
+            for client in server.clients.values():
+                if client.account is acc:
+                    subs.extend({"account": acc_name, "subject": s.subject, "sid": s.sid,
+                                 "cid": client.cid, **({"qgroup": s.queue} if s.queue else {})}
+                                for s in client.subs.values())
+        out.update(total=len(subs), offset=offset, limit=limit, subscriptions_list=subs[offset:offset + limit])
+    return out
+
+
+def make_app(server: Server):
+    """The ASGI application answering the monitoring endpoints for ``server``."""
+
+    async def app(scope: dict, receive, send) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        path = scope["path"].rstrip("/") or "/"
+        params = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        status = 200
+        if scope["method"] not in ("GET", "HEAD"):
+            status, body = 405, {"error": "method not allowed"}
+        elif path == "/healthz":
+            status, body = healthz(server)
+        elif path == "/varz":
+            body = varz(server)
+        elif path == "/connz":
+            body = connz(server, params)
+        elif path == "/subsz" or path == "/subscriptionsz":
+            body = subsz(server, params)
+        elif path == "/":
+            body = {"endpoints": ["/healthz", "/varz", "/connz", "/subsz"]}
+        else:
+            status, body = 404, {"error": f"no such endpoint {path}"}
+        data = json.dumps(body, indent=2).encode()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(data)).encode())]})
+        await send({"type": "http.response.body", "body": data})
+
+    return app
+
+
+async def serve_monitor(server: Server, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+    """Serve the monitoring endpoints until cancelled; reports the bound port."""
+    cfg = server.config
+    hc = HypercornConfig()
+    host = cfg.http_host
+    hc.bind = [f"[{host}]:{max(cfg.http_port, 0)}" if ":" in host else f"{host}:{max(cfg.http_port, 0)}"]
+    hc.accesslog = None
+    hc.errorlog = logging.getLogger("jetraft.monitor")
+    hc.errorlog.propagate = False
+    hc.errorlog.addHandler(logging.NullHandler())
+
+    await serve(make_app(server), hc, task_status=_PortStatus(task_status))
+
+
+class _PortStatus:
+    """Adapts hypercorn's ``started(["http://host:port"])`` to ``started(port)``."""
+
+    def __init__(self, outer: trio.TaskStatus[int]) -> None:
+        self._outer = outer
+
+    def started(self, binds: list[str]) -> None:
+        self._outer.started(int(binds[0].rsplit(":", 1)[1]))

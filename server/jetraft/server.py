@@ -1,0 +1,398 @@
+"""Wiring: a :class:`~jetraft.config.ServerConfig` becomes a running trio nursery.
+
+:class:`Server` owns the client listener, the monitoring listener, the signal handler and
+one task group per client connection. Message routing is here too: each account has its
+own subject index, so users in different accounts never see each other's messages
+(nats-server server/accounts.go). Behaviour follows nats-server server/server.go and
+server/client.go processInboundClientMsg: plain subscribers each get a copy, each queue
+group gets one copy for a member picked at random, a request that reaches nobody gets a
+503 no-responders status when the client asked for it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import random
+import secrets
+import signal
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from jetraft import NATS_COMPAT_VERSION, __version__
+from jetraft.auth import GLOBAL_ACCOUNT, Authenticator
+from jetraft.config import ServerConfig, load_config, validate
+from jetraft.events import EventLog
+from jetraft.net.client import ClientConnection, Subscription
+from jetraft.protocol import NO_RESPONDERS_HEADERS, SubjectIndex, encode_err, encode_msg
+
+_B32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+
+#: Options a SIGHUP reload cannot change (nats-server server/reload.go refuses them too).
+NOT_RELOADABLE = ("host", "port", "http_host", "http_port", "server_name", "cluster", "jetstream")
+
+
+def new_server_id() -> str:
+    """A 56-character server id shaped like nats-server's (an 'N' public nkey)."""
+    return "N" + "".join(secrets.choice(_B32) for _ in range(55))
+
+
+@dataclasses.dataclass(slots=True)
+class Stats:
+    """Server-wide counters reported by /varz (messages, bytes, connections)."""
+
+    in_msgs: int = 0
+    in_bytes: int = 0
+    out_msgs: int = 0
+    out_bytes: int = 0
+    slow_consumers: int = 0
+    total_connections: int = 0
+
+
+class Account:
+    """An isolated subject space: its own subject index of :class:`Subscription`."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.sublist: SubjectIndex[Subscription] = SubjectIndex()
+
+
+class Server:
+    """A jetraft server. Create it, then ``await server.serve()`` inside trio.
+
+    ``overrides`` re-applies command-line options after a SIGHUP reload re-reads the file.
+    ``handle_signals`` installs SIGTERM/SIGINT/SIGHUP/SIGUSR2 handling (main thread only).
+    After ``serve`` has started (``await nursery.start(server.serve)``), ``client_port`` and
+    ``monitor_port`` hold the bound ports (useful with port -1 or 0).
+    """
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        *,
+        events: EventLog | None = None,
+        overrides: Callable[[ServerConfig], ServerConfig] | None = None,
+        handle_signals: bool = False,
+    ) -> None:
+        self.config = config
+        self.server_id = new_server_id()
+        self.server_name = config.server_name or self.server_id
+        self.events = events or EventLog(self.server_name)
+        self._overrides = overrides or (lambda c: c)
+        self._handle_signals = handle_signals
+        self.auth = Authenticator(config)
+        self.accounts: dict[str, Account] = {}
+        for name in config.accounts:
+            self.account(name)
+        self.account(GLOBAL_ACCOUNT)
+        self.clients: dict[int, ClientConnection] = {}
+        self.stats = Stats()
+        self.start_ns = time.time_ns()
+        self.config_load_ns = self.start_ns
+        self.client_port: int | None = None
+        self.monitor_port: int | None = None
+        self.lame_duck_mode = False
+        self.connect_urls: list[str] = []
+        self._next_cid = 0
+        self._nursery: trio.Nursery | None = None
+        self._accept_scope = trio.CancelScope()
+        self._stopping = trio.Event()
+        self._no_clients = trio.Event()
+        self._no_clients.set()
+        self._base_info: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ accounts
+
+    def account(self, name: str) -> Account:
+        """The account named ``name``, created on first use."""
+        acc = self.accounts.get(name)
+        if acc is None:
+            acc = self.accounts[name] = Account(name)
+        return acc
+
+    # ------------------------------------------------------------------ serving
+
+    async def serve(self, *, task_status: trio.TaskStatus[Server] = trio.TASK_STATUS_IGNORED) -> None:
+        """Bind the listeners and serve until :meth:`shutdown` (or a signal) stops it.
+
+        Raises ``OSError`` when a listener cannot bind (e.g. the port is in use).
+        """
+        from jetraft.net.monitor import serve_monitor
+
+        cfg = self.config
+        self.events.emit("server_starting", server_id=self.server_id, version=__version__,
+                         nats_version=NATS_COMPAT_VERSION, config=cfg.source, pid=os.getpid())
+        for warning in cfg.warnings:
+            self.events.emit("config_warning", message=warning)
+        listeners = await trio.open_tcp_listeners(max(cfg.port, 0), host=cfg.host)
+        self.client_port = listeners[0].socket.getsockname()[1]
+        self._update_base_info()
+        self.events.emit("listening", kind="client", host=cfg.host, port=self.client_port)
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._accept_loop, listeners)
+                if cfg.http_port is not None:
+                    self.monitor_port = await nursery.start(serve_monitor, self)
+                    self.events.emit("listening", kind="monitor", host=cfg.http_host,
+                                     port=self.monitor_port)
+                if self._handle_signals:
+                    nursery.start_soon(self._signal_loop)
+                self.events.emit("server_ready")
+                task_status.started(self)
+                await self._stopping.wait()
+                self._accept_scope.cancel()
+                for client in list(self.clients.values()):
+                    client.close("Server Shutdown")
+                with trio.move_on_after(2):
+                    await self._no_clients.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            for listener in listeners:
+                with trio.CancelScope(shield=True):
+                    await listener.aclose()
+            self.events.emit("server_stopped")
+
+    async def _accept_loop(self, listeners: list[trio.SocketListener]) -> None:
+        with self._accept_scope:
+            async with trio.open_nursery() as nursery:
+                for listener in listeners:
+                    nursery.start_soon(self._accept_on, listener)
+
+    async def _accept_on(self, listener: trio.SocketListener) -> None:
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:  # EMFILE and friends: back off, keep serving
+                self.events.emit("config_warning", message=f"accept failed: {exc}")
+                await trio.sleep(0.1)
+                continue
+            try:
+                stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
+                ip, port = stream.socket.getpeername()[:2]
+            except OSError:
+                await stream.aclose()
+                continue
+            if len(self.clients) >= self.config.max_connections:
+                self.events.emit("max_connections", ip=ip, limit=self.config.max_connections)
+                self._nursery.start_soon(self._refuse, stream, "maximum connections exceeded")
+                continue
+            self._next_cid += 1
+            client = ClientConnection(self, stream, self._next_cid, ip, port)
+            self.clients[client.cid] = client
+            self._no_clients = trio.Event()
+            self.stats.total_connections += 1
+            self._nursery.start_soon(client.run)
+
+    async def _refuse(self, stream: trio.SocketStream, text: str) -> None:
+        with trio.move_on_after(1):
+            try:
+                await stream.send_all(encode_err(text))
+            except (trio.BrokenResourceError, OSError):
+                pass
+        await stream.aclose()
+
+    def client_closed(self, client: ClientConnection) -> None:
+        """Called by a connection as it ends: forget its subscriptions and itself."""
+        if client.account is not None:
+            client.remove_all_subscriptions()
+        self.clients.pop(client.cid, None)
+        self.events.emit("client_closed", cid=client.cid, ip=client.ip, port=client.port,
+                         reason=client.close_reason, in_msgs=client.in_msgs,
+                         out_msgs=client.out_msgs)
+        if not self.clients:
+            self._no_clients.set()
+
+    def _update_base_info(self) -> None:
+        cfg = self.config
+        info: dict[str, Any] = {
+            "server_id": self.server_id,
+            "server_name": self.server_name,
+            "version": NATS_COMPAT_VERSION,
+            "proto": 1,
+            "go": f"jetraft {__version__}",
+            "host": cfg.host,
+            "port": self.client_port,
+            "headers": True,
+            "max_payload": cfg.max_payload,
+        }
+        if self.auth.required:
+            info["auth_required"] = True
+        self._base_info = info
+
+    def client_info(self, client: ClientConnection) -> dict[str, Any]:
+        """The INFO object for ``client`` (nats-server server/server.go Info)."""
+        info = dict(self._base_info)
+        info["client_id"] = client.cid
+        info["client_ip"] = client.ip
+        if self.connect_urls:
+            info["connect_urls"] = list(self.connect_urls)
+        if self.lame_duck_mode:
+            info["ldm"] = True
+        return info
+
+    # ------------------------------------------------------------------ routing
+
+    def publish(self, client: ClientConnection, subject: str, reply: str | None,
+                headers: bytes | None, payload: bytes) -> None:
+        """Route one inbound message within ``client``'s account."""
+        stats = self.stats
+        stats.in_msgs += 1
+        stats.in_bytes += len(payload) + (len(headers) if headers else 0)
+        match = client.account.sublist.match(subject)
+        delivered = False
+        echo = client.echo
+        for sub in match.plain:
+            target = sub.client
+            if target is client and not echo:
+                continue
+            target.deliver(sub, subject, reply, headers, payload)
+            delivered = True
+        for _queue, members in match.queues:
+            if not echo:
+                members = [m for m in members if m.client is not client]
+                if not members:
+                    continue
+            sub = members[random.randrange(len(members))] if len(members) > 1 else members[0]
+            sub.client.deliver(sub, subject, reply, headers, payload)
+            delivered = True
+        if not delivered and reply and client.no_responders:
+            self._no_responders(client, reply)
+
+    def _no_responders(self, client: ClientConnection, reply: str) -> None:
+        """Send the 503 status to the requester's own reply subscription (client.go)."""
+        match = client.account.sublist.match(reply)
+        for sub in match.plain:
+            if sub.client is client:
+                client.send(encode_msg(reply, sub.sid, None, b"", NO_RESPONDERS_HEADERS))
+                return
+        for _queue, members in match.queues:
+            for sub in members:
+                if sub.client is client:
+                    client.send(encode_msg(reply, sub.sid, None, b"", NO_RESPONDERS_HEADERS))
+                    return
+
+    # ------------------------------------------------------------------ control
+
+    def shutdown(self, reason: str = "requested") -> None:
+        """Stop serving: close listeners, flush and close clients, end :meth:`serve`."""
+        if not self._stopping.is_set():
+            self.events.emit("shutdown", reason=reason)
+            self._stopping.set()
+
+    async def lame_duck(self) -> None:
+        """Lame duck mode (nats-server server.go lameDuckMode).
+
+        Stop accepting clients, send every client an INFO with ``ldm: true``, wait
+        ``lame_duck_grace_period`` seconds, then close the clients spread over what is left
+        of ``lame_duck_duration`` (at most one second apart), then shut down.
+        """
+        if self.lame_duck_mode or self._stopping.is_set():
+            return
+        self.lame_duck_mode = True
+        self._accept_scope.cancel()
+        cfg = self.config
+        clients = list(self.clients.values())
+        grace = min(cfg.lame_duck_grace_period, cfg.lame_duck_duration)
+        self.events.emit("lame_duck_started", clients=len(clients),
+                         duration_s=cfg.lame_duck_duration, grace_period_s=grace)
+        for client in clients:
+            client.send_info(ldm=True)
+        with trio.move_on_after(grace):
+            await self._no_clients.wait()
+        clients = list(self.clients.values())
+        if clients:
+            interval = min((cfg.lame_duck_duration - grace) / len(clients), 1.0)
+            for client in clients:
+                client.close("Server Shutdown")
+                if interval > 0:
+                    await trio.sleep(interval)
+        self.shutdown("lame duck mode complete")
+
+    def reload(self) -> bool:
+        """Re-read the configuration file (SIGHUP). Returns whether it was applied.
+
+        Applies users, accounts, authorization, limits and logging; refuses the whole reload
+        (and logs ``config_reload_failed``) when the file is broken or changes an option in
+        :data:`NOT_RELOADABLE`. Clients whose credentials no longer hold are disconnected.
+        """
+        old = self.config
+        if old.source is None:
+            self.events.emit("config_reload_failed", config=None, error="no configuration file")
+            return False
+        try:
+            new = self._overrides(load_config(old.source))
+            validate(new)
+        except Exception as exc:  # noqa: BLE001 - any failure leaves the running config intact
+            self.events.emit("config_reload_failed", config=old.source, error=str(exc))
+            return False
+        fixed = [name for name in NOT_RELOADABLE if getattr(new, name) != getattr(old, name)]
+        if fixed:
+            self.events.emit("config_reload_failed", config=old.source,
+                             error=f"config reload not supported for {', '.join(fixed)}")
+            return False
+        changed = [f.name for f in dataclasses.fields(new)
+                   if f.name not in ("warnings", "source") and getattr(new, f.name) != getattr(old, f.name)]
+        previous_auth = self.auth
+        self.config = new
+        self.config_load_ns = time.time_ns()
+        self.auth = Authenticator(new)
+        for name in new.accounts:
+            self.account(name)
+        self.events.threshold = log_threshold(new)
+        if new.logging.log_file and new.logging.log_file != old.logging.log_file:
+            self.events.open_file(new.logging.log_file)
+        self._update_base_info()
+        for client in list(self.clients.values()):
+            client.parser.max_payload = new.max_payload
+            if client.identity is not None and not self.auth.still_valid(client.identity, previous_auth):
+                client.send(encode_err("Authorization Violation"))
+                client.close("Authentication Failure")
+        self.events.emit("config_reloaded", config=old.source, changed=changed)
+        return True
+
+    async def _signal_loop(self) -> None:
+        wanted = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR2)
+        with trio.open_signal_receiver(*wanted) as signals:
+            async for signum in signals:
+                if signum == signal.SIGHUP:
+                    self.reload()
+                elif signum == signal.SIGUSR2:
+                    self._nursery.start_soon(self.lame_duck)
+                elif signum == signal.SIGINT:
+                    self.shutdown("SIGINT")
+                elif not self.lame_duck_mode:  # SIGTERM waits for lame duck, as nats-server
+                    self.shutdown("SIGTERM")
+
+    # ------------------------------------------------------------------ introspection
+
+    def uptime(self) -> str:
+        """Uptime as nats-server formats it (``1d2h3m4s``)."""
+        secs = math.floor((time.time_ns() - self.start_ns) / 1e9)
+        days, secs = divmod(secs, 86400)
+        hours, secs = divmod(secs, 3600)
+        mins, secs = divmod(secs, 60)
+        out = f"{days}d" if days else ""
+        if days or hours:
+            out += f"{hours}h"
+        if days or hours or mins:
+            out += f"{mins}m"
+        return out + f"{secs}s"
+
+    @property
+    def healthy(self) -> bool:
+        return not self.lame_duck_mode and not self._stopping.is_set()
+
+
+def log_threshold(config: ServerConfig) -> str:
+    """The event-log level that ``debug``/``trace`` settings select."""
+    if config.logging.trace:
+        return "trace"
+    if config.logging.debug:
+        return "debug"
+    return "info"

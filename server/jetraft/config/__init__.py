@@ -1,0 +1,51 @@
+"""The NATS configuration format for jetraft: lexer, parser, typed ServerConfig, validation.
+
+The format and its semantics are nats-server's (``conf/lex.go``, ``conf/parse.go``,
+``server/opts.go``). This package imports nothing from the rest of jetraft.
+
+Entry points:
+
+* :func:`parse_text` - configuration text to plain Python values.
+* :func:`load_config` / :func:`config_from_text` - a file or text to a validated
+  :class:`ServerConfig` (durations in float seconds, sizes in int bytes).
+* :func:`validate` - the cross-field checks, to re-run after command-line overrides.
+* :func:`dumps` - plain values back to configuration text.
+
+Every failure is a :class:`ConfigError` with ``message``, ``file``, ``line`` and
+``column``; ``str(err)`` is ``"file:line:column: message"``.
+"""
+
+from .errors import ConfigError, Position
+from .model import (
+    AccountConfig,
+    AuthorizationConfig,
+    ClusterConfig,
+    JetStreamConfig,
+    LoggingConfig,
+    RouteURL,
+    ServerConfig,
+    UserConfig,
+    config_from_text,
+    load_config,
+    validate,
+)
+from .parser import parse_text
+from .writer import dumps
+
+__all__ = [
+    "AccountConfig",
+    "AuthorizationConfig",
+    "ClusterConfig",
+    "ConfigError",
+    "JetStreamConfig",
+    "LoggingConfig",
+    "Position",
+    "RouteURL",
+    "ServerConfig",
+    "UserConfig",
+    "config_from_text",
+    "dumps",
+    "load_config",
+    "parse_text",
+    "validate",
+]

@@ -1,0 +1,955 @@
+"""The typed server configuration: :class:`ServerConfig` and its parts, built from a
+parsed configuration and validated.
+
+Keys, aliases, defaults and checks follow nats-server ``server/opts.go``
+(``processConfigFileLine``, ``parseCluster``, ``parseJetStream``,
+``parseAuthorization``, ``parseAccounts``, ``parseUsers``) and ``validateOptions``
+in ``server/server.go``. Key names are matched case-insensitively, as there.
+
+Units: every duration is a ``float`` number of SECONDS; every size is an ``int``
+number of BYTES. A duration is written as a Go duration string (``"2s"``,
+``"100ms"``, ``"1h30m"``); a bare integer is read as seconds with a warning, as
+nats-server does (beware: unquoted ``2m`` is the integer 2000000, see
+:mod:`jetraft.config.parser`).
+
+Keys nats-server knows but jetraft does not implement (``tls``, ``leafnodes``,
+``gateway``, ``websocket``, ``mqtt``, ...) and unknown keys are warnings, collected
+in :attr:`ServerConfig.warnings`, never errors. Wrong types, out-of-range values
+and contradictions are :class:`~jetraft.config.errors.ConfigError` naming the file,
+line and column of the offending key or value.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import types
+import urllib.parse
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .durations import parse_duration
+from .errors import COMMAND_LINE, ConfigError, Position
+from .parser import Entry, Value, load_tree, parse_tree
+
+__all__ = [
+    "DEFAULT_SYSTEM_ACCOUNT",
+    "GLOBAL_ACCOUNT",
+    "AccountConfig",
+    "AuthorizationConfig",
+    "ClusterConfig",
+    "JetStreamConfig",
+    "LoggingConfig",
+    "Origin",
+    "RouteURL",
+    "ServerConfig",
+    "UserConfig",
+    "build_config",
+    "config_from_text",
+    "load_config",
+    "validate",
+]
+
+#: nats-server's system account name (server/const.go DEFAULT_SYSTEM_ACCOUNT).
+DEFAULT_SYSTEM_ACCOUNT = "$SYS"
+#: The global account, home of users with no account (server/const.go DEFAULT_GLOBAL_ACCOUNT).
+GLOBAL_ACCOUNT = "$G"
+
+_BCRYPT = re.compile(r"\$2[abxy]\$[0-9]{2}\$")  # server/auth.go validBcryptPrefix
+_MAX_INT32 = 2**31 - 1
+_ROUTE_SCHEMES = ("nats", "nats-route")
+_DEFAULT_ROUTE_PORT = 6222
+
+
+# -- the configuration -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class UserConfig:
+    """A user: name, password (plain or bcrypt hash; None if absent) and the name of
+    the account it belongs to."""
+
+    user: str
+    password: str | None = None
+    account: str = GLOBAL_ACCOUNT
+
+    @property
+    def is_bcrypt(self) -> bool:
+        """True if the password is a bcrypt hash (nats-server server/auth.go isBcrypt:
+        ``^\\$2[abxy]\\$\\d{2}\\$``)."""
+        return self.password is not None and _BCRYPT.match(self.password) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class AccountConfig:
+    """An account: its users and whether its block enables JetStream for it
+    (``jetstream: enabled``). See :meth:`ServerConfig.jetstream_accounts` for the
+    accounts that actually get JetStream."""
+
+    name: str
+    users: tuple[UserConfig, ...] = ()
+    jetstream: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AuthorizationConfig:
+    """The top-level ``authorization`` block: a single user/password or a token
+    (its ``users`` go to account ``$G``), and ``timeout``, the seconds a client has to
+    authenticate (nats-server default 2 s)."""
+
+    user: str | None = None
+    password: str | None = None
+    token: str | None = None
+    timeout: float = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class JetStreamConfig:
+    """JetStream settings (present only when JetStream is enabled).
+
+    ``store_dir`` (None: the server chooses), ``max_memory_store`` and
+    ``max_file_store`` in bytes (None: no explicit limit), ``sync_interval`` in
+    seconds, ``sync_always`` (``sync: always``: fsync every write), ``unique_tag``
+    (lower-cased tag prefix such as ``"az:"``; replicas of a stream go to servers
+    whose tags with that prefix differ), ``domain``.
+    """
+
+    store_dir: str | None = None
+    max_memory_store: int | None = None
+    max_file_store: int | None = None
+    sync_interval: float = 120.0
+    sync_always: bool = False
+    unique_tag: str | None = None
+    domain: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RouteURL:
+    """A route to another cluster member: ``nats://[user:pass@]host[:port]``
+    (``nats-route://`` too). ``host`` has no IPv6 brackets; ``port`` defaults to 6222."""
+
+    scheme: str
+    host: str
+    port: int = _DEFAULT_ROUTE_PORT
+    user: str | None = None
+    password: str | None = None
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        user = f"{self.user}:[REDACTED]@" if self.user is not None else ""
+        return f"{self.scheme}://{user}{host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    """The ``cluster`` block: cluster ``name``, the route listener ``host``/``port``
+    (-1: random port), ``routes`` to solicit, and the credentials routes must
+    present (``authorization { user, password, timeout }``; ``auth_timeout`` in
+    seconds)."""
+
+    name: str | None = None
+    host: str = "0.0.0.0"
+    port: int = _DEFAULT_ROUTE_PORT
+    routes: tuple[RouteURL, ...] = ()
+    user: str | None = None
+    password: str | None = None
+    auth_timeout: float = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class LoggingConfig:
+    """Top-level ``debug``, ``trace``, ``logtime`` and ``log_file``/``logfile``."""
+
+    debug: bool = False
+    trace: bool = False
+    logtime: bool = True
+    log_file: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Where a setting was read and the value it had then; :func:`validate` reports
+    an error at ``position`` only while the setting still has that value."""
+
+    position: Position
+    value: Any
+
+
+def _default_accounts() -> Mapping[str, AccountConfig]:
+    return types.MappingProxyType(
+        {GLOBAL_ACCOUNT: AccountConfig(GLOBAL_ACCOUNT), DEFAULT_SYSTEM_ACCOUNT: AccountConfig(DEFAULT_SYSTEM_ACCOUNT)}
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """A whole server configuration, with nats-server's defaults.
+
+    Durations are float seconds, sizes int bytes. ``port`` -1 asks for a random
+    port (nats-server RANDOM_PORT). ``http_port`` None means no monitoring
+    listener; ``http_host`` defaults to ``host``, as in nats-server.
+    ``max_connections`` -1 means no limit (``max_connections: 0`` in a file).
+    ``accounts`` always holds ``$G`` and, when ``system_account`` is ``$SYS``, an
+    (empty if undeclared) ``$SYS`` account. ``jetstream`` and ``cluster`` are None when
+    absent or disabled. ``warnings`` are ``"file:line:col: message"`` strings.
+    ``origins`` maps setting paths (``"port"``, ``"cluster"``,
+    ``"accounts.A.jetstream"``) to where they were read, for :func:`validate`.
+    """
+
+    source: str | None = None
+    server_name: str | None = None
+    host: str = "0.0.0.0"
+    port: int = 4222
+    http_host: str = "0.0.0.0"
+    http_port: int | None = None
+    accounts: Mapping[str, AccountConfig] = field(default_factory=_default_accounts)
+    system_account: str = DEFAULT_SYSTEM_ACCOUNT
+    authorization: AuthorizationConfig | None = None
+    no_auth_user: str | None = None
+    jetstream: JetStreamConfig | None = None
+    server_tags: tuple[str, ...] = ()
+    cluster: ClusterConfig | None = None
+    max_payload: int = 1048576
+    max_connections: int = 65536
+    max_control_line: int = 4096
+    max_pending: int = 67108864
+    write_deadline: float = 10.0
+    ping_interval: float = 120.0
+    ping_max: int = 2
+    lame_duck_duration: float = 120.0
+    lame_duck_grace_period: float = 10.0
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    pid_file: str | None = None
+    warnings: tuple[str, ...] = ()
+    origins: Mapping[str, Origin] = field(default_factory=dict, repr=False, compare=False)
+
+    def all_users(self) -> tuple[UserConfig, ...]:
+        """Every user of every account, in account order."""
+        return tuple(user for account in self.accounts.values() for user in account.users)
+
+    def jetstream_accounts(self) -> tuple[str, ...]:
+        """The accounts JetStream serves: none when JetStream is off; ``$G`` when no
+        account but ``$G`` and the system account is configured (nats-server
+        server/jetstream.go enableJetStreamAccounts); otherwise those whose block
+        enables it."""
+        if self.jetstream is None:
+            return ()
+        others = [name for name in self.accounts if name not in (GLOBAL_ACCOUNT, self.system_account)]
+        if not others:
+            return (GLOBAL_ACCOUNT,)
+        return tuple(name for name in others if self.accounts[name].jetstream)
+
+
+# -- reading typed values from the tree -------------------------------------------------
+
+_KIND_WORDS = {"string": "a string", "integer": "an integer", "float": "a float", "boolean": "a boolean",
+               "datetime": "a datetime", "array": "an array", "map": "a map"}  # fmt: skip
+
+
+def _shown(value: Value) -> str:
+    if value.kind in ("array", "map"):
+        return _KIND_WORDS[value.kind]
+    text = value.raw if value.raw is not None else repr(value.data) if value.kind == "string" else str(value.data)
+    if len(text) > 40:
+        text = text[:37] + "..."
+    return f"{_KIND_WORDS[value.kind]} ({text})"
+
+
+def _expect(value: Value, label: str, *kinds: str) -> Any:
+    if value.kind not in kinds:
+        wanted = " or ".join(_KIND_WORDS[k] for k in kinds)
+        raise ConfigError.at(value.position, f"{label}: expected {wanted}, got {_shown(value)}")
+    return value.data
+
+
+def _string(value: Value, label: str) -> str:
+    return _expect(value, label, "string")
+
+
+def _bool(value: Value, label: str) -> bool:
+    return _expect(value, label, "boolean")
+
+
+def _int(value: Value, label: str, low: int | None = None, high: int | None = None) -> int:
+    number: int = _expect(value, label, "integer")
+    if low is not None and number < low:
+        raise ConfigError.at(value.position, f"{label}: {number} is too small (minimum {low})")
+    if high is not None and number > high:
+        raise ConfigError.at(value.position, f"{label}: {number} is too big (maximum {high})")
+    return number
+
+
+def _port(value: Value, label: str) -> int:
+    port = _int(value, label)
+    _check_port(port, label, value.position)
+    return port
+
+
+def _check_port(port: int, label: str, position: Position) -> None:
+    if not -1 <= port <= 65535:
+        raise ConfigError.at(position, f"{label}: {port} is out of range (a port is 0 to 65535, or -1 for a random port)")
+
+
+def _split_host_port(text: str) -> tuple[str, str] | None:
+    """Go net.SplitHostPort: ``host:port``, ``[v6]:port``, ``:port``; None if malformed."""
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0 or text[end + 1 : end + 2] != ":":
+            return None
+        return text[1:end], text[end + 2 :]
+    host, sep, port = text.rpartition(":")
+    if not sep or ":" in host:
+        return None
+    return host, port
+
+
+def _listen(value: Value, label: str) -> tuple[str | None, int]:
+    """``listen``-style address: a port, or ``"host:port"``, ``":port"``, ``"port"``
+    (nats-server opts.go parseListen). Returns (host or None, port)."""
+    data = _expect(value, label, "integer", "string")
+    if isinstance(data, int):
+        _check_port(data, label, value.position)
+        return None, data
+    if data.isascii() and data.isdigit():
+        host, port_text = None, data
+    else:
+        split = _split_host_port(data)
+        if split is None:
+            raise ConfigError.at(value.position, f"{label}: could not parse address {data!r}: expected host:port or a port")
+        host, port_text = split[0] or None, split[1]
+    if not (port_text.isascii() and port_text.isdigit()):
+        raise ConfigError.at(value.position, f"{label}: could not parse port {port_text!r} in {data!r}")
+    port = int(port_text)
+    _check_port(port, label, value.position)
+    return host, port
+
+
+def _storage_size(value: Value, label: str) -> int | None:
+    """nats-server opts.go getStorageSize: an integer (size suffixes allowed) or a
+    string ending in K, M, G or T (powers of 1024). Negative: no explicit limit (None)."""
+    data = _expect(value, label, "integer", "string")
+    if isinstance(data, str):
+        if data == "":
+            return 0
+        number, unit = data[:-1], data[-1]
+        shift = {"K": 10, "M": 20, "G": 30, "T": 40}.get(unit)
+        if shift is None or not re.fullmatch(r"[+-]?[0-9]+", number):
+            raise ConfigError.at(
+                value.position, f"{label}: a size written as a string must be a number followed by K, M, G or T, got {data!r}"
+            )
+        data = int(number) << shift
+    return None if data < 0 else data
+
+
+class _Builder:
+    """Turns the parsed tree into a ServerConfig, collecting warnings and origins."""
+
+    def __init__(self, root: Value, source: str | None) -> None:
+        self.root = root
+        self.source = source
+        self.warnings: list[str] = []
+        self.origins: dict[str, Origin] = {}
+        self.fields: dict[str, Any] = {}
+        self.logging: dict[str, Any] = {}
+        self.authorization: AuthorizationConfig | None = None
+        self.global_users: list[tuple[UserConfig, Position]] = []
+        self.accounts: dict[str, tuple[AccountConfig, Position]] = {}
+        self.account_users: list[tuple[UserConfig, Position]] = []
+        self.system_account: dict[str, tuple[str, Position]] = {}
+        self.store_dir: tuple[str, Position] | None = None
+        self.jetstream: tuple[bool, dict[str, Any], Entry] | None = None
+        self.cluster: tuple[ClusterConfig, Entry] | None = None
+        self.http_host: str | None = None
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def warn(self, position: Position, message: str) -> None:
+        self.warnings.append(f"{position}: {message}")
+
+    def ignore(self, entry: Entry, label: str, known: frozenset[str]) -> None:
+        """Warn about a key this block does not use (nats-server skips keys whose
+        value a $variable used: they are variable definitions)."""
+        if entry.key.lower() in known:
+            self.warn(entry.key_position, f"{label!r} is not supported by jetraft, ignored")
+        elif not entry.value.used:
+            self.warn(entry.key_position, f"unknown field {label!r}, ignored")
+
+    def entries(self, value: Value, label: str) -> Iterator[tuple[str, Entry, str]]:
+        """(lower-cased key, entry, dotted label) for each entry of a map value."""
+        data: dict[str, Entry] = _expect(value, label, "map")
+        for entry in data.values():
+            yield entry.key.lower(), entry, f"{label}.{entry.key}" if label else entry.key
+
+    def set(self, name: str, value: Any, position: Position) -> None:
+        self.fields[name] = value
+        self.origins[name] = Origin(position, value)
+
+    def duration(self, value: Value, label: str) -> float:
+        """A Go duration string, or an integer number of seconds with a warning
+        (nats-server opts.go parseDuration)."""
+        data = _expect(value, label, "string", "integer")
+        if isinstance(data, str):
+            try:
+                return parse_duration(data)
+            except ValueError as e:
+                raise ConfigError.at(value.position, f"{label}: {e}") from None
+        message = f"{label}: {data} should be a duration string such as \"{data}s\"; read as {data} seconds"
+        if value.raw is not None and value.raw != str(data):
+            message = (
+                f"{label}: unquoted {value.raw} is the number {data} (size suffix), read as {data} seconds; "
+                f'write "{value.raw}" for a duration'
+            )
+        self.warn(value.position, message)
+        return float(data)
+
+    # -- the top level -----------------------------------------------------------------
+
+    def build(self) -> ServerConfig:
+        if not self.root.data:
+            self.warn(self.root.position, "config has no values or is empty")
+        handlers = self._top_level_handlers()
+        for key, entry, label in self.entries(self.root, ""):
+            handler = handlers.get(key)
+            if handler is None:
+                self.ignore(entry, label, _UNSUPPORTED_TOP_LEVEL)
+            else:
+                handler(entry, label)
+        return self._assemble()
+
+    def _top_level_handlers(self) -> dict[str, Callable[[Entry, str], None]]:
+        def string_field(name: str) -> Callable[[Entry, str], None]:
+            return lambda e, label: self.set(name, _string(e.value, label), e.value.position)
+
+        def logging_flag(name: str) -> Callable[[Entry, str], None]:
+            return lambda e, label: self.logging.__setitem__(name, _bool(e.value, label))
+
+        def sized(name: str) -> Callable[[Entry, str], None]:
+            return lambda e, label: self.set(name, _int(e.value, label, 1, _MAX_INT32), e.value.position)
+
+        def timed(name: str) -> Callable[[Entry, str], None]:
+            return lambda e, label: self.set(name, self.duration(e.value, label), e.value.position)
+
+        table: dict[str, Callable[[Entry, str], None]] = {
+            "listen": self._listen,
+            "port": lambda e, label: self.set("port", _port(e.value, label), e.value.position),
+            "host": string_field("host"),
+            "net": string_field("host"),
+            "server_name": self._server_name,
+            "debug": logging_flag("debug"),
+            "trace": logging_flag("trace"),
+            "logtime": logging_flag("logtime"),
+            "log_file": lambda e, label: self.logging.__setitem__("log_file", _string(e.value, label)),
+            "pid_file": string_field("pid_file"),
+            "http": self._http,
+            "http_port": lambda e, label: self.set("http_port", _port(e.value, label), e.value.position),
+            "accounts": self._accounts,
+            "authorization": self._authorization,
+            "no_auth_user": string_field("no_auth_user"),
+            "system_account": self._system_account,
+            "jetstream": self._jetstream,
+            "store_dir": self._store_dir,
+            "server_tags": self._server_tags,
+            "cluster": self._cluster,
+            "max_payload": sized("max_payload"),
+            "max_control_line": sized("max_control_line"),
+            "max_pending": lambda e, label: self.set("max_pending", _int(e.value, label, 1), e.value.position),
+            "max_connections": self._max_connections,
+            "ping_interval": timed("ping_interval"),
+            "write_deadline": timed("write_deadline"),
+            "ping_max": lambda e, label: self.set("ping_max", _int(e.value, label, 1), e.value.position),
+            "lame_duck_duration": self._lame_duck_duration,
+            "lame_duck_grace_period": self._lame_duck_grace_period,
+        }
+        aliases = {"logfile": "log_file", "pidfile": "pid_file", "monitor_port": "http_port", "system": "system_account",
+                   "storedir": "store_dir", "max_conn": "max_connections"}  # fmt: skip
+        for alias, name in aliases.items():
+            table[alias] = table[name]
+        return table
+
+    def _listen(self, entry: Entry, label: str) -> None:
+        host, port = _listen(entry.value, label)
+        if host is not None:
+            self.set("host", host, entry.value.position)
+        self.set("port", port, entry.value.position)
+
+    def _http(self, entry: Entry, label: str) -> None:
+        host, port = _listen(entry.value, label)
+        if host is not None:
+            self.http_host = host
+        self.set("http_port", port, entry.value.position)
+
+    def _server_name(self, entry: Entry, label: str) -> None:
+        name = _string(entry.value, label)
+        if " " in name:
+            raise ConfigError.at(entry.value.position, f"{label}: server name cannot contain spaces")
+        self.set("server_name", name, entry.value.position)
+
+    def _system_account(self, entry: Entry, label: str) -> None:
+        # nats-server reads system_account in preference to its alias system.
+        self.system_account[entry.key.lower()] = (_string(entry.value, label), entry.value.position)
+
+    def _max_connections(self, entry: Entry, label: str) -> None:
+        limit = _int(entry.value, label)
+        self.set("max_connections", -1 if limit <= 0 else limit, entry.value.position)
+
+    def _lame_duck_duration(self, entry: Entry, label: str) -> None:
+        seconds = self.duration(entry.value, label)
+        if seconds < 30:
+            raise ConfigError.at(entry.value.position, f"{label}: invalid lame_duck_duration of {seconds:g}s, minimum is 30 seconds")
+        self.set("lame_duck_duration", seconds, entry.value.position)
+
+    def _lame_duck_grace_period(self, entry: Entry, label: str) -> None:
+        seconds = self.duration(entry.value, label)
+        if seconds < 0:
+            raise ConfigError.at(entry.value.position, f"{label}: invalid lame_duck_grace_period, needs to be positive")
+        self.set("lame_duck_grace_period", seconds, entry.value.position)
+
+    def _server_tags(self, entry: Entry, label: str) -> None:
+        data = _expect(entry.value, label, "string", "array")
+        items = [entry.value] if isinstance(data, str) else data
+        tags: list[str] = []
+        for i, item in enumerate(items):
+            tag = _string(item, f"{label}[{i}]" if isinstance(data, list) else label).strip().lower()
+            if tag and tag not in tags:  # nats jwt TagList.Add: lower-cased, trimmed, unique
+                tags.append(tag)
+        self.set("server_tags", tuple(tags), entry.value.position)
+
+    def _store_dir(self, entry: Entry, label: str) -> None:
+        self._claim_store_dir(_string(entry.value, label), entry.value.position)
+
+    def _claim_store_dir(self, path: str, position: Position) -> None:
+        if self.store_dir is not None:
+            raise ConfigError.at(position, f"duplicate 'store_dir' configuration (first set at {self.store_dir[1]})")
+        self.store_dir = (path, position)
+
+    # -- authorization, accounts, users ----------------------------------------------------
+
+    def _users(self, value: Value, label: str, account: str) -> list[tuple[UserConfig, Position]]:
+        """A ``users`` array (nats-server opts.go parseUsers); nkey users are skipped."""
+        users = []
+        for i, item in enumerate(_expect(value, label, "array")):
+            item_label = f"{label}[{i}]"
+            name: tuple[str, Position] | None = None
+            password: str | None = None
+            nkey = False
+            for key, entry, entry_label in self.entries(item, item_label):
+                if key in ("user", "username"):
+                    name = (_string(entry.value, entry_label), entry.value.position)
+                elif key in ("pass", "password"):
+                    password = _string(entry.value, entry_label)
+                elif key == "nkey":
+                    nkey = True
+                    self.warn(entry.key_position, f"{entry_label}: nkey users are not supported by jetraft, ignored")
+                else:
+                    self.ignore(entry, entry_label, _UNSUPPORTED_USER)
+            if name is None and not nkey:
+                raise ConfigError.at(item.position, f"{item_label}: user entry requires a user")
+            if name is not None and not nkey:
+                users.append((UserConfig(name[0], password, account), name[1]))
+        return users
+
+    def _authorization(self, entry: Entry, label: str) -> None:
+        user = password = token = None
+        timeout = 2.0
+        users: list[tuple[UserConfig, Position]] | None = None
+        for key, item, item_label in self.entries(entry.value, label):
+            if key in ("user", "username"):
+                user = _string(item.value, item_label)
+            elif key in ("pass", "password"):
+                password = _string(item.value, item_label)
+            elif key == "token":
+                token = _string(item.value, item_label)
+            elif key == "timeout":
+                timeout = self._auth_timeout(item.value, item_label)
+            elif key == "users":
+                users = self._users(item.value, item_label, GLOBAL_ACCOUNT)
+            else:
+                self.ignore(item, item_label, _UNSUPPORTED_AUTHORIZATION)
+        if (user or password) and token:
+            raise ConfigError.at(entry.key_position, f"{label}: cannot have a user/pass and a token")
+        if users is not None and user:
+            raise ConfigError.at(entry.key_position, f"{label}: cannot have a single user/pass and a users array")
+        if users is not None and token:
+            raise ConfigError.at(entry.key_position, f"{label}: cannot have a token and a users array")
+        self.authorization = AuthorizationConfig(user, password, token, timeout)
+        self.global_users = users or []
+
+    def _auth_timeout(self, value: Value, label: str) -> float:
+        """Authorization ``timeout``: seconds as a number, or a duration string."""
+        data = _expect(value, label, "integer", "float", "string")
+        if isinstance(data, str):
+            try:
+                seconds = parse_duration(data)
+            except ValueError as e:
+                raise ConfigError.at(value.position, f"{label}: {e}") from None
+        else:
+            seconds = float(data)
+        if seconds > 60:
+            self.warn(
+                value.position,
+                f"{label}: timeout of {seconds:g} seconds is high, consider keeping it under 60 seconds "
+                "(an unquoted 1m is 1000000; write '1m')",
+            )
+        return seconds
+
+    def _accounts(self, entry: Entry, label: str) -> None:
+        data = _expect(entry.value, label, "map", "array")
+        if isinstance(data, list):  # accounts: [A, B]
+            for i, item in enumerate(data):
+                self._add_account(AccountConfig(_string(item, f"{label}[{i}]")), item.position)
+            return
+        for _, account, account_label in self.entries(entry.value, label):
+            if account.value.used:  # a variable definition, not an account (opts.go parseAccounts)
+                continue
+            name = account.key
+            _expect(account.value, account_label, "map")
+            users: list[tuple[UserConfig, Position]] = []
+            jetstream = False
+            for key, item, item_label in self.entries(account.value, account_label):
+                if key == "users":
+                    users = self._users(item.value, item_label, name)
+                elif key == "jetstream":
+                    jetstream = self._account_jetstream(item.value, item_label)
+                    if jetstream:
+                        self.origins[f"accounts.{name}.jetstream"] = Origin(item.key_position, True)
+                else:
+                    self.ignore(item, item_label, _UNSUPPORTED_ACCOUNT)
+            self._add_account(AccountConfig(name, tuple(u for u, _ in users), jetstream), account.key_position)
+            self.account_users.extend(users)
+
+    def _add_account(self, account: AccountConfig, position: Position) -> None:
+        if account.name == GLOBAL_ACCOUNT:
+            raise ConfigError.at(position, f"{GLOBAL_ACCOUNT!r} is a reserved account")
+        if account.name in self.accounts:
+            raise ConfigError.at(position, f"duplicate account {account.name!r} (first at {self.accounts[account.name][1]})")
+        self.accounts[account.name] = (account, position)
+
+    def _account_jetstream(self, value: Value, label: str) -> bool:
+        """An account's ``jetstream``: a boolean, ``enabled``/``disabled`` or a map of
+        limits (enabled; limits not enforced by jetraft). opts.go parseJetStreamForAccount."""
+        data = _expect(value, label, "boolean", "string", "map")
+        if isinstance(data, str):
+            return self._enabled_word(value, label)
+        if isinstance(data, dict):
+            if data:
+                self.warn(value.position, f"{label}: account JetStream limits are not supported by jetraft, ignored")
+            return True
+        return data
+
+    def _enabled_word(self, value: Value, label: str) -> bool:
+        word = value.data.lower()
+        if word in ("enabled", "enable"):
+            return True
+        if word in ("disabled", "disable"):
+            return False
+        raise ConfigError.at(value.position, f"{label}: expected 'enabled' or 'disabled', got {value.data!r}")
+
+    # -- jetstream -----------------------------------------------------------------------
+
+    def _jetstream(self, entry: Entry, label: str) -> None:
+        """opts.go parseJetStream: a boolean, ``enabled``/``disabled`` or a map."""
+        value = entry.value
+        data = _expect(value, label, "boolean", "string", "map")
+        settings: dict[str, Any] = {}
+        if isinstance(data, bool):
+            self.jetstream = (data, settings, entry)
+            return
+        if isinstance(data, str):
+            self.jetstream = (self._enabled_word(value, label), settings, entry)
+            return
+        enabled = True
+        for key, item, item_label in self.entries(value, label):
+            v = item.value
+            if key in ("enabled", "enable"):
+                enabled = _bool(v, item_label)
+            elif key in ("store", "store_dir", "storedir"):
+                self._claim_store_dir(_string(v, item_label), v.position)
+            elif key in ("sync", "sync_interval"):
+                if v.kind == "string" and v.data.lower() == "always":
+                    settings["sync_always"] = True
+                else:
+                    settings["sync_interval"] = self.duration(v, item_label)
+            elif key in ("max_memory_store", "max_mem_store", "max_mem"):
+                settings["max_memory_store"] = _storage_size(v, item_label)
+            elif key in ("max_file_store", "max_file"):
+                settings["max_file_store"] = _storage_size(v, item_label)
+            elif key == "domain":
+                settings["domain"] = self._domain(v, item_label)
+            elif key == "unique_tag":
+                settings["unique_tag"] = _string(v, item_label).strip().lower() or None
+            else:
+                self.ignore(item, item_label, _UNSUPPORTED_JETSTREAM)
+        self.jetstream = (enabled, settings, entry)
+
+    def _domain(self, value: Value, label: str) -> str:
+        domain = _string(value, label)
+        if any(c in domain for c in ".*>") or any(c.isspace() for c in domain):
+            raise ConfigError.at(value.position, f"{label}: invalid domain name: may not contain ., * or > or spaces")
+        return domain
+
+    # -- cluster -------------------------------------------------------------------------
+
+    def _cluster(self, entry: Entry, label: str) -> None:
+        """opts.go parseCluster."""
+        settings: dict[str, Any] = {}
+        for key, item, item_label in self.entries(entry.value, label):
+            v = item.value
+            if key == "name":
+                name = _string(v, item_label)
+                if " " in name:
+                    raise ConfigError.at(v.position, f"{item_label}: cluster name cannot contain spaces")
+                settings["name"] = name
+            elif key == "listen":
+                host, port = _listen(v, item_label)
+                if host is not None:
+                    settings["host"] = host
+                settings["port"] = port
+                self.origins["cluster.port"] = Origin(v.position, port)
+            elif key == "port":
+                settings["port"] = _port(v, item_label)
+                self.origins["cluster.port"] = Origin(v.position, settings["port"])
+            elif key in ("host", "net"):
+                settings["host"] = _string(v, item_label)
+            elif key == "authorization":
+                settings.update(self._cluster_authorization(item, item_label))
+            elif key == "routes":
+                settings["routes"] = self._routes(v, item_label)
+            else:
+                self.ignore(item, item_label, _UNSUPPORTED_CLUSTER)
+        if settings.get("port") == 0:
+            settings["port"] = _DEFAULT_ROUTE_PORT
+        self.cluster = (ClusterConfig(**settings), entry)
+
+    def _cluster_authorization(self, entry: Entry, label: str) -> dict[str, Any]:
+        settings: dict[str, Any] = {}
+        for key, item, item_label in self.entries(entry.value, label):
+            if key in ("user", "username"):
+                settings["user"] = _string(item.value, item_label)
+            elif key in ("pass", "password"):
+                settings["password"] = _string(item.value, item_label)
+            elif key == "timeout":
+                settings["auth_timeout"] = self._auth_timeout(item.value, item_label)
+            elif key == "users":
+                raise ConfigError.at(item.key_position, f"{item_label}: cluster authorization does not allow multiple users")
+            elif key == "token":
+                raise ConfigError.at(item.key_position, f"{item_label}: cluster authorization does not support tokens")
+            else:
+                self.ignore(item, item_label, _UNSUPPORTED_AUTHORIZATION)
+        return settings
+
+    def _routes(self, value: Value, label: str) -> tuple[RouteURL, ...]:
+        routes: list[RouteURL] = []
+        seen: set[str] = set()
+        for i, item in enumerate(_expect(value, label, "array")):
+            text = _string(item, f"{label}[{i}]").strip()
+            if text in seen:
+                self.warn(item.position, f"{label}[{i}]: duplicate route entry {text!r} detected, ignored")
+                continue
+            seen.add(text)
+            routes.append(_route(text, f"{label}[{i}]", item.position))
+        return tuple(routes)
+
+    # -- assembly ---------------------------------------------------------------------------
+
+    def _assemble(self) -> ServerConfig:
+        fields = self.fields
+        system = self.system_account.get("system_account") or self.system_account.get("system")
+        if system is not None:
+            self.set("system_account", system[0], system[1])
+        system_name = fields.get("system_account", DEFAULT_SYSTEM_ACCOUNT)
+        if fields.get("port") == 0:
+            fields["port"] = 4222  # nats-server setBaselineOptions: 0 means the default port
+        if fields.get("http_port") == 0:
+            fields["http_port"] = None  # 0: no monitoring listener
+        fields["http_host"] = self.http_host or fields.get("host", "0.0.0.0")
+        fields["logging"] = LoggingConfig(**self.logging)
+        fields["authorization"] = self.authorization
+        self._check_users()
+        accounts: dict[str, AccountConfig] = {
+            GLOBAL_ACCOUNT: AccountConfig(GLOBAL_ACCOUNT, tuple(u for u, _ in self.global_users))
+        }
+        accounts.update((name, account) for name, (account, _) in self.accounts.items())
+        if system_name == DEFAULT_SYSTEM_ACCOUNT:
+            accounts.setdefault(DEFAULT_SYSTEM_ACCOUNT, AccountConfig(DEFAULT_SYSTEM_ACCOUNT))
+        fields["accounts"] = types.MappingProxyType(accounts)
+        if self.jetstream is not None:
+            enabled, settings, entry = self.jetstream
+            config = JetStreamConfig(**settings, store_dir=self.store_dir[0] if self.store_dir else None) if enabled else None
+            fields["jetstream"] = config
+            self.origins["jetstream"] = Origin(entry.key_position, config)
+        if fields.get("jetstream") is None and self.store_dir is not None:
+            self.warn(self.store_dir[1], "store_dir is set but JetStream is not enabled, ignored")
+        if self.cluster is not None:
+            cluster, entry = self.cluster
+            fields["cluster"] = cluster
+            self.origins["cluster"] = Origin(entry.key_position, cluster)
+        return ServerConfig(source=self.source, warnings=tuple(self.warnings), origins=self.origins, **fields)
+
+    def _check_users(self) -> None:
+        """Users must be unique across all accounts, and account users exclude a single
+        authorization user or token (opts.go parseAccounts/parseAuthorization)."""
+        auth = self.authorization
+        if auth is not None and self.account_users and (auth.user or auth.token):
+            what = "a single user/pass" if auth.user else "a token"
+            raise ConfigError.at(self.account_users[0][1], f"cannot have {what} in authorization and users in accounts")
+        seen: dict[str, Position] = {}
+        for user, position in (*self.global_users, *self.account_users):
+            if user.user in seen:
+                raise ConfigError.at(position, f"duplicate user {user.user!r} detected (first at {seen[user.user]})")
+            seen[user.user] = position
+            self.origins[f"users.{user.user}"] = Origin(position, user)
+
+
+def _route(text: str, label: str, position: Position) -> RouteURL:
+    """A route URL (nats-server opts.go parseURL), as a RouteURL."""
+    try:
+        parts = urllib.parse.urlsplit(text)
+        port = parts.port
+    except ValueError as e:
+        raise ConfigError.at(position, f"{label}: invalid route URL {text!r}: {e}") from None
+    scheme = parts.scheme.lower()
+    if scheme not in _ROUTE_SCHEMES:
+        raise ConfigError.at(position, f"{label}: invalid route URL {text!r}: expected nats://host:port or nats-route://host:port")
+    if not parts.hostname:
+        raise ConfigError.at(position, f"{label}: invalid route URL {text!r}: no host")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise ConfigError.at(position, f"{label}: invalid route URL {text!r}: unexpected path, query or fragment")
+    user = urllib.parse.unquote(parts.username) if parts.username is not None else None
+    password = urllib.parse.unquote(parts.password) if parts.password is not None else None
+    return RouteURL(scheme, parts.hostname, _DEFAULT_ROUTE_PORT if port is None else port, user, password)
+
+
+_UNSUPPORTED_TOP_LEVEL = frozenset(
+    """client_advertise trace_verbose trace_headers logtime_utc mappings maps disable_sublist_cache
+    no_sublist_cache default_sentinel https https_port http_base_path gateway leaf leafnodes
+    logfile_size_limit log_size_limit logfile_max_num log_max_num syslog remote_syslog ports_file_dir
+    prof_port prof_block_rate proxy_protocol max_traced_msg_len max_subscriptions max_subs
+    max_sub_tokens max_subscription_tokens tls ocsp allow_non_tls write_timeout operator operators roots
+    root root_operators root_operator resolver account_resolver accounts_resolver resolver_tls
+    resolver_preload resolver_pinned_accounts no_system_account no_system no_sys_acc no_header_support
+    trusted trusted_keys connect_error_reports reconnect_error_reports websocket ws mqtt server_metadata
+    feature_flags default_js_domain ocsp_cache no_fast_producer_stall max_closed_clients proxies""".split()
+)
+_UNSUPPORTED_CLUSTER = frozenset(
+    """tls cluster_advertise advertise no_advertise connect_retries connect_backoff permissions pool_size
+    accounts compression ping_interval ping_max write_deadline write_timeout""".split()
+)
+_UNSUPPORTED_JETSTREAM = frozenset(
+    """strict key ek encryption_key prev_key prev_ek prev_encryption_key cipher extension_hint limits tpm
+    max_outstanding_catchup max_buffered_size max_buffered_msgs request_queue_limit info_queue_limit
+    meta_compact meta_compact_size meta_compact_sync max_concurrent_io""".split()
+)
+_UNSUPPORTED_AUTHORIZATION = frozenset(
+    "default_permission default_permissions permissions auth_callout auth_hook proxy_required".split()
+)
+_UNSUPPORTED_ACCOUNT = frozenset(
+    "nkey imports exports default_permissions mappings maps limits msg_trace trace_dest".split()
+)
+_UNSUPPORTED_USER = frozenset(
+    "permission permissions authorization allowed_connection_types connection_types clients proxy_required".split()
+)
+
+
+# -- validation ----------------------------------------------------------------------
+
+
+def _where(config: ServerConfig, path: str, current: Any) -> Position:
+    origin = config.origins.get(path)
+    if origin is not None and origin.value == current:
+        return origin.position
+    return COMMAND_LINE
+
+
+def validate(config: ServerConfig) -> None:
+    """Cross-field checks, run after loading and again after command-line overrides.
+
+    Checks (nats-server server/server.go validateOptions, server/jetstream.go
+    validateJetStreamOptions, server/auth.go validateNoAuthUser, plus jetraft's
+    own): server name without spaces; ports in range; a cluster has a name; a
+    JetStream cluster has a ``server_name``; a ``system_account`` other than
+    ``$SYS`` names a defined account, which must not enable JetStream;
+    ``max_payload <= max_pending``; lame-duck grace period shorter than the
+    duration; ``no_auth_user`` names a user; user names are unique.
+
+    Raises ConfigError at the file position of the offending setting when it still
+    has the value read from the file, else at ``<command line>:0:0``.
+    """
+
+    def fail(path: str, current: Any, message: str) -> ConfigError:
+        return ConfigError.at(_where(config, path, current), message)
+
+    if config.server_name is not None and " " in config.server_name:
+        raise fail("server_name", config.server_name, "server name cannot contain spaces")
+    for path, port in (("port", config.port), ("http_port", config.http_port)):
+        if port is not None and not -1 <= port <= 65535:
+            raise fail(path, port, f"{path}: {port} is out of range (a port is 0 to 65535, or -1 for a random port)")
+    cluster = config.cluster
+    if cluster is not None:
+        if not -1 <= cluster.port <= 65535:
+            raise fail("cluster.port", cluster.port, f"cluster port {cluster.port} is out of range")
+        if not cluster.name:
+            raise fail("cluster", cluster, "cluster has no name: jetraft requires cluster { name: ... }")
+        if config.jetstream is not None and not config.server_name:
+            raise fail("jetstream", config.jetstream, "jetstream cluster requires `server_name` to be set")
+    system = config.system_account
+    if system not in config.accounts and system != DEFAULT_SYSTEM_ACCOUNT:
+        raise fail("system_account", system, f"system account {system!r} is not defined in accounts")
+    if system in config.accounts and config.accounts[system].jetstream:
+        raise fail(f"accounts.{system}.jetstream", True, "jetstream can not be enabled on the system account")
+    if config.max_payload > config.max_pending:
+        raise fail(
+            "max_payload",
+            config.max_payload,
+            f"max_payload ({config.max_payload}) cannot be higher than max_pending ({config.max_pending})",
+        )
+    if config.lame_duck_grace_period >= config.lame_duck_duration:
+        raise fail(
+            "lame_duck_grace_period",
+            config.lame_duck_grace_period,
+            f"lame duck grace period ({config.lame_duck_grace_period:g}s) should be strictly lower than "
+            f"lame duck duration ({config.lame_duck_duration:g}s)",
+        )
+    users = config.all_users()
+    names = [user.user for user in users]
+    for user in users:
+        if names.count(user.user) > 1:
+            raise fail(f"users.{user.user}", user, f"duplicate user {user.user!r} detected")
+    if config.no_auth_user is not None:
+        if not users:
+            raise fail("no_auth_user", config.no_auth_user, f"no_auth_user: {config.no_auth_user!r} present, but users are not defined")
+        if config.no_auth_user not in names:
+            raise fail(
+                "no_auth_user",
+                config.no_auth_user,
+                f"no_auth_user: {config.no_auth_user!r} not present as user in authorization block or account configuration",
+            )
+
+
+# -- entry points ----------------------------------------------------------------------
+
+
+def build_config(tree: Value, source: str | None = None) -> ServerConfig:
+    """Type a parsed tree (:func:`jetraft.config.parser.parse_tree`) into a
+    ServerConfig, without :func:`validate`. Raises ConfigError."""
+    return _Builder(tree, source).build()
+
+
+def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> ServerConfig:
+    """Read, parse, type and validate the configuration file at ``path``.
+
+    ``env`` replaces ``os.environ`` for ``$VAR`` references. Returns a ServerConfig
+    whose ``source`` is ``path``. Raises ConfigError (also when the file cannot be
+    read).
+    """
+    config = build_config(load_tree(path, env), os.fspath(path))
+    validate(config)
+    return config
+
+
+def config_from_text(text: str, filename: str = "<string>", env: Mapping[str, str] | None = None) -> ServerConfig:
+    """:func:`load_config` for configuration text; ``filename`` names it in errors and
+    anchors relative includes. ``source`` is None. Raises ConfigError."""
+    config = build_config(parse_tree(text, filename, env), None)
+    validate(config)
+    return config

@@ -26,10 +26,12 @@ from typing import Any, Union
 from jetraft.protocol.subjects import is_valid_filter_tokens
 
 __all__ = [
+    "ERR_BAD_CLIENT_PROTOCOL",
     "ERR_INVALID_PUBLISH_SUBJECT",
     "ERR_INVALID_SUBJECT",
     "ERR_MAX_CONTROL_LINE",
     "ERR_MAX_PAYLOAD",
+    "ERR_NO_RESPONDERS_HEADERS",
     "ERR_UNKNOWN_OP",
     "NO_RESPONDERS_HEADERS",
     "OK",
@@ -376,12 +378,14 @@ class ClientParser:
             self._fatal(out, f"internal parser error: {exc!r}", send_err=False)
         return out
 
-    def _fatal(self, out: list[Command], message: str, send_err: bool = True) -> None:
+    def _fatal(self, out: list[Command], message: str, send_err: bool = True) -> int:
+        """Record a fatal violation and stop parsing for good; returns -1 (the "stop" position)."""
         out.append(ProtocolViolation(message, True, send_err))
         self._dead = True
         self._buf = b""
         self._chunks = []
         self._p_size = -1
+        return -1
 
     def _await_payload(self, buf: bytes, start: int) -> None:
         self._buf = b""
@@ -395,15 +399,17 @@ class ClientParser:
         append = out.append
         while pos < n:
             size = self._p_size
-            if size >= 0:  # the payload of a PUB/HPUB whose line we parsed in an earlier feed
+            if size >= 0:  # the payload of the PUB/HPUB whose control line _pub accepted
                 end = pos + size
                 if end + 2 > n:
                     if end < n and buf[end] != _CR:  # fail as soon as the CR is missing, as parser.go
-                        return self._fatal(out, ERR_UNKNOWN_OP)
+                        self._fatal(out, ERR_UNKNOWN_OP)
+                        return
                     self._await_payload(buf, pos)
                     return
                 if buf[end] != _CR or buf[end + 1] != _LF:
-                    return self._fatal(out, ERR_UNKNOWN_OP)
+                    self._fatal(out, ERR_UNKNOWN_OP)
+                    return
                 hdr = self._p_hdr
                 if hdr > 0:
                     append(Pub(self._p_subject, self._p_reply, buf[pos : pos + hdr], buf[pos + hdr : end]))
@@ -431,8 +437,7 @@ class ClientParser:
         else:
             found = _match_verb(buf[pos : min(end, pos + _VERB_HEAD)])
         if found is None:
-            self._fatal(out, ERR_UNKNOWN_OP)
-            return -1
+            return self._fatal(out, ERR_UNKNOWN_OP)
         verb, kind = found
         after = pos + len(verb)
         if kind == _SKIP:
@@ -442,14 +447,12 @@ class ClientParser:
                 out.append(Pong())
             return nl + 1
         if kind == _ARG and (after >= end or buf[after] not in _SPACE_TAB):
-            self._fatal(out, ERR_UNKNOWN_OP)
-            return -1
+            return self._fatal(out, ERR_UNKNOWN_OP)
         arg = buf[after:end].lstrip(_SPACE_TAB)
         if len(arg) > self.max_control_line:
-            self._fatal(out, ERR_MAX_CONTROL_LINE)
-            return -1
+            return self._fatal(out, ERR_MAX_CONTROL_LINE)
         if verb == b"PUB" or verb == b"HPUB":
-            return self._pub(buf, arg, verb == b"HPUB", nl + 1, out)
+            return self._pub(arg, verb == b"HPUB", nl + 1, out)
         if verb == b"SUB":
             ok = self._sub(arg, out)
         elif verb == b"UNSUB":
@@ -465,7 +468,8 @@ class ClientParser:
             ok = False
         return nl + 1 if ok else -1
 
-    def _pub(self, buf: bytes, arg: bytes, has_headers: bool, start: int, out: list[Command]) -> int:
+    def _pub(self, arg: bytes, has_headers: bool, start: int, out: list[Command]) -> int:
+        """PUB/HPUB arguments (client.go processPub/processHeaderPub); the payload is read by _parse."""
         args = _split(arg, False)
         nargs = len(args)
         reply = None
@@ -476,19 +480,15 @@ class ClientParser:
                 subj, reply_b, hdb, szb = args
                 reply = reply_b.decode(_ENC, _ESC)
             else:
-                self._fatal(out, "processHeaderPub Parse Error", send_err=False)
-                return -1
+                return self._fatal(out, "processHeaderPub Parse Error", send_err=False)
             hdr = _size(hdb)
             size = _size(szb)
             if hdr < 0:
-                self._fatal(out, "processHeaderPub Bad or Missing Header Size", send_err=False)
-                return -1
+                return self._fatal(out, "processHeaderPub Bad or Missing Header Size", send_err=False)
             if size < 0:
-                self._fatal(out, "processHeaderPub Bad or Missing Total Size", send_err=False)
-                return -1
+                return self._fatal(out, "processHeaderPub Bad or Missing Total Size", send_err=False)
             if hdr > size:
-                self._fatal(out, "processHeaderPub Header Size larger then TotalSize", send_err=False)
-                return -1
+                return self._fatal(out, "processHeaderPub Header Size larger then TotalSize", send_err=False)
         else:
             if nargs == 2:
                 subj, szb = args
@@ -496,16 +496,13 @@ class ClientParser:
                 subj, reply_b, szb = args
                 reply = reply_b.decode(_ENC, _ESC)
             else:
-                self._fatal(out, "processPub Parse Error", send_err=False)
-                return -1
+                return self._fatal(out, "processPub Parse Error", send_err=False)
             hdr = 0
             size = _size(szb)
             if size < 0:
-                self._fatal(out, "processPub Bad or Missing Size", send_err=False)
-                return -1
+                return self._fatal(out, "processPub Bad or Missing Size", send_err=False)
         if 0 <= self.max_payload < size:
-            self._fatal(out, ERR_MAX_PAYLOAD)
-            return -1
+            return self._fatal(out, ERR_MAX_PAYLOAD)
         subject = subj.decode(_ENC, _ESC)
         if self.pedantic and not _pedantic_subject_ok(subject):
             out.append(ProtocolViolation(ERR_INVALID_PUBLISH_SUBJECT, False))

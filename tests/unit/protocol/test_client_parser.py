@@ -7,6 +7,7 @@ Expected errors and fatality were probed against nats-server 2.15.1
 from __future__ import annotations
 
 import json
+import tracemalloc
 
 import pytest
 
@@ -275,6 +276,21 @@ def test_blanks_and_ping_garbage_do_not_count_against_the_limit() -> None:
         out += parser.feed(b"z" * 100)
     out += parser.feed(b"\r\n")
     assert out == [Sub("foo", None, "1"), Ping()]
+
+
+@pytest.mark.parametrize("prefix", [b"PING", b"PONG ", b"+OK", b"SUB", b"CONNECT"])
+def test_unbounded_blanks_or_ping_garbage_use_bounded_memory(prefix: bytes) -> None:
+    filler = b" " * 4096 if prefix in (b"SUB", b"CONNECT") else b"z" * 4096
+    parser = ClientParser()
+    parser.feed(prefix)
+    tracemalloc.start()
+    try:
+        for _ in range(1024):  # 4 MiB that nats-server would skip without buffering
+            assert parser.feed(filler) == []
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 256 * 1024
 
 
 # ------------------------------------------------------------ errors

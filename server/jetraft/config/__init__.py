@@ -27,6 +27,7 @@ from .model import (
     UserConfig,
     config_from_text,
     load_config,
+    parse_route_url,
     validate,
 )
 from .parser import parse_text
@@ -46,6 +47,7 @@ __all__ = [
     "config_from_text",
     "dumps",
     "load_config",
+    "parse_route_url",
     "parse_text",
     "validate",
 ]

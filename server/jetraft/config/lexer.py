@@ -90,10 +90,9 @@ _DIGITS = frozenset("0123456789")
 _SIZE_SUFFIXES = frozenset("kKmMgGtTpPeE")
 _SIZE_SUFFIX_TAILS = frozenset("bBiI")
 _BOOLEANS = frozenset({"true", "false", "yes", "no", "on", "off"})
-# Characters that end a bare word (lex.go lexString), and an integer (lex.go
-# lexNumberOrDateOrStringOrIP; ']' added so that [1, 2] works).
-_BARE_END = frozenset("\n\r;,]} \t")
-_NUMBER_END = frozenset("\n\r;,]} \t")
+# Characters that end a bare word (lex.go lexString) and an integer (lex.go
+# lexNumberOrDateOrStringOrIP, plus ']' so that [1, 2] works).
+_VALUE_END = frozenset("\n\r;,]} \t")
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", '"': '"', "\\": "\\"}
 _HEX2 = re.compile(r"[0-9A-Fa-f]{2}")
 _DATETIME_TAIL = "-00-00T00:00:00Z"  # after YYYY; '0' stands for a digit
@@ -439,12 +438,12 @@ class _Lexer:
             k = j + 1
             while k < n and text[k] in _SIZE_SUFFIX_TAILS:
                 k += 1
-            if k >= n or text[k] in _NUMBER_END or text[k] in _DIGITS:
+            if k >= n or text[k] in _VALUE_END or text[k] in _DIGITS:
                 self.i = k
                 self.emit(TokenKind.INTEGER, text[start:k], start)
             else:
                 self.bare_word(start)
-        elif text[start] == "-" or c == "" or c in _NUMBER_END:
+        elif text[start] == "-" or c == "" or c in _VALUE_END:
             # lex.go ends a negative integer at any non-digit; what follows must be a separator.
             self.i = j
             self.emit(TokenKind.INTEGER, text[start:j], start)
@@ -486,7 +485,7 @@ class _Lexer:
         escaped = False
         while True:
             j = self.i
-            while j < n and text[j] not in _BARE_END and text[j] not in "\\'":
+            while j < n and text[j] not in _VALUE_END and text[j] not in "\\'":
                 j += 1
             parts.append(text[self.i : j])
             self.i = j
@@ -514,7 +513,7 @@ def _join(parts: list[str | bytes]) -> str:
         if isinstance(part, bytes):
             pending += part
             continue
-        if pending:
+        if part and pending:
             out.append(pending.decode("utf-8", "replace"))
             pending.clear()
         out.append(part)

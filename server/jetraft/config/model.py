@@ -953,3 +953,12 @@ def config_from_text(text: str, filename: str = "<string>", env: Mapping[str, st
     config = build_config(parse_tree(text, filename, env), None)
     validate(config)
     return config
+
+
+def parse_route_url(text: str) -> RouteURL:
+    """Parse one route URL given on the command line (``--routes``).
+
+    ``nats://[user:pass@]host[:port]`` or ``nats-route://...``; the port defaults to 6222.
+    Raises :class:`ConfigError` (file ``<command line>``) when it does not parse.
+    """
+    return _route(text, "--routes", Position("<command line>", 0, 0))

@@ -66,8 +66,8 @@ class Value:
 
     ``data`` is ``str``, ``int``, ``float``, ``bool``, ``datetime.datetime`` (UTC),
     ``list[Value]`` (an array) or ``dict[str, Entry]`` (a map, in definition order).
-    ``raw`` is the source text of a number (``"2m"``), so that callers can explain
-    what a suffix did. ``used`` is set when a ``$variable`` referred to this value
+    ``raw`` is the source text of a number or boolean (``"2m"``, ``"On"``), so that
+    callers can explain what a suffix did. ``used`` is set when a ``$variable`` referred to this value
     (nats-server does not report such keys as unknown). ``depth`` is the nesting
     depth (0 for a scalar).
     """
@@ -203,7 +203,7 @@ class _Parser:
         if token.kind is TokenKind.STRING:
             return Value(text, pos)
         if token.kind is TokenKind.BOOL:
-            return Value(text.lower() in ("true", "yes", "on"), pos)
+            return Value(text.lower() in ("true", "yes", "on"), pos, raw=text)
         if token.kind is TokenKind.INTEGER:
             return Value(_integer(text, pos), pos, raw=text)
         if token.kind is TokenKind.FLOAT:
@@ -211,8 +211,9 @@ class _Parser:
             if math.isinf(number):
                 raise ConfigError.at(pos, f"float {text!r} is out of range")
             return Value(number, pos, raw=text)
-        try:
-            stamp = _dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=_dt.timezone.utc)
+        try:  # the lexer guarantees the shape YYYY-MM-DDTHH:MM:SSZ
+            fields = (text[0:4], text[5:7], text[8:10], text[11:13], text[14:16], text[17:19])
+            stamp = _dt.datetime(*(int(f) for f in fields), tzinfo=_dt.timezone.utc)
         except ValueError as e:
             raise ConfigError.at(pos, f"invalid datetime {text!r}: {e}") from None
         return Value(stamp, pos, raw=text)

@@ -1,0 +1,615 @@
+"""The typed configuration: ServerConfig defaults, keys and aliases as nats-server
+server/opts.go reads them, warnings, errors and validation."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from jetraft.config import (
+    AccountConfig,
+    AuthorizationConfig,
+    ClusterConfig,
+    ConfigError,
+    JetStreamConfig,
+    LoggingConfig,
+    RouteURL,
+    ServerConfig,
+    UserConfig,
+    config_from_text,
+    load_config,
+    validate,
+)
+
+HASH = "$2a$11$DRh4C0KNbNnD8K/hb/buWe1zPxEHrLEiDmuq1Mi0rRJiH/W25Qidm"
+
+
+def cfg(text: str, **env: str) -> ServerConfig:
+    return config_from_text(text, "s.conf", env=env)
+
+
+def error(text: str, **env: str) -> ConfigError:
+    with pytest.raises(ConfigError) as e:
+        cfg(text, **env)
+    return e.value
+
+
+# -- defaults --------------------------------------------------------------------------------
+
+
+def test_defaults_are_nats_server_defaults():
+    config = cfg("# empty\n")
+    assert config == ServerConfig(warnings=("s.conf:1:1: config has no values or is empty",))
+    assert (config.host, config.port, config.http_host, config.http_port) == ("0.0.0.0", 4222, "0.0.0.0", None)
+    assert (config.max_payload, config.max_connections, config.max_control_line, config.max_pending) == (
+        1048576,
+        65536,
+        4096,
+        67108864,
+    )
+    assert (config.write_deadline, config.ping_interval, config.ping_max) == (10.0, 120.0, 2)
+    assert (config.lame_duck_duration, config.lame_duck_grace_period) == (120.0, 10.0)
+    assert config.logging == LoggingConfig(debug=False, trace=False, logtime=True, log_file=None)
+    assert dict(config.accounts) == {"$G": AccountConfig("$G"), "$SYS": AccountConfig("$SYS")}
+    assert config.system_account == "$SYS"
+    assert (config.jetstream, config.cluster, config.authorization, config.source) == (None, None, None, None)
+    assert config.jetstream_accounts() == ()
+
+
+def test_load_config_records_source_and_reports_unreadable_files(tmp_path):
+    path = tmp_path / "n.conf"
+    path.write_text("port: 4333\n")
+    assert load_config(path, env={}).source == str(path)
+    with pytest.raises(ConfigError) as e:
+        load_config(tmp_path / "missing.conf", env={})
+    assert str(e.value) == f"{tmp_path / 'missing.conf'}:0:0: cannot read configuration file: No such file or directory"
+
+
+# -- addresses ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "host", "port"),
+    [
+        ("listen: 4333", "0.0.0.0", 4333),
+        ("listen: '127.0.0.1:4333'", "127.0.0.1", 4333),
+        ("listen: 127.0.0.1:4333", "127.0.0.1", 4333),
+        ("listen: localhost:4333", "localhost", 4333),
+        ("listen: ':4333'", "0.0.0.0", 4333),
+        ("listen: '[::1]:4333'", "::1", 4333),
+        ("listen: '4333'", "0.0.0.0", 4333),
+        ("host: 10.0.0.1\nport: 4333", "10.0.0.1", 4333),
+        ("net: 10.0.0.1\nport: -1", "10.0.0.1", -1),
+        ("port: 0", "0.0.0.0", 4222),
+        ("listen: 1.2.3.4:1\nport: 4333", "1.2.3.4", 4333),
+        ("port: 4333\nlisten: 1.2.3.4:1", "1.2.3.4", 1),
+    ],
+)
+def test_client_listen_host_and_port(text, host, port):
+    config = cfg(text)
+    assert (config.host, config.port) == (host, port)
+
+
+@pytest.mark.parametrize(
+    ("text", "http_host", "http_port"),
+    [
+        ("http: 8222", "0.0.0.0", 8222),
+        ("http: '127.0.0.1:8222'", "127.0.0.1", 8222),
+        ("http_port: 8222", "0.0.0.0", 8222),
+        ("monitor_port: 8222", "0.0.0.0", 8222),
+        ("host: 10.0.0.2\nhttp_port: 8222", "10.0.0.2", 8222),
+        ("http_port: 0", "0.0.0.0", None),
+    ],
+)
+def test_monitoring_listener(text, http_host, http_port):
+    config = cfg(text)
+    assert (config.http_host, config.http_port) == (http_host, http_port)
+
+
+@pytest.mark.parametrize(
+    ("text", "column", "message"),
+    [
+        ("port: '4222'", 7, "port: expected an integer, got a string ('4222')"),
+        ("port: 70000", 7, "port: 70000 is out of range (a port is 0 to 65535, or -1 for a random port)"),
+        ("port: -2", 7, "port: -2 is out of range (a port is 0 to 65535, or -1 for a random port)"),
+        ("listen: 'a:b:c'", 9, "listen: could not parse address 'a:b:c': expected host:port or a port"),
+        ("listen: 'host:'", 9, "listen: could not parse port '' in 'host:'"),
+        ("listen: true", 9, "listen: expected an integer or a string, got a boolean (true)"),
+        ("http: 'h:99999'", 7, "http: 99999 is out of range (a port is 0 to 65535, or -1 for a random port)"),
+        ("host: 4", 7, "host: expected a string, got an integer (4)"),
+    ],
+)
+def test_bad_addresses(text, column, message):
+    err = error(text)
+    assert (err.file, err.line, err.column, err.message) == ("s.conf", 1, column, message)
+
+
+# -- scalar settings ------------------------------------------------------------------------------
+
+
+def test_limits_logging_and_files():
+    config = cfg(
+        """
+        server_name: n1
+        max_payload: 2MB
+        max_connections: 100
+        max_control_line: 8kb
+        max_pending: 128MB
+        ping_max: 5
+        debug: true
+        trace: yes
+        logtime: off
+        logfile: /var/log/jetraft.log
+        pidfile: /run/jetraft.pid
+        """
+    )
+    assert config.server_name == "n1"
+    assert (config.max_payload, config.max_connections, config.max_control_line, config.max_pending) == (
+        2 * 2**20,
+        100,
+        8 * 1024,
+        128 * 2**20,
+    )
+    assert config.ping_max == 5
+    assert config.logging == LoggingConfig(debug=True, trace=True, logtime=False, log_file="/var/log/jetraft.log")
+    assert config.pid_file == "/run/jetraft.pid"
+    assert config.warnings == ()
+
+
+def test_keys_are_case_insensitive_and_aliases_work():
+    config = cfg("Server_Name: n2\nMAX_CONN: 0\nlog_file: a.log\npid_file: p\nLISTEN: 4333")
+    assert (config.server_name, config.max_connections, config.logging.log_file, config.pid_file, config.port) == (
+        "n2",
+        -1,
+        "a.log",
+        "p",
+        4333,
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("ping_interval: '30s'", 30.0),
+        ("ping_interval: \"100ms\"", 0.1),
+        ("ping_interval: '2m'", 120.0),
+        ("ping_interval: '1h30m'", 5400.0),
+        ("ping_interval: 5s", 5.0),
+        ("ping_interval: '1.5s'", 1.5),
+    ],
+)
+def test_durations_are_go_duration_strings_in_seconds(text, expected):
+    config = cfg(text)
+    assert config.ping_interval == expected
+    assert config.warnings == ()
+
+
+def test_integer_duration_is_seconds_with_a_warning():
+    config = cfg("write_deadline: 5\nping_interval: 2m")
+    assert (config.write_deadline, config.ping_interval) == (5.0, 2_000_000.0)
+    assert config.warnings == (
+        's.conf:1:17: write_deadline: 5 should be a duration string such as "5s"; read as 5 seconds',
+        's.conf:2:16: ping_interval: unquoted 2m is the number 2000000 (size suffix), read as 2000000 seconds; '
+        'write "2m" for a duration',
+    )
+
+
+def test_lame_duck_settings():
+    config = cfg("lame_duck_duration: '45s'\nlame_duck_grace_period: '5s'")
+    assert (config.lame_duck_duration, config.lame_duck_grace_period) == (45.0, 5.0)
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "column", "message"),
+    [
+        ("ping_interval: 'soon'", 1, 16, "ping_interval: invalid duration 'soon'"),
+        ("ping_interval: '5'", 1, 16, "ping_interval: missing unit in duration '5'"),
+        ("write_deadline: '3d'", 1, 17, "write_deadline: unknown unit 'd' in duration '3d'"),
+        ("ping_interval: 1.5", 1, 16, "ping_interval: expected a string or an integer, got a float (1.5)"),
+        ("lame_duck_duration: '10s'", 1, 21, "lame_duck_duration: invalid lame_duck_duration of 10s, minimum is 30 seconds"),
+        ("lame_duck_grace_period: '-1s'", 1, 25, "lame_duck_grace_period: invalid lame_duck_grace_period, needs to be positive"),
+        ("max_payload: 3GB", 1, 14, "max_payload: 3221225472 is too big (maximum 2147483647)"),
+        ("max_payload: 0", 1, 14, "max_payload: 0 is too small (minimum 1)"),
+        ("server_name: 'n 1'", 1, 14, "server_name: server name cannot contain spaces"),
+        ("server_name: [n1]", 1, 14, "server_name: expected a string, got an array"),
+        ("debug: 1", 1, 8, "debug: expected a boolean, got an integer (1)"),
+        ("\nmax_payload: 8MB\nmax_pending: 4MB", 2, 14, "max_payload (8388608) cannot be higher than max_pending (4194304)"),
+        ("lame_duck_duration: '30s'\nlame_duck_grace_period: '30s'", 2, 25,
+         "lame duck grace period (30s) should be strictly lower than lame duck duration (30s)"),
+    ],
+)  # fmt: skip
+def test_bad_scalar_settings(text, line, column, message):
+    err = error(text)
+    assert (err.line, err.column, err.message) == (line, column, message)
+
+
+def test_server_tags_are_lower_cased_trimmed_and_unique():
+    assert cfg("server_tags: ['AZ:Zone-A', ' ssd ', 'az:zone-a', '']").server_tags == ("az:zone-a", "ssd")
+    assert cfg("server_tags: 'az:b'").server_tags == ("az:b",)
+    assert error("server_tags: [a, 1]").message == "server_tags[1]: expected a string, got an integer (1)"
+
+
+# -- jetstream ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "enabled"),
+    [
+        ("jetstream {}", True),
+        ("jetstream: enabled", True),
+        ("jetstream: Enable", True),
+        ("jetstream: true", True),
+        ("jetstream: on", True),
+        ("jetstream: false", False),
+        ("jetstream: disabled", False),
+        ("jetstream { enabled: false }", False),
+        ("jetstream { enabled: true, store_dir: /d }", True),
+        ("", False),
+    ],
+)
+def test_jetstream_enabled_forms(text, enabled):
+    config = cfg(text)
+    assert (config.jetstream is not None) == enabled
+
+
+def test_jetstream_settings_and_aliases():
+    config = cfg(
+        """
+        jetstream {
+          storedir: "/data/js"
+          max_mem: 1G
+          max_file_store: 10GB
+          sync_interval: "30s"
+          unique_tag: " AZ: "
+          domain: hub
+        }
+        """
+    )
+    assert config.jetstream == JetStreamConfig(
+        store_dir="/data/js",
+        max_memory_store=10**9,
+        max_file_store=10 * 2**30,
+        sync_interval=30.0,
+        sync_always=False,
+        unique_tag="az:",
+        domain="hub",
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("jetstream { store: /a, max_memory_store: '1G', max_file: '512M' }", ("/a", 2**30, 512 * 2**20, 120.0, False)),
+        ("jetstream { store_dir: /b, max_mem_store: -1, sync: always }", ("/b", None, None, 120.0, True)),
+        ("jetstream { sync: ALWAYS, max_file: '' }", (None, None, 0, 120.0, True)),
+        ("store_dir: /top\njetstream: enabled", ("/top", None, None, 120.0, False)),
+    ],
+)
+def test_jetstream_store_size_and_sync_forms(text, expected):
+    js = cfg(text).jetstream
+    assert js is not None
+    assert (js.store_dir, js.max_memory_store, js.max_file_store, js.sync_interval, js.sync_always) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "column", "message"),
+    [
+        ("jetstream: maybe", 1, 12, "jetstream: expected 'enabled' or 'disabled', got 'maybe'"),
+        ("jetstream: 1", 1, 12, "jetstream: expected a boolean or a string or a map, got an integer (1)"),
+        ("jetstream { max_mem: '1X' }", 1, 22,
+         "jetstream.max_mem: a size written as a string must be a number followed by K, M, G or T, got '1X'"),
+        ("jetstream { domain: 'a.b' }", 1, 21, "jetstream.domain: invalid domain name: may not contain ., * or > or spaces"),
+        ("jetstream { enabled: 'yes' }", 1, 22, "jetstream.enabled: expected a boolean, got a string ('yes')"),
+        ("store_dir: /a\njetstream { store_dir: /b }", 2, 24, "duplicate 'store_dir' configuration (first set at s.conf:1:12)"),
+        ("jetstream { sync: 'x' }", 1, 19, "jetstream.sync: invalid duration 'x'"),
+    ],
+)  # fmt: skip
+def test_bad_jetstream(text, line, column, message):
+    err = error(text)
+    assert (err.line, err.column, err.message) == (line, column, message)
+
+
+def test_jetstream_accounts_rule():
+    assert cfg("jetstream {}\naccounts { A { jetstream: enabled }, B {} }").jetstream_accounts() == ("A",)
+    assert cfg("jetstream {}\naccounts { $SYS {} }").jetstream_accounts() == ("$G",)
+    assert cfg("accounts { A { jetstream: enabled } }").jetstream_accounts() == ()
+
+
+# -- cluster -----------------------------------------------------------------------------------
+
+
+def test_cluster_block():
+    config = cfg(
+        """
+        server_name: n1
+        cluster {
+          name: C1
+          listen: 10.0.0.1:7222
+          authorization { user: ruser, password: "T0p", timeout: 0.5 }
+          routes: [
+            nats://ruser:T0p@10.0.0.2:7222
+            nats-route://10.0.0.3
+            "nats://[fd00::4]:7222"
+            nats://u%40x:p%3Aw@h:1
+          ]
+        }
+        """
+    )
+    assert config.cluster == ClusterConfig(
+        name="C1",
+        host="10.0.0.1",
+        port=7222,
+        routes=(
+            RouteURL("nats", "10.0.0.2", 7222, "ruser", "T0p"),
+            RouteURL("nats-route", "10.0.0.3", 6222),
+            RouteURL("nats", "fd00::4", 7222),
+            RouteURL("nats", "h", 1, "u@x", "p:w"),
+        ),
+        user="ruser",
+        password="T0p",
+        auth_timeout=0.5,
+    )
+    assert str(config.cluster.routes[0]) == "nats://ruser:[REDACTED]@10.0.0.2:7222"
+    assert str(config.cluster.routes[2]) == "nats://[fd00::4]:7222"
+
+
+@pytest.mark.parametrize(
+    ("listen", "host", "port"),
+    [("'0.0.0.0:6222'", "0.0.0.0", 6222), ("':7000'", "0.0.0.0", 7000), ("7001", "0.0.0.0", 7001), ("'7002'", "0.0.0.0", 7002),
+     ("localhost:6222", "localhost", 6222)],
+)  # fmt: skip
+def test_cluster_listen_forms(listen, host, port):
+    cluster = cfg(f"cluster {{ name: c, listen: {listen} }}").cluster
+    assert cluster is not None and (cluster.host, cluster.port) == (host, port)
+
+
+def test_cluster_host_port_keys_and_defaults():
+    cluster = cfg("cluster { name: c, host: 10.1.1.1, port: 7777 }").cluster
+    assert cluster is not None and (cluster.host, cluster.port, cluster.routes, cluster.auth_timeout) == ("10.1.1.1", 7777, (), 2.0)
+
+
+def test_duplicate_route_is_a_warning():
+    config = cfg("cluster { name: c, routes: [nats://a:1, nats://b:2, nats://a:1] }")
+    assert config.cluster is not None and [r.host for r in config.cluster.routes] == ["a", "b"]
+    assert config.warnings == ("s.conf:1:53: cluster.routes[2]: duplicate route entry 'nats://a:1' detected, ignored",)
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "column", "message"),
+    [
+        ("cluster {\n  listen: 6222\n}", 1, 1, "cluster has no name: jetraft requires cluster { name: ... }"),
+        ("server_name: n\ncluster: 6222", 2, 10, "cluster: expected a map, got an integer (6222)"),
+        ("cluster { name: 'C 1' }", 1, 17, "cluster.name: cluster name cannot contain spaces"),
+        ("\njetstream: enabled\ncluster { name: C1 }", 2, 1, "jetstream cluster requires `server_name` to be set"),
+        ("cluster { name: c, routes: ['http://h:1'] }", 1, 29,
+         "cluster.routes[0]: invalid route URL 'http://h:1': expected nats://host:port or nats-route://host:port"),
+        ("cluster { name: c, routes: ['h:6222'] }", 1, 29,
+         "cluster.routes[0]: invalid route URL 'h:6222': expected nats://host:port or nats-route://host:port"),
+        ("cluster { name: c, routes: ['nats://h:99999'] }", 1, 29,
+         "cluster.routes[0]: invalid route URL 'nats://h:99999': Port out of range 0-65535"),
+        ("cluster { name: c, routes: ['nats://h:x'] }", 1, 29,
+         "cluster.routes[0]: invalid route URL 'nats://h:x': Port could not be cast to integer value as 'x'"),
+        ("cluster { name: c, routes: ['nats://:1'] }", 1, 29, "cluster.routes[0]: invalid route URL 'nats://:1': no host"),
+        ("cluster { name: c, routes: ['nats://h:1/p'] }", 1, 29,
+         "cluster.routes[0]: invalid route URL 'nats://h:1/p': unexpected path, query or fragment"),
+        ("cluster { name: c, routes: nats://h:1 }", 1, 28, "cluster.routes: expected an array, got a string ('nats://h:1')"),
+        ("cluster { name: c, authorization { users: [] } }", 1, 36,
+         "cluster.authorization.users: cluster authorization does not allow multiple users"),
+        ("cluster { name: c, authorization { token: t } }", 1, 36, "cluster.authorization.token: cluster authorization does not support tokens"),
+        ("cluster { name: c, port: 65536 }", 1, 26, "cluster.port: 65536 is out of range (a port is 0 to 65535, or -1 for a random port)"),
+    ],
+)  # fmt: skip
+def test_bad_cluster(text, line, column, message):
+    err = error(text)
+    assert (err.line, err.column, err.message) == (line, column, message)
+
+
+# -- authorization, accounts, users ----------------------------------------------------------
+
+
+def test_authorization_users_go_to_the_global_account():
+    config = cfg(
+        f"""
+        authorization {{
+          timeout: "3s"
+          users: [
+            {{ user: alice, password: "{HASH}" }}
+            {{ username: bob, pass: plain }}
+          ]
+        }}
+        no_auth_user: bob
+        """
+    )
+    assert config.authorization == AuthorizationConfig(timeout=3.0)
+    assert config.accounts["$G"].users == (UserConfig("alice", HASH, "$G"), UserConfig("bob", "plain", "$G"))
+    assert [u.is_bcrypt for u in config.all_users()] == [True, False]
+    assert config.no_auth_user == "bob"
+
+
+@pytest.mark.parametrize(
+    ("password", "is_bcrypt"),
+    [(HASH, True), ("$2b$10$x", True), ("$2y$04$", True), ("$2x$12$abc", True), ("$2c$11$abc", False),
+     ("$2a$1$abc", False), ("2a$11$abc", False), ("secret", False), (None, False)],
+)  # fmt: skip
+def test_is_bcrypt_as_nats_server(password, is_bcrypt):
+    assert UserConfig("u", password).is_bcrypt is is_bcrypt
+
+
+def test_single_user_and_token_authorization():
+    assert cfg("authorization { user: a, password: b, timeout: 1 }").authorization == AuthorizationConfig("a", "b", None, 1.0)
+    assert cfg("authorization { token: s3cr3t }").authorization == AuthorizationConfig(token="s3cr3t")
+
+
+def test_high_auth_timeout_warns():
+    config = cfg("authorization { timeout: 61 }")
+    assert config.authorization is not None and config.authorization.timeout == 61.0
+    assert config.warnings == (
+        "s.conf:1:26: authorization.timeout: timeout of 61 seconds is high, consider keeping it under 60 seconds "
+        "(an unquoted 1m is 1000000; write '1m')",
+    )
+
+
+def test_accounts_with_users_and_jetstream():
+    config = cfg(
+        f"""
+        system_account: SYS
+        accounts {{
+          SYS {{ users: [ {{ user: admin, password: "{HASH}" }} ] }}
+          APP {{
+            jetstream: enabled
+            users: [ {{ user: app, password: app }} ]
+          }}
+          LIMITED {{ jetstream {{ max_mem: 1G }} }}
+        }}
+        jetstream {{}}
+        """
+    )
+    assert list(config.accounts) == ["$G", "SYS", "APP", "LIMITED"]
+    assert config.accounts["APP"] == AccountConfig("APP", (UserConfig("app", "app", "APP"),), True)
+    assert config.accounts["SYS"].users == (UserConfig("admin", HASH, "SYS"),)
+    assert config.system_account == "SYS"
+    assert config.jetstream_accounts() == ("APP", "LIMITED")
+    assert config.warnings == ("s.conf:9:31: accounts.LIMITED.jetstream: account JetStream limits are not supported by jetraft, ignored",)
+
+
+def test_accounts_as_a_list_of_names():
+    assert list(cfg("accounts: [A, B]").accounts) == ["$G", "A", "B", "$SYS"]
+
+
+def test_variables_defined_inside_accounts_are_not_accounts():
+    config = cfg("accounts {\n  PW = secret\n  A { users: [ { user: a, password: $PW } ] }\n}")
+    assert list(config.accounts) == ["$G", "A", "$SYS"]
+    assert config.accounts["A"].users == (UserConfig("a", "secret", "A"),)
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "column", "message"),
+    [
+        ("accounts { A { users: [ {user: x} ] }, B { users: [ {user: x} ] } }", 1, 60,
+         "duplicate user 'x' detected (first at s.conf:1:32)"),
+        ("authorization { users: [ {user: x} ] }\naccounts { A { users: [ {user: x} ] } }", 2, 32,
+         "duplicate user 'x' detected (first at s.conf:1:33)"),
+        ("accounts { A { users: [ {password: x} ] } }", 1, 25, "accounts.A.users[0]: user entry requires a user"),
+        ("accounts { A { users: [ x ] } }", 1, 25, "accounts.A.users[0]: expected a map, got a string ('x')"),
+        ("accounts { A { users: {} } }", 1, 23, "accounts.A.users: expected an array, got a map"),
+        ("accounts { A: 1 }", 1, 15, "accounts.A: expected a map, got an integer (1)"),
+        ("accounts { $G {} }", 1, 12, "'$G' is a reserved account"),
+        ("accounts: [A, A]", 1, 15, "duplicate account 'A' (first at s.conf:1:12)"),
+        ("accounts { A { jetstream: sometimes } }", 1, 27, "accounts.A.jetstream: expected 'enabled' or 'disabled', got 'sometimes'"),
+        ("authorization { user: a, token: t }", 1, 1, "authorization: cannot have a user/pass and a token"),
+        ("authorization { user: a, users: [] }", 1, 1, "authorization: cannot have a single user/pass and a users array"),
+        ("authorization { token: t, users: [] }", 1, 1, "authorization: cannot have a token and a users array"),
+        ("accounts { A { users: [ {user: x} ] } }\nauthorization { user: a }", 1, 32,
+         "cannot have a single user/pass in authorization and users in accounts"),
+        ("authorization { timeout: 'x' }", 1, 26, "authorization.timeout: invalid duration 'x'"),
+        ("authorization { password: 5 }", 1, 27, "authorization.password: expected a string, got an integer (5)"),
+        ("system_account: FOO", 1, 17, "system account 'FOO' is not defined in accounts"),
+        ("accounts { $SYS { jetstream: enabled } }", 1, 19, "jetstream can not be enabled on the system account"),
+        ("no_auth_user: ghost", 1, 15, "no_auth_user: 'ghost' present, but users are not defined"),
+        ("authorization { users: [ {user: a} ] }\nno_auth_user: ghost", 2, 15,
+         "no_auth_user: 'ghost' not present as user in authorization block or account configuration"),
+    ],
+)  # fmt: skip
+def test_bad_accounts_and_authorization(text, line, column, message):
+    err = error(text)
+    assert (err.line, err.column, err.message) == (line, column, message)
+
+
+def test_system_alias_and_precedence():
+    assert cfg("accounts { S {} }\nsystem: S").system_account == "S"
+    assert cfg("accounts { S {}, T {} }\nsystem_account: S\nsystem: T").system_account == "S"
+
+
+# -- warnings ---------------------------------------------------------------------------------
+
+
+def test_unknown_and_unsupported_keys_are_warnings():
+    config = cfg(
+        """tls { cert_file: x }
+leafnodes { port: 7422 }
+colour: blue
+cluster { name: c, pool_size: 3, shape: round }
+jetstream { cipher: aes, speed: 11 }
+authorization { permissions: {}, mood: ok }
+accounts { A { exports: [], users: [ { user: u, permissions: {}, nkey: UABC, extra: 1 } ] } }
+VAR = used
+server_name: $VAR
+"""
+    )
+    assert config.warnings == (
+        "s.conf:1:1: 'tls' is not supported by jetraft, ignored",
+        "s.conf:2:1: 'leafnodes' is not supported by jetraft, ignored",
+        "s.conf:3:1: unknown field 'colour', ignored",
+        "s.conf:4:20: 'cluster.pool_size' is not supported by jetraft, ignored",
+        "s.conf:4:34: unknown field 'cluster.shape', ignored",
+        "s.conf:5:13: 'jetstream.cipher' is not supported by jetraft, ignored",
+        "s.conf:5:26: unknown field 'jetstream.speed', ignored",
+        "s.conf:6:17: 'authorization.permissions' is not supported by jetraft, ignored",
+        "s.conf:6:34: unknown field 'authorization.mood', ignored",
+        "s.conf:7:16: 'accounts.A.exports' is not supported by jetraft, ignored",
+        "s.conf:7:49: 'accounts.A.users[0].permissions' is not supported by jetraft, ignored",
+        "s.conf:7:66: accounts.A.users[0].nkey: nkey users are not supported by jetraft, ignored",
+        "s.conf:7:78: unknown field 'accounts.A.users[0].extra', ignored",
+    )
+    assert config.server_name == "used"
+    assert config.accounts["A"].users == ()
+
+
+def test_store_dir_without_jetstream_warns():
+    assert cfg("store_dir: /x").warnings == ("s.conf:1:12: store_dir is set but JetStream is not enabled, ignored",)
+
+
+def test_environment_variables_reach_typed_values():
+    config = cfg("port: $P\nserver_name: $N\njetstream { store_dir: $D }", P="4999", N="n9", D="/srv/js")
+    assert (config.port, config.server_name, config.jetstream) == (4999, "n9", JetStreamConfig(store_dir="/srv/js"))
+
+
+# -- validate after command-line overrides ---------------------------------------------------
+
+
+CLUSTERED = "server_name: n1\njetstream {}\ncluster {\n  name: C1\n  listen: 6222\n}\n"
+
+
+def test_validate_accepts_a_loaded_configuration():
+    validate(cfg(CLUSTERED))
+
+
+def test_validate_names_the_file_while_the_value_is_the_files():
+    config = dataclasses.replace(cfg(CLUSTERED), server_name=None)
+    with pytest.raises(ConfigError) as e:
+        validate(config)
+    assert str(e.value) == "s.conf:2:1: jetstream cluster requires `server_name` to be set"
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"port": 70000}, "port: 70000 is out of range (a port is 0 to 65535, or -1 for a random port)"),
+        ({"http_port": -5}, "http_port: -5 is out of range (a port is 0 to 65535, or -1 for a random port)"),
+        ({"server_name": "a b"}, "server name cannot contain spaces"),
+        ({"cluster": ClusterConfig(name=None)}, "cluster has no name: jetraft requires cluster { name: ... }"),
+        ({"cluster": ClusterConfig(name="c", port=70000)}, "cluster port 70000 is out of range"),
+        ({"jetstream": JetStreamConfig(store_dir="/cli"), "server_name": None, "cluster": ClusterConfig(name="c")},
+         "jetstream cluster requires `server_name` to be set"),
+        ({"system_account": "OPS"}, "system account 'OPS' is not defined in accounts"),
+        ({"max_payload": 2 * 67108864}, "max_payload (134217728) cannot be higher than max_pending (67108864)"),
+        ({"lame_duck_grace_period": 500.0}, "lame duck grace period (500s) should be strictly lower than lame duck duration (120s)"),
+        ({"no_auth_user": "nobody"}, "no_auth_user: 'nobody' present, but users are not defined"),
+    ],
+)  # fmt: skip
+def test_validate_after_overrides_points_at_the_command_line(changes, message):
+    config = dataclasses.replace(cfg("server_name: n1\njetstream: {}\n"), **changes)
+    with pytest.raises(ConfigError) as e:
+        validate(config)
+    assert str(e.value) == f"<command line>:0:0: {message}"
+
+
+def test_validate_duplicate_users_from_overrides():
+    accounts = {
+        "$G": AccountConfig("$G", (UserConfig("u"),)),
+        "A": AccountConfig("A", (UserConfig("u", account="A"),)),
+        "$SYS": AccountConfig("$SYS"),
+    }
+    with pytest.raises(ConfigError, match=r"^<command line>:0:0: duplicate user 'u' detected$"):
+        validate(ServerConfig(accounts=accounts))

@@ -29,7 +29,7 @@ from jetraft.auth import GLOBAL_ACCOUNT, Authenticator
 from jetraft.config import ServerConfig, load_config, validate
 from jetraft.events import EventLog
 from jetraft.net.client import ClientConnection, Subscription
-from jetraft.protocol import NO_RESPONDERS_HEADERS, SubjectIndex, encode_err, encode_msg
+from jetraft.protocol import SubjectIndex, encode_err, encode_msg, no_responders_headers
 
 _B32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
 
@@ -262,20 +262,16 @@ class Server:
             sub.client.deliver(sub, subject, reply, headers, payload)
             delivered = True
         if not delivered and reply and client.no_responders:
-            self._no_responders(client, reply)
+            self._no_responders(client, subject, reply)
 
-    def _no_responders(self, client: ClientConnection, reply: str) -> None:
+    def _no_responders(self, client: ClientConnection, subject: str, reply: str) -> None:
         """Send the 503 status to the requester's own reply subscription (client.go)."""
         match = client.account.sublist.match(reply)
-        for sub in match.plain:
+        candidates = [*match.plain, *(sub for _queue, members in match.queues for sub in members)]
+        for sub in candidates:
             if sub.client is client:
-                client.send(encode_msg(reply, sub.sid, None, b"", NO_RESPONDERS_HEADERS))
+                client.send(encode_msg(reply, sub.sid, None, b"", no_responders_headers(subject)))
                 return
-        for _queue, members in match.queues:
-            for sub in members:
-                if sub.client is client:
-                    client.send(encode_msg(reply, sub.sid, None, b"", NO_RESPONDERS_HEADERS))
-                    return
 
     # ------------------------------------------------------------------ control
 

@@ -106,17 +106,29 @@ class ClientConnection:
                 await self._reader()
                 if self.close_reason is None:
                     self.close_reason = "Client Closed"
-                nursery.cancel_scope.cancel()
+                if not self._flush_then_close:
+                    nursery.cancel_scope.cancel()
+                # else the writer sends what is queued (bounded by write_deadline), then ends
         await self._teardown()
 
     async def _teardown(self) -> None:
+        """Forget the client, then close the socket gracefully.
+
+        A lingering close: send FIN and read (discarding) until the client closes or half a
+        second passes. Closing with unread input would make the kernel send RST, and the
+        client would lose the -ERR we just sent (e.g. its PING after a rejected CONNECT).
+        """
         self.server.client_closed(self)
-        with trio.move_on_after(1) as cs:
+        with trio.move_on_after(0.5) as cs:
             cs.shield = True
             try:
-                await self.stream.aclose()
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                await self.stream.send_eof()
+                while await self.stream.receive_some(READ_SIZE):
+                    pass
+            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError, OSError):
                 pass
+        with trio.CancelScope(shield=True):
+            await self.stream.aclose()
 
     def close(self, reason: str, *, flush: bool = True) -> None:
         """End the connection; with ``flush`` the writer first sends what is queued."""
@@ -196,10 +208,10 @@ class ClientConnection:
                         self._auth_violation("command before CONNECT")
                         return
                     self.in_msgs += 1
-                    self.in_bytes += len(op.payload)
-                    self.server.publish(self, op.subject, op.reply, op.headers, op.payload)
-                    if self.verbose:
+                    self.in_bytes += len(op.payload) + (len(op.headers) if op.headers else 0)
+                    if self.verbose:  # +OK precedes delivery (nats-server client.go processPub)
                         self.send(OK)
+                    self.server.publish(self, op.subject, op.reply, op.headers, op.payload)
                 else:
                     await self._control(op)
 
@@ -209,7 +221,8 @@ class ClientConnection:
             return
         if type(op) is ProtocolViolation:
             self.server.events.emit("protocol_error", cid=self.cid, error=op.message, fatal=op.fatal)
-            self.send(encode_err(op.message))
+            if op.send_err:
+                self.send(encode_err(op.message))
             if op.fatal:
                 self.close(op.message)
             return
@@ -250,10 +263,6 @@ class ClientConnection:
         self.echo = bool(options.get("echo", True))
         self.headers = bool(options.get("headers", False))
         self.no_responders = bool(options.get("no_responders", False))
-        if self.no_responders and not self.headers:
-            self.send(encode_err("no responders requires headers support"))
-            self.close("Protocol Violation")
-            return
         self.name = _str_or_none(options.get("name"))
         self.lang = _str_or_none(options.get("lang"))
         self.version = _str_or_none(options.get("version"))

@@ -28,9 +28,11 @@ What a token is depends on where it stands, so the lexer tracks structure:
 
 Deliberate differences from lex.go, all of them stricter or clearer where lex.go
 silently accepts a broken file, or accepting what lex.go rejects by accident:
-a missing value, an unclosed top-level ``{``, a stray ``}`` and a quoted key cut by
-the end of the file are errors; ``]`` ends a number (lex.go makes ``[1, 2]`` an
-error); an array element or an include path may start with ``/`` or a digit.
+a missing value (lex.go reads ``""``), an unclosed top-level ``{``, a stray ``}``,
+a quoted key cut by the end of the file and a key starting with a single ``/``
+(lex.go drops the ``/`` inside maps) are errors; ``]`` ends a number (lex.go makes
+``[1, 2]`` an error); an array element or an include path may start with ``/`` or
+a digit; nested top-level blocks ``{ {a: 1} b: 2 }`` are transparent.
 """
 
 from __future__ import annotations

@@ -325,6 +325,14 @@ def _listen(value: Value, label: str) -> tuple[str | None, int]:
     return host, port
 
 
+def _duration_string(value: Value, label: str) -> float:
+    """A string value as a Go duration (seconds)."""
+    try:
+        return parse_duration(value.data)
+    except ValueError as e:
+        raise ConfigError.at(value.position, f"{label}: {e}") from None
+
+
 def _storage_size(value: Value, label: str) -> int | None:
     """nats-server opts.go getStorageSize: an integer (size suffixes allowed) or a
     string ending in K, M, G or T (powers of 1024). Negative: no explicit limit (None)."""
@@ -390,10 +398,7 @@ class _Builder:
         (nats-server opts.go parseDuration)."""
         data = _expect(value, label, "string", "integer")
         if isinstance(data, str):
-            try:
-                return parse_duration(data)
-            except ValueError as e:
-                raise ConfigError.at(value.position, f"{label}: {e}") from None
+            return _duration_string(value, label)
         message = f"{label}: {data} should be a duration string such as \"{data}s\"; read as {data} seconds"
         if value.raw is not None and value.raw != str(data):
             message = (
@@ -418,46 +423,45 @@ class _Builder:
         return self._assemble()
 
     def _top_level_handlers(self) -> dict[str, Callable[[Entry, str], None]]:
-        def string_field(name: str) -> Callable[[Entry, str], None]:
-            return lambda e, label: self.set(name, _string(e.value, label), e.value.position)
+        Reader = Callable[[Value, str], Any]
 
-        def logging_flag(name: str) -> Callable[[Entry, str], None]:
-            return lambda e, label: self.logging.__setitem__(name, _bool(e.value, label))
+        def setting(name: str, read: Reader) -> Callable[[Entry, str], None]:
+            return lambda e, label: self.set(name, read(e.value, label), e.value.position)
 
-        def sized(name: str) -> Callable[[Entry, str], None]:
-            return lambda e, label: self.set(name, _int(e.value, label, 1, _MAX_INT32), e.value.position)
+        def logging(name: str, read: Reader) -> Callable[[Entry, str], None]:
+            return lambda e, label: self.logging.__setitem__(name, read(e.value, label))
 
-        def timed(name: str) -> Callable[[Entry, str], None]:
-            return lambda e, label: self.set(name, self.duration(e.value, label), e.value.position)
+        def at_least(low: int, high: int | None = None) -> Reader:
+            return lambda v, label: _int(v, label, low, high)
 
         table: dict[str, Callable[[Entry, str], None]] = {
             "listen": self._listen,
-            "port": lambda e, label: self.set("port", _port(e.value, label), e.value.position),
-            "host": string_field("host"),
-            "net": string_field("host"),
+            "port": setting("port", lambda v, label: _port(v, label) or 4222),  # 0: the default
+            "host": setting("host", _string),
+            "net": setting("host", _string),
             "server_name": self._server_name,
-            "debug": logging_flag("debug"),
-            "trace": logging_flag("trace"),
-            "logtime": logging_flag("logtime"),
-            "log_file": lambda e, label: self.logging.__setitem__("log_file", _string(e.value, label)),
-            "pid_file": string_field("pid_file"),
+            "debug": logging("debug", _bool),
+            "trace": logging("trace", _bool),
+            "logtime": logging("logtime", _bool),
+            "log_file": logging("log_file", _string),
+            "pid_file": setting("pid_file", _string),
             "http": self._http,
-            "http_port": lambda e, label: self.set("http_port", _port(e.value, label), e.value.position),
+            "http_port": setting("http_port", lambda v, label: _port(v, label) or None),  # 0: no monitoring
             "accounts": self._accounts,
             "authorization": self._authorization,
-            "no_auth_user": string_field("no_auth_user"),
+            "no_auth_user": setting("no_auth_user", _string),
             "system_account": self._system_account,
             "jetstream": self._jetstream,
             "store_dir": self._store_dir,
             "server_tags": self._server_tags,
             "cluster": self._cluster,
-            "max_payload": sized("max_payload"),
-            "max_control_line": sized("max_control_line"),
-            "max_pending": lambda e, label: self.set("max_pending", _int(e.value, label, 1), e.value.position),
-            "max_connections": self._max_connections,
-            "ping_interval": timed("ping_interval"),
-            "write_deadline": timed("write_deadline"),
-            "ping_max": lambda e, label: self.set("ping_max", _int(e.value, label, 1), e.value.position),
+            "max_payload": setting("max_payload", at_least(1, _MAX_INT32)),
+            "max_control_line": setting("max_control_line", at_least(1, _MAX_INT32)),
+            "max_pending": setting("max_pending", at_least(1)),
+            "max_connections": setting("max_connections", lambda v, label: _int(v, label) if _int(v, label) > 0 else -1),
+            "ping_interval": setting("ping_interval", self.duration),
+            "write_deadline": setting("write_deadline", self.duration),
+            "ping_max": setting("ping_max", lambda v, label: _int(v, label, 0) or 2),  # 0: the default
             "lame_duck_duration": self._lame_duck_duration,
             "lame_duck_grace_period": self._lame_duck_grace_period,
         }
@@ -471,13 +475,13 @@ class _Builder:
         host, port = _listen(entry.value, label)
         if host is not None:
             self.set("host", host, entry.value.position)
-        self.set("port", port, entry.value.position)
+        self.set("port", port or 4222, entry.value.position)
 
     def _http(self, entry: Entry, label: str) -> None:
         host, port = _listen(entry.value, label)
         if host is not None:
             self.http_host = host
-        self.set("http_port", port, entry.value.position)
+        self.set("http_port", port or None, entry.value.position)
 
     def _server_name(self, entry: Entry, label: str) -> None:
         name = _string(entry.value, label)
@@ -488,10 +492,6 @@ class _Builder:
     def _system_account(self, entry: Entry, label: str) -> None:
         # nats-server reads system_account in preference to its alias system.
         self.system_account[entry.key.lower()] = (_string(entry.value, label), entry.value.position)
-
-    def _max_connections(self, entry: Entry, label: str) -> None:
-        limit = _int(entry.value, label)
-        self.set("max_connections", -1 if limit <= 0 else limit, entry.value.position)
 
     def _lame_duck_duration(self, entry: Entry, label: str) -> None:
         seconds = self.duration(entry.value, label)
@@ -578,13 +578,7 @@ class _Builder:
     def _auth_timeout(self, value: Value, label: str) -> float:
         """Authorization ``timeout``: seconds as a number, or a duration string."""
         data = _expect(value, label, "integer", "float", "string")
-        if isinstance(data, str):
-            try:
-                seconds = parse_duration(data)
-            except ValueError as e:
-                raise ConfigError.at(value.position, f"{label}: {e}") from None
-        else:
-            seconds = float(data)
+        seconds = _duration_string(value, label) if isinstance(data, str) else float(data)
         if seconds > 60:
             self.warn(
                 value.position,
@@ -758,10 +752,6 @@ class _Builder:
         if system is not None:
             self.set("system_account", system[0], system[1])
         system_name = fields.get("system_account", DEFAULT_SYSTEM_ACCOUNT)
-        if fields.get("port") == 0:
-            fields["port"] = 4222  # nats-server setBaselineOptions: 0 means the default port
-        if fields.get("http_port") == 0:
-            fields["http_port"] = None  # 0: no monitoring listener
         fields["http_host"] = self.http_host or fields.get("host", "0.0.0.0")
         fields["logging"] = LoggingConfig(**self.logging)
         fields["authorization"] = self.authorization

@@ -443,3 +443,11 @@ def test_tokens_carry_kinds_and_lexemes():
         (TokenKind.INCLUDE, "x"),
         (TokenKind.EOF, ""),
     ]
+
+
+def test_include_must_end_like_a_value(tmp_path):
+    (tmp_path / "x.conf").write_text("x = 1")
+    with pytest.raises(ConfigError) as e:
+        parse_text("include x.conf y", str(tmp_path / "main.conf"), env={})
+    assert (e.value.line, e.value.column) == (1, 16)
+    assert e.value.message == "expected a new line, ';' or ',' after include 'x.conf', found 'y'"

@@ -152,6 +152,7 @@ def test_limits_logging_and_files():
         128 * 2**20,
     )
     assert config.ping_max == 5
+    assert cfg("ping_max: 0").ping_max == 2  # 0 means the default, as nats-server
     assert config.logging == LoggingConfig(debug=True, trace=True, logtime=False, log_file="/var/log/jetraft.log")
     assert config.pid_file == "/run/jetraft.pid"
     assert config.warnings == ()

@@ -225,11 +225,7 @@ class _Lexer:
             raise self.error(self.i, "unexpected '/': comments start with '#' or '//'")
         start = self.i
         if c in "\"'":
-            end = self.text.find(c, start + 1)
-            if end < 0:
-                raise self.error(start, f"unterminated quoted key: missing closing {c}")
-            key = self.text[start + 1 : end]
-            self.i = end + 1
+            key = self.raw_quoted("quoted key")
         else:
             n = len(self.text)
             while self.i < n and self.text[self.i] not in _SPACES and self.text[self.i] not in "=:":
@@ -266,11 +262,7 @@ class _Lexer:
         start = self.i
         c = self.peek()
         if c in ("'", '"'):
-            end = self.text.find(c, start + 1)
-            if end < 0:
-                raise self.error(start, f"unterminated quoted include path: missing closing {c}")
-            path = self.text[start + 1 : end]
-            self.i = end + 1
+            path = self.raw_quoted("quoted include path")
         elif c == "" or c in _NEWLINES or c in "[{(\\;}":
             raise self.error(start, f"include needs a file name, found {describe(self.text, start)}")
         else:
@@ -282,20 +274,28 @@ class _Lexer:
         frame.after_value = True
         frame.last = f"include {path!r}"
 
-    def entry_end(self, stack: list[_Frame], frame: _Frame) -> bool:
+    def separator(self, frame: _Frame, separators: str) -> str | None:
+        """After a value: skip blanks and a comment, then take a new line or one of
+        ``separators`` (returning None), or return the next character ("" at the end)."""
         self.skip(_BLANKS, comments=False)
         if self.at_comment():
             self.skip_comment()
         c = self.peek()
+        if c and (c in _NEWLINES or c in separators):
+            self.i += 1
+            frame.after_value = False
+            return None
+        return c
+
+    def entry_end(self, stack: list[_Frame], frame: _Frame) -> bool:
+        c = self.separator(frame, ";,")
+        if c is None:
+            return False
         if c == "" and frame.kind == "top":
             frame.after_value = False
             return False
         if c == "":
             raise self.unterminated(frame)
-        if c in _NEWLINES or c in ";,":
-            self.i += 1
-            frame.after_value = False
-            return False
         if c == "}":
             frame.after_value = False
             return self.close_brace(stack, frame)
@@ -306,13 +306,8 @@ class _Lexer:
 
     def array_step(self, stack: list[_Frame], frame: _Frame) -> bool:
         if frame.after_value:
-            self.skip(_BLANKS, comments=False)
-            if self.at_comment():
-                self.skip_comment()
-            c = self.peek()
-            if c in _NEWLINES or c == ",":
-                self.i += 1
-                frame.after_value = False
+            c = self.separator(frame, ",")
+            if c is None:
                 return False
             if c not in ("]", ""):
                 raise self.error(
@@ -354,11 +349,7 @@ class _Lexer:
         elif c == '"':
             self.emit(TokenKind.STRING, self.double_quoted(), start)
         elif c == "'":
-            end = self.text.find("'", start + 1)
-            if end < 0:
-                raise self.error(start, "unterminated single-quoted string: missing closing '")
-            self.i = end + 1
-            self.emit(TokenKind.STRING, self.text[start + 1 : end], start)
+            self.emit(TokenKind.STRING, self.raw_quoted("single-quoted string"), start)
         elif c == "(":
             self.emit(TokenKind.STRING, self.block(), start)
         elif c == "-" or c in _DIGITS:
@@ -367,6 +358,16 @@ class _Lexer:
             raise self.error(start, "floats must start with a digit, found '.'")
         else:
             self.bare_word(start)
+
+    def raw_quoted(self, what: str) -> str:
+        """The text between the quote at self.i and the next same quote, taken as is."""
+        start = self.i
+        quote = self.text[start]
+        end = self.text.find(quote, start + 1)
+        if end < 0:
+            raise self.error(start, f"unterminated {what}: missing closing {quote}")
+        self.i = end + 1
+        return self.text[start + 1 : end]
 
     def double_quoted(self) -> str:
         start = self.i

@@ -48,6 +48,7 @@ __all__ = [
     "build_config",
     "config_from_text",
     "load_config",
+    "parse_route_url",
     "validate",
 ]
 
@@ -951,4 +952,4 @@ def parse_route_url(text: str) -> RouteURL:
     ``nats://[user:pass@]host[:port]`` or ``nats-route://...``; the port defaults to 6222.
     Raises :class:`ConfigError` (file ``<command line>``) when it does not parse.
     """
-    return _route(text, "--routes", Position("<command line>", 0, 0))
+    return _route(text.strip(), "--routes", COMMAND_LINE)

@@ -19,6 +19,7 @@ from jetraft.config import (
     UserConfig,
     config_from_text,
     load_config,
+    parse_route_url,
     validate,
 )
 
@@ -107,22 +108,16 @@ def test_monitoring_listener(text, http_host, http_port):
     assert (config.http_host, config.http_port) == (http_host, http_port)
 
 
-@pytest.mark.parametrize(
-    ("text", "column", "message"),
-    [
-        ("port: '4222'", 7, "port: expected an integer, got a string ('4222')"),
-        ("port: 70000", 7, "port: 70000 is out of range (a port is 0 to 65535, or -1 for a random port)"),
-        ("port: -2", 7, "port: -2 is out of range (a port is 0 to 65535, or -1 for a random port)"),
-        ("listen: 'a:b:c'", 9, "listen: could not parse address 'a:b:c': expected host:port or a port"),
-        ("listen: 'host:'", 9, "listen: could not parse port '' in 'host:'"),
-        ("listen: true", 9, "listen: expected an integer or a string, got a boolean (true)"),
-        ("http: 'h:99999'", 7, "http: 99999 is out of range (a port is 0 to 65535, or -1 for a random port)"),
-        ("host: 4", 7, "host: expected a string, got an integer (4)"),
-    ],
-)
-def test_bad_addresses(text, column, message):
-    err = error(text)
-    assert (err.file, err.line, err.column, err.message) == ("s.conf", 1, column, message)
+ADDRESS_ERRORS = [
+    ("port: '4222'", 1, 7, "port: expected an integer, got a string ('4222')"),
+    ("port: 70000", 1, 7, "port: 70000 is out of range (a port is 0 to 65535, or -1 for a random port)"),
+    ("port: -2", 1, 7, "port: -2 is out of range (a port is 0 to 65535, or -1 for a random port)"),
+    ("listen: 'a:b:c'", 1, 9, "listen: could not parse address 'a:b:c': expected host:port or a port"),
+    ("listen: 'host:'", 1, 9, "listen: could not parse port '' in 'host:'"),
+    ("listen: true", 1, 9, "listen: expected an integer or a string, got a boolean (true)"),
+    ("http: 'h:99999'", 1, 7, "http: 99999 is out of range (a port is 0 to 65535, or -1 for a random port)"),
+    ("host: 4", 1, 7, "host: expected a string, got an integer (4)"),
+]
 
 
 # -- scalar settings ------------------------------------------------------------------------------
@@ -201,28 +196,22 @@ def test_lame_duck_settings():
     assert (config.lame_duck_duration, config.lame_duck_grace_period) == (45.0, 5.0)
 
 
-@pytest.mark.parametrize(
-    ("text", "line", "column", "message"),
-    [
-        ("ping_interval: 'soon'", 1, 16, "ping_interval: invalid duration 'soon'"),
-        ("ping_interval: '5'", 1, 16, "ping_interval: missing unit in duration '5'"),
-        ("write_deadline: '3d'", 1, 17, "write_deadline: unknown unit 'd' in duration '3d'"),
-        ("ping_interval: 1.5", 1, 16, "ping_interval: expected a string or an integer, got a float (1.5)"),
-        ("lame_duck_duration: '10s'", 1, 21, "lame_duck_duration: invalid lame_duck_duration of 10s, minimum is 30 seconds"),
-        ("lame_duck_grace_period: '-1s'", 1, 25, "lame_duck_grace_period: invalid lame_duck_grace_period, needs to be positive"),
-        ("max_payload: 3GB", 1, 14, "max_payload: 3221225472 is too big (maximum 2147483647)"),
-        ("max_payload: 0", 1, 14, "max_payload: 0 is too small (minimum 1)"),
-        ("server_name: 'n 1'", 1, 14, "server_name: server name cannot contain spaces"),
-        ("server_name: [n1]", 1, 14, "server_name: expected a string, got an array"),
-        ("debug: 1", 1, 8, "debug: expected a boolean, got an integer (1)"),
-        ("\nmax_payload: 8MB\nmax_pending: 4MB", 2, 14, "max_payload (8388608) cannot be higher than max_pending (4194304)"),
-        ("lame_duck_duration: '30s'\nlame_duck_grace_period: '30s'", 2, 25,
-         "lame duck grace period (30s) should be strictly lower than lame duck duration (30s)"),
-    ],
-)  # fmt: skip
-def test_bad_scalar_settings(text, line, column, message):
-    err = error(text)
-    assert (err.line, err.column, err.message) == (line, column, message)
+SCALAR_ERRORS = [
+    ("ping_interval: 'soon'", 1, 16, "ping_interval: invalid duration 'soon'"),
+    ("ping_interval: '5'", 1, 16, "ping_interval: missing unit in duration '5'"),
+    ("write_deadline: '3d'", 1, 17, "write_deadline: unknown unit 'd' in duration '3d'"),
+    ("ping_interval: 1.5", 1, 16, "ping_interval: expected a string or an integer, got a float (1.5)"),
+    ("lame_duck_duration: '10s'", 1, 21, "lame_duck_duration: invalid lame_duck_duration of 10s, minimum is 30 seconds"),
+    ("lame_duck_grace_period: '-1s'", 1, 25, "lame_duck_grace_period: invalid lame_duck_grace_period, needs to be positive"),
+    ("max_payload: 3GB", 1, 14, "max_payload: 3221225472 is too big (maximum 2147483647)"),
+    ("max_payload: 0", 1, 14, "max_payload: 0 is too small (minimum 1)"),
+    ("server_name: 'n 1'", 1, 14, "server_name: server name cannot contain spaces"),
+    ("server_name: [n1]", 1, 14, "server_name: expected a string, got an array"),
+    ("debug: 1", 1, 8, "debug: expected a boolean, got an integer (1)"),
+    ("\nmax_payload: 8MB\nmax_pending: 4MB", 2, 14, "max_payload (8388608) cannot be higher than max_pending (4194304)"),
+    ("lame_duck_duration: '30s'\nlame_duck_grace_period: '30s'", 2, 25,
+     "lame duck grace period (30s) should be strictly lower than lame duck duration (30s)"),
+]  # fmt: skip
 
 
 def test_server_tags_are_lower_cased_trimmed_and_unique():
@@ -293,22 +282,16 @@ def test_jetstream_store_size_and_sync_forms(text, expected):
     assert (js.store_dir, js.max_memory_store, js.max_file_store, js.sync_interval, js.sync_always) == expected
 
 
-@pytest.mark.parametrize(
-    ("text", "line", "column", "message"),
-    [
-        ("jetstream: maybe", 1, 12, "jetstream: expected 'enabled' or 'disabled', got 'maybe'"),
-        ("jetstream: 1", 1, 12, "jetstream: expected a boolean or a string or a map, got an integer (1)"),
-        ("jetstream { max_mem: '1X' }", 1, 22,
-         "jetstream.max_mem: a size written as a string must be a number followed by K, M, G or T, got '1X'"),
-        ("jetstream { domain: 'a.b' }", 1, 21, "jetstream.domain: invalid domain name: may not contain ., * or > or spaces"),
-        ("jetstream { enabled: 'yes' }", 1, 22, "jetstream.enabled: expected a boolean, got a string ('yes')"),
-        ("store_dir: /a\njetstream { store_dir: /b }", 2, 24, "duplicate 'store_dir' configuration (first set at s.conf:1:12)"),
-        ("jetstream { sync: 'x' }", 1, 19, "jetstream.sync: invalid duration 'x'"),
-    ],
-)  # fmt: skip
-def test_bad_jetstream(text, line, column, message):
-    err = error(text)
-    assert (err.line, err.column, err.message) == (line, column, message)
+JETSTREAM_ERRORS = [
+    ("jetstream: maybe", 1, 12, "jetstream: expected 'enabled' or 'disabled', got 'maybe'"),
+    ("jetstream: 1", 1, 12, "jetstream: expected a boolean or a string or a map, got an integer (1)"),
+    ("jetstream { max_mem: '1X' }", 1, 22,
+     "jetstream.max_mem: a size written as a string must be a number followed by K, M, G or T, got '1X'"),
+    ("jetstream { domain: 'a.b' }", 1, 21, "jetstream.domain: invalid domain name: may not contain ., * or > or spaces"),
+    ("jetstream { enabled: 'yes' }", 1, 22, "jetstream.enabled: expected a boolean, got a string ('yes')"),
+    ("store_dir: /a\njetstream { store_dir: /b }", 2, 24, "duplicate 'store_dir' configuration (first set at s.conf:1:12)"),
+    ("jetstream { sync: 'x' }", 1, 19, "jetstream.sync: invalid duration 'x'"),
+]  # fmt: skip
 
 
 def test_jetstream_accounts_rule():
@@ -376,34 +359,28 @@ def test_duplicate_route_is_a_warning():
     assert config.warnings == ("s.conf:1:53: cluster.routes[2]: duplicate route entry 'nats://a:1' detected, ignored",)
 
 
-@pytest.mark.parametrize(
-    ("text", "line", "column", "message"),
-    [
-        ("cluster {\n  listen: 6222\n}", 1, 1, "cluster has no name: jetraft requires cluster { name: ... }"),
-        ("server_name: n\ncluster: 6222", 2, 10, "cluster: expected a map, got an integer (6222)"),
-        ("cluster { name: 'C 1' }", 1, 17, "cluster.name: cluster name cannot contain spaces"),
-        ("\njetstream: enabled\ncluster { name: C1 }", 2, 1, "jetstream cluster requires `server_name` to be set"),
-        ("cluster { name: c, routes: ['http://h:1'] }", 1, 29,
-         "cluster.routes[0]: invalid route URL 'http://h:1': expected nats://host:port or nats-route://host:port"),
-        ("cluster { name: c, routes: ['h:6222'] }", 1, 29,
-         "cluster.routes[0]: invalid route URL 'h:6222': expected nats://host:port or nats-route://host:port"),
-        ("cluster { name: c, routes: ['nats://h:99999'] }", 1, 29,
-         "cluster.routes[0]: invalid route URL 'nats://h:99999': Port out of range 0-65535"),
-        ("cluster { name: c, routes: ['nats://h:x'] }", 1, 29,
-         "cluster.routes[0]: invalid route URL 'nats://h:x': Port could not be cast to integer value as 'x'"),
-        ("cluster { name: c, routes: ['nats://:1'] }", 1, 29, "cluster.routes[0]: invalid route URL 'nats://:1': no host"),
-        ("cluster { name: c, routes: ['nats://h:1/p'] }", 1, 29,
-         "cluster.routes[0]: invalid route URL 'nats://h:1/p': unexpected path, query or fragment"),
-        ("cluster { name: c, routes: nats://h:1 }", 1, 28, "cluster.routes: expected an array, got a string ('nats://h:1')"),
-        ("cluster { name: c, authorization { users: [] } }", 1, 36,
-         "cluster.authorization.users: cluster authorization does not allow multiple users"),
-        ("cluster { name: c, authorization { token: t } }", 1, 36, "cluster.authorization.token: cluster authorization does not support tokens"),
-        ("cluster { name: c, port: 65536 }", 1, 26, "cluster.port: 65536 is out of range (a port is 0 to 65535, or -1 for a random port)"),
-    ],
-)  # fmt: skip
-def test_bad_cluster(text, line, column, message):
-    err = error(text)
-    assert (err.line, err.column, err.message) == (line, column, message)
+CLUSTER_ERRORS = [
+    ("cluster {\n  listen: 6222\n}", 1, 1, "cluster has no name: jetraft requires cluster { name: ... }"),
+    ("server_name: n\ncluster: 6222", 2, 10, "cluster: expected a map, got an integer (6222)"),
+    ("cluster { name: 'C 1' }", 1, 17, "cluster.name: cluster name cannot contain spaces"),
+    ("\njetstream: enabled\ncluster { name: C1 }", 2, 1, "jetstream cluster requires `server_name` to be set"),
+    ("cluster { name: c, routes: ['http://h:1'] }", 1, 29,
+     "cluster.routes[0]: invalid route URL 'http://h:1': expected nats://host:port or nats-route://host:port"),
+    ("cluster { name: c, routes: ['h:6222'] }", 1, 29,
+     "cluster.routes[0]: invalid route URL 'h:6222': expected nats://host:port or nats-route://host:port"),
+    ("cluster { name: c, routes: ['nats://h:99999'] }", 1, 29,
+     "cluster.routes[0]: invalid route URL 'nats://h:99999': Port out of range 0-65535"),
+    ("cluster { name: c, routes: ['nats://h:x'] }", 1, 29,
+     "cluster.routes[0]: invalid route URL 'nats://h:x': Port could not be cast to integer value as 'x'"),
+    ("cluster { name: c, routes: ['nats://:1'] }", 1, 29, "cluster.routes[0]: invalid route URL 'nats://:1': no host"),
+    ("cluster { name: c, routes: ['nats://h:1/p'] }", 1, 29,
+     "cluster.routes[0]: invalid route URL 'nats://h:1/p': unexpected path, query or fragment"),
+    ("cluster { name: c, routes: nats://h:1 }", 1, 28, "cluster.routes: expected an array, got a string ('nats://h:1')"),
+    ("cluster { name: c, authorization { users: [] } }", 1, 36,
+     "cluster.authorization.users: cluster authorization does not allow multiple users"),
+    ("cluster { name: c, authorization { token: t } }", 1, 36, "cluster.authorization.token: cluster authorization does not support tokens"),
+    ("cluster { name: c, port: 65536 }", 1, 26, "cluster.port: 65536 is out of range (a port is 0 to 65535, or -1 for a random port)"),
+]  # fmt: skip
 
 
 # -- authorization, accounts, users ----------------------------------------------------------
@@ -484,37 +461,31 @@ def test_variables_defined_inside_accounts_are_not_accounts():
     assert config.accounts["A"].users == (UserConfig("a", "secret", "A"),)
 
 
-@pytest.mark.parametrize(
-    ("text", "line", "column", "message"),
-    [
-        ("accounts { A { users: [ {user: x} ] }, B { users: [ {user: x} ] } }", 1, 60,
-         "duplicate user 'x' detected (first at s.conf:1:32)"),
-        ("authorization { users: [ {user: x} ] }\naccounts { A { users: [ {user: x} ] } }", 2, 32,
-         "duplicate user 'x' detected (first at s.conf:1:33)"),
-        ("accounts { A { users: [ {password: x} ] } }", 1, 25, "accounts.A.users[0]: user entry requires a user"),
-        ("accounts { A { users: [ x ] } }", 1, 25, "accounts.A.users[0]: expected a map, got a string ('x')"),
-        ("accounts { A { users: {} } }", 1, 23, "accounts.A.users: expected an array, got a map"),
-        ("accounts { A: 1 }", 1, 15, "accounts.A: expected a map, got an integer (1)"),
-        ("accounts { $G {} }", 1, 12, "'$G' is a reserved account"),
-        ("accounts: [A, A]", 1, 15, "duplicate account 'A' (first at s.conf:1:12)"),
-        ("accounts { A { jetstream: sometimes } }", 1, 27, "accounts.A.jetstream: expected 'enabled' or 'disabled', got 'sometimes'"),
-        ("authorization { user: a, token: t }", 1, 1, "authorization: cannot have a user/pass and a token"),
-        ("authorization { user: a, users: [] }", 1, 1, "authorization: cannot have a single user/pass and a users array"),
-        ("authorization { token: t, users: [] }", 1, 1, "authorization: cannot have a token and a users array"),
-        ("accounts { A { users: [ {user: x} ] } }\nauthorization { user: a }", 1, 32,
-         "cannot have a single user/pass in authorization and users in accounts"),
-        ("authorization { timeout: 'x' }", 1, 26, "authorization.timeout: invalid duration 'x'"),
-        ("authorization { password: 5 }", 1, 27, "authorization.password: expected a string, got an integer (5)"),
-        ("system_account: FOO", 1, 17, "system account 'FOO' is not defined in accounts"),
-        ("accounts { $SYS { jetstream: enabled } }", 1, 19, "jetstream can not be enabled on the system account"),
-        ("no_auth_user: ghost", 1, 15, "no_auth_user: 'ghost' present, but users are not defined"),
-        ("authorization { users: [ {user: a} ] }\nno_auth_user: ghost", 2, 15,
-         "no_auth_user: 'ghost' not present as user in authorization block or account configuration"),
-    ],
-)  # fmt: skip
-def test_bad_accounts_and_authorization(text, line, column, message):
-    err = error(text)
-    assert (err.line, err.column, err.message) == (line, column, message)
+ACCOUNT_ERRORS = [
+    ("accounts { A { users: [ {user: x} ] }, B { users: [ {user: x} ] } }", 1, 60,
+     "duplicate user 'x' detected (first at s.conf:1:32)"),
+    ("authorization { users: [ {user: x} ] }\naccounts { A { users: [ {user: x} ] } }", 2, 32,
+     "duplicate user 'x' detected (first at s.conf:1:33)"),
+    ("accounts { A { users: [ {password: x} ] } }", 1, 25, "accounts.A.users[0]: user entry requires a user"),
+    ("accounts { A { users: [ x ] } }", 1, 25, "accounts.A.users[0]: expected a map, got a string ('x')"),
+    ("accounts { A { users: {} } }", 1, 23, "accounts.A.users: expected an array, got a map"),
+    ("accounts { A: 1 }", 1, 15, "accounts.A: expected a map, got an integer (1)"),
+    ("accounts { $G {} }", 1, 12, "'$G' is a reserved account"),
+    ("accounts: [A, A]", 1, 15, "duplicate account 'A' (first at s.conf:1:12)"),
+    ("accounts { A { jetstream: sometimes } }", 1, 27, "accounts.A.jetstream: expected 'enabled' or 'disabled', got 'sometimes'"),
+    ("authorization { user: a, token: t }", 1, 1, "authorization: cannot have a user/pass and a token"),
+    ("authorization { user: a, users: [] }", 1, 1, "authorization: cannot have a single user/pass and a users array"),
+    ("authorization { token: t, users: [] }", 1, 1, "authorization: cannot have a token and a users array"),
+    ("accounts { A { users: [ {user: x} ] } }\nauthorization { user: a }", 1, 32,
+     "cannot have a single user/pass in authorization and users in accounts"),
+    ("authorization { timeout: 'x' }", 1, 26, "authorization.timeout: invalid duration 'x'"),
+    ("authorization { password: 5 }", 1, 27, "authorization.password: expected a string, got an integer (5)"),
+    ("system_account: FOO", 1, 17, "system account 'FOO' is not defined in accounts"),
+    ("accounts { $SYS { jetstream: enabled } }", 1, 19, "jetstream can not be enabled on the system account"),
+    ("no_auth_user: ghost", 1, 15, "no_auth_user: 'ghost' present, but users are not defined"),
+    ("authorization { users: [ {user: a} ] }\nno_auth_user: ghost", 2, 15,
+     "no_auth_user: 'ghost' not present as user in authorization block or account configuration"),
+]  # fmt: skip
 
 
 def test_system_alias_and_precedence():
@@ -572,6 +543,14 @@ def test_environment_variables_reach_typed_values():
 CLUSTERED = "server_name: n1\njetstream {}\ncluster {\n  name: C1\n  listen: 6222\n}\n"
 
 
+@pytest.mark.parametrize(
+    ("text", "line", "column", "message"), ADDRESS_ERRORS + SCALAR_ERRORS + JETSTREAM_ERRORS + CLUSTER_ERRORS + ACCOUNT_ERRORS
+)
+def test_typed_errors_name_the_place(text, line, column, message):
+    err = error(text)
+    assert (err.file, err.line, err.column, err.message) == ("s.conf", line, column, message)
+
+
 def test_validate_accepts_a_loaded_configuration():
     validate(cfg(CLUSTERED))
 
@@ -614,3 +593,13 @@ def test_validate_duplicate_users_from_overrides():
     }
     with pytest.raises(ConfigError, match=r"^<command line>:0:0: duplicate user 'u' detected$"):
         validate(ServerConfig(accounts=accounts))
+
+
+def test_parse_route_url_for_the_command_line():
+    assert parse_route_url(" nats://u:p@10.0.0.2:7222 ") == RouteURL("nats", "10.0.0.2", 7222, "u", "p")
+    assert parse_route_url("nats-route://h") == RouteURL("nats-route", "h", 6222)
+    with pytest.raises(ConfigError) as e:
+        parse_route_url("h:6222")
+    assert str(e.value) == (
+        "<command line>:0:0: --routes: invalid route URL 'h:6222': expected nats://host:port or nats-route://host:port"
+    )

@@ -4,9 +4,8 @@
 from __future__ import annotations
 
 import datetime as dt
-import tempfile
-from pathlib import Path
 
+import pytest
 from config_seeds import all_seed_blocks
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -15,16 +14,20 @@ from jetraft.config import ConfigError, config_from_text, dumps, parse_text
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SEED_TEXTS = [block.text for block in all_seed_blocks()]
-# Includes in generated text resolve inside an empty directory.
-FUZZ_FILE = str(Path(tempfile.mkdtemp(prefix="jetraft-config-fuzz-")) / "fuzz.conf")
 
 SYNTAX = list("{}[]()=:;,#/\"'\\$ \t\n\r.-+0123456789kKmMbBiIeETZxabc_") + ["include ", "//", "true", "\\x", "\n)"]
 fuzz_text = st.lists(st.sampled_from(SYNTAX) | st.characters(), max_size=80).map("".join)
 
 
-def parses_or_config_error(text: str) -> None:
+@pytest.fixture(scope="module")
+def fuzz_file(tmp_path_factory) -> str:
+    """A file name in an empty directory, so that generated includes find nothing."""
+    return str(tmp_path_factory.mktemp("fuzz") / "fuzz.conf")
+
+
+def parses_or_config_error(text: str, filename: str) -> None:
     try:
-        parse_text(text, FUZZ_FILE, env={"A": "$B", "B": "[$A]", "N": "42"})
+        parse_text(text, filename, env={"A": "$B", "B": "[$A]", "N": "42"})
     except ConfigError as e:
         assert e.message and e.file and e.line >= 0 and e.column >= 0
         assert str(e).startswith(f"{e.file}:{e.line}:{e.column}: ")
@@ -34,14 +37,14 @@ def parses_or_config_error(text: str) -> None:
 @given(st.text(max_size=200))
 @example("a = $A")
 @example("include " + "x" * 300)
-def test_arbitrary_text_raises_only_config_error(text):
-    parses_or_config_error(text)
+def test_arbitrary_text_raises_only_config_error(fuzz_file, text):
+    parses_or_config_error(text, fuzz_file)
 
 
 @SETTINGS
 @given(fuzz_text)
-def test_syntax_soup_raises_only_config_error(text):
-    parses_or_config_error(text)
+def test_syntax_soup_raises_only_config_error(fuzz_file, text):
+    parses_or_config_error(text, fuzz_file)
 
 
 @st.composite
@@ -65,10 +68,10 @@ def mutated_seed(draw) -> str:
 
 @SETTINGS
 @given(mutated_seed())
-def test_mutated_seed_configurations_raise_only_config_error(text):
-    parses_or_config_error(text)
+def test_mutated_seed_configurations_raise_only_config_error(fuzz_file, text):
+    parses_or_config_error(text, fuzz_file)
     try:
-        config_from_text(text, FUZZ_FILE, env={})
+        config_from_text(text, fuzz_file, env={})
     except ConfigError:
         pass
 

@@ -1,0 +1,82 @@
+"""Fixtures that start NATS-compatible servers: jetraft and the real nats-server.
+
+Every compat test takes ``server`` (a default configuration) or ``start_server`` (a
+factory for its own configuration); both are parametrized over ``server_kind`` so
+the same test runs against jetraft-server and nats-server.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+_HERE = Path(__file__).resolve().parent
+if str(_HERE) not in sys.path:
+    sys.path.insert(0, str(_HERE))
+
+import servers  # noqa: E402  (needs the sys.path entry above)
+
+#: The last lines of a server's output shown when a test fails.
+_OUTPUT_TAIL = 6000
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    """Remember each phase's report on the item so fixtures can see whether the test failed."""
+    report = yield
+    setattr(item, f"_compat_report_{report.when}", report)
+    return report
+
+
+@pytest.fixture(params=servers.KINDS)
+def server_kind(request) -> str:
+    """The kind of server under test: "jetraft" or "nats-server"."""
+    return request.param
+
+
+@pytest.fixture
+def start_server(request, server_kind, tmp_path):
+    """Factory: ``start_server(extra_config="", *, http=False, kind=None)`` -> RunningServer.
+
+    Starts the server under test (or ``kind``) with ``extra_config`` appended to its
+    listen/http lines.  At teardown every server is stopped; a server that died during
+    the test fails the teardown, and a failed test prints each server's output.
+    """
+    started: list[servers.RunningServer] = []
+
+    def start(extra_config: str = "", *, http: bool = False, kind: str | None = None):
+        __tracebackhide__ = True
+        kind = kind or server_kind
+        name = f"{kind}-{len(started)}"
+        server = servers.start_server(kind, tmp_path / name, extra_config, http=http, name=kind)
+        started.append(server)
+        return server
+
+    yield start
+
+    crashed = [s for s in started if not s.alive()]
+    for server in started:
+        server.stop()
+    call_report = getattr(request.node, "_compat_report_call", None)
+    if crashed or (call_report is not None and call_report.failed):
+        for server in started:
+            print(server.output()[-_OUTPUT_TAIL:])
+    if crashed:
+        pytest.fail(
+            "server exited during the test: "
+            + ", ".join(f"{s.kind} (code {s.proc.returncode})" for s in crashed)
+        )
+
+
+@pytest.fixture
+def server(start_server) -> servers.RunningServer:
+    """The server under test with the default configuration and no monitoring port."""
+    return start_server()
+
+
+@pytest.fixture
+def monitored_server(start_server) -> servers.RunningServer:
+    """The server under test with the monitoring port (``http``) enabled."""
+    return start_server(http=True)

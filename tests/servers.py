@@ -1,0 +1,210 @@
+"""Start and stop NATS-compatible servers (jetraft-server or nats-server) for tests.
+
+Both binaries are launched the same way: a configuration file written into a
+working directory, then ``[binary, "-c", conf]``.  Readiness is polled (TCP
+connect, then ``/healthz`` when monitoring is on) against a deadline; stopping
+sends SIGTERM, waits with a deadline, then SIGKILLs the one process we started.
+
+This module is used by ``tests/conftest.py`` and by ``tests/bench/core.py``; it
+imports nothing but the standard library.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: Server kinds, in the order tests are parametrized.
+KINDS = ("jetraft", "nats-server")
+
+_BINARIES = {"jetraft": "jetraft-server", "nats-server": "nats-server"}
+
+#: Log text that means "the port we picked was taken meanwhile": retry with new ports.
+_PORT_CONFLICT_HINTS = ("address already in use", "errno 98", "eaddrinuse")
+
+
+class ServerStartError(RuntimeError):
+    """A server did not become ready; the message carries its config and output."""
+
+
+def binary(kind: str) -> Path:
+    """Return the path of the executable for ``kind`` in the running interpreter's venv."""
+    return Path(sys.executable).parent / _BINARIES[kind]
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that was free a moment ago (bind port 0, close)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def render_config(port: int, http_port: int | None, extra: str = "") -> str:
+    """Render a server configuration: client listener, optional monitoring, extra text."""
+    lines = [f"listen: 127.0.0.1:{port}"]
+    if http_port is not None:
+        lines.append(f"http: 127.0.0.1:{http_port}")
+    if extra:
+        lines.append(extra.strip())
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class RunningServer:
+    """One server process we started, with where to reach it and where its output goes."""
+
+    kind: str
+    port: int
+    http_port: int | None
+    config_path: Path
+    stdout_path: Path
+    stderr_path: Path
+    proc: subprocess.Popen = field(repr=False)
+
+    @property
+    def url(self) -> str:
+        """The ``nats://`` URL clients connect to."""
+        return f"nats://127.0.0.1:{self.port}"
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The (host, port) of the client listener, for raw sockets."""
+        return ("127.0.0.1", self.port)
+
+    def output(self) -> str:
+        """The configuration and captured stdout/stderr, for failure messages."""
+        parts = [f"--- {self.kind}: {' '.join(map(str, self.proc.args))}"]
+        parts.append(f"--- config {self.config_path}:\n{_read(self.config_path)}")
+        parts.append(f"--- stdout:\n{_read(self.stdout_path)}")
+        parts.append(f"--- stderr:\n{_read(self.stderr_path)}")
+        return "\n".join(parts)
+
+    def http_get(self, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
+        """GET ``path`` on the monitoring port; return (status, body), even for 4xx/5xx."""
+        if self.http_port is None:
+            raise RuntimeError(f"{self.kind} was started without monitoring (http)")
+        url = f"http://127.0.0.1:{self.http_port}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as resp:
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def monitor(self, path: str) -> dict:
+        """GET a monitoring endpoint (``/varz``, ``/connz`` ...) and decode its JSON."""
+        status, body = self.http_get(path)
+        if status != 200:
+            raise AssertionError(f"GET {path} on {self.kind}: HTTP {status}: {body[:500]!r}")
+        return json.loads(body)
+
+    def alive(self) -> bool:
+        """True while the process has not exited."""
+        return self.proc.poll() is None
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM, wait up to ``timeout``, then SIGKILL; return the exit code."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=timeout)
+        return self.proc.returncode
+
+
+def _read(path: Path) -> str:
+    """Return a file's text, or a note when it cannot be read."""
+    try:
+        return path.read_text(errors="replace")
+    except OSError as e:
+        return f"<unreadable: {e}>"
+
+
+def _tcp_ready(port: int) -> bool:
+    """True when something accepts TCP connections on 127.0.0.1:port."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _healthz_ready(server: RunningServer) -> bool:
+    """True when the monitoring port answers ``/healthz`` with HTTP 200."""
+    try:
+        status, _ = server.http_get("/healthz", timeout=0.5)
+    except OSError:
+        return False
+    return status == 200
+
+
+def _wait_ready(server: RunningServer, deadline: float) -> str | None:
+    """Poll until ready; return None when ready, else the reason it is not."""
+    while time.monotonic() < deadline:
+        if not server.alive():
+            return f"exited with code {server.proc.returncode}"
+        if _tcp_ready(server.port) and (server.http_port is None or _healthz_ready(server)):
+            return None
+        time.sleep(0.02)
+    return "not ready before the deadline"
+
+
+def _launch(kind: str, workdir: Path, extra: str, http: bool, name: str) -> RunningServer:
+    """Write the config file and start the process, output captured to files in workdir."""
+    port = free_port()
+    http_port = free_port() if http else None
+    conf = workdir / f"{name}.conf"
+    conf.write_text(render_config(port, http_port, extra))
+    stdout_path, stderr_path = workdir / f"{name}.stdout", workdir / f"{name}.stderr"
+    with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+        proc = subprocess.Popen(
+            [str(binary(kind)), "-c", str(conf)],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            cwd=workdir,
+        )
+    return RunningServer(kind, port, http_port, conf, stdout_path, stderr_path, proc)
+
+
+def start_server(
+    kind: str,
+    workdir: Path,
+    extra: str = "",
+    *,
+    http: bool = False,
+    name: str | None = None,
+    ready_timeout: float = 15.0,
+    attempts: int = 3,
+) -> RunningServer:
+    """Start ``kind`` with ``extra`` config text in ``workdir`` and wait until it is ready.
+
+    Retries with new ports when the log shows the picked port was taken meanwhile.
+    Raises ServerStartError (with config and output) when the server does not come up.
+    """
+    __tracebackhide__ = True  # pytest: the message carries everything
+    if kind not in _BINARIES:
+        raise ValueError(f"unknown server kind {kind!r}; expected one of {KINDS}")
+    workdir.mkdir(parents=True, exist_ok=True)
+    name = name or kind
+    for attempt in range(1, attempts + 1):
+        if not binary(kind).exists():
+            raise ServerStartError(f"{kind}: no executable at {binary(kind)}")
+        server = _launch(kind, workdir, extra, http, f"{name}-{attempt}")
+        reason = _wait_ready(server, time.monotonic() + ready_timeout)
+        if reason is None:
+            return server
+        server.stop()
+        log = (_read(server.stdout_path) + _read(server.stderr_path)).lower()
+        if attempt < attempts and any(hint in log for hint in _PORT_CONFLICT_HINTS):
+            continue
+        raise ServerStartError(f"{kind} failed to start ({reason})\n{server.output()}")
+    raise AssertionError("unreachable")

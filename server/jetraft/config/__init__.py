@@ -9,6 +9,7 @@ Entry points:
 * :func:`load_config` / :func:`config_from_text` - a file or text to a validated
   :class:`ServerConfig` (durations in float seconds, sizes in int bytes).
 * :func:`validate` - the cross-field checks, to re-run after command-line overrides.
+* :func:`parse_route_url` - one ``--routes`` URL, checked as the ``routes`` key is.
 * :func:`dumps` - plain values back to configuration text.
 
 Every failure is a :class:`ConfigError` with ``message``, ``file``, ``line`` and

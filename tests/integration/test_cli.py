@@ -20,7 +20,7 @@ import nats
 import pytest
 
 BIN = Path(sys.executable).parent / "jetraft-server"
-SEEDS = Path(__file__).resolve().parents[2].parent / "shared" / "seeds"
+SEEDS = Path(__file__).resolve().parents[1] / "unit" / "config" / "seeds"
 SEED_HASH = "$2a$11$DRh4C0KNbNnD8K/hb/buWe1zPxEHrLEiDmuq1Mi0rRJiH/W25Qidm"
 SEED_PASSWORD = "a very long s3cr3t! password"
 

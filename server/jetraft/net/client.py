@@ -258,7 +258,7 @@ class ClientConnection:
             return
         if self.close_reason is not None:
             return
-        self.verbose = bool(options.get("verbose", False))
+        self.verbose = bool(options.get("verbose", True))  # nats-server default
         self.parser.pedantic = bool(options.get("pedantic", False))
         self.echo = bool(options.get("echo", True))
         self.headers = bool(options.get("headers", False))

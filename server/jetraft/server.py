@@ -29,7 +29,7 @@ from jetraft.auth import GLOBAL_ACCOUNT, Authenticator
 from jetraft.config import ServerConfig, load_config, validate
 from jetraft.events import EventLog
 from jetraft.net.client import ClientConnection, Subscription
-from jetraft.protocol import SubjectIndex, encode_err, encode_msg, no_responders_headers
+from jetraft.protocol import SubjectIndex, encode_err, encode_info, encode_msg, no_responders_headers
 
 _B32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
 
@@ -101,6 +101,7 @@ class Server:
         self._next_cid = 0
         self._nursery: trio.Nursery | None = None
         self._accept_scope = trio.CancelScope()
+        self._listeners: list[trio.SocketListener] = []
         self._stopping = trio.Event()
         self._no_clients = trio.Event()
         self._no_clients.set()
@@ -129,7 +130,7 @@ class Server:
                          nats_version=NATS_COMPAT_VERSION, config=cfg.source, pid=os.getpid())
         for warning in cfg.warnings:
             self.events.emit("config_warning", message=warning)
-        listeners = await trio.open_tcp_listeners(max(cfg.port, 0), host=cfg.host)
+        listeners = self._listeners = await trio.open_tcp_listeners(max(cfg.port, 0), host=cfg.host)
         self.client_port = listeners[0].socket.getsockname()[1]
         self._update_base_info()
         self.events.emit("listening", kind="client", host=cfg.host, port=self.client_port)
@@ -146,17 +147,23 @@ class Server:
                 self.events.emit("server_ready")
                 task_status.started(self)
                 await self._stopping.wait()
-                self._accept_scope.cancel()
+                await self._close_listeners()
                 for client in list(self.clients.values()):
                     client.close("Server Shutdown")
                 with trio.move_on_after(2):
                     await self._no_clients.wait()
                 nursery.cancel_scope.cancel()
         finally:
-            for listener in listeners:
-                with trio.CancelScope(shield=True):
-                    await listener.aclose()
+            with trio.CancelScope(shield=True):
+                await self._close_listeners()
             self.events.emit("server_stopped")
+
+    async def _close_listeners(self) -> None:
+        """Stop accepting and close the listening sockets: new clients are refused."""
+        self._accept_scope.cancel()
+        listeners, self._listeners = self._listeners, []
+        for listener in listeners:
+            await listener.aclose()
 
     async def _accept_loop(self, listeners: list[trio.SocketListener]) -> None:
         with self._accept_scope:
@@ -180,7 +187,7 @@ class Server:
                 continue
             if len(self.clients) >= self.config.max_connections:
                 self.events.emit("max_connections", ip=ip, limit=self.config.max_connections)
-                self._nursery.start_soon(self._refuse, stream, "maximum connections exceeded")
+                self._nursery.start_soon(self._refuse, stream, ip, "maximum connections exceeded")
                 continue
             self._next_cid += 1
             client = ClientConnection(self, stream, self._next_cid, ip, port)
@@ -189,10 +196,12 @@ class Server:
             self.stats.total_connections += 1
             self._nursery.start_soon(client.run)
 
-    async def _refuse(self, stream: trio.SocketStream, text: str) -> None:
+    async def _refuse(self, stream: trio.SocketStream, ip: str, text: str) -> None:
+        """INFO, then -ERR, then close: what nats-server sends past max_connections."""
+        info = dict(self._base_info, client_id=0, client_ip=ip)
         with trio.move_on_after(1):
             try:
-                await stream.send_all(encode_err(text))
+                await stream.send_all(encode_info(info) + encode_err(text))
             except (trio.BrokenResourceError, OSError):
                 pass
         await stream.aclose()
@@ -291,7 +300,7 @@ class Server:
         if self.lame_duck_mode or self._stopping.is_set():
             return
         self.lame_duck_mode = True
-        self._accept_scope.cancel()
+        await self._close_listeners()
         cfg = self.config
         clients = list(self.clients.values())
         grace = min(cfg.lame_duck_grace_period, cfg.lame_duck_duration)

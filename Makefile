@@ -19,6 +19,7 @@ test: setup
 
 bench: setup
 	$(BIN)/python tests/bench/core.py
+	$(BIN)/python tests/bench/subjects.py
 
 lab: setup
 	@echo "make lab: the five-host lab arrives with the appliance roles; it is not built yet." >&2

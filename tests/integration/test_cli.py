@@ -14,21 +14,18 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import nats
 import pytest
+from servers import free_port
 
 BIN = Path(sys.executable).parent / "jetraft-server"
 SEEDS = Path(__file__).resolve().parents[1] / "unit" / "config" / "seeds"
 SEED_HASH = "$2a$11$DRh4C0KNbNnD8K/hb/buWe1zPxEHrLEiDmuq1Mi0rRJiH/W25Qidm"
 SEED_PASSWORD = "a very long s3cr3t! password"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
@@ -273,8 +270,12 @@ def test_sighup_refuses_broken_file_and_keeps_serving(running):
 
 def test_lame_duck_informs_clients_and_stops(running, tmp_path):
     pid_file = tmp_path / "server.pid"
+    http_port = free_port()
     server = running("listen: 127.0.0.1:@PORT@\nlame_duck_duration: \"30s\"\n"
-                     f"lame_duck_grace_period: \"1s\"\npid_file: \"{pid_file}\"\n")
+                     f"lame_duck_grace_period: \"5s\"\npid_file: \"{pid_file}\"\n"
+                     f"http: 127.0.0.1:{http_port}\n")
+    healthz = f"http://127.0.0.1:{http_port}/healthz"
+    assert urllib.request.urlopen(healthz, timeout=5).status == 200
     wait_for(pid_file.exists, what="pid file")
 
     async def scenario():
@@ -288,6 +289,9 @@ def test_lame_duck_informs_clients_and_stops(running, tmp_path):
         result = run_cli("--signal", f"ldm={pid_file}")
         assert result.returncode == 0, result.stderr
         await asyncio.wait_for(ldm.wait(), 10)
+        with pytest.raises(urllib.error.HTTPError) as unhealthy:  # still draining: 503
+            urllib.request.urlopen(healthz, timeout=5)
+        assert unhealthy.value.code == 503
         with pytest.raises(ConnectionRefusedError):  # no new clients in lame duck mode
             socket.create_connection(("127.0.0.1", server.port), timeout=5).close()
         await nc.close()

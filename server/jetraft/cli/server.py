@@ -165,7 +165,7 @@ def run_server(cfg: ServerConfig, overrides: Callable[[ServerConfig], ServerConf
     if unsupported:
         raise UsageFailure(
             f"{' and '.join(unsupported)} {'is' if len(unsupported) == 1 else 'are'} configured, "
-            "but this jetraft build does not support it yet; "
+            f"but this jetraft build does not support {'it' if len(unsupported) == 1 else 'them'} yet; "
             "remove the jetstream/cluster settings (or -js/--cluster flags) to run core NATS"
         )
     server = Server(cfg, overrides=overrides, handle_signals=True)

@@ -112,6 +112,47 @@ EVENTS: dict[str, EventSpec] = {
         {"clients": "int", "duration_s": "float", "grace_period_s": "float"},
     ),
     "shutdown": EventSpec("info", "The server is stopping.", {"reason": "signal or cause"}),
+    # RAFT (jetraft.raft.node on_event hook; one line per transition, per group)
+    **{
+        f"raft_became_{role}": EventSpec(
+            "info", f"This server became {role.replace('_', '-')} of a RAFT group.",
+            {"group": "RAFT group name", "term": "int", "leader": "leader's id or null"},
+        )
+        for role in ("follower", "pre_candidate", "candidate", "leader")
+    },
+    "raft_vote_granted": EventSpec(
+        "info", "This server granted its vote (RequestVote, Raft §5.2).",
+        {"group": "str", "term": "int", "to": "candidate id"},
+    ),
+    "raft_commit_advanced": EventSpec(
+        "debug", "The group's commit index advanced on this server.",
+        {"group": "str", "term": "int", "commit": "int (log index)"},
+    ),
+    "raft_snapshot_taken": EventSpec(
+        "info", "This server took a snapshot and may compact its log.",
+        {"group": "str", "index": "int", "term": "int"},
+    ),
+    "raft_snapshot_installed": EventSpec(
+        "info", "This server installed a snapshot sent by the leader (InstallSnapshot, Raft §7).",
+        {"group": "str", "index": "int", "term": "int"},
+    ),
+    "raft_peer_added": EventSpec(
+        "info", "A peer joined the group's configuration (thesis §4.1).",
+        {"group": "str", "term": "int", "peer": "str", "index": "int"},
+    ),
+    "raft_peer_removed": EventSpec(
+        "info", "A peer left the group's configuration (thesis §4.1).",
+        {"group": "str", "term": "int", "peer": "str", "index": "int"},
+    ),
+    "raft_leader_transfer": EventSpec(
+        "info", "The leader is handing leadership to a peer (TimeoutNow, thesis §3.10).",
+        {"group": "str", "term": "int", "to": "str"},
+    ),
+    "raft_log_recovered": EventSpec(
+        "warn", "Opening a group's log found a torn tail or a corrupt record (never served).",
+        {"group": "str", "file": "str", "offset": "int (bytes)", "kind": "torn_tail | checksum_mismatch",
+         "first_index": "int"},
+    ),
     "server_stopped": EventSpec("info", "Every connection and listener is closed.", {}),
 }
 

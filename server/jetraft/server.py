@@ -342,7 +342,8 @@ class Server:
                              error=f"config reload not supported for {', '.join(fixed)}")
             return False
         changed = [f.name for f in dataclasses.fields(new)
-                   if f.name not in ("warnings", "source") and getattr(new, f.name) != getattr(old, f.name)]
+                   if f.compare and f.name not in ("warnings", "source")
+                   and getattr(new, f.name) != getattr(old, f.name)]
         previous_auth = self.auth
         self.config = new
         self.config_load_ns = time.time_ns()

@@ -143,6 +143,11 @@ class ClientConnection:
 
     # ------------------------------------------------------------------ output
 
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes queued for the client and not yet written to its socket."""
+        return len(self._out)
+
     def send(self, data: bytes) -> None:
         """Queue ``data`` for the client; a buffer past ``max_pending`` cuts the client off."""
         if self.close_reason is not None:

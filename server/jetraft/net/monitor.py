@@ -113,7 +113,7 @@ def connz(server: Server, params: dict[str, list[str]]) -> dict[str, Any]:
             "cid": c.cid, "kind": "Client", "type": "nats", "ip": c.ip, "port": c.port,
             "start": rfc3339_ns(c.start_ns), "last_activity": rfc3339_ns(c.last_activity),
             "uptime": f"{(now - c.start_ns) // NS}s", "idle": f"{(now - c.last_activity) // NS}s",
-            "pending_bytes": len(c._out), "in_msgs": c.in_msgs, "out_msgs": c.out_msgs,
+            "pending_bytes": c.pending_bytes, "in_msgs": c.in_msgs, "out_msgs": c.out_msgs,
             "in_bytes": c.in_bytes, "out_bytes": c.out_bytes, "subscriptions": len(c.subs),
         }
         for key in ("name", "lang", "version"):

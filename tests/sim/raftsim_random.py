@@ -1,0 +1,429 @@
+"""Randomized runs of a jetraft RAFT group: a discrete-event scheduler in virtual time.
+
+Every event is one primitive of :class:`raftsim.Cluster`: a node ticks; a message is
+delivered (after a random delay: reordering; possibly lost or duplicated); a node takes
+its Ready and writes it (volatile); those writes become durable (fsync), and only then
+are its messages sent and its committed entries applied; a client proposes a unique value
+to some node; or a nemesis acts: partition (a random split, or one-way cuts), heal, crash
+(unsynced writes lost, sometimes a torn append), restart, leadership transfer, config
+change (remove / re-add a node, when enabled), snapshot + compaction.
+
+The invariants are checked after every event; at random heal points and at the end the
+run checks liveness: with the network healed, every node up and no loss, a leader is
+elected and a fresh proposal commits within ``liveness_bound`` of virtual time.
+
+Everything derives from the seed: the same seed replays the same run.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass, replace
+
+from jetraft.raft.types import (
+    ConfigChange,
+    ConfigChangeType,
+    Message,
+    RaftError,
+    Role,
+)
+from raftsim import Cluster, InvariantViolation
+
+TICK = 10  # virtual time between two ticks of a node
+
+
+@dataclass
+class SimParams:
+    """Knobs of one run. ``for_seed`` picks a varied mix from the seed."""
+
+    nodes: int = 3
+    steps: int = 2000
+    delay: tuple[int, int] = (1, 12)
+    fsync_delay: tuple[int, int] = (1, 6)
+    loss: float = 0.02
+    duplicate: float = 0.02
+    propose_every: int = 15            # mean virtual time between client proposals
+    nemesis_every: int = 120           # mean virtual time between nemesis actions
+    crash_weight: int = 3
+    torn_share: float = 0.5            # share of crashes that tear the pending append
+    partition_weight: int = 3
+    transfer_weight: int = 1
+    snapshot_weight: int = 2
+    config_changes: bool = False
+    config_weight: int = 2
+    liveness_checks: float = 0.2       # share of heals that start a liveness check
+    election_ticks: int = 10
+    heartbeat_ticks: int = 3
+
+    @classmethod
+    def for_seed(cls, seed: int, steps: int = 2000) -> SimParams:
+        rng = random.Random(seed ^ 0x5EED)
+        return cls(
+            nodes=3 if seed % 2 == 0 else 5,
+            steps=steps,
+            loss=rng.choice((0.0, 0.01, 0.05, 0.15)),
+            duplicate=rng.choice((0.0, 0.02, 0.1)),
+            delay=rng.choice(((1, 4), (1, 12), (2, 40))),
+            propose_every=rng.choice((5, 15, 40)),
+            nemesis_every=rng.choice((40, 120, 300)),
+            torn_share=rng.choice((0.0, 0.5, 1.0)),
+            config_changes=seed % 4 == 3,
+        )
+
+    @property
+    def liveness_bound(self) -> int:
+        """10 election timeouts, plus slack for one message round per heartbeat."""
+        return 10 * 2 * self.election_ticks * TICK
+
+
+class RandomSim:
+    """One seeded run. ``run()`` raises :class:`InvariantViolation` with a replayable report."""
+
+    def __init__(self, seed: int, params: SimParams | None = None, *, node_cls=None, node_cls_for=None, verbose=False) -> None:
+        self.seed = seed
+        self.p = params or SimParams.for_seed(seed)
+        self.rng = random.Random(seed)
+        self.cluster = Cluster(
+            self.p.nodes,
+            seed=seed,
+            node_cls=node_cls,
+            node_cls_for=node_cls_for,
+            election_ticks=self.p.election_ticks,
+            heartbeat_ticks=self.p.heartbeat_ticks,
+            record_applied=False,
+        )
+        self.verbose = verbose
+        self.queue: list[tuple[int, int, str, object]] = []
+        self.seq = 0
+        self.steps = 0
+        self.cut: set[tuple[str, str]] = set()
+        self.ready_scheduled: set[str] = set()
+        self.members = list(self.cluster.ids)     # the current configuration (as last proposed by the sim)
+        self.removed: list[str] = []
+        self.proposed = 0
+        self.calm_until: int | None = None        # a liveness check is running until then
+        self.calm_values: set[bytes] = set()
+        self.liveness_checks = 0
+        self.stats = dict(
+            delivered=0, lost=0, duplicated=0, crashes=0, torn=0, restarts=0, partitions=0,
+            snapshots=0, transfers=0, config_changes=0, proposals=0, applied=0,
+        )
+        for i, pid in enumerate(self.cluster.ids):
+            self.at(self.rng.randrange(TICK), "tick", (pid, 1))
+
+    # -- scheduling -------------------------------------------------------------------------
+
+    def at(self, delay: int, kind: str, arg: object) -> None:
+        self.seq += 1
+        heapq.heappush(self.queue, (self.cluster.now + delay, self.seq, kind, arg))
+
+    def touch(self, pid: str) -> None:
+        sn = self.cluster.nodes[pid]
+        if pid not in self.ready_scheduled and sn.inflight is None and sn.raft is not None and sn.raft.has_ready():
+            self.ready_scheduled.add(pid)
+            self.at(self.rng.randrange(2), "ready", (pid, sn.incarnation))
+
+    def send(self, m: Message) -> None:
+        p = self.p
+        rng = self.rng
+        if (m.src, m.dst) in self.cut:
+            self.stats["lost"] += 1
+            return
+        calm = self.calm_until is not None
+        if not calm and rng.random() < p.loss:
+            self.stats["lost"] += 1
+            return
+        self.at(rng.randint(*p.delay), "deliver", m)
+        if not calm and rng.random() < p.duplicate:
+            self.stats["duplicated"] += 1
+            self.at(rng.randint(*p.delay), "deliver", replace(m))
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def run(self) -> RandomSim:
+        try:
+            self._run()
+        except InvariantViolation as exc:
+            raise InvariantViolation(exc.invariant, self.report(exc)) from None
+        except Exception as exc:  # a crash of the core under some schedule is a finding too
+            raise InvariantViolation("no exception from the core", self.report(exc)) from exc
+        return self
+
+    def report(self, exc: BaseException) -> str:
+        return (
+            f"seed {self.seed} ({self.p.nodes} nodes, step {self.steps}, virtual time {self.cluster.now}): "
+            f"{exc}\n--- last {len(self.cluster.trace)} events ---\n{self.cluster.format_trace()}\n"
+            f"--- replay: JETRAFT_SIM_REPLAY={self.seed} .venv/bin/pytest tests/sim -k replay -s"
+        )
+
+    def _run(self) -> None:
+        c = self.cluster
+        self.at(self._exp(self.p.propose_every), "propose", None)
+        self.at(self._exp(self.p.nemesis_every), "nemesis", None)
+        while self.steps < self.p.steps:
+            self.event()
+        self.final_liveness()
+
+    def _exp(self, mean: int) -> int:
+        return 1 + int(self.rng.expovariate(1.0 / mean))
+
+    def event(self) -> None:
+        c = self.cluster
+        now, _, kind, arg = heapq.heappop(self.queue)
+        c.now = now
+        self.steps += 1
+        if kind == "deliver":
+            m: Message = arg  # type: ignore[assignment]
+            dst = c.nodes[m.dst]
+            if dst.raft is None or (m.src, m.dst) in self.cut:
+                self.stats["lost"] += 1
+                return
+            self.stats["delivered"] += 1
+            c.step(m)
+            self.touch(m.dst)
+        elif kind == "tick":
+            pid, inc = arg  # type: ignore[misc]
+            sn = c.nodes[pid]
+            if sn.raft is None or sn.incarnation != inc:
+                return
+            sn.raft.tick()
+            c.note("tick", pid)
+            c.checker.observe(sn)
+            self.at(TICK, "tick", (pid, inc))
+            self.touch(pid)
+        elif kind == "ready":
+            pid, inc = arg  # type: ignore[misc]
+            self.ready_scheduled.discard(pid)
+            sn = c.nodes[pid]
+            if sn.raft is None or sn.incarnation != inc:
+                return
+            rd = c.persist(pid)
+            if rd is None:
+                return
+            if rd.must_sync:
+                self.at(self.rng.randint(*self.p.fsync_delay), "sync", (pid, inc))
+            else:
+                self._after_apply(pid, c.complete(pid, send=self.send, fsync=False))
+                self.touch(pid)
+        elif kind == "sync":
+            pid, inc = arg  # type: ignore[misc]
+            sn = c.nodes[pid]
+            if sn.raft is None or sn.incarnation != inc:
+                return
+            rd = c.complete(pid, send=self.send, fsync=True)
+            self._after_apply(pid, rd)
+            self.touch(pid)
+        elif kind == "propose":
+            self.at(self._exp(self.p.propose_every), "propose", None)
+            if self.calm_until is None:
+                self.client_propose()
+        elif kind == "nemesis":
+            self.at(self._exp(self.p.nemesis_every), "nemesis", None)
+            if self.calm_until is None:
+                self.nemesis()
+        elif kind == "restart":
+            pid = arg  # type: ignore[assignment]
+            if c.nodes[pid].raft is None:
+                self.restart(pid)
+        elif kind == "heal":
+            self.heal()
+        elif kind == "liveness":
+            if self.calm_until is not None:
+                self._liveness_tick()
+        else:  # pragma: no cover
+            raise AssertionError(kind)
+        if self.steps % 64 == 0 and not self.p.config_changes:
+            c.checker.check_durable_quorum(c.ids)
+
+    # -- clients ------------------------------------------------------------------------------
+
+    def _after_apply(self, pid: str, rd) -> None:
+        if rd is not None and self.calm_values:
+            for e in rd.committed_entries:
+                if e.data in self.calm_values:
+                    self.calm_values = set()
+                    c = self.cluster
+                    c.note("liveness", "ok", f"committed within {c.now - (self.calm_until - self.p.liveness_bound)}")
+                    self.calm_until = None
+                    return
+
+    def client_propose(self, pid: str | None = None) -> bytes:
+        c = self.cluster
+        up = [p for p in c.ids if c.nodes[p].raft is not None]
+        if not up:
+            return b""
+        if pid is None:
+            leader = c.leader()
+            pid = leader if leader is not None and self.rng.random() < 0.7 else self.rng.choice(up)
+        self.proposed += 1
+        value = b"v%d" % self.proposed
+        self.stats["proposals"] += 1
+        try:
+            c.propose(pid, value)
+        except RaftError:
+            pass
+        self.touch(pid)
+        return value
+
+    # -- nemesis ------------------------------------------------------------------------------
+
+    def nemesis(self) -> None:
+        p, rng, c = self.p, self.rng, self.cluster
+        choices = (
+            ["crash"] * p.crash_weight
+            + ["partition"] * p.partition_weight
+            + ["heal"] * p.partition_weight
+            + ["transfer"] * p.transfer_weight
+            + ["snapshot"] * p.snapshot_weight
+            + (["config"] * p.config_weight if p.config_changes else [])
+        )
+        what = rng.choice(choices)
+        if what == "crash":
+            up = [x for x in c.ids if c.nodes[x].raft is not None]
+            if not up:
+                return
+            pid = rng.choice(up)
+            keep = None
+            if rng.random() < p.torn_share:
+                n = c.nodes[pid].storage.unsynced_entries()
+                if n > 0:
+                    keep = rng.randrange(n)
+                    self.stats["torn"] += 1
+            c.crash(pid, keep)
+            self.stats["crashes"] += 1
+            self.ready_scheduled.discard(pid)
+            self.at(rng.randint(TICK, 40 * TICK), "restart", pid)
+        elif what == "partition":
+            self.partition()
+        elif what == "heal":
+            self.heal()
+            if rng.random() < p.liveness_checks:
+                self.start_liveness_check()
+        elif what == "transfer":
+            up = [x for x in c.ids if c.nodes[x].raft is not None]
+            leader = c.leader()
+            if leader is None or len(up) < 2:
+                return
+            to = rng.choice([x for x in self.members if x != leader] or [leader])
+            at = leader if rng.random() < 0.7 else rng.choice(up)
+            self.stats["transfers"] += 1
+            try:
+                c.transfer(at, to)
+            except RaftError:
+                pass
+            self.touch(at)
+        elif what == "snapshot":
+            up = [x for x in c.ids if c.nodes[x].raft is not None]
+            pid = rng.choice(up) if up else None
+            if pid is None:
+                return
+            sn = c.nodes[pid]
+            if sn.sm_index > sn.storage.view.snap.index and sn.storage.durable.term_at(sn.sm_index) is not None:
+                lo = sn.storage.view.snap.index + 1
+                compact_to = rng.randint(lo, sn.sm_index)
+                if c.snapshot(pid, compact_to=compact_to) is not None:
+                    self.stats["snapshots"] += 1
+        elif what == "config":
+            self.config_change()
+
+    def partition(self) -> None:
+        rng, c = self.rng, self.cluster
+        ids = list(c.ids)
+        rng.shuffle(ids)
+        kind = rng.randrange(3)
+        self.cut.clear()
+        if kind == 0:  # a clean split into two sides
+            k = rng.randint(1, len(ids) // 2)
+            a, b = ids[:k], ids[k:]
+            for x in a:
+                for y in b:
+                    self.cut.add((x, y))
+                    self.cut.add((y, x))
+            desc = f"split {sorted(a)} | {sorted(b)}"
+        elif kind == 1:  # one-way cuts: x no longer hears from some nodes, they still hear x
+            x = ids[0]
+            srcs = ids[1 : 1 + rng.randint(1, len(ids) - 1)]
+            for y in srcs:
+                self.cut.add((y, x))
+            desc = f"one-way: {sorted(srcs)} -/-> {x}"
+        else:  # random asymmetric cuts
+            for x in ids:
+                for y in ids:
+                    if x != y and rng.random() < 0.3:
+                        self.cut.add((x, y))
+            desc = "random cuts " + " ".join(f"{x}-/->{y}" for x, y in sorted(self.cut))
+        self.stats["partitions"] += 1
+        c.note("partition", desc)
+
+    def heal(self) -> None:
+        self.cut.clear()
+        self.cluster.note("heal")
+
+    def restart(self, pid: str) -> None:
+        c = self.cluster
+        c.restart(pid)
+        self.stats["restarts"] += 1
+        self.at(self.rng.randrange(TICK), "tick", (pid, c.nodes[pid].incarnation))
+        self.touch(pid)
+
+    def config_change(self) -> None:
+        rng, c = self.rng, self.cluster
+        leader = c.leader()
+        if leader is None:
+            return
+        if self.removed and (len(self.members) <= 3 or rng.random() < 0.5):
+            peer = self.removed[0]
+            cc = ConfigChange(ConfigChangeType.ADD_PEER, peer)
+        elif len(self.members) > 3 or (len(self.members) == 3 and rng.random() < 0.3):
+            peer = rng.choice(self.members)
+            cc = ConfigChange(ConfigChangeType.REMOVE_PEER, peer)
+        else:
+            return
+        try:
+            c.propose_config_change(leader, cc)
+        except RaftError:
+            return
+        self.stats["config_changes"] += 1
+        self.touch(leader)
+        # the sim's own view of membership follows the leader's configuration
+        self.members = sorted(c.nodes[leader].raft.peers)
+        self.removed = [x for x in c.ids if x not in self.members]
+
+    # -- liveness -------------------------------------------------------------------------
+
+    def start_liveness_check(self) -> None:
+        """Heal everything, bring every node up, stop loss and duplication: a leader must be
+        elected and a fresh proposal must commit within the bound."""
+        c = self.cluster
+        self.heal()
+        for pid in c.ids:
+            if c.nodes[pid].raft is None:
+                self.restart(pid)
+        self.calm_until = c.now + self.p.liveness_bound
+        self.calm_values = set()
+        self.liveness_checks += 1
+        c.note("liveness", "check until", self.calm_until)
+        self.at(TICK, "liveness", None)
+
+    def _liveness_tick(self) -> None:
+        c = self.cluster
+        if c.now > self.calm_until:
+            leader = c.leader()
+            raise InvariantViolation(
+                "liveness",
+                f"no proposal committed within {self.p.liveness_bound} virtual time after healing "
+                f"(leader now: {leader}; terms: "
+                + ", ".join(f"{x}=t{c.nodes[x].raft.term}/{c.nodes[x].raft.role.name}" for x in c.ids)
+                + ")",
+            )
+        leader = c.leader()
+        # propose once a leader is known; again now and then (a new leader may have dropped it)
+        if leader is not None and (not self.calm_values or self.rng.random() < 0.2):
+            self.calm_values.add(self.client_propose(leader))
+        self.at(TICK, "liveness", None)
+
+    def final_liveness(self) -> None:
+        self.start_liveness_check()
+        while self.calm_until is not None:
+            self.event()

@@ -1,0 +1,166 @@
+"""MemoryStorage: the in-memory :class:`~jetraft.raft.types.Storage` for tests, the
+simulator and benchmarks (the role of etcd storage.go MemoryStorage).
+
+The read side is the Storage protocol the core uses; the write side (``append``,
+``set_hard_state``, ``apply_snapshot``, ``create_snapshot``, ``compact``) is what a driver
+calls while handling a :class:`~jetraft.raft.types.Ready`. The on-disk storage offers the
+same write methods.
+
+Layout: ``_ents[0]`` is a sentinel standing for the snapshot (its index and term); the
+entries after it are the log, contiguous, so a term lookup is one list index (O(1)).
+"""
+
+from __future__ import annotations
+
+from .types import (
+    CompactedError,
+    ConfigChange,
+    ConfigChangeType,
+    Entry,
+    EntryType,
+    HardState,
+    Snapshot,
+    UnavailableError,
+)
+
+
+def apply_config_entry(peers: tuple[str, ...], entry: Entry) -> tuple[str, ...]:
+    """The configuration after a CONFIG_CHANGE ``entry`` (thesis §4.1); a malformed or
+    no-op change (adding a known peer, removing an unknown one) leaves ``peers`` as is."""
+    try:
+        change = ConfigChange.decode(entry.data)
+    except ValueError:
+        return peers
+    if change.type == ConfigChangeType.ADD_PEER:
+        return peers if change.peer in peers else peers + (change.peer,)
+    if change.peer not in peers:
+        return peers
+    return tuple(p for p in peers if p != change.peer)
+
+
+class MemoryStorage:
+    """A log, hard state and snapshot held in memory. Not thread-safe."""
+
+    __slots__ = ("_hs", "_snap", "_ents")
+
+    def __init__(self, peers: tuple[str, ...] = ()) -> None:
+        self._hs = HardState()
+        self._snap = Snapshot(0, 0, tuple(peers))
+        self._ents: list[Entry] = [Entry(0, 0)]
+
+    # -- read side (types.Storage) -------------------------------------------------------
+
+    def initial_state(self) -> tuple[HardState, tuple[str, ...]]:
+        """The hard state and the latest configuration in the log: the snapshot's peers
+        with every CONFIG_CHANGE entry after it applied in order."""
+        peers = self._snap.peers
+        for e in self._ents[1:]:
+            if e.type == EntryType.CONFIG_CHANGE:
+                peers = apply_config_entry(peers, e)
+        return self._hs, peers
+
+    def entries(self, lo: int, hi: int, max_bytes: int | None = None) -> list[Entry]:
+        """Entries in [lo, hi); at least one when the range is not empty, at most
+        ``max_bytes`` of data in total. CompactedError if lo <= snapshot index,
+        UnavailableError if hi > last_index() + 1."""
+        base = self._ents[0].index
+        if lo <= base:
+            raise CompactedError(f"index {lo} compacted (first index {base + 1})")
+        if hi > base + len(self._ents):
+            raise UnavailableError(f"index {hi - 1} past last index {self.last_index()}")
+        out = self._ents[lo - base : hi - base]
+        if max_bytes is not None:
+            out = limit_size(out, max_bytes)
+        return out
+
+    def term(self, index: int) -> int:
+        base = self._ents[0].index
+        if index < base:
+            raise CompactedError(f"index {index} compacted (first index {base + 1})")
+        off = index - base
+        if off >= len(self._ents):
+            raise UnavailableError(f"index {index} past last index {self.last_index()}")
+        return self._ents[off].term
+
+    def first_index(self) -> int:
+        return self._ents[0].index + 1
+
+    def last_index(self) -> int:
+        return self._ents[0].index + len(self._ents) - 1
+
+    def snapshot(self) -> Snapshot:
+        return self._snap
+
+    def hard_state(self) -> HardState:
+        return self._hs
+
+    # -- write side (the driver, from Ready) ---------------------------------------------
+
+    def append(self, entries: list[Entry]) -> None:
+        """Append ``entries`` (contiguous); an entry whose index is already present
+        truncates the log from there first. Entries at or below the snapshot are skipped.
+        Raises ValueError when the entries would leave a gap after the last index."""
+        if not entries:
+            return
+        base = self._ents[0].index
+        first = entries[0].index
+        if entries[-1].index <= base:
+            return
+        if first <= base:
+            entries = entries[base + 1 - first :]
+            first = base + 1
+        off = first - base
+        ents = self._ents
+        if off > len(ents):
+            raise ValueError(f"missing log entries: last {self.last_index()}, appending {first}")
+        if off < len(ents):
+            del ents[off:]
+        ents.extend(entries)
+
+    def set_hard_state(self, hs: HardState) -> None:
+        self._hs = hs
+
+    def apply_snapshot(self, snap: Snapshot) -> None:
+        """Install ``snap``: the log up to snap.index is discarded, and all of it when the
+        log does not hold snap.index with snap.term. An older snapshot is ignored."""
+        if snap.index <= self._snap.index:
+            return
+        base = self._ents[0].index
+        off = snap.index - base
+        keep: list[Entry] = []
+        if 0 < off < len(self._ents) and self._ents[off].term == snap.term:
+            keep = self._ents[off + 1 :]
+        self._ents = [Entry(snap.term, snap.index), *keep]
+        self._snap = snap
+
+    def create_snapshot(self, index: int, data: bytes, peers: tuple[str, ...]) -> Snapshot:
+        """Record the application's snapshot taken at applied ``index`` (with ``peers``, the
+        configuration at that index). Raises ValueError for an index at or below the
+        current snapshot and UnavailableError past the last index."""
+        if index <= self._snap.index:
+            raise ValueError(f"snapshot index {index} not after current {self._snap.index}")
+        snap = Snapshot(index, self.term(index), tuple(peers), data)
+        self._snap = snap
+        return snap
+
+    def compact(self, index: int) -> None:
+        """Drop the entries up to ``index`` (which must be <= the snapshot index; ValueError
+        otherwise). Compacting to an already compacted index does nothing."""
+        if index > self._snap.index:
+            raise ValueError(f"compact index {index} is past the snapshot index {self._snap.index}")
+        base = self._ents[0].index
+        if index <= base:
+            return
+        off = index - base
+        self._ents = [Entry(self._ents[off].term, index), *self._ents[off + 1 :]]
+
+
+def limit_size(entries: list[Entry], max_bytes: int) -> list[Entry]:
+    """The longest prefix of ``entries`` whose data totals at most ``max_bytes`` (always at
+    least one entry), as etcd's limitSize."""
+    total = 0
+    for i, e in enumerate(entries):
+        total += len(e.data)
+        if total > max_bytes and i > 0:
+            return entries[:i]
+    return entries

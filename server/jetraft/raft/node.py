@@ -1,0 +1,1061 @@
+"""RaftNode: jetraft's pure RAFT consensus core (the shape of etcd-io/raft raft.go +
+rawnode.go, written anew).
+
+The node is a deterministic state machine: the driver feeds it ticks (:meth:`RaftNode.tick`),
+messages from peers (:meth:`RaftNode.step`) and client requests (:meth:`RaftNode.propose`,
+:meth:`RaftNode.read_index`, ...), and collects its output with :meth:`RaftNode.ready` /
+:meth:`RaftNode.advance`. No sockets, no clocks, no disk; the only randomness is the node's
+own ``random.Random(config.seed)`` for election timeouts.
+
+Rules implemented, with their sources:
+
+* Elections (Raft §5.2): a randomized timeout in [election_ticks, 2*election_ticks) ticks,
+  redrawn at every reset; one vote per term, persisted (Ready.hard_state) before the
+  response is sent; the up-to-date check (Raft §5.4.1).
+* Pre-vote (thesis §9.6): a would-be candidate first asks whether it would win, without
+  changing anyone's term. Leader lease (etcd raft.go Step "inLease"): with check_quorum, a
+  node that heard from a leader within the election timeout ignores (pre-)votes for a
+  higher term, unless the request carries :data:`TRANSFER_CONTEXT`.
+* Check-quorum (thesis §6.2): a leader that has not heard from a quorum within an election
+  timeout steps down.
+* Log replication (Raft §5.3) with probe/replicate/snapshot progress, an inflight window and
+  batched appends; fast backtracking with the follower's reject hint (etcd
+  findConflictByTerm). Commit only by counting replicas of an entry of the current term
+  (Raft §5.4.2); a leader's own entries count once persisted (after advance).
+* Leadership transfer (thesis §3.10): TIMEOUT_NOW; the target campaigns at once.
+* Single-server membership changes (thesis §4.1): CONFIG_CHANGE entries take effect when
+  appended, are undone on truncation, one at a time; a removed leader steps down once its
+  removal is committed (thesis §4.2.2).
+* Snapshots (Raft §7): compacted entries are replaced by an InstallSnapshot.
+* Read index (thesis §6.4): a heartbeat round confirms leadership before answering.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from .log import RaftLog
+from .memory import apply_config_entry as _apply_config
+from .progress import PROBE, REPLICATE, SNAPSHOT, Progress
+from .types import (
+    CompactedError,
+    Config,
+    ConfigChange,
+    ConfigChangeType,
+    CorruptRangeError,
+    Entry,
+    EntryType,
+    HardState,
+    Message,
+    MessageType,
+    NotLeaderError,
+    ProposalDroppedError,
+    ReadState,
+    Ready,
+    Role,
+    Snapshot,
+    Storage,
+    UnavailableError,
+)
+
+#: ``Message.context`` of a VOTE sent by a leadership-transfer target: voters grant it even
+#: within the leader lease (etcd campaignTransfer).
+TRANSFER_CONTEXT = b"jetraft:transfer"
+
+_VOTE = MessageType.VOTE
+_VOTE_RESP = MessageType.VOTE_RESPONSE
+_PRE_VOTE = MessageType.PRE_VOTE
+_PRE_VOTE_RESP = MessageType.PRE_VOTE_RESPONSE
+_APPEND = MessageType.APPEND
+_APPEND_RESP = MessageType.APPEND_RESPONSE
+_HEARTBEAT = MessageType.HEARTBEAT
+_HEARTBEAT_RESP = MessageType.HEARTBEAT_RESPONSE
+_SNAPSHOT = MessageType.SNAPSHOT
+_TIMEOUT_NOW = MessageType.TIMEOUT_NOW
+_PROPOSE = MessageType.PROPOSE
+_READ_INDEX = MessageType.READ_INDEX
+_READ_INDEX_RESP = MessageType.READ_INDEX_RESPONSE
+_TRANSFER = MessageType.TRANSFER_LEADER
+_FORWARDED = (_PROPOSE, _READ_INDEX, _TRANSFER)
+_FROM_LEADER = (_APPEND, _HEARTBEAT, _SNAPSHOT)
+_CONFIG = EntryType.CONFIG_CHANGE
+_NORMAL = EntryType.NORMAL
+
+
+class _ReadRequest:
+    """A pending read-index request (etcd read_only.go readIndexStatus)."""
+
+    __slots__ = ("index", "context", "src", "acks")
+
+    def __init__(self, index: int, context: bytes, src: str, acks: set[str]) -> None:
+        self.index = index
+        self.context = context
+        self.src = src
+        self.acks = acks
+
+
+class RaftNode:
+    """One member of one RAFT group. See the module docstring for the rules.
+
+    ``config`` holds the node's id, group and timing (ticks); ``storage`` is the durable
+    state the driver maintains from :class:`Ready` (read-only for the node). On start the
+    node restores term, vote and commit from ``storage.initial_state()``, and the peers
+    from it too (``config.peers`` only when the storage has none); ``initial_state`` peers
+    are taken to be the latest configuration in the stored log (uncommitted CONFIG_CHANGE
+    entries included) so that a truncation can still undo them. The applied index starts
+    at the storage's snapshot index: committed entries after it are handed out again.
+
+    ``on_event(name, fields)`` receives the RAFT events named in :mod:`.types`.
+    """
+
+    __slots__ = (
+        "_cfg",
+        "_id",
+        "_group",
+        "_storage",
+        "_on_event",
+        "_rng",
+        "_log",
+        "_term",
+        "_vote",
+        "_role",
+        "_leader",
+        "_peers",
+        "_conf_hist",
+        "_prs",
+        "_votes",
+        "_election_elapsed",
+        "_heartbeat_elapsed",
+        "_timeout",
+        "_transferee",
+        "_pending_conf_index",
+        "_msgs",
+        "_read_states",
+        "_reads",
+        "_read_order",
+        "_reads_waiting",
+        "_prev_hs",
+        "_bcast",
+        "_bcast_empty",
+        "_forward",
+    )
+
+    def __init__(
+        self,
+        config: Config,
+        storage: Storage,
+        *,
+        on_event: Callable[[str, dict], None] | None = None,
+    ) -> None:
+        if config.election_ticks <= config.heartbeat_ticks or config.heartbeat_ticks < 1:
+            raise ValueError("need 1 <= heartbeat_ticks < election_ticks")
+        self._cfg = config
+        self._id = config.id
+        self._group = config.group
+        self._storage = storage
+        self._on_event = on_event
+        self._rng = random.Random(config.seed)
+        hs, stored_peers = storage.initial_state()
+        log = self._log = RaftLog(storage)
+        log.committed = min(max(hs.commit, log.committed), log.last_index())
+        self._term = hs.term
+        self._vote = hs.vote
+        self._prev_hs = hs
+        self._role = Role.FOLLOWER
+        self._leader: str | None = None
+        self._prs: dict[str, Progress] = {}
+        self._votes: dict[str, bool] = {}
+        self._election_elapsed = 0
+        self._heartbeat_elapsed = 0
+        self._timeout = 0
+        self._transferee: str | None = None
+        self._pending_conf_index = 0
+        self._msgs: list[Message] = []
+        self._read_states: list[ReadState] = []
+        self._reads: dict[bytes, _ReadRequest] = {}
+        self._read_order: list[_ReadRequest] = []
+        self._reads_waiting: list[tuple[bytes, str]] = []
+        self._bcast = False
+        self._bcast_empty = False
+        self._forward: list[Entry] = []
+        self._init_config(tuple(stored_peers) or tuple(config.peers))
+        self._reset_timeout()
+
+    def _init_config(self, latest: tuple[str, ...]) -> None:
+        """Rebuild the configuration history over the uncommitted tail of the log, by
+        undoing its CONFIG_CHANGE entries backwards from the latest configuration."""
+        log = self._log
+        tail: list[Entry] = []
+        if log.committed < log.last_index():
+            tail = [
+                e
+                for e in log.slice(log.committed + 1, log.last_index() + 1)
+                if e.type == _CONFIG
+            ]
+        peers = latest
+        later: list[tuple[int, tuple[str, ...]]] = []
+        for e in reversed(tail):
+            later.append((e.index, peers))
+            peers = _invert_config(peers, e)
+        self._conf_hist = [(log.committed, peers), *reversed(later)]
+        self._peers = latest
+
+    # -- properties ----------------------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    @property
+    def group(self) -> str:
+        return self._group
+
+    @property
+    def term(self) -> int:
+        return self._term
+
+    @property
+    def role(self) -> Role:
+        return self._role
+
+    @property
+    def leader(self) -> str | None:
+        return self._leader
+
+    @property
+    def vote(self) -> str | None:
+        return self._vote
+
+    @property
+    def commit_index(self) -> int:
+        return self._log.committed
+
+    @property
+    def applied_index(self) -> int:
+        return self._log.applied
+
+    @property
+    def last_index(self) -> int:
+        return self._log.last_index()
+
+    @property
+    def peers(self) -> tuple[str, ...]:
+        """The latest configuration in the log (thesis §4.1), committed or not."""
+        return self._peers
+
+    def _quorum(self) -> int:
+        return len(self._peers) // 2 + 1
+
+    def _promotable(self) -> bool:
+        return self._id in self._peers
+
+    # -- events and sending --------------------------------------------------------------
+
+    def _emit(self, name: str, **fields: object) -> None:
+        if self._on_event is not None:
+            self._on_event(name, {"group": self._group, **fields})
+
+    def _send(self, mtype: MessageType, to: str, **kw: object) -> None:
+        kw.setdefault("term", self._term)
+        self._msgs.append(Message(mtype, self._group, self._id, to, **kw))  # type: ignore[arg-type]
+
+    # -- role transitions (etcd raft.go becomeFollower/...; Raft §5.2) ----------------------
+
+    def _reset_timeout(self) -> None:
+        n = self._cfg.election_ticks
+        self._timeout = self._rng.randrange(n, 2 * n)
+
+    def _reset(self, term: int) -> None:
+        if term != self._term:
+            self._term = term
+            self._vote = None
+        self._leader = None
+        self._election_elapsed = 0
+        self._heartbeat_elapsed = 0
+        self._reset_timeout()
+        self._transferee = None
+        self._votes = {}
+        self._prs = {}
+        self._reads.clear()
+        self._read_order.clear()
+        self._reads_waiting.clear()
+        self._bcast = self._bcast_empty = False
+        self._pending_conf_index = 0
+
+    def _become_follower(self, term: int, leader: str | None) -> None:
+        self._reset(term)
+        self._leader = leader
+        self._role = Role.FOLLOWER
+        self._emit("raft_became_follower", term=term, leader=leader)
+
+    def _become_pre_candidate(self) -> None:
+        """thesis §9.6: no term change, no vote change; only the role and the lost leader."""
+        self._role = Role.PRE_CANDIDATE
+        self._votes = {}
+        self._leader = None
+        self._emit("raft_became_pre_candidate", term=self._term, leader=None)
+
+    def _become_candidate(self) -> None:
+        self._reset(self._term + 1)
+        self._vote = self._id
+        self._role = Role.CANDIDATE
+        self._emit("raft_became_candidate", term=self._term, leader=None)
+
+    def _become_leader(self) -> None:
+        """Raft §5.2 won; §8: append an empty entry of the new term at once."""
+        self._reset(self._term)
+        self._role = Role.LEADER
+        self._leader = self._id
+        log = self._log
+        last = log.last_index()
+        inflight = self._cfg.max_inflight
+        for p in self._peers:
+            if p != self._id:
+                self._prs[p] = Progress(last + 1, inflight)
+        # etcd: no config change until everything before this term is committed.
+        self._pending_conf_index = last
+        self._emit("raft_became_leader", term=self._term, leader=self._id)
+        self._append_as_leader([Entry(self._term, last + 1)])
+
+    # -- ticks ---------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Advance logical time by one tick (the driver's clock; units: ticks)."""
+        if self._role is Role.LEADER:
+            self._tick_leader()
+            return
+        self._election_elapsed += 1
+        if self._election_elapsed >= self._timeout and self._promotable():
+            self._election_elapsed = 0
+            self._campaign(self._cfg.pre_vote)
+
+    def _tick_leader(self) -> None:
+        """Heartbeats every heartbeat_ticks; every election_ticks: check-quorum (thesis
+        §6.2), abandon a transfer that did not finish (thesis §3.10), retry stale snapshots."""
+        cfg = self._cfg
+        self._heartbeat_elapsed += 1
+        self._election_elapsed += 1
+        if self._election_elapsed >= cfg.election_ticks:
+            self._election_elapsed = 0
+            if cfg.check_quorum and not self._quorum_active():
+                self._become_follower(self._term, None)
+                return
+            for pr in self._prs.values():
+                if pr.state == SNAPSHOT:
+                    if pr.snapshot_stale:
+                        pr.become_probe()
+                    else:
+                        pr.snapshot_stale = True
+            self._transferee = None
+        if self._heartbeat_elapsed >= cfg.heartbeat_ticks:
+            self._heartbeat_elapsed = 0
+            self._bcast_heartbeat()
+
+    def _quorum_active(self) -> bool:
+        """Whether a quorum (self included if a member) was heard from since the last
+        check; clears the marks for the next round (etcd QuorumActive)."""
+        active = 0
+        for p in self._peers:
+            if p == self._id:
+                active += 1
+            else:
+                pr = self._prs.get(p)
+                if pr is not None and pr.recent_active:
+                    active += 1
+        for pr in self._prs.values():
+            pr.recent_active = False
+        return active >= self._quorum()
+
+    # -- elections (Raft §5.2, thesis §9.6) ----------------------------------------------
+
+    def campaign(self) -> None:
+        """Start an election now: pre-vote first when ``config.pre_vote`` (thesis §9.6).
+        Does nothing on a leader or on a node outside the configuration."""
+        if self._role is not Role.LEADER:
+            self._campaign(self._cfg.pre_vote)
+
+    def _campaign(self, pre_vote: bool, transfer: bool = False) -> None:
+        if not self._promotable():
+            return
+        if pre_vote:
+            self._become_pre_candidate()
+            mtype, term = _PRE_VOTE, self._term + 1
+        else:
+            self._become_candidate()
+            mtype, term = _VOTE, self._term
+        self._votes = {self._id: True}
+        if self._quorum() <= 1:
+            self._won()
+            return
+        log = self._log
+        last = log.last_index()
+        last_term = log.term(last)
+        ctx = TRANSFER_CONTEXT if transfer else b""
+        for p in self._peers:
+            if p != self._id:
+                self._send(mtype, p, term=term, index=last, log_term=last_term, context=ctx)
+
+    def _won(self) -> None:
+        if self._role is Role.PRE_CANDIDATE:
+            self._campaign(False)
+        else:
+            self._become_leader()
+
+    def _vote_counts(self, msg: Message) -> bool:
+        """Whether a VOTE_RESPONSE / PRE_VOTE_RESPONSE belongs to the current campaign:
+        a vote answers our current term (Raft §5.2); a granted pre-vote answers the term we
+        would campaign in, a refused one carries the voter's term, equal to ours (thesis
+        §9.6). Anything else is a stale answer to an earlier campaign."""
+        if msg.type == _VOTE_RESP:
+            return msg.term == self._term
+        if msg.reject:
+            return msg.term == self._term
+        return msg.term == self._term + 1
+
+    def _poll(self, msg: Message) -> None:
+        if not self._vote_counts(msg) or msg.src not in self._peers:
+            return
+        self._votes[msg.src] = not msg.reject
+        granted = sum(1 for p, v in self._votes.items() if v and p in self._peers)
+        rejected = sum(1 for p, v in self._votes.items() if not v and p in self._peers)
+        q = self._quorum()
+        if granted >= q:
+            self._won()
+        elif rejected >= len(self._peers) - q + 1:
+            self._become_follower(self._term, None)
+
+    def _handle_vote_request(self, msg: Message) -> None:
+        """RequestVote / pre-vote (Raft §5.2, §5.4.1; thesis §9.6). A vote is recorded in
+        the hard state that the same Ready carries with the response."""
+        pre = msg.type == _PRE_VOTE
+        rtype = _PRE_VOTE_RESP if pre else _VOTE_RESP
+        can_vote = (
+            self._vote == msg.src
+            or (self._vote is None and self._leader is None)
+            or (pre and msg.term > self._term)
+        )
+        if can_vote and self._log.is_up_to_date(msg.index, msg.log_term):
+            self._send(rtype, msg.src, term=msg.term)
+            if not pre:
+                self._election_elapsed = 0
+                self._vote = msg.src
+                self._emit("raft_vote_granted", term=self._term, to=msg.src)
+        else:
+            self._send(rtype, msg.src, term=self._term, reject=True)
+
+    # -- step ----------------------------------------------------------------------------
+
+    def step(self, msg: Message) -> None:
+        """Process one message from a peer. Never raises for a message of another group or
+        destination, from ourselves, stale (Raft §5.1: lower term) or otherwise
+        unexpected: such messages are ignored (a stale append is answered with our term so
+        an old leader steps down, etcd raft.go Step)."""
+        if msg.group != self._group or msg.dst != self._id or msg.src == self._id:
+            return
+        t = msg.type
+        if t in _FORWARDED:
+            pass  # forwarded client requests carry no term (etcd MsgProp/MsgReadIndex)
+        elif msg.term > self._term:
+            if t == _VOTE or t == _PRE_VOTE:
+                in_lease = (
+                    self._cfg.check_quorum
+                    and self._leader is not None
+                    and self._election_elapsed < self._cfg.election_ticks
+                )
+                if in_lease and msg.context != TRANSFER_CONTEXT:
+                    return  # leader lease: a rejoining node cannot disrupt (etcd inLease)
+            if t == _PRE_VOTE or (t == _PRE_VOTE_RESP and not msg.reject):
+                pass  # a pre-vote changes no term (thesis §9.6)
+            elif t in _FROM_LEADER:
+                self._become_follower(msg.term, msg.src)
+            else:
+                self._become_follower(msg.term, None)
+        elif msg.term < self._term:
+            if t == _APPEND or t == _HEARTBEAT:
+                if self._cfg.check_quorum or self._cfg.pre_vote:
+                    self._send(_APPEND_RESP, msg.src)
+                return
+            if t == _PRE_VOTE:
+                self._send(_PRE_VOTE_RESP, msg.src, reject=True)
+                return
+            if t != _VOTE_RESP and t != _PRE_VOTE_RESP:
+                return
+            # stale vote answers go on to _vote_counts, which must refuse them
+        if t == _VOTE or t == _PRE_VOTE:
+            self._handle_vote_request(msg)
+            return
+        role = self._role
+        if role is Role.LEADER:
+            self._step_leader(msg)
+        elif role is Role.FOLLOWER:
+            self._step_follower(msg)
+        else:
+            self._step_candidate(msg)
+
+    def _step_follower(self, msg: Message) -> None:
+        t = msg.type
+        if t in _FROM_LEADER:
+            self._election_elapsed = 0
+            self._leader = msg.src
+            if t == _APPEND:
+                self._handle_append(msg)
+            elif t == _HEARTBEAT:
+                self._handle_heartbeat(msg)
+            else:
+                self._handle_snapshot(msg)
+        elif t == _TIMEOUT_NOW:
+            # thesis §3.10: campaign at once, skipping pre-vote, past the voters' lease.
+            self._emit("raft_leader_transfer", term=self._term, to=self._id)
+            self._campaign(False, transfer=True)
+        elif t == _READ_INDEX_RESP:
+            self._read_states.append(ReadState(msg.index, msg.context))
+
+    def _step_candidate(self, msg: Message) -> None:
+        t = msg.type
+        if t in _FROM_LEADER:
+            self._become_follower(self._term, msg.src)
+            self._step_follower(msg)
+        elif (t == _VOTE_RESP and self._role is Role.CANDIDATE) or (
+            t == _PRE_VOTE_RESP and self._role is Role.PRE_CANDIDATE
+        ):
+            self._poll(msg)
+
+    def _step_leader(self, msg: Message) -> None:
+        t = msg.type
+        if t == _APPEND_RESP:
+            pr = self._prs.get(msg.src)
+            if pr is not None:
+                pr.recent_active = True
+                self._handle_append_response(msg, pr)
+        elif t == _HEARTBEAT_RESP:
+            pr = self._prs.get(msg.src)
+            if pr is not None:
+                self._handle_heartbeat_response(msg, pr)
+        elif t == _PROPOSE:
+            if self._transferee is None and msg.src in self._prs:
+                self._append_as_leader(
+                    [
+                        Entry(self._term, self._log.last_index() + 1 + i, _NORMAL, e.data)
+                        for i, e in enumerate(msg.entries)
+                        if e.type == _NORMAL
+                    ]
+                )
+        elif t == _READ_INDEX:
+            if msg.src in self._prs:
+                self._leader_read(msg.context, msg.src)
+        elif t == _TRANSFER:
+            target = msg.context.decode(errors="replace") if msg.context else msg.src
+            if target in self._prs:
+                self._start_transfer(target)
+
+    # -- replication, follower side (Raft §5.3) ------------------------------------------
+
+    def _handle_append(self, msg: Message) -> None:
+        log = self._log
+        if msg.index < log.committed:
+            self._send(_APPEND_RESP, msg.src, index=log.committed)
+            return
+        if log.match_term(msg.index, msg.log_term):
+            ents = msg.entries
+            if ents:
+                ci = log.find_conflict(ents)
+                if ci:
+                    if ci <= log.committed:
+                        return  # would rewrite a committed entry: not from a valid leader
+                    self._append(ents[ci - ents[0].index :])
+            last_new = msg.index + len(ents)
+            self._follower_commit(min(msg.commit, last_new))
+            self._send(_APPEND_RESP, msg.src, index=last_new)
+            return
+        hint = min(msg.index, log.last_index())
+        hint, hint_term = log.find_conflict_by_term(hint, msg.log_term)
+        self._send(
+            _APPEND_RESP,
+            msg.src,
+            index=msg.index,
+            reject=True,
+            reject_hint=hint,
+            log_term=hint_term,
+        )
+
+    def _handle_heartbeat(self, msg: Message) -> None:
+        self._follower_commit(min(msg.commit, self._log.last_index()))
+        self._send(_HEARTBEAT_RESP, msg.src, context=msg.context)
+
+    def _follower_commit(self, index: int) -> None:
+        """Followers commit only what the leader says and they hold (Raft §5.3)."""
+        if self._log.commit_to(index):
+            self._committed()
+
+    def _handle_snapshot(self, msg: Message) -> None:
+        """InstallSnapshot (Raft §7). Answers with the last index now held."""
+        snap = msg.snapshot
+        if snap is None:
+            return
+        if self._restore(snap):
+            self._send(_APPEND_RESP, msg.src, index=self._log.last_index())
+        else:
+            self._send(_APPEND_RESP, msg.src, index=self._log.committed)
+
+    def _restore(self, snap: Snapshot) -> bool:
+        """Install ``snap`` unless it is old (at or below our commit) or we already hold
+        its last entry, in which case only the commit index moves (etcd raft.go restore)."""
+        log = self._log
+        if snap.index <= log.committed:
+            return False
+        if log.match_term(snap.index, snap.term):
+            self._follower_commit(snap.index)
+            return False
+        log.restore(snap)
+        self._peers = tuple(snap.peers)
+        self._conf_hist = [(snap.index, self._peers)]
+        self._emit("raft_snapshot_installed", index=snap.index, term=snap.term)
+        self._committed()
+        return True
+
+    # -- log appends and membership (thesis §4.1) ----------------------------------------
+
+    def _append(self, ents: list[Entry] | tuple[Entry, ...]) -> None:
+        """Append ``ents`` to our log; configuration entries take effect now, and those of a
+        truncated suffix are undone (thesis §4.1)."""
+        log = self._log
+        if ents[0].index <= log.last_index():
+            self._undo_config_from(ents[0].index)
+        log.append(ents)
+        for e in ents:
+            if e.type == _CONFIG:
+                self._config_appended(e)
+
+    def _append_as_leader(self, ents: list[Entry]) -> None:
+        if not ents:
+            return
+        self._append(ents)
+        self._bcast = True
+
+    def _config_appended(self, e: Entry) -> None:
+        old = self._peers
+        new = _apply_config(old, e)
+        if new == old:
+            return
+        self._peers = new
+        self._conf_hist.append((e.index, new))
+        self._config_changed(old, new, e.index)
+
+    def _undo_config_from(self, index: int) -> None:
+        hist = self._conf_hist
+        if hist[-1][0] < index:
+            return
+        old = self._peers
+        while len(hist) > 1 and hist[-1][0] >= index:
+            hist.pop()
+        self._peers = hist[-1][1]
+        self._config_changed(old, self._peers, index)
+
+    def _config_changed(self, old: tuple[str, ...], new: tuple[str, ...], index: int) -> None:
+        for p in new:
+            if p not in old:
+                self._emit("raft_peer_added", term=self._term, peer=p, index=index)
+                if self._role is Role.LEADER and p != self._id:
+                    pr = Progress(self._log.last_index() + 1, self._cfg.max_inflight)
+                    pr.recent_active = True
+                    self._prs[p] = pr
+        for p in old:
+            if p not in new:
+                self._emit("raft_peer_removed", term=self._term, peer=p, index=index)
+                if self._role is Role.LEADER:
+                    self._prs.pop(p, None)
+                    if self._transferee == p:
+                        self._transferee = None
+        if self._role is Role.LEADER:
+            self._pending_conf_index = max(self._pending_conf_index, index)
+            self._maybe_commit()
+
+    # -- replication, leader side --------------------------------------------------------
+
+    def _self_match(self) -> int:
+        return self._log.stable_index()
+
+    def _may_commit(self, index: int) -> bool:
+        """Raft §5.4.2: a leader commits by counting replicas only an entry of its own
+        term (earlier entries are committed indirectly)."""
+        return self._log.term(index) == self._term
+
+    def _maybe_commit(self) -> bool:
+        """Advance the commit index to the highest index held by a quorum of the current
+        configuration, if _may_commit allows it (Raft §5.3, §5.4.2)."""
+        peers = self._peers
+        if not peers:
+            return False
+        me = self._id
+        prs = self._prs
+        matches = sorted(
+            (self._self_match() if p == me else prs[p].match for p in peers), reverse=True
+        )
+        n = matches[self._quorum() - 1]
+        log = self._log
+        if n <= log.committed or not self._may_commit(n):
+            return False
+        log.commit_to(n)
+        self._bcast = self._bcast_empty = True
+        self._committed()
+        if self._reads_waiting and self._committed_in_term():
+            waiting, self._reads_waiting = self._reads_waiting, []
+            for ctx, src in waiting:
+                self._leader_read(ctx, src)
+        if me not in peers and self._pending_conf_index <= n:
+            self._step_down_removed()
+        return True
+
+    def _committed(self) -> None:
+        """Bookkeeping after the commit index moved: event, config history pruning."""
+        c = self._log.committed
+        hist = self._conf_hist
+        if len(hist) > 1 and hist[1][0] <= c:
+            i = 1
+            while i + 1 < len(hist) and hist[i + 1][0] <= c:
+                i += 1
+            del hist[:i]
+        self._emit("raft_commit_advanced", term=self._term, commit=c)
+
+    def _step_down_removed(self) -> None:
+        """thesis §4.2.2: a leader removed from the configuration steps down once that is
+        committed; it hands over to the most up-to-date peer with TIMEOUT_NOW."""
+        best = max(self._prs.items(), key=lambda kv: kv[1].match, default=None)
+        if best is not None and best[1].match == self._log.last_index():
+            self._send(_TIMEOUT_NOW, best[0])
+        self._become_follower(self._term, None)
+
+    def _send_append(self, to: str, pr: Progress, send_if_empty: bool = True) -> bool:
+        """Send entries from pr.next (etcd raft.go maybeSendAppend): many per message up
+        to max_entries_per_message / max_bytes_per_message; in replicate state ``next``
+        advances optimistically and the message joins the inflight window. Falls back to a
+        snapshot when the entries were compacted. Returns whether a message was sent."""
+        if pr.is_paused():
+            return False
+        log = self._log
+        nxt = pr.next
+        last = log.last_index()
+        try:
+            prev_term = log.term(nxt - 1)
+            if nxt <= last:
+                cfg = self._cfg
+                ents = log.slice(
+                    nxt, min(last + 1, nxt + cfg.max_entries_per_message), cfg.max_bytes_per_message
+                )
+            else:
+                ents = []
+        except CompactedError:
+            return self._send_snapshot(to, pr)
+        except (CorruptRangeError, UnavailableError):
+            return False  # not servable now; a later round retries
+        if not ents and not send_if_empty:
+            return False
+        self._msgs.append(
+            Message(
+                _APPEND,
+                self._group,
+                self._id,
+                to,
+                self._term,
+                prev_term,
+                nxt - 1,
+                tuple(ents),
+                log.committed,
+            )
+        )
+        if pr.state == REPLICATE:
+            if ents:
+                end = ents[-1].index
+                pr.next = end + 1
+                pr.inflights.add(end)
+        else:
+            pr.probe_sent = True
+        return True
+
+    def _send_snapshot(self, to: str, pr: Progress) -> bool:
+        """InstallSnapshot (Raft §7) when the follower needs compacted entries; only to a
+        recently active peer (etcd maybeSendSnapshot)."""
+        if not pr.recent_active:
+            return False
+        snap = self._storage.snapshot()
+        if snap.index == 0:
+            return False
+        pr.become_snapshot(snap.index)
+        self._send(_SNAPSHOT, to, snapshot=snap)
+        return True
+
+    def _flush(self) -> None:
+        """Send the appends that proposals and commit advances made due, batched: one
+        message per peer for everything proposed since the last Ready."""
+        if self._bcast:
+            empty = self._bcast_empty
+            self._bcast = self._bcast_empty = False
+            if self._role is Role.LEADER:
+                for p, pr in self._prs.items():
+                    if self._send_append(p, pr, empty) and pr.state == REPLICATE:
+                        while self._send_append(p, pr, False):
+                            pass
+        if self._forward:
+            fwd, self._forward = self._forward, []
+            if self._leader is not None and self._leader != self._id:
+                self._send(_PROPOSE, self._leader, term=0, entries=tuple(fwd))
+
+    def _handle_append_response(self, msg: Message, pr: Progress) -> None:
+        """etcd raft.go stepLeader MsgAppResp: back off with the hint on reject, else
+        advance match, switch to replicate, commit, and keep the pipe full."""
+        if msg.reject:
+            hint = msg.reject_hint
+            if msg.log_term > 0:
+                hint, _ = self._log.find_conflict_by_term(hint, msg.log_term)
+            if pr.maybe_decr_to(msg.index, hint):
+                if pr.state == REPLICATE:
+                    pr.become_probe()
+                self._send_append(msg.src, pr)
+            return
+        was_paused = pr.is_paused()
+        if not pr.maybe_update(msg.index):
+            return
+        if pr.state == PROBE:
+            pr.become_replicate()
+        elif pr.state == SNAPSHOT:
+            if pr.match + 1 >= self._log.first_index() or pr.match >= pr.pending_snapshot:
+                pr.become_probe()
+                pr.become_replicate()
+        else:
+            pr.inflights.free_le(msg.index)
+        if not self._maybe_commit() and was_paused:
+            self._send_append(msg.src, pr)
+        if self._role is not Role.LEADER:
+            return
+        while self._send_append(msg.src, pr, False):
+            pass
+        if msg.src == self._transferee and pr.match == self._log.last_index():
+            self._send(_TIMEOUT_NOW, msg.src)
+
+    def _handle_heartbeat_response(self, msg: Message, pr: Progress) -> None:
+        pr.recent_active = True
+        pr.probe_sent = False
+        if pr.state == REPLICATE and pr.inflights.full():
+            pr.inflights.free_first_one()
+        if pr.match < self._log.last_index():
+            self._send_append(msg.src, pr)
+        if msg.context:
+            self._read_ack(msg.context, msg.src)
+
+    def _bcast_heartbeat(self) -> None:
+        ctx = self._read_order[-1].context if self._read_order else b""
+        commit = self._log.committed
+        for p, pr in self._prs.items():
+            self._send(_HEARTBEAT, p, commit=min(pr.match, commit), context=ctx)
+
+    # -- proposals -----------------------------------------------------------------------
+
+    def propose(self, data: bytes) -> None:
+        """Propose ``data`` as a NORMAL entry. A leader appends it; a follower forwards it
+        to the known leader (batched, sent at the next Ready). Raises ProposalDroppedError
+        when no leader is known or a leadership transfer is in progress."""
+        if self._role is Role.LEADER:
+            if self._transferee is not None:
+                raise ProposalDroppedError("leadership transfer in progress")
+            log = self._log
+            log.append_one(Entry(self._term, log.last_index() + 1, _NORMAL, data))
+            self._bcast = True
+            return
+        if self._leader is None:
+            raise ProposalDroppedError("no leader known")
+        self._forward.append(Entry(0, 0, _NORMAL, data))
+
+    def propose_config_change(self, change: ConfigChange) -> None:
+        """Propose a single-server membership change (thesis §4.1). Leader only
+        (NotLeaderError otherwise). ValueError when adding a known peer, removing an
+        unknown one or the last one; ProposalDroppedError while an earlier change is not
+        committed or a transfer is in progress."""
+        if self._role is not Role.LEADER:
+            raise NotLeaderError(self._leader)
+        peers = self._peers
+        if change.type == ConfigChangeType.ADD_PEER:
+            if change.peer in peers:
+                raise ValueError(f"peer {change.peer!r} already in the group")
+        elif change.peer not in peers:
+            raise ValueError(f"peer {change.peer!r} not in the group")
+        elif len(peers) == 1:
+            raise ValueError("cannot remove the last peer")
+        if self._pending_conf_index > self._log.committed:
+            raise ProposalDroppedError("a configuration change is still uncommitted")
+        if self._transferee is not None:
+            raise ProposalDroppedError("leadership transfer in progress")
+        index = self._log.last_index() + 1
+        self._pending_conf_index = index
+        self._append_as_leader([Entry(self._term, index, _CONFIG, change.encode())])
+
+    # -- leadership transfer (thesis §3.10) ----------------------------------------------
+
+    def transfer_leadership(self, to: str) -> None:
+        """Hand leadership to ``to``. On the leader: stop taking proposals, bring ``to`` up
+        to date, then send TIMEOUT_NOW; abandoned after an election timeout. On a follower:
+        forward the request to the leader. ValueError for a peer outside the group;
+        ProposalDroppedError when no leader is known."""
+        if to not in self._peers:
+            raise ValueError(f"peer {to!r} not in the group")
+        if self._role is Role.LEADER:
+            if to != self._id:
+                self._start_transfer(to)
+        elif self._leader is not None:
+            self._send(_TRANSFER, self._leader, term=0, context=to.encode())
+        else:
+            raise ProposalDroppedError("no leader known")
+
+    def _start_transfer(self, to: str) -> None:
+        if self._transferee == to:
+            return
+        self._transferee = to
+        self._election_elapsed = 0  # the transfer must finish within one election timeout
+        self._emit("raft_leader_transfer", term=self._term, to=to)
+        pr = self._prs[to]
+        if pr.match == self._log.last_index():
+            self._send(_TIMEOUT_NOW, to)
+        else:
+            self._send_append(to, pr)
+
+    # -- read index (thesis §6.4) --------------------------------------------------------
+
+    def read_index(self, context: bytes) -> None:
+        """Request a linearizable read identified by ``context`` (unique per request). A
+        ReadState(index, context) appears in a later Ready once leadership is confirmed by
+        a heartbeat round; serve the read once applied >= index. A new leader answers only
+        after committing an entry of its term. A follower asks the leader.
+        ProposalDroppedError when no leader is known."""
+        if self._role is Role.LEADER:
+            self._leader_read(context, self._id)
+        elif self._leader is not None:
+            self._send(_READ_INDEX, self._leader, term=0, context=context)
+        else:
+            raise ProposalDroppedError("no leader known")
+
+    def _committed_in_term(self) -> bool:
+        return self._log.term(self._log.committed) == self._term
+
+    def _leader_read(self, ctx: bytes, src: str) -> None:
+        if not self._committed_in_term():
+            self._reads_waiting.append((ctx, src))
+            return
+        if ctx in self._reads:
+            return
+        req = _ReadRequest(self._log.committed, ctx, src, {self._id})
+        if self._read_quorum(req):
+            self._answer_read(req)
+            return
+        self._reads[ctx] = req
+        self._read_order.append(req)
+        commit = self._log.committed
+        for p, pr in self._prs.items():
+            self._send(_HEARTBEAT, p, commit=min(pr.match, commit), context=ctx)
+
+    def _read_quorum(self, req: _ReadRequest) -> bool:
+        return sum(1 for p in req.acks if p in self._peers) >= self._quorum()
+
+    def _read_ack(self, ctx: bytes, src: str) -> None:
+        req = self._reads.get(ctx)
+        if req is None:
+            return
+        req.acks.add(src)
+        if not self._read_quorum(req):
+            return
+        # Confirming this request confirms every earlier one (etcd read_only.go advance).
+        order = self._read_order
+        upto = order.index(req) + 1
+        done, self._read_order = order[:upto], order[upto:]
+        for r in done:
+            del self._reads[r.context]
+            self._answer_read(r)
+
+    def _answer_read(self, req: _ReadRequest) -> None:
+        if req.src == self._id:
+            self._read_states.append(ReadState(req.index, req.context))
+        else:
+            self._send(_READ_INDEX_RESP, req.src, index=req.index, context=req.context)
+
+    # -- Ready / advance (etcd rawnode.go) -----------------------------------------------
+
+    def has_ready(self) -> bool:
+        """Whether :meth:`ready` has anything for the driver."""
+        self._flush()
+        log = self._log
+        hs = self._prev_hs
+        return bool(
+            self._msgs
+            or log.has_unstable()
+            or log.has_next_committed()
+            or self._read_states
+            or log.has_pending_snapshot()
+            or hs.term != self._term
+            or hs.vote != self._vote
+            or hs.commit != log.committed
+        )
+
+    def ready(self) -> Ready:
+        """Everything the driver must do now, in :class:`Ready`'s order: persist (snapshot,
+        entries, hard state), then send, then apply. Messages that depend on the state in
+        this Ready (a vote, an append response) are in the same Ready, so persisting first
+        keeps them truthful. Each item is handed out once; call :meth:`advance` after."""
+        self._flush()
+        log = self._log
+        rd = Ready()
+        rd.snapshot = log.take_snapshot()
+        rd.entries = log.take_unstable()
+        prev = self._prev_hs
+        if prev.term != self._term or prev.vote != self._vote or prev.commit != log.committed:
+            hs = HardState(self._term, self._vote, log.committed)
+            rd.must_sync = prev.term != hs.term or prev.vote != hs.vote
+            rd.hard_state = self._prev_hs = hs
+        rd.must_sync = rd.must_sync or bool(rd.entries) or rd.snapshot is not None
+        rd.messages, self._msgs = self._msgs, []
+        rd.committed_entries = log.take_committed()
+        rd.read_states, self._read_states = self._read_states, []
+        return rd
+
+    def advance(self, ready: Ready) -> None:
+        """The driver persisted, sent and applied what ``ready`` held. Persisted entries now
+        count toward a leader's own match (and may commit)."""
+        log = self._log
+        if ready.snapshot is not None:
+            log.stable_snap_to(ready.snapshot.index)
+            log.applied_to(ready.snapshot.index)
+        if ready.entries:
+            e = ready.entries[-1]
+            log.stable_to(e.index, e.term)
+            if self._role is Role.LEADER:
+                self._maybe_commit()
+        if ready.committed_entries:
+            log.applied_to(ready.committed_entries[-1].index)
+
+    def progress(self) -> dict[str, dict]:
+        """On the leader, per peer of the configuration: {"match", "next", "state"
+        ("probe"|"replicate"|"snapshot"), "recent_active", "inflight"}; {} otherwise."""
+        if self._role is not Role.LEADER:
+            return {}
+        out: dict[str, dict] = {}
+        for p in self._peers:
+            if p == self._id:
+                out[p] = {
+                    "match": self._self_match(),
+                    "next": self._log.last_index() + 1,
+                    "state": REPLICATE,
+                    "recent_active": True,
+                    "inflight": 0,
+                }
+            elif p in self._prs:
+                out[p] = self._prs[p].as_dict()
+        return out
+
+
+def _invert_config(peers: tuple[str, ...], e: Entry) -> tuple[str, ...]:
+    """The configuration before CONFIG_CHANGE ``e`` given the one after it."""
+    try:
+        change = ConfigChange.decode(e.data)
+    except ValueError:
+        return peers
+    if change.type == ConfigChangeType.ADD_PEER:
+        return tuple(p for p in peers if p != change.peer)
+    return peers if change.peer in peers else peers + (change.peer,)

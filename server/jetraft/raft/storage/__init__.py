@@ -1,0 +1,18 @@
+"""Durable RAFT log storage: segment files with chained checksums, group commit.
+
+- :class:`GroupLog` — one group's log in its own directory; implements
+  :class:`jetraft.raft.types.Storage` plus the write side (append, set_hard_state,
+  apply_snapshot, create_snapshot, compact, close).
+- :class:`GroupCommit` — one per server: batches the fsyncs of every group (``sync()``).
+- :class:`LogDirectory` — maps group names to subdirectories of a server's store.
+
+File formats are in :mod:`.wal` (segments, records) and :mod:`.meta` (hard state,
+snapshot). Why checksums, repair and fsync-before-ack: Jepsen's NATS 2.12.1 analysis
+(nats-server #7549 bit flips, #7564 lazy fsync).
+"""
+
+from .directory import LogDirectory
+from .group import GroupLog
+from .sync import GroupCommit, StorageError
+
+__all__ = ["GroupCommit", "GroupLog", "LogDirectory", "StorageError"]

@@ -24,14 +24,18 @@ from .types import (
 )
 
 
-def apply_config_entry(peers: tuple[str, ...], entry: Entry) -> tuple[str, ...]:
-    """The configuration after a CONFIG_CHANGE ``entry`` (thesis §4.1); a malformed or
-    no-op change (adding a known peer, removing an unknown one) leaves ``peers`` as is."""
+def apply_config_entry(
+    peers: tuple[str, ...], entry: Entry, *, undo: bool = False
+) -> tuple[str, ...]:
+    """The configuration after a CONFIG_CHANGE ``entry`` (thesis §4.1), or with ``undo``
+    the one before it given the one after. A malformed or no-op change (adding a known
+    peer, removing an unknown one) leaves ``peers`` as is."""
     try:
         change = ConfigChange.decode(entry.data)
     except ValueError:
         return peers
-    if change.type == ConfigChangeType.ADD_PEER:
+    adding = (change.type == ConfigChangeType.ADD_PEER) != undo
+    if adding:
         return peers if change.peer in peers else peers + (change.peer,)
     if change.peer not in peers:
         return peers

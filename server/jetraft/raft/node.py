@@ -106,6 +106,11 @@ class RaftNode:
     entries included) so that a truncation can still undo them. The applied index starts
     at the storage's snapshot index: committed entries after it are handed out again.
 
+    A node joining an existing group starts with ``config.peers`` = the group's current
+    configuration without itself: it answers the leader but cannot campaign until the
+    ADD_PEER entry naming it reaches its log. A node with no peers at all learns them only
+    from a snapshot (the bootstrap configuration is not in the log).
+
     ``on_event(name, fields)`` receives the RAFT events named in :mod:`.types`.
     """
 
@@ -197,7 +202,7 @@ class RaftNode:
         later: list[tuple[int, tuple[str, ...]]] = []
         for e in reversed(tail):
             later.append((e.index, peers))
-            peers = _invert_config(peers, e)
+            peers = _apply_config(peers, e, undo=True)
         self._conf_hist = [(log.committed, peers), *reversed(later)]
         self._peers = latest
 
@@ -1049,13 +1054,3 @@ class RaftNode:
                 out[p] = self._prs[p].as_dict()
         return out
 
-
-def _invert_config(peers: tuple[str, ...], e: Entry) -> tuple[str, ...]:
-    """The configuration before CONFIG_CHANGE ``e`` given the one after it."""
-    try:
-        change = ConfigChange.decode(e.data)
-    except ValueError:
-        return peers
-    if change.type == ConfigChangeType.ADD_PEER:
-        return tuple(p for p in peers if p != change.peer)
-    return peers if change.peer in peers else peers + (change.peer,)

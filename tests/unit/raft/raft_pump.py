@@ -121,6 +121,20 @@ class Cluster:
         assert self.nodes[node_id].role is Role.LEADER, self.nodes[node_id].role
         return self.nodes[node_id]
 
+    def lagging(self, leader: str, lagger: str, n: int) -> RaftNode:
+        """Elect ``leader``, then commit ``n`` entries (b"0", b"1", ...) while ``lagger`` is
+        cut off (still cut off on return)."""
+        lead = self.elect(leader)
+        self.isolate(lagger)
+        self.commit(leader, n)
+        return lead
+
+    def commit(self, leader: str, n: int, prefix: bytes = b"") -> None:
+        """Propose ``n`` entries (prefix + b"0", b"1", ...) on ``leader`` and pump."""
+        for i in range(n):
+            self.nodes[leader].propose(prefix + b"%d" % i)
+        self.pump()
+
     # -- faults ----------------------------------------------------------------------------
 
     def isolate(self, node_id: str) -> None:

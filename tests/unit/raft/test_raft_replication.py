@@ -15,16 +15,13 @@ from jetraft.raft import (
     MessageType,
     ProposalDroppedError,
     RaftNode,
-    Role,
 )
 
 
 def test_replication_and_commit_everywhere():
     c = Cluster("abcde")
-    a = c.elect("a")
-    for i in range(100):
-        a.propose(b"v%d" % i)
-    c.pump()
+    c.elect("a")
+    c.commit("a", 100, b"v")
     want = [b"v%d" % i for i in range(100)]
     for i in "abcde":
         assert c.data(i) == want
@@ -243,10 +240,7 @@ def test_propose_without_leader_dropped():
 
 def test_lagging_follower_catches_up_after_partition():
     c = Cluster("abc")
-    a = c.elect("a")
-    c.isolate("c")
-    for i in range(500):
-        a.propose(b"%d" % i)
+    c.lagging("a", "c", 500)
     c.tick(["a", "b"], n=3)
     c.heal()
     c.tick(n=3)
@@ -263,3 +257,17 @@ def test_single_node_persist_then_commit():
     rd = persist(n, st)
     assert [e.index for e in rd.committed_entries] == [1] and n.commit_index == 4
     assert [e.data for e in persist(n, st).committed_entries] == [b"0", b"1", b"2"]
+
+
+def test_append_response_travels_with_the_entries_it_acknowledges():
+    """Persist before send: the Ready holding an accepting APPEND_RESPONSE holds the
+    entries behind it (and must_sync), so the driver persists them first."""
+    n = RaftNode(Config("b", GROUP, ("a", "b", "c")), MemoryStorage(("a", "b", "c")))
+    n.step(Message(MessageType.APPEND, GROUP, "a", "b", term=1, index=0, log_term=0,
+                   entries=(Entry(1, 1), Entry(1, 2, data=b"d")), commit=0))
+    rd = n.ready()
+    (resp,) = rd.messages
+    assert resp.type == MessageType.APPEND_RESPONSE and resp.index == 2 and not resp.reject
+    assert [e.index for e in rd.entries] == [1, 2] and rd.must_sync
+    assert rd.hard_state == HardState(1, None, 0)
+    assert not n.has_ready()  # nothing handed out twice

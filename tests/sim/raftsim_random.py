@@ -55,6 +55,12 @@ class SimParams:
     liveness_checks: float = 0.2       # share of heals that start a liveness check
     election_ticks: int = 10
     heartbeat_ticks: int = 3
+    pre_vote: bool = True
+    check_quorum: bool = True
+    max_entries_per_message: int = 64
+    slow: float = 0.0                  # share of messages held up to ``slow_delay`` (long reordering)
+    slow_delay: int = 600
+    leader_crash_share: float = 0.3    # share of crashes aimed at the current leader
 
     @classmethod
     def for_seed(cls, seed: int, steps: int = 2000) -> SimParams:
@@ -69,6 +75,10 @@ class SimParams:
             nemesis_every=rng.choice((40, 120, 300)),
             torn_share=rng.choice((0.0, 0.5, 1.0)),
             config_changes=seed % 4 == 3,
+            pre_vote=seed % 5 != 4,
+            check_quorum=seed % 7 != 6,
+            max_entries_per_message=rng.choice((1, 4, 64)),
+            slow=rng.choice((0.0, 0.0, 0.01, 0.05)),
         )
 
     @property
@@ -91,6 +101,9 @@ class RandomSim:
             node_cls_for=node_cls_for,
             election_ticks=self.p.election_ticks,
             heartbeat_ticks=self.p.heartbeat_ticks,
+            pre_vote=self.p.pre_vote,
+            check_quorum=self.p.check_quorum,
+            max_entries_per_message=self.p.max_entries_per_message,
             record_applied=False,
         )
         self.verbose = verbose
@@ -134,7 +147,10 @@ class RandomSim:
         if not calm and rng.random() < p.loss:
             self.stats["lost"] += 1
             return
-        self.at(rng.randint(*p.delay), "deliver", m)
+        if not calm and p.slow and rng.random() < p.slow:
+            self.at(rng.randint(p.delay[1], p.slow_delay), "deliver", m)
+        else:
+            self.at(rng.randint(*p.delay), "deliver", m)
         if not calm and rng.random() < p.duplicate:
             self.stats["duplicated"] += 1
             self.at(rng.randint(*p.delay), "deliver", replace(m))
@@ -283,7 +299,8 @@ class RandomSim:
             up = [x for x in c.ids if c.nodes[x].raft is not None]
             if not up:
                 return
-            pid = rng.choice(up)
+            leader = c.leader()
+            pid = leader if leader is not None and rng.random() < p.leader_crash_share else rng.choice(up)
             keep = None
             if rng.random() < p.torn_share:
                 n = c.nodes[pid].storage.unsynced_entries()
@@ -305,8 +322,11 @@ class RandomSim:
             leader = c.leader()
             if leader is None or len(up) < 2:
                 return
-            to = rng.choice([x for x in self.members if x != leader] or [leader])
             at = leader if rng.random() < 0.7 else rng.choice(up)
+            targets = [x for x in c.nodes[at].raft.peers if x != leader]
+            if not targets:
+                return
+            to = rng.choice(targets)
             self.stats["transfers"] += 1
             try:
                 c.transfer(at, to)
@@ -372,6 +392,8 @@ class RandomSim:
         leader = c.leader()
         if leader is None:
             return
+        self.members = list(c.nodes[leader].raft.peers)
+        self.removed = [x for x in c.ids if x not in self.members]
         if self.removed and (len(self.members) <= 3 or rng.random() < 0.5):
             peer = self.removed[0]
             cc = ConfigChange(ConfigChangeType.ADD_PEER, peer)
@@ -386,9 +408,6 @@ class RandomSim:
             return
         self.stats["config_changes"] += 1
         self.touch(leader)
-        # the sim's own view of membership follows the leader's configuration
-        self.members = sorted(c.nodes[leader].raft.peers)
-        self.removed = [x for x in c.ids if x not in self.members]
 
     # -- liveness -------------------------------------------------------------------------
 

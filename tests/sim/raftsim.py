@@ -22,16 +22,14 @@ from __future__ import annotations
 
 import collections
 import hashlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from jetraft.raft.types import (
     ConfigChange,
     Entry,
-    EntryType,
     Message,
     MessageType,
-    RaftError,
     Ready,
     Role,
     Snapshot,
@@ -95,8 +93,6 @@ class SimNode:
     raft: object | None = None
     incarnation: int = 0
     inflight: Ready | None = None          # persisted (volatile), waiting for its sync
-    inflight_term: int = 0
-    inflight_leader: bool = False
     # the simulated state machine: the applied (index, term, data), summarised
     sm_index: int = 0
     sm_hash: bytes = b""
@@ -190,9 +186,6 @@ class Checker:
     def after_persist(self, sn: SimNode, term: int, leader: bool) -> None:
         if leader and self.leaders.get(term) == sn.id:
             self._check_leader_completeness(sn, term, "after persisting its log")
-        hs = sn.storage.view.hs
-        if hs.term < self.durable_term.get(sn.id, 0) and not sn.storage.pending:
-            self.fail("term monotonicity", f"{sn.id} persisted term {hs.term} after a higher one")
 
     def _check_snapshot(self, sn: SimNode, snap: Snapshot, how: str) -> None:
         if snap.index == 0:
@@ -419,7 +412,6 @@ class Cluster:
             st.set_hard_state(rd.hard_state)
         self.checker.after_persist(sn, term, leader)
         sn.inflight = rd
-        sn.inflight_term = term
         self.note(
             "persist",
             pid,
@@ -508,8 +500,9 @@ class Cluster:
 
     # -- manual-mode message control (etcd interaction style) ---------------------------
 
-    def deliver(self, pred: Callable[[Message], bool] | None = None, *, drop_if_down: bool = True) -> int:
-        """Deliver (in order) every mailbox message matching ``pred``; returns how many."""
+    def deliver(self, pred: Callable[[Message], bool] | None = None) -> int:
+        """Deliver (in order) every mailbox message matching ``pred`` (those to a node that
+        is down are lost); returns how many were delivered."""
         keep, todo = [], []
         for m in self.mailbox:
             (todo if pred is None or pred(m) else keep).append(m)
@@ -526,22 +519,6 @@ class Cluster:
         before = len(self.mailbox)
         self.mailbox = [m for m in self.mailbox if not (pred is None or pred(m))]
         return before - len(self.mailbox)
-
-    def stabilize(self, pred: Callable[[Message], bool] | None = None, max_rounds: int = 1000) -> None:
-        """Process Readys and deliver messages (those matching ``pred``; others are dropped)
-        until nothing moves."""
-        for _ in range(max_rounds):
-            moved = False
-            for pid in self.ids:
-                if self.process_ready(pid) is not None:
-                    moved = True
-            if pred is not None:
-                self.drop(lambda m: not pred(m))
-            if self.deliver() > 0:
-                moved = True
-            if not moved:
-                return
-        raise AssertionError("cluster did not stabilize")
 
     # -- queries ------------------------------------------------------------------------------
 
@@ -562,22 +539,4 @@ class Cluster:
         return [a[2] for a in self.nodes[pid].applied if len(a) == 3 and isinstance(a[0], int)]
 
 
-def dup(m: Message) -> Message:
-    return replace(m)
-
-
-def raft_error_types() -> tuple[type[BaseException], ...]:
-    return (RaftError,)
-
-
-__all__ = [
-    "Checker",
-    "Cluster",
-    "EntryType",
-    "GROUP",
-    "InvariantViolation",
-    "SimNode",
-    "default_node_cls",
-    "describe_msg",
-    "dup",
-]
+__all__ = ["Checker", "Cluster", "GROUP", "InvariantViolation", "SimNode", "default_node_cls", "describe_msg"]

@@ -26,7 +26,6 @@ from jetraft.raft.types import (
     ConfigChangeType,
     Message,
     RaftError,
-    Role,
 )
 from raftsim import Cluster, InvariantViolation
 
@@ -120,9 +119,9 @@ class RandomSim:
         self.liveness_checks = 0
         self.stats = dict(
             delivered=0, lost=0, duplicated=0, crashes=0, torn=0, restarts=0, partitions=0,
-            snapshots=0, transfers=0, config_changes=0, proposals=0, applied=0,
+            snapshots=0, transfers=0, config_changes=0, proposals=0,
         )
-        for i, pid in enumerate(self.cluster.ids):
+        for pid in self.cluster.ids:
             self.at(self.rng.randrange(TICK), "tick", (pid, 1))
 
     # -- scheduling -------------------------------------------------------------------------
@@ -174,7 +173,6 @@ class RandomSim:
         )
 
     def _run(self) -> None:
-        c = self.cluster
         self.at(self._exp(self.p.propose_every), "propose", None)
         self.at(self._exp(self.p.nemesis_every), "nemesis", None)
         while self.steps < self.p.steps:

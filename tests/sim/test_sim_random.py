@@ -1,7 +1,7 @@
 """Seeded random runs of a jetraft RAFT group in the simulator (see raftsim_random).
 
 ``JETRAFT_SIM_SEEDS`` (default 500) runs; each run is at least ``JETRAFT_SIM_STEPS``
-(default 2000) events of a 3-node (even seeds) or 5-node (odd seeds) group under a
+(default 5000) events of a 3-node (even seeds) or 5-node (odd seeds) group under a
 nemesis of partitions (clean and one-way), crashes losing unsynced writes (some with a
 torn append), restarts, message loss / duplication / reordering, leadership transfers,
 snapshots with compaction, and (seeds = 3 mod 4) membership changes. Safety invariants
@@ -24,7 +24,7 @@ from raftsim import InvariantViolation
 from raftsim_random import RandomSim, SimParams
 
 SEEDS = int(os.environ.get("JETRAFT_SIM_SEEDS", "500"))
-STEPS = int(os.environ.get("JETRAFT_SIM_STEPS", "2000"))
+STEPS = int(os.environ.get("JETRAFT_SIM_STEPS", "5000"))
 FIRST = int(os.environ.get("JETRAFT_SIM_FIRST_SEED", "0"))
 CHUNK = 25  # seeds per test item: keeps the item count (and pytest overhead) small
 

@@ -17,7 +17,7 @@ from jetraft.raft.types import (  # noqa: E402
     Role,
 )
 from raftsim import Cluster  # noqa: E402
-from raftsim_script import among, entry_at, figure8, pump, tick_until, ticks  # noqa: E402
+from raftsim_script import entry_at, figure8, pump, tick_until, ticks  # noqa: E402
 
 
 def start(n: int = 3, **kw) -> Cluster:

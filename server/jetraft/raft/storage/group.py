@@ -102,6 +102,7 @@ class GroupLog:
         self._confs: list[tuple[int, ConfigChange]] = []
         self._cache: list[Entry] = []
         self._cache_lo = 1
+        self._compacted = self._compacted_term = 0
         self._cache_bytes = 0
         self._hs = HardState()
         self._hs_seq = 0
@@ -145,10 +146,12 @@ class GroupLog:
                 self._snap = Snapshot(0, 0, peers)
                 snap_bad = True
         s = self._snap.index
+        self._compacted, self._compacted_term = s, self._snap.term
         while len(firsts) >= 2 and firsts[1] <= s + 1:       # left over from a compaction
             self._unlink(os.path.join(d, wal.segment_name(firsts.pop(0))))
         self._base = firsts[0] if firsts else s + 1
         self._scan_segments(firsts, snap_bad)
+        self._confs = [c for c in self._confs if c[0] > s]
         if not self._terms and (self._bad is not None or not self._segs):
             self._base = s + 1
         last = self._base + len(self._terms) - 1
@@ -170,6 +173,8 @@ class GroupLog:
             self._report(os.path.join(d, meta.HARDSTATE_FILE), 0, "commit_clamped", last + 1,
                          f"hard state commit {self._hs.commit} is past the last readable "
                          f"entry {last}; entries are re-fetched from peers")
+            # persisted, or a later reopen would trust the old commit for new entries
+            self._write_hard_state(HardState(self._hs.term, self._hs.vote, last), True)
 
     def _load_hard_state(self) -> None:
         path = os.path.join(self.directory, meta.HARDSTATE_FILE)
@@ -289,8 +294,10 @@ class GroupLog:
         return tuple(peers)
 
     def first_index(self) -> int:
-        """snapshot.index + 1."""
-        return self._snap.index + 1
+        """The first readable index: last compacted index + 1 (compact(), apply_snapshot();
+        create_snapshot() alone does not move it, as etcd MemoryStorage). After reopening,
+        snapshot.index + 1."""
+        return self._compacted + 1
 
     def last_index(self) -> int:
         """The last readable index (before any corrupt range); snapshot.index if empty."""
@@ -300,22 +307,24 @@ class GroupLog:
         """The latest snapshot (index 0, term 0, the group's first peers if none taken)."""
         return self._snap
 
-    def _missing(self, index: int) -> Exception:
+    def _missing(self, index: int, lo: int | None = None) -> Exception:
+        """The error for reading [lo, index] past last_index()."""
         bad = self._bad
-        if bad is not None and bad.lo <= index:
+        if bad is not None and bad.lo <= index and (index if lo is None else lo) < bad.hi:
             return CorruptRangeError(bad.lo, bad.hi, f"group log {self.directory}")
         return UnavailableError(f"index {index} is past the last index {self.last_index()}")
 
     def term(self, index: int) -> int:
-        """The term at ``index`` (the snapshot's term at snapshot.index; 0 at index 0).
+        """The term at ``index`` (at first_index() - 1: the term of the last compacted
+        entry, the snapshot's after a reopen; 0 at index 0 of an empty log).
 
-        Raises CompactedError below snapshot.index, CorruptRangeError in a corrupt range,
+        Raises CompactedError below first_index() - 1, CorruptRangeError in a corrupt range,
         UnavailableError past last_index()."""
-        s = self._snap.index
-        if index == s:
-            return self._snap.term
-        if index < s:
-            raise CompactedError(f"index {index} is compacted (snapshot {s})")
+        c = self._compacted
+        if index == c:
+            return self._compacted_term
+        if index < c:
+            raise CompactedError(f"index {index} is compacted (first index {c + 1})")
         if index > self.last_index():
             raise self._missing(index)
         return self._terms[index - self._base]
@@ -324,15 +333,15 @@ class GroupLog:
         """Entries with index in [lo, hi): at least one if lo < hi, then as many as fit in
         ``max_bytes`` (sum of ``len(entry.data)``; None = no limit).
 
-        Raises CompactedError if lo <= snapshot.index, CorruptRangeError if the range
+        Raises CompactedError if lo < first_index(), CorruptRangeError if the range
         reaches a corrupt range (or a record fails its checksum when read), UnavailableError
-        if hi > last_index() + 1, ValueError if lo > hi."""
-        if lo <= self._snap.index:
-            raise CompactedError(f"index {lo} is compacted (snapshot {self._snap.index})")
+        if hi > last_index() + 1. Returns [] if lo >= hi."""
+        if lo <= self._compacted:
+            raise CompactedError(f"index {lo} is compacted (first index {self._compacted + 1})")
         if hi > self.last_index() + 1:
-            raise self._missing(hi - 1)
-        if lo > hi:
-            raise ValueError(f"entries: lo {lo} > hi {hi}")
+            raise self._missing(hi - 1, lo)
+        if lo >= hi:
+            return []
         if max_bytes is not None and hi - lo > 1:
             lens, base = self._lens, self._base
             total = lens[lo - base]
@@ -377,8 +386,8 @@ class GroupLog:
     def append(self, entries: list[Entry]) -> None:
         """Append ``entries`` (consecutive indexes). An entry whose index is already present
         truncates the log from there (Raft §5.3), as does appending over a corrupt range
-        (the repair: the corrupt bytes are cut off first). Entries at or below the snapshot
-        index are skipped (etcd MemoryStorage.Append). One write() per segment touched.
+        (the repair: the corrupt bytes are cut off first). Entries below first_index() are
+        skipped (etcd MemoryStorage.Append). One write() per segment touched.
 
         Raises ValueError if the indexes are not consecutive or leave a gap after
         last_index(); StorageError if the write fails."""
@@ -389,12 +398,12 @@ class GroupLog:
         if entries[-1].index - first != len(entries) - 1 or any(
                 e.index != first + k for k, e in enumerate(entries)):
             raise ValueError("append: entry indexes are not consecutive")
-        s = self._snap.index
-        if first <= s:
-            entries = entries[s + 1 - first:]
+        c = self._compacted
+        if first <= c:
+            entries = entries[c + 1 - first:]
             if not entries:
                 return
-            first = s + 1
+            first = c + 1
         last = self.last_index()
         if first > last + 1:
             raise ValueError(f"append: entry {first} would leave a gap after {last}")
@@ -542,6 +551,9 @@ class GroupLog:
         self._bad = None
         self._base = last + 1
         self._truncate_arrays(last + 1)
+        self._cache.clear()
+        self._cache_bytes = 0
+        self._cache_lo = last + 1
         self._confs.clear()
         self._tail_crc = 0
 
@@ -553,6 +565,9 @@ class GroupLog:
         if hs == self._hs:
             return
         must = hs.term != self._hs.term or hs.vote != self._hs.vote or self._sync_commit
+        self._write_hard_state(hs, must)
+
+    def _write_hard_state(self, hs: HardState, must: bool) -> None:
         slot = 1 - self._hs_durable_slot
         image = meta.encode_hard_state_slot(self._hs_seq + 1, hs)
         if self._hs_sf is None:     # both slots valid from the start: slot 1 = empty state
@@ -577,11 +592,11 @@ class GroupLog:
     def create_snapshot(self, index: int, data: bytes, peers: tuple[str, ...]) -> Snapshot:
         """Record that the application's state ``data`` covers the log up to ``index``
         (applied, so within the log); ``term`` comes from the log. Durable on return. Does
-        not delete segments: call compact(). Raises CompactedError if index <=
-        snapshot.index, UnavailableError/CorruptRangeError if index > last_index()."""
+        not delete segments: call compact(). Raises ValueError if index <= snapshot.index,
+        UnavailableError/CorruptRangeError if index > last_index()."""
         self._check_open()
         if index <= self._snap.index:
-            raise CompactedError(f"snapshot at {index} is not after {self._snap.index}")
+            raise ValueError(f"snapshot index {index} not after current {self._snap.index}")
         snap = Snapshot(index, self.term(index), tuple(peers), bytes(data))
         self._install(snap)
         return snap
@@ -602,6 +617,7 @@ class GroupLog:
         if keep:
             self.compact(snap.index)
         else:
+            self._compacted, self._compacted_term = snap.index, snap.term
             self._discard_all()
 
     def _install(self, snap: Snapshot) -> None:
@@ -611,13 +627,18 @@ class GroupLog:
         self._confs = [c for c in self._confs if c[0] > snap.index]
 
     def compact(self, index: int) -> None:
-        """Delete whole segment files whose entries are all <= ``index`` (which must be <=
-        snapshot.index; entries up to the snapshot are already unreadable). Live segments
-        are never rewritten; a segment holding a corrupt range is kept until repaired.
-        Raises ValueError if index > snapshot.index."""
+        """Make entries <= ``index`` unreadable (first_index() becomes index + 1) and delete
+        the whole segment files whose entries are all <= ``index``. Live segments are never
+        rewritten; a segment holding a corrupt range is kept until repaired. Compacting to
+        an already compacted index does nothing. Raises ValueError if index >
+        snapshot.index."""
         self._check_open()
         if index > self._snap.index:
             raise ValueError(f"compact({index}) beyond snapshot index {self._snap.index}")
+        if index > self._compacted:
+            self._compacted_term = self.term(index)
+            self._compacted = index
+        index = self._compacted
         drop = 0
         limit = len(self._segs) if self._bad is None else self._bad.seg
         while drop < limit:

@@ -215,13 +215,17 @@ def scan_segment(buf, first: int, prev_crc: int, is_last: bool) -> Scan:
 
 def highest_index_after(buf, off: int) -> int:
     """The highest entry index named by the well-formed record headers from ``off`` on (0 if
-    none): an estimate of how far a corrupt range reaches. Stops at the first bad header."""
+    none): an estimate of how far a corrupt range reaches. The (bad) record at ``off`` is
+    skipped by its stated length; the walk stops at the next bad header."""
     best = 0
     size = len(buf)
+    first = True
     while size - off >= HEADER_SIZE:
         hcrc, blen, _term, index, *_ = _unpack_hdr(buf, off)
-        if _crc32(buf[off + 4:off + 28]) != hcrc:
+        if _crc32(buf[off + 4:off + 28]) == hcrc:
+            best = max(best, index)
+        elif not first:
             break
-        best = max(best, index)
+        first = False
         off += HEADER_SIZE + blen
     return best

@@ -59,7 +59,9 @@ class MemoryStorage:
         with every CONFIG_CHANGE entry after it applied in order."""
         peers = self._snap.peers
         for e in self._ents[1:]:
-            if e.type == EntryType.CONFIG_CHANGE:
+            # Entries at or below the snapshot are already in snapshot.peers (a snapshot may
+            # be taken without compacting the log up to it).
+            if e.type == EntryType.CONFIG_CHANGE and e.index > self._snap.index:
                 peers = apply_config_entry(peers, e)
         return self._hs, peers
 

@@ -9,7 +9,7 @@ to some node; or a nemesis acts: partition (a random split, or one-way cuts), he
 change (remove / re-add a node, when enabled), snapshot + compaction.
 
 The invariants are checked after every event; at random heal points and at the end the
-run checks liveness: with the network healed, every node up and no loss, a leader is
+run checks liveness: with the network healed (FIFO links), every node up and no loss, a leader is
 elected and a fresh proposal commits within ``liveness_bound`` of virtual time.
 
 Everything derives from the seed: the same seed replays the same run.
@@ -110,6 +110,7 @@ class RandomSim:
         self.seq = 0
         self.steps = 0
         self.cut: set[tuple[str, str]] = set()
+        self.link_clock: dict[tuple[str, str], int] = {}  # FIFO delivery times while healed
         self.ready_scheduled: set[str] = set()
         self.members = list(self.cluster.ids)     # the current configuration (as last proposed by the sim)
         self.removed: list[str] = []
@@ -146,7 +147,14 @@ class RandomSim:
         if not calm and rng.random() < p.loss:
             self.stats["lost"] += 1
             return
-        if not calm and p.slow and rng.random() < p.slow:
+        if calm:
+            # healed: links are FIFO (jetraft multiplexes a group over one TCP route per
+            # peer pair), still with random delays
+            link = (m.src, m.dst)
+            t = max(self.cluster.now + rng.randint(*p.delay), self.link_clock.get(link, 0))
+            self.link_clock[link] = t
+            self.at(t - self.cluster.now, "deliver", m)
+        elif p.slow and rng.random() < p.slow:
             self.at(rng.randint(p.delay[1], p.slow_delay), "deliver", m)
         else:
             self.at(rng.randint(*p.delay), "deliver", m)
@@ -410,8 +418,9 @@ class RandomSim:
     # -- liveness -------------------------------------------------------------------------
 
     def start_liveness_check(self) -> None:
-        """Heal everything, bring every node up, stop loss and duplication: a leader must be
-        elected and a fresh proposal must commit within the bound."""
+        """Heal everything, bring every node up, stop loss, duplication and reordering (links
+        become FIFO): a leader must be elected and a fresh proposal must commit within the
+        bound."""
         c = self.cluster
         self.heal()
         for pid in c.ids:

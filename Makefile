@@ -20,6 +20,8 @@ test: setup
 bench: setup
 	$(BIN)/python tests/bench/core.py
 	$(BIN)/python tests/bench/subjects.py
+	$(BIN)/python tests/bench/raft.py
+	$(BIN)/python tests/bench/raft_storage.py
 
 lab: setup
 	@echo "make lab: the five-host lab arrives with the appliance roles; it is not built yet." >&2

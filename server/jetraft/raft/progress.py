@@ -144,7 +144,19 @@ class Progress:
     def maybe_decr_to(self, rejected: int, hint: int) -> bool:
         """An append with previous index ``rejected`` was refused; the follower suggests
         ``hint`` as the last index that may match (fast backtracking, Raft §5.3 end and
-        etcd Progress.MaybeDecrTo). Returns False for a stale rejection."""
+        etcd Progress.MaybeDecrTo). Returns False for a stale rejection.
+
+        A rejection of the follower's own acknowledged match with a hint below it means the
+        follower lost entries it had stored: its log had a corrupt range, which the storage
+        refuses to serve and which must be repaired from the leader. etcd treats this as
+        stale and would re-send the same append forever; we lower ``match`` to the hint and
+        probe from there. Lowering ``match`` can only delay commits, never undo one.
+        """
+        if rejected == self.match and hint < self.match:
+            self.match = hint
+            self.next = hint + 1
+            self.probe_sent = False
+            return True
         if self.state == REPLICATE:
             if rejected <= self.match:
                 return False

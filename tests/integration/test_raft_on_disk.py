@@ -19,7 +19,9 @@ from raft_pump import GROUP, Cluster  # noqa: E402
 
 from jetraft.raft import Ready  # noqa: E402
 from jetraft.raft.storage import GroupCommit, GroupLog, LogDirectory  # noqa: E402
-from jetraft.raft.types import CorruptRangeError  # noqa: E402
+from jetraft.raft.types import Config, CorruptRangeError  # noqa: E402
+
+ELECTION_TICKS = Config("n", "g").election_ticks  # the pump uses the defaults
 
 
 class DiskCluster(Cluster):
@@ -90,3 +92,43 @@ def test_corrupt_follower_record_is_refused_then_repaired_by_the_leader(tmp_path
     clean = cluster.open_log("c")
     assert clean.recovery_report == []
     assert log_of(clean) == log_of(cluster.storages["a"])
+
+
+def test_a_node_that_lost_committed_entries_does_not_elect_a_leader_without_them(tmp_path):
+    """Entries committed on {a, c} while b lagged; c's copy is corrupted and a is down.
+
+    Without a guard, c (its log cut back by the corruption) would vote for b, and b would
+    become leader without the committed entries and overwrite them. c must refuse until it
+    is repaired; when a returns, a leads and every committed entry survives everywhere.
+    """
+    cluster = DiskCluster(["a", "b", "c"], tmp_path)
+    cluster.elect("a")
+    cluster.isolate("b")
+    cluster.commit("a", 60, prefix=b"acked-")
+    committed = [d for _i, _t, d in log_of(cluster.storages["a"]) if d]
+    assert len(committed) == 60 and cluster.nodes["a"].commit_index == 61
+
+    cluster.storages["c"].close()
+    flip_middle_byte(tmp_path / "c")
+    cluster.storages["c"] = cluster.open_log("c")
+    assert cluster.storages["c"].commit_watermark() == 61
+    assert cluster.storages["c"].last_index() < 61
+
+    cluster.heal()
+    cluster.isolate("a")  # a is down
+    cluster.restart("c")
+    for _ in range(5):  # several election timeouts: b keeps trying
+        cluster.nodes["b"].campaign()
+        cluster.pump()
+        cluster.tick(["b", "c"], n=ELECTION_TICKS * 2)
+        assert cluster.nodes["b"].role.name != "LEADER", "b was elected without committed entries"
+
+    cluster.heal()  # a is back
+    cluster.tick(n=ELECTION_TICKS * 4)
+    leaders = cluster.leaders()
+    assert leaders == ["a"], leaders
+    cluster.commit("a", 1, prefix=b"later-")
+    for node in ("a", "b", "c"):
+        data = [d for _i, _t, d in log_of(cluster.storages[node]) if d]
+        assert data[:60] == committed, f"{node} lost committed entries"
+    assert cluster.storages["c"].commit_watermark() == 0  # repaired, guard lifted

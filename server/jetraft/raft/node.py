@@ -253,7 +253,14 @@ class RaftNode:
         return len(self._peers) // 2 + 1
 
     def _promotable(self) -> bool:
-        return self._id in self._peers
+        """May this node campaign? It must be in the configuration, and its log must not
+        be missing committed entries lost to corruption (see :meth:`_lost_commit_guard`):
+        such a node and a lagging peer could form a majority without those entries."""
+        return self._id in self._peers and self._log.last_index() >= self._commit_watermark()
+
+    def _commit_watermark(self) -> int:
+        watermark = getattr(self._storage, "commit_watermark", None)
+        return watermark() if watermark is not None else 0
 
     # -- events and sending --------------------------------------------------------------
 
@@ -430,6 +437,17 @@ class RaftNode:
         elif rejected >= len(self._peers) - q + 1:
             self._become_follower(self._term, None)
 
+    def _lost_commit_guard(self, msg: Message) -> bool:
+        """True when the vote must be refused because this node's log lost committed entries.
+
+        A log whose corrupt range was cut off on open reports ``commit_watermark()``: the
+        commit index it once recorded. Entries up to it were committed, so a candidate whose
+        log ends before it cannot hold them all, and electing it would overwrite them (Raft
+        §5.4 leader completeness; the corruption hazard of nats-server #7549). Storage
+        without the method (MemoryStorage) never lost anything.
+        """
+        return msg.index < self._commit_watermark()
+
     def _handle_vote_request(self, msg: Message) -> None:
         """RequestVote / pre-vote (Raft §5.2, §5.4.1; thesis §9.6). A vote is recorded in
         the hard state that the same Ready carries with the response."""
@@ -440,7 +458,7 @@ class RaftNode:
             or (self._vote is None and self._leader is None)
             or (pre and msg.term > self._term)
         )
-        if can_vote and self._log.is_up_to_date(msg.index, msg.log_term):
+        if can_vote and self._log.is_up_to_date(msg.index, msg.log_term) and not self._lost_commit_guard(msg):
             self._send(rtype, msg.src, term=msg.term)
             if not pre:
                 self._election_elapsed = 0

@@ -33,6 +33,9 @@ from jetraft.raft.types import (
 from . import meta, wal
 from .sync import GroupCommit, StorageError, SyncFile
 
+#: Holds the commit index a corrupt log lost (decimal text), until the log is repaired.
+WATERMARK_FILE = "commit-watermark"
+
 DEFAULT_SEGMENT_BYTES = 64 << 20
 DEFAULT_CACHE_BYTES = 8 << 20
 _CACHE_OVERHEAD = 64          # bytes charged per cached entry on top of its data
@@ -85,6 +88,7 @@ class GroupLog:
                  cache_bytes: int = DEFAULT_CACHE_BYTES, sync_commit: bool = False) -> None:
         self.directory = os.fspath(directory)
         self.recovery_report: list[dict] = []
+        self._watermark = 0
         self._sync = sync
         self._segment_bytes = segment_bytes
         self._cache_limit = cache_bytes
@@ -127,6 +131,9 @@ class GroupLog:
                 os.unlink(os.path.join(d, name))
         firsts = sorted(f for f in map(wal.parse_segment_name, names) if f is not None)
         self._load_hard_state()
+        raw_mark = meta.read_file(os.path.join(d, WATERMARK_FILE))
+        if raw_mark is not None and raw_mark.strip().isdigit():
+            self._watermark = int(raw_mark)
         snap_path = os.path.join(d, meta.SNAPSHOT_FILE)
         raw = meta.read_file(snap_path)
         snap_bad = False
@@ -173,8 +180,13 @@ class GroupLog:
             self._report(os.path.join(d, meta.HARDSTATE_FILE), 0, "commit_clamped", last + 1,
                          f"hard state commit {self._hs.commit} is past the last readable "
                          f"entry {last}; entries are re-fetched from peers")
+            # Remember how far this node once knew the log committed: until it holds that
+            # much again it must not help elect a leader whose log ends earlier.
+            self._watermark = max(self._watermark, self._hs.commit)
+            meta.write_atomic(d, WATERMARK_FILE, b"%d\n" % self._watermark, self._sync)
             # persisted, or a later reopen would trust the old commit for new entries
             self._write_hard_state(HardState(self._hs.term, self._hs.vote, last), True)
+        self._drop_watermark_if_repaired()
 
     def _load_hard_state(self) -> None:
         path = os.path.join(self.directory, meta.HARDSTATE_FILE)
@@ -383,6 +395,26 @@ class GroupLog:
 
     # ------------------------------------------------------------------ write side
 
+    def commit_watermark(self) -> int:
+        """The highest commit index this log once recorded but lost to corruption (0 when
+        none). Until ``last_index()`` reaches it again the node must refuse votes to
+        candidates whose log ends before it: those entries were committed, and a leader
+        without them would overwrite them (Raft §5.4 leader completeness; the hazard of
+        nats-server #7549). Cleared durably once the log is repaired past it."""
+        return self._watermark
+
+    def _drop_watermark_if_repaired(self) -> None:
+        """Once the log holds the watermark again, make that durable first (one sync, once
+        per repair), then forget the watermark."""
+        if self._watermark and self.last_index() >= self._watermark:
+            self._sync.sync()
+            self._watermark = 0
+            try:
+                os.unlink(os.path.join(self.directory, WATERMARK_FILE))
+            except FileNotFoundError:
+                return
+            self._sync.fsync_dir_now(self.directory)
+
     def append(self, entries: list[Entry]) -> None:
         """Append ``entries`` (consecutive indexes). An entry whose index is already present
         truncates the log from there (Raft §5.3), as does appending over a corrupt range
@@ -410,6 +442,8 @@ class GroupLog:
         if first <= last or self._bad is not None:
             self._cut(first)
         self._write(entries)
+        if self._watermark:
+            self._drop_watermark_if_repaired()
 
     def _write(self, entries: list[Entry]) -> None:
         n = len(entries)

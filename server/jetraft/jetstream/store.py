@@ -1,0 +1,645 @@
+"""The jetraft stream message store: one interface, two implementations.
+
+- :class:`MemoryStore` — messages in a dict (streams with ``storage: memory``).
+- :class:`FileStore` — messages in checksummed block files (format in
+  :mod:`jetraft.jetstream.store_format`), an in-memory index rebuilt on open, fsync batched
+  through the server's shared :class:`~jetraft.raft.storage.sync.GroupCommit`.
+
+Both share one index (:class:`_IndexedStore`), so their semantics are the same by
+construction: sequence numbers start at 1 and only grow; ``first_seq`` is the lowest
+stored sequence, or ``last_seq + 1`` when the stream is empty; ``last_seq`` never goes
+down (a purge keeps it). Purge and compact follow nats-server ``memstore.go``
+(``Purge``, ``PurgeEx``, ``Compact``). Message sizes (``StreamState.bytes``) are counted as
+nats-server ``filestore.go fileStoreMsgSize`` does, in both implementations.
+
+Durability (FileStore): ``store()``, ``remove()``, ``purge()`` and ``compact_to()`` write
+to the OS at once (one ``pwrite`` each) and are durable after the next ``sync()`` (one
+fsync per dirty file, shared with every other user of the GroupCommit). A crash loses at
+most what was written after the last ``sync()``. Acknowledge a publish only after
+``sync()`` returned (nats-server's ``sync_interval: always``; the lazy default lost
+acknowledged messages in Jepsen's NATS 2.12.1 analysis, nats-server #7564).
+
+Corruption (FileStore, on open): every record carries crc32 checksums. A torn tail (the
+end of the last block, left by a crash during a write) is truncated and reported. A
+message whose checksum fails elsewhere is *lost*: reported in ``recovery_report``, listed in
+``StreamState.lost`` and counted among the deleted sequences (``num_deleted``), never
+served (``load`` raises :class:`CorruptMessage`), and its sequence is never reused. Every
+other message stays readable. A checksum failure found later by ``load`` also raises
+:class:`CorruptMessage`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from dataclasses import dataclass, field
+
+from jetraft.protocol.subjects import subject_matches
+from jetraft.raft.storage.sync import GroupCommit, StorageError, SyncFile
+
+from . import store_format as fmt
+
+__all__ = ["CorruptMessage", "FileStore", "MemoryStore", "MessageNotFound", "StoredMessage",
+           "StreamState", "StorageError", "msg_size"]
+
+DEFAULT_BLOCK_BYTES = 8 << 20
+
+
+class MessageNotFound(KeyError):
+    """No message with that sequence: never stored, removed, purged or compacted away."""
+
+
+class CorruptMessage(Exception):
+    """The message's record failed its checksum; its contents are never returned."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """One stream message: ``seq`` (1-based), ``headers`` the raw NATS header block or
+    None, ``data`` the payload, ``ts`` ns since the epoch."""
+
+    seq: int
+    subject: str
+    headers: bytes | None
+    data: bytes
+    ts: int
+
+
+@dataclass(slots=True)
+class StreamState:
+    """A stream's state as STREAM.INFO reports it (nats-server ``StreamState``).
+
+    ``bytes`` by :func:`msg_size`; ``*_ts`` ns since the epoch (``first_ts`` 0 when empty);
+    ``num_deleted`` the sequences in [first_seq, last_seq] holding no message (lost ones
+    included); ``deleted`` those sequences, filled only when asked; ``subjects`` message
+    count per subject, filled only when asked; ``lost`` sequences lost to corruption.
+    """
+
+    messages: int
+    bytes: int
+    first_seq: int
+    first_ts: int
+    last_seq: int
+    last_ts: int
+    num_subjects: int
+    num_deleted: int
+    deleted: list[int] = field(default_factory=list)
+    subjects: dict[str, int] = field(default_factory=dict)
+    lost: list[int] = field(default_factory=list)
+
+
+def msg_size(subject: str, headers: bytes | None, data: bytes) -> int:
+    """Bytes a message counts for, as nats-server ``filestore.go fileStoreMsgSize``:
+    22 + subject + data + 8 checksum, plus 4 + headers when there are headers."""
+    n = 30 + len(subject.encode("utf-8", "surrogateescape")) + len(data)
+    return n + 4 + len(headers) if headers else n
+
+
+def _matches_all(filt: str | None) -> bool:
+    return not filt or filt == ">"
+
+
+def _is_literal(subject: str) -> bool:
+    return not any(t in ("*", ">") for t in subject.split("."))
+
+
+class _IndexedStore:
+    """The index both stores share: ``seq -> (subject, size, ts, loc)`` in sequence order
+    (``loc`` is what the implementation needs to read the message back) and per-subject
+    ascending sequence lists. Subclasses implement the ``_log_*``/``_fetch`` hooks; every
+    hook writes before the index changes, so a failed write changes nothing."""
+
+    def __init__(self) -> None:
+        self._index: dict[int, tuple] = {}
+        self._subjects: dict[str, list[int]] = {}
+        self._bytes = 0
+        self._first = 1
+        self._last = 0
+        self._last_ts = 0
+        self._lost: set[int] = set()
+        self._closed = False
+
+    # --- hooks -----------------------------------------------------------------------
+    def _log_msg(self, seq: int, subject: str, headers: bytes | None, data: bytes,
+                 ts: int):
+        raise NotImplementedError
+
+    def _log_tombstones(self, seqs: list[int]) -> None:
+        raise NotImplementedError
+
+    def _log_purge_below(self, seq: int) -> None:
+        raise NotImplementedError
+
+    def _fetch(self, seq: int, entry: tuple) -> StoredMessage:
+        raise NotImplementedError
+
+    def _on_dropped(self, entry: tuple) -> None:
+        """Called for each message that left the index."""
+
+    # --- index -----------------------------------------------------------------------
+    def _add(self, seq: int, subject: str, size: int, ts: int, loc) -> None:
+        self._index[seq] = (subject, size, ts, loc)
+        lst = self._subjects.get(subject)
+        if lst is None:
+            self._subjects[subject] = [seq]
+        else:
+            lst.append(seq)
+        self._bytes += size
+        if seq > self._last:
+            self._last, self._last_ts = seq, ts
+        if len(self._index) == 1:
+            self._first = seq
+
+    def _drop(self, seq: int) -> None:
+        entry = self._index.pop(seq)
+        lst = self._subjects[entry[0]]
+        if lst[0] == seq:
+            del lst[0]
+        else:
+            del lst[bisect.bisect_left(lst, seq)]
+        if not lst:
+            del self._subjects[entry[0]]
+        self._bytes -= entry[1]
+        self._on_dropped(entry)
+
+    def _fix_first(self) -> None:
+        # the index is in sequence order (sequences are inserted ascending)
+        self._first = next(iter(self._index)) if self._index else self._last + 1
+
+    def _drop_below(self, seq: int) -> int:
+        """Drop every message (and lost sequence) below ``seq``; returns messages dropped."""
+        doomed = []
+        for s in self._index:
+            if s >= seq:
+                break
+            doomed.append(s)
+        for s in doomed:
+            self._drop(s)
+        self._lost = {s for s in self._lost if s >= seq}
+        return len(doomed)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StorageError("the message store is closed")
+
+    # --- API -------------------------------------------------------------------------
+    def store(self, subject: str, headers: bytes | None, data: bytes, ts: int) -> int:
+        """Append a message; returns its sequence (last_seq + 1). ``ts`` in ns since the
+        epoch. FileStore: written to the OS, durable after the next :meth:`sync`."""
+        self._check_open()
+        seq = self._last + 1
+        loc = self._log_msg(seq, subject, headers, data, ts)
+        self._add(seq, subject, msg_size(subject, headers, data), ts, loc)
+        return seq
+
+    def sync(self) -> None:
+        """Make everything written so far durable (MemoryStore: nothing to do)."""
+
+    def load(self, seq: int) -> StoredMessage:
+        """The message ``seq``. Raises :class:`MessageNotFound` if there is none,
+        :class:`CorruptMessage` if it was lost to corruption or fails its checksum now."""
+        self._check_open()
+        entry = self._index.get(seq)
+        if entry is None:
+            if seq in self._lost:
+                raise CorruptMessage(f"message {seq} was lost to a checksum mismatch")
+            raise MessageNotFound(seq)
+        return self._fetch(seq, entry)
+
+    def load_next(self, subject_filter: str, start_seq: int) -> StoredMessage | None:
+        """The first message with seq >= ``start_seq`` whose subject matches the filter
+        (``*`` and ``>`` wildcards; "" or ">" match all), or None. Raises
+        :class:`CorruptMessage` if that message fails its checksum."""
+        self._check_open()
+        start = max(start_seq, self._first)
+        if start > self._last:
+            return None
+        if _matches_all(subject_filter):
+            index = self._index
+            for s in range(start, self._last + 1):
+                entry = index.get(s)
+                if entry is not None:
+                    return self._fetch(s, entry)
+            return None
+        best = 0
+        for subj in self._matching_subjects(subject_filter):
+            lst = self._subjects[subj]
+            i = bisect.bisect_left(lst, start)
+            if i < len(lst) and (best == 0 or lst[i] < best):
+                best = lst[i]
+        return self._fetch(best, self._index[best]) if best else None
+
+    def load_last(self, subject: str) -> StoredMessage | None:
+        """The last message on ``subject`` (a filter with wildcards is accepted too), or
+        None. Raises :class:`CorruptMessage` if it fails its checksum."""
+        self._check_open()
+        seq = self.last_seq_for_subject(subject)
+        return self._fetch(seq, self._index[seq]) if seq else None
+
+    def last_seq_for_subject(self, subject: str) -> int:
+        """The sequence of the last message on ``subject``, 0 if none."""
+        return max((self._subjects[s][-1] for s in self._matching_subjects(subject)),
+                   default=0)
+
+    def _matching_subjects(self, filt: str) -> list[str]:
+        if _matches_all(filt):
+            return list(self._subjects)
+        if _is_literal(filt):
+            return [filt] if filt in self._subjects else []
+        return [s for s in self._subjects if subject_matches(filt, s)]
+
+    def remove(self, seq: int) -> bool:
+        """Delete message ``seq`` (STREAM.MSG.DELETE), durable as a tombstone record after
+        the next sync. Returns False if there was no such message (a lost sequence is
+        forgotten, also returning False). Moves first_seq when ``seq`` was the first."""
+        self._check_open()
+        if seq not in self._index:
+            if seq in self._lost:
+                self._log_tombstones([seq])
+                self._lost.discard(seq)
+            return False
+        self._log_tombstones([seq])
+        self._drop(seq)
+        if seq == self._first:
+            self._fix_first()
+        return True
+
+    def purge(self, subject: str | None = None, seq: int | None = None,
+              keep: int | None = None) -> int:
+        """Purge as nats-server ``memstore.go PurgeEx``; returns the number of messages
+        purged. ``subject``: a filter (None, "" or ">" = the whole stream); ``seq``: purge
+        only below it (exclusive); ``keep``: keep the ``keep`` newest matching messages.
+        Whole stream with neither: everything goes, first_seq = last_seq + 1; with ``seq``
+        (> 1): :meth:`compact_to`; with ``keep``: compact to last_seq - keep + 1. Raises
+        ValueError when both ``seq`` and ``keep`` are given (nats-server refuses that
+        request too)."""
+        self._check_open()
+        seq, keep = seq or 0, keep or 0
+        if seq and keep:
+            raise ValueError("purge: sequence and keep cannot both be set")
+        if _matches_all(subject):
+            if not seq and not keep:
+                return self._purge_all()
+            if seq > 1:
+                return self.compact_to(seq)
+            if keep:
+                if keep >= len(self._index):
+                    return 0
+                return self.compact_to(self._last - keep + 1)
+            return 0
+        seqs = sorted(s for subj in self._matching_subjects(subject)
+                      for s in self._subjects[subj])
+        if keep:
+            if keep >= len(seqs):
+                return 0
+            seqs = seqs[:len(seqs) - keep]
+        if seq > 1:
+            seqs = seqs[:bisect.bisect_left(seqs, seq)]
+        if not seqs:
+            return 0
+        self._log_tombstones(seqs)
+        for s in seqs:
+            self._drop(s)
+        self._fix_first()
+        return len(seqs)
+
+    def _purge_all(self) -> int:
+        n = len(self._index)
+        if n == 0 and not self._lost:
+            return 0
+        self._log_purge_below(self._last + 1)
+        self._drop_below(self._last + 1)
+        self._first = self._last + 1
+        return n
+
+    def compact_to(self, seq: int) -> int:
+        """Remove every message below ``seq``; returns how many (nats-server
+        ``memstore.go Compact``). ``seq`` 0 purges everything. ``seq`` past last_seq + 1
+        empties the stream and moves the sequences on: first_seq = ``seq``, last_seq =
+        ``seq`` - 1, so the next message gets ``seq``."""
+        self._check_open()
+        if seq == 0:
+            return self._purge_all()
+        if seq > self._last + 1:
+            n = len(self._index)
+            self._log_purge_below(seq)
+            self._drop_below(seq)
+            self._last = seq - 1
+            self._first = seq
+            return n
+        if seq <= self._first and not any(s < seq for s in self._lost):
+            return 0
+        self._log_purge_below(seq)
+        n = self._drop_below(seq)
+        self._first = max(self._first, seq)
+        self._fix_first()
+        return n
+
+    def state(self, *, with_deleted: bool = False,
+              subjects_filter: str | None = None) -> StreamState:
+        """The stream's state; ``deleted`` filled when ``with_deleted``, ``subjects`` when
+        ``subjects_filter`` is given (">" for all)."""
+        self._check_open()
+        n = len(self._index)
+        first, last = self._first, self._last
+        st = StreamState(messages=n, bytes=self._bytes, first_seq=first,
+                         first_ts=self._index[first][2] if n else 0, last_seq=last,
+                         last_ts=self._last_ts, num_subjects=len(self._subjects),
+                         num_deleted=(last - first + 1 - n) if n else 0,
+                         lost=sorted(self._lost))
+        if with_deleted and n:
+            index = self._index
+            st.deleted = [s for s in range(first, last + 1) if s not in index]
+        if subjects_filter is not None:
+            st.subjects = self.subjects_state(subjects_filter)
+        return st
+
+    def subjects_state(self, subject_filter: str) -> dict[str, int]:
+        """Message count per subject matching the filter ("" or ">" for all)."""
+        return {s: len(self._subjects[s]) for s in self._matching_subjects(subject_filter)}
+
+    def close(self) -> None:
+        """Release resources. Does not sync: call :meth:`sync` first to keep writes."""
+        self._closed = True
+
+
+class MemoryStore(_IndexedStore):
+    """The message store of a ``storage: memory`` stream; nothing survives the process."""
+
+    def _log_msg(self, seq, subject, headers, data, ts):
+        return StoredMessage(seq, subject, headers, bytes(data), ts)
+
+    def _log_tombstones(self, seqs):
+        pass
+
+    def _log_purge_below(self, seq):
+        pass
+
+    def _fetch(self, seq, entry):
+        return entry[3]
+
+
+class _Block:
+    """One open block file: ``live`` messages of the index it holds, ``external`` records
+    it holds that affect earlier blocks (tombstones of lower sequences, purge markers)."""
+
+    __slots__ = ("start", "path", "sf", "size", "live", "external")
+
+    def __init__(self, start: int, path: str, fd: int, size: int) -> None:
+        self.start = start
+        self.path = path
+        self.sf = SyncFile(fd, path)
+        self.size = size
+        self.live = 0
+        self.external = 0
+
+
+class FileStore(_IndexedStore):
+    """``FileStore(directory, *, sync, block_bytes=8 MiB, sync_always=True)``.
+
+    ``sync``: the server's shared GroupCommit. ``block_bytes``: a new block is started when
+    a message would take the last one past this size (bytes). ``sync_always`` False makes
+    :meth:`sync` a no-op unless called with ``force=True`` (nats-server's lazy
+    ``sync_interval``: the server's interval timer forces it); True (default) makes every
+    ``sync()`` durable.
+
+    Opening rebuilds the index from the blocks (see the module docstring for torn tails
+    and checksum mismatches); ``recovery_report`` lists what was found, one dict per
+    problem: ``{"file", "offset", "kind": "torn_tail" | "checksum_mismatch", "first_seq"}``
+    (``first_seq``: the sequence the damaged record names, or the first sequence it may
+    have held when its header was unreadable). Blocks whose messages are all gone are
+    deleted after the next sync (the first block, or any block whose records affect no
+    other block). Raises StorageError for a block of an unknown format version.
+    """
+
+    def __init__(self, directory: str | os.PathLike, *, sync: GroupCommit,
+                 block_bytes: int = DEFAULT_BLOCK_BYTES, sync_always: bool = True) -> None:
+        super().__init__()
+        self.directory = os.fspath(directory)
+        self.block_bytes = block_bytes
+        self.sync_always = sync_always
+        self.recovery_report: list[dict] = []
+        self._gc = sync
+        self._blocks: list[_Block] = []
+        self._doomed: list[_Block] = []
+        self._ready = False             # recovery done: blocks may be scheduled for deletion
+        if not os.path.isdir(self.directory):
+            os.makedirs(self.directory)
+            self._gc.mark_dir_dirty(os.path.dirname(os.path.abspath(self.directory)))
+        self._recover()
+
+    # --- recovery --------------------------------------------------------------------
+    def _report(self, name: str, offset: int, kind: str, first_seq: int, detail: str) -> None:
+        self.recovery_report.append({"file": name, "offset": offset, "kind": kind,
+                                     "first_seq": first_seq, "detail": detail})
+
+    def _recover(self) -> None:
+        names = sorted((n for n in os.listdir(self.directory)
+                        if fmt.parse_block_name(n) is not None))
+        for i, name in enumerate(names):
+            is_last = i == len(names) - 1
+            path = os.path.join(self.directory, name)
+            with open(path, "rb") as f:
+                buf = f.read()
+            try:
+                head = fmt.check_block_header(buf)
+            except ValueError as exc:
+                raise StorageError(f"{path}: {exc}") from exc
+            start = fmt.parse_block_name(name)
+            if head is not True:
+                self._last = max(self._last, start - 1)
+                if head is None and is_last:
+                    self._report(name, 0, "torn_tail", start, "block header torn")
+                    os.unlink(path)
+                    self._gc.fsync_dir_now(self.directory)
+                else:
+                    self._report(name, 0, "checksum_mismatch", start,
+                                 "damaged block header; block set aside as .corrupt")
+                    os.rename(path, path + ".corrupt")
+                    self._gc.fsync_dir_now(self.directory)
+                continue
+            scan = fmt.scan_block(buf, is_last)
+            fd = os.open(path, os.O_RDWR)
+            blk = _Block(start, path, fd, scan.end)
+            self._blocks.append(blk)
+            if scan.end < len(buf):
+                os.ftruncate(fd, scan.end)
+                self._gc.fsync_now(fd)
+            self._last = max(self._last, start - 1)
+            events = sorted([(r.off, 0, r) for r in scan.records]
+                            + [(d.offset, 1, d) for d in scan.damage],
+                            key=lambda e: (e[0], e[1]))
+            for _off, is_damage, ev in events:
+                if is_damage:
+                    self._report(name, ev.offset, ev.kind, ev.seq or self._last + 1,
+                                 ev.detail)
+                else:
+                    self._replay(blk, ev, name)
+        self._fix_first()
+        self._ready = True
+        for blk in list(self._blocks):
+            self._maybe_free(blk)
+
+    def _replay(self, blk: _Block, rec: fmt.Record, name: str) -> None:
+        if rec.gap and rec.rtype == fmt.REC_MSG:
+            # damaged headers hid the records before this one: the message sequences
+            # between cannot be more than the skipped bytes could hold
+            hidden = range(self._last + 1, rec.seq)
+            if 0 < len(hidden) <= rec.gap // fmt.HEADER_SIZE:
+                self._lost.update(hidden)
+        if rec.rtype == fmt.REC_MSG:
+            if rec.seq <= self._last:
+                self._report(name, rec.off, "checksum_mismatch", rec.seq,
+                             "message record out of sequence; ignored")
+                return
+            if not rec.ok:
+                self._lost.add(rec.seq)
+                self._last, self._last_ts = rec.seq, rec.ts
+                return
+            subject = self._read_subject(blk, rec)
+            self._add(rec.seq, subject, self._size_of(rec), rec.ts,
+                      (blk, rec.off, rec.size))
+            blk.live += 1
+        elif rec.rtype == fmt.REC_TOMBSTONE:
+            if rec.seq < blk.start:
+                blk.external += 1
+            if rec.seq in self._index:
+                self._drop(rec.seq)
+            self._lost.discard(rec.seq)
+        elif rec.rtype == fmt.REC_PURGE:
+            blk.external += 1
+            self._drop_below(rec.seq)
+            if rec.seq - 1 > self._last:
+                self._last, self._last_ts = rec.seq - 1, rec.ts
+        else:
+            self._report(name, rec.off, "checksum_mismatch", rec.seq,
+                         f"unknown record type {rec.rtype}; ignored")
+
+    def _read_subject(self, blk: _Block, rec: fmt.Record) -> str:
+        raw = os.pread(blk.sf.fd, rec.subject_len, rec.off + fmt.HEADER_SIZE)
+        return raw.decode("utf-8", "surrogateescape")
+
+    @staticmethod
+    def _size_of(rec: fmt.Record) -> int:
+        n = 30 + rec.size - fmt.HEADER_SIZE
+        return n + 4 if rec.headers_len else n
+
+    # --- writing ---------------------------------------------------------------------
+    def _write(self, blk: _Block, buf: bytes | bytearray) -> int:
+        off = blk.size
+        n = os.pwrite(blk.sf.fd, buf, off)
+        if n != len(buf):
+            raise StorageError(f"{blk.path}: short write ({n} of {len(buf)} bytes)")
+        blk.size += n
+        self._gc.mark_dirty(blk.sf)
+        return off
+
+    def _new_block(self, start: int) -> _Block:
+        path = os.path.join(self.directory, fmt.block_name(start))
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        blk = _Block(start, path, fd, 0)
+        self._blocks.append(blk)
+        self._gc.mark_dir_dirty(self.directory)
+        return blk
+
+    def _append(self, buf: bytearray, new_block_at: int = 0) -> tuple[_Block, int]:
+        """Write ``buf`` (records) to the last block, first starting a new block named
+        ``new_block_at`` if asked or if there is none. One pwrite."""
+        blk = self._blocks[-1] if self._blocks else None
+        if blk is None or new_block_at:
+            prev = blk
+            blk = self._new_block(new_block_at or self._last + 1)
+            off = self._write(blk, fmt.encode_block_header() + buf) + fmt.BLOCK_HEADER_SIZE
+            if prev is not None:
+                self._maybe_free(prev)
+            return blk, off
+        return blk, self._write(blk, buf)
+
+    def _log_msg(self, seq, subject, headers, data, ts):
+        self._check_open()
+        buf = bytearray()
+        fmt.encode_record(buf, fmt.REC_MSG, seq, ts, subject.encode("utf-8", "surrogateescape"),
+                          headers, data)
+        blk = self._blocks[-1] if self._blocks else None
+        roll = blk is not None and blk.size > fmt.BLOCK_HEADER_SIZE and \
+            blk.size + len(buf) > self.block_bytes
+        blk, off = self._append(buf, seq if roll else 0)
+        blk.live += 1
+        return blk, off, len(buf)
+
+    def _log_tombstones(self, seqs):
+        self._check_open()
+        buf = bytearray()
+        for s in seqs:
+            fmt.encode_record(buf, fmt.REC_TOMBSTONE, s, 0)
+        blk, _ = self._append(buf)
+        blk.external += sum(1 for s in seqs if s < blk.start)
+
+    def _log_purge_below(self, seq):
+        self._check_open()
+        buf = bytearray()
+        fmt.encode_record(buf, fmt.REC_PURGE, seq, self._last_ts)
+        blk, _ = self._append(buf)
+        blk.external += 1
+
+    def _on_dropped(self, entry):
+        blk = entry[3][0]
+        blk.live -= 1
+        if blk.live == 0 and self._ready:
+            self._maybe_free(blk)
+
+    def _maybe_free(self, blk: _Block) -> None:
+        """Schedule ``blk`` for deletion after the next sync if none of its records matter
+        any more: no message left, not the last block, and first or without records that
+        affect earlier blocks. Then try the block after it (it may have become first)."""
+        blocks = self._blocks
+        while True:
+            if blk.live or blk is blocks[-1] or blk not in blocks:
+                return
+            i = blocks.index(blk)
+            if i and blk.external:
+                return
+            del blocks[i]
+            self._doomed.append(blk)
+            if i != 0:
+                return
+            blk = blocks[0]
+
+    def sync(self, force: bool = False) -> None:
+        """Make everything written so far durable through the GroupCommit (one fsync per
+        dirty file; the directory too after a block was created or deleted), then delete
+        the blocks scheduled for deletion. A no-op when ``sync_always`` is False and
+        ``force`` is not set. Raises StorageError if an fsync fails (then and forever)."""
+        self._check_open()
+        if not (self.sync_always or force):
+            return
+        self._gc.sync()
+        doomed, self._doomed = self._doomed, []
+        for blk in doomed:
+            self._gc.forget(blk.sf)
+            os.close(blk.sf.fd)
+            os.unlink(blk.path)
+        if doomed:
+            self._gc.mark_dir_dirty(self.directory)
+
+    # --- reading ---------------------------------------------------------------------
+    def _fetch(self, seq, entry):
+        blk, off, size = entry[3]
+        buf = os.pread(blk.sf.fd, size, off)
+        got = fmt.read_header(buf, 0)
+        if got is None or got[0].size != size or got[0].seq != seq \
+                or got[0].rtype != fmt.REC_MSG or not fmt.body_ok(buf, got[0], got[1]):
+            raise CorruptMessage(f"message {seq} fails its checksum ({blk.path}@{off})")
+        subject, headers, data = fmt.decode_message(buf, got[0])
+        return StoredMessage(seq, subject, headers, data, got[0].ts)
+
+    def close(self) -> None:
+        """Close the block files without syncing (call :meth:`sync` first to keep writes;
+        closing without it is what a crash looks like to the files)."""
+        if self._closed:
+            return
+        self._closed = True
+        for blk in self._blocks + self._doomed:
+            self._gc.forget(blk.sf)
+            os.close(blk.sf.fd)
+        self._blocks, self._doomed = [], []

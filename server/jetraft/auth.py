@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import bcrypt
 
-from jetraft.config import ServerConfig, UserConfig
+from jetraft.config import ServerConfig, UserConfig, is_bcrypt
 
 GLOBAL_ACCOUNT = "$G"
 
@@ -33,7 +33,7 @@ class Identity:
 
 def check_password(stored: str, given: str) -> bool:
     """Compare ``given`` with ``stored`` (bcrypt hash or plain text) in constant time."""
-    if UserConfig(user="", password=stored, account="").is_bcrypt:
+    if is_bcrypt(stored):
         try:
             return bcrypt.checkpw(given.encode(), stored.encode())
         except ValueError:  # malformed hash in the configuration, or a >72-byte password

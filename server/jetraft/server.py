@@ -29,6 +29,7 @@ from jetraft.auth import GLOBAL_ACCOUNT, Authenticator
 from jetraft.config import ServerConfig, load_config, validate
 from jetraft.events import EventLog
 from jetraft.net.client import ClientConnection, Subscription
+from jetraft.net.monitor import serve_monitor
 from jetraft.protocol import SubjectIndex, encode_err, encode_info, encode_msg, no_responders_headers
 
 _B32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
@@ -123,8 +124,6 @@ class Server:
 
         Raises ``OSError`` when a listener cannot bind (e.g. the port is in use).
         """
-        from jetraft.net.monitor import serve_monitor
-
         cfg = self.config
         self.events.emit("server_starting", server_id=self.server_id, version=__version__,
                          nats_version=NATS_COMPAT_VERSION, config=cfg.source, pid=os.getpid())

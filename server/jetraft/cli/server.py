@@ -158,7 +158,7 @@ def send_signal(spec: str, pid_file: str | None) -> None:
 
 def run_server(cfg: ServerConfig, overrides: Callable[[ServerConfig], ServerConfig]) -> int:
     """Run until stopped by a signal; returns the exit status."""
-    from jetraft.events import EventLog
+    # Imported here so that -t, -v and --signal do not load trio, hypercorn and the server.
     from jetraft.server import Server, log_threshold
 
     unsupported = [what for what, on in (("JetStream", cfg.jetstream), ("clustering", cfg.cluster)) if on]

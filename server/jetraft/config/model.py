@@ -58,6 +58,12 @@ DEFAULT_SYSTEM_ACCOUNT = "$SYS"
 GLOBAL_ACCOUNT = "$G"
 
 _BCRYPT = re.compile(r"\$2[abxy]\$[0-9]{2}\$")  # server/auth.go validBcryptPrefix
+
+
+def is_bcrypt(password: str) -> bool:
+    """True if ``password`` is a bcrypt hash rather than plain text (nats-server
+    server/auth.go isBcrypt: ``$2a$``, ``$2b$``, ``$2x$`` or ``$2y$`` and a 2-digit cost)."""
+    return _BCRYPT.match(password) is not None
 _MAX_INT32 = 2**31 - 1
 _ROUTE_SCHEMES = ("nats", "nats-route")
 _DEFAULT_ROUTE_PORT = 6222
@@ -79,7 +85,7 @@ class UserConfig:
     def is_bcrypt(self) -> bool:
         """True if the password is a bcrypt hash (nats-server server/auth.go isBcrypt:
         ``^\\$2[abxy]\\$\\d{2}\\$``)."""
-        return self.password is not None and _BCRYPT.match(self.password) is not None
+        return self.password is not None and is_bcrypt(self.password)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,1471 @@
+"""The JetStream API data model: configs, infos, acks -- decoded, defaulted, validated.
+
+Field for field as nats-server (2.15) reads and writes them:
+- ``StreamConfig``, ``Placement``, ``SubjectTransform``, ``StreamInfo``, ``ClusterInfo``,
+  ``PeerInfo``, ``PubAck`` -- server/stream.go, server/jetstream_cluster.go;
+- ``StreamState`` -- server/store.go;
+- ``ConsumerConfig``, ``ConsumerInfo``, ``SequenceInfo`` -- server/consumer.go;
+- ``AccountLimits``, ``AccountInfo`` -- server/jetstream.go.
+
+Conventions:
+- durations are integer nanoseconds (Go ``time.Duration``);
+- timestamps are integer nanoseconds since the Unix epoch, UTC; ``None`` is Go's zero
+  time, written ``"0001-01-01T00:00:00Z"`` (e.g. ``first_ts`` of an empty stream);
+  written as RFC 3339 with up to 9 fraction digits, trailing zeros trimmed
+  (Go ``time.RFC3339Nano``), e.g. ``"2026-11-22T03:54:36.123456789Z"``;
+- ``to_json()`` emits what Go's ``encoding/json`` emits for the struct: every key, except
+  ``omitempty`` ones when zero/empty;
+- ``decode(data)`` reads a request body the way nats-server's strict decoder does
+  (``unmarshalRequest``, ``DisallowUnknownFields``; strict is the default): an unknown key,
+  a wrongly typed value or a bad enum string raises ``JSApiError`` 10025 "invalid JSON: ...";
+- ``checked(...)`` applies nats-server's defaults and validation (checkStreamCfg,
+  setConsumerConfigDefaults + checkConsumerCfg), raising ``JSApiError`` with its exact
+  ``err_code`` and description; ``from_json`` is ``decode`` then ``checked``.
+
+Checks that need other streams (cross-stream subject overlap, mirror/source existence,
+cycles) or account limits are the caller's; this module is pure, no I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from jetraft.jetstream import errors as E
+from jetraft.jetstream.errors import JSApiError
+from jetraft.protocol.subjects import is_valid_literal_subject, is_valid_subject, subject_matches
+from jetraft.protocol.subjects import subjects_overlap as _collide
+
+__all__ = [
+    "API_LEVEL",
+    "MAX_DESCRIPTION_LEN",
+    "MAX_METADATA_LEN",
+    "MAX_NAME_LEN",
+    "AccountInfo",
+    "AccountLimits",
+    "ClusterInfo",
+    "ConsumerConfig",
+    "ConsumerInfo",
+    "PeerInfo",
+    "Placement",
+    "PubAck",
+    "SequenceInfo",
+    "StreamConfig",
+    "StreamInfo",
+    "StreamState",
+    "SubjectTransform",
+    "format_time",
+    "is_valid_asset_name",
+    "is_valid_name",
+    "parse_time",
+]
+
+SECOND = 1_000_000_000
+MILLISECOND = 1_000_000
+#: JSMaxNameLen, JSMaxDescriptionLen, JSMaxMetadataLen (server/jetstream_api.go).
+MAX_NAME_LEN = 255
+MAX_DESCRIPTION_LEN = 4 * 1024
+MAX_METADATA_LEN = 128 * 1024
+#: StreamMaxReplicas (server/stream.go).
+STREAM_MAX_REPLICAS = 5
+#: StreamDefaultDuplicatesWindow (server/stream.go): 2 minutes.
+DEFAULT_DUPLICATE_WINDOW = 2 * 60 * SECOND
+#: JsAckWaitDefault, JsDefaultMaxAckPending, JsDefaultPinnedTTL (server/consumer.go).
+DEFAULT_ACK_WAIT = 30 * SECOND
+DEFAULT_MAX_ACK_PENDING = 1000
+DEFAULT_PINNED_TTL = 2 * 60 * SECOND
+#: JSWaitQueueDefaultMax (server/jetstream_api.go): default max_waiting of a pull consumer.
+DEFAULT_MAX_WAITING = 512
+#: sourceHealthHB (server/stream.go): heartbeat forced by ack_policy flow_control.
+SOURCE_HEALTH_HB = SECOND
+#: JSApiLevel (server/jetstream_versioning.go) and the metadata keys it fills.
+API_LEVEL = 5
+META_REQUIRED_LEVEL = "_nats.req.level"
+META_SERVER_VERSION = "_nats.ver"
+META_SERVER_LEVEL = "_nats.level"
+
+_INT64 = (-(2**63), 2**63 - 1)
+_INT32 = (-(2**31), 2**31 - 1)
+_UINT64 = (0, 2**64 - 1)
+_GROUP_NAME = re.compile(r"^[a-zA-Z0-9/_=-]{1,16}$")
+
+
+# --- names, time ---------------------------------------------------------------------
+
+
+def is_valid_name(name: str) -> bool:
+    """nats-server ``isValidName``: non-empty, none of space, \\t \\r \\n \\f ``.`` ``*`` ``>``."""
+    return bool(name) and not any(c in name for c in " \t\r\n\f.*>")
+
+
+def is_valid_asset_name(name: str) -> bool:
+    """nats-server ``isValidAssetName`` (streams, consumers): :func:`is_valid_name` and no ``\\`` ``/``."""
+    return is_valid_name(name) and "\\" not in name and "/" not in name
+
+
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_ZERO_TIME = "0001-01-01T00:00:00Z"
+_TIME_RE = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|z|[+-]\d{2}:\d{2})$"
+)
+
+
+def format_time(ns: int | None) -> str:
+    """RFC 3339 UTC with nanoseconds, trailing zeros trimmed (Go ``time.RFC3339Nano``).
+
+    ``None`` is Go's zero time ``"0001-01-01T00:00:00Z"``.
+    """
+    if ns is None:
+        return _ZERO_TIME
+    secs, frac = divmod(ns, SECOND)
+    text = (_EPOCH + _dt.timedelta(seconds=secs)).strftime("%Y-%m-%dT%H:%M:%S")
+    if frac:
+        text += "." + f"{frac:09d}".rstrip("0")
+    return text + "Z"
+
+
+def parse_time(text: str) -> int | None:
+    """Parse an RFC 3339 timestamp into ns since the epoch (UTC); the zero time gives ``None``.
+
+    Raises ``ValueError`` on malformed input.
+    """
+    m = _TIME_RE.match(text)
+    if not m:
+        raise ValueError(f"parsing time {json.dumps(text)}: not RFC 3339")
+    year, mon, day, hh, mm, ss = (int(g) for g in m.groups()[:6])
+    frac = int((m.group(7) or "0").ljust(9, "0"))
+    tz = m.group(8)
+    offset = 0 if tz in ("Z", "z") else (1 if tz[0] == "+" else -1) * (int(tz[1:3]) * 3600 + int(tz[4:6]) * 60)
+    when = _dt.datetime(year, mon, day, hh, mm, ss, tzinfo=_dt.timezone.utc)
+    secs = (when - _EPOCH) // _dt.timedelta(seconds=1) - offset
+    if year == 1 and mon == 1 and day == 1 and hh == mm == ss == 0 and frac == 0 and offset == 0:
+        return None
+    return secs * SECOND + frac
+
+
+# --- strict decoding (Go encoding/json with DisallowUnknownFields) -----------------------
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return "null"
+
+
+def _type_error(value: Any, struct: str, key: str, gotype: str) -> JSApiError:
+    kind = _json_kind(value)
+    if kind == "number":
+        kind = f"number {json.dumps(value)}"
+    return E.invalid_json(f"json: cannot unmarshal {kind} into Go struct field {struct}.{key} of type {gotype}")
+
+
+def _go_quote_raw(value: Any) -> str:
+    """Go ``%q`` of the raw JSON bytes of ``value`` (as enum UnmarshalJSON errors print them)."""
+    return json.dumps(json.dumps(value, separators=(",", ":")))
+
+
+@dataclass(frozen=True)
+class _F:
+    """One JSON field: key, attribute, kind, omitempty."""
+
+    key: str
+    attr: str
+    kind: str  # str int32 int int64 uint64 bool dur time? strlist durlist map obj:<Name> objlist:<Name> enum raw
+    omit: bool = False
+    enum: tuple[str, ...] = ()
+    enum_error: str = ""  # "quoted" (can not unmarshal %q) or a literal message
+
+
+def _decode_value(f: _F, value: Any, struct: str) -> Any:
+    kind = f.kind
+    if isinstance(value, str):
+        value = str.__str__(value)  # a str-Enum (nats-py's policies) reads as its value
+    if kind == "enum":
+        if value is None or not isinstance(value, str) or (
+            (value.lower() if f.enum_error == "lower" else value) not in f.enum
+        ):
+            if f.enum_error in ("quoted", "lower"):
+                raise E.invalid_json(f"can not unmarshal {_go_quote_raw(value)}")
+            if f.enum_error.startswith("raw:"):
+                raise E.invalid_json(f.enum_error[4:] + json.dumps(value, separators=(",", ":")))
+            raise E.invalid_json(f.enum_error)
+        return value.lower() if f.enum_error == "lower" else value
+    if value is None:
+        return _zero(f)
+    if kind == "str":
+        if not isinstance(value, str):
+            raise _type_error(value, struct, f.key, "string")
+        return value
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise _type_error(value, struct, f.key, "bool")
+        return value
+    if kind in ("int", "int32", "int64", "uint64", "dur"):
+        gotype = {"int": "int", "int32": "int32", "int64": "int64", "uint64": "uint64", "dur": "time.Duration"}[kind]
+        lo, hi = {"int32": _INT32, "uint64": _UINT64}.get(kind, _INT64)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _type_error(value, struct, f.key, gotype)
+        if isinstance(value, float) or not lo <= value <= hi:
+            raise _type_error(value, struct, f.key, gotype)
+        return value
+    if kind == "time":
+        if not isinstance(value, str):
+            raise E.invalid_json("Time.UnmarshalJSON: input is not a JSON string")
+        try:
+            return parse_time(value)
+        except ValueError as exc:
+            raise E.invalid_json(str(exc)) from None
+    if kind in ("strlist", "durlist"):
+        if not isinstance(value, list):
+            raise _type_error(value, struct, f.key, "[]string" if kind == "strlist" else "[]time.Duration")
+        inner = _F(f.key, f.attr, "str" if kind == "strlist" else "dur")
+        return [_decode_value(inner, v, struct) if v is not None else _zero(inner) for v in value]
+    if kind == "map":
+        if not isinstance(value, dict):
+            raise _type_error(value, struct, f.key, "map[string]string")
+        out = {}
+        for k, v in value.items():
+            if v is not None and not isinstance(v, str):
+                raise _type_error(v, struct, f.key, "string")
+            out[k] = v or ""
+        return out
+    if kind.startswith("obj:"):
+        cls = _MODELS[kind[4:]]
+        if not isinstance(value, dict):
+            raise _type_error(value, struct, f.key, cls.__name__)
+        return cls.decode(value)
+    if kind.startswith("objlist:"):
+        cls = _MODELS[kind[8:]]
+        if not isinstance(value, list):
+            raise _type_error(value, struct, f.key, f"[]*{cls.__name__}")
+        return [cls.decode(v) if isinstance(v, dict) else None for v in value]
+    return value  # raw
+
+
+def _zero(f: _F) -> Any:
+    if f.kind in ("str",):
+        return ""
+    if f.kind == "bool":
+        return False
+    if f.kind in ("int", "int32", "int64", "uint64", "dur"):
+        return 0
+    return None
+
+
+def _encode_value(f: _F, value: Any) -> Any:
+    if f.kind == "time":
+        return format_time(value)
+    if f.kind.startswith("obj:"):
+        return value.to_json()
+    if f.kind.startswith("objlist:"):
+        return [v.to_json() if v is not None else None for v in value]
+    if f.kind in ("strlist", "durlist"):
+        return list(value)
+    if f.kind == "map":
+        return dict(value)
+    return value
+
+
+def _is_empty(f: _F, value: Any) -> bool:
+    if value is None:
+        return True
+    if f.kind in ("strlist", "durlist", "map", "objlist") or f.kind.startswith("objlist:"):
+        return len(value) == 0
+    if f.kind.startswith("obj:"):
+        return False  # a pointer: omitted only when nil
+    if f.kind == "time":
+        return False  # a struct: never empty for omitempty
+    return not value
+
+
+class _Model:
+    """Spec-driven JSON mapping shared by the dataclasses below."""
+
+    _FIELDS: ClassVar[tuple[_F, ...]] = ()
+    _GO_NAME: ClassVar[str] = ""
+    #: Keys accepted on input but not kept (e.g. request-only flags).
+    _IGNORED: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def decode(cls, data: dict[str, Any]) -> Any:
+        """Read ``data`` as nats-server's strict decoder does; no defaults, no validation.
+
+        Raises ``JSApiError`` 10025 for an unknown key, a mistyped value or a bad enum.
+        """
+        if not isinstance(data, dict):
+            raise E.invalid_json(f"json: cannot unmarshal {_json_kind(data)} into Go value of type server.{cls._GO_NAME}")
+        by_key = {f.key: f for f in cls._FIELDS}
+        kwargs: dict[str, Any] = {}
+        for key, value in data.items():
+            f = by_key.get(key)
+            if f is None:
+                if key in cls._IGNORED:
+                    continue
+                raise E.invalid_json(f"json: unknown field {json.dumps(key)}")
+            kwargs[f.attr] = _decode_value(f, value, cls._GO_NAME or cls.__name__)
+        return cls(**kwargs)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object nats-server writes for this struct (omitempty honoured)."""
+        out: dict[str, Any] = {}
+        for f in self._FIELDS:
+            value = getattr(self, f.attr)
+            if f.omit and _is_empty(f, value):
+                continue
+            if value is None and not (f.kind == "time"):
+                out[f.key] = None
+                continue
+            out[f.key] = _encode_value(f, value)
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Any:
+        """Decode ``data`` (strict); subclasses with validation also apply ``checked``."""
+        return cls.decode(data)
+
+    def copy(self, **changes: Any) -> Any:
+        """A deep-enough copy with ``changes`` applied (lists and dicts are copied)."""
+        obj = dataclasses.replace(self, **changes)
+        for f in dataclasses.fields(obj):
+            v = getattr(obj, f.name)
+            if isinstance(v, list):
+                setattr(obj, f.name, list(v))
+            elif isinstance(v, dict):
+                setattr(obj, f.name, dict(v))
+        return obj
+
+
+# --- small nested types ---------------------------------------------------------------
+
+
+@dataclass
+class Placement(_Model):
+    """``{"cluster","tags","preferred"}`` all omitempty (server/jetstream_cluster.go Placement)."""
+
+    cluster: str = ""
+    tags: list[str] = field(default_factory=list)
+    preferred: str = ""
+
+    _GO_NAME = "Placement"
+    _FIELDS = (
+        _F("cluster", "cluster", "str", True),
+        _F("tags", "tags", "strlist", True),
+        _F("preferred", "preferred", "str", True),
+    )
+
+    def is_empty(self) -> bool:
+        """True for ``{}`` -- nats-server drops such a placement (checkStreamCfg)."""
+        return not (self.cluster or self.tags or self.preferred)
+
+
+@dataclass
+class SubjectTransform(_Model):
+    """``{"src","dest"}`` (SubjectTransformConfig; neither omitempty)."""
+
+    src: str = ""
+    dest: str = ""
+
+    _GO_NAME = "SubjectTransformConfig"
+    _FIELDS = (_F("src", "src", "str"), _F("dest", "dest", "str"))
+
+
+@dataclass
+class RePublish(_Model):
+    """``{"src"?, "dest", "headers_only"?}`` (server/stream.go RePublish)."""
+
+    src: str = ""
+    dest: str = ""
+    headers_only: bool = False
+
+    _GO_NAME = "RePublish"
+    _FIELDS = (
+        _F("src", "src", "str", True),
+        _F("dest", "dest", "str"),
+        _F("headers_only", "headers_only", "bool", True),
+    )
+
+
+@dataclass
+class ConsumerLimits(_Model):
+    """``{"inactive_threshold"? (ns), "max_ack_pending"?}`` (StreamConsumerLimits)."""
+
+    inactive_threshold: int = 0
+    max_ack_pending: int = 0
+
+    _GO_NAME = "StreamConsumerLimits"
+    _FIELDS = (
+        _F("inactive_threshold", "inactive_threshold", "dur", True),
+        _F("max_ack_pending", "max_ack_pending", "int", True),
+    )
+
+
+# --- StreamConfig -----------------------------------------------------------------------
+
+_RETENTION = ("limits", "interest", "workqueue")
+_STORAGE = ("file", "memory")
+_DISCARD = ("old", "new")
+_COMPRESSION = ("none", "s2")
+_PERSIST = ("default", "async")
+
+
+@dataclass
+class StreamConfig(_Model):
+    """A stream's configuration (server/stream.go StreamConfig).
+
+    Zero values are Go's; ``checked()`` turns them into nats-server's defaults
+    (``max_*`` 0 -> -1, ``duplicate_window`` 0 -> 2 min (or max_age if smaller),
+    ``num_replicas`` 0 -> 1, ``storage`` -> file, ``subjects`` [] -> [name]).
+    ``mirror`` and ``sources`` are kept as raw JSON objects (jetraft does not source).
+    ``pedantic`` is the request flag (StreamConfigRequest), never written.
+    """
+
+    name: str = ""
+    description: str = ""
+    subjects: list[str] = field(default_factory=list)
+    retention: str = "limits"
+    max_consumers: int = 0
+    max_msgs: int = 0
+    max_bytes: int = 0
+    max_age: int = 0
+    max_msgs_per_subject: int = 0
+    max_msg_size: int = 0
+    discard: str = "old"
+    storage: str = ""
+    num_replicas: int = 0
+    no_ack: bool = False
+    duplicate_window: int = 0
+    placement: Placement | None = None
+    mirror: dict[str, Any] | None = None
+    sources: list[dict[str, Any]] | None = None
+    compression: str = "none"
+    first_seq: int = 0
+    subject_transform: SubjectTransform | None = None
+    republish: RePublish | None = None
+    allow_direct: bool = False
+    mirror_direct: bool = False
+    discard_new_per_subject: bool = False
+    sealed: bool = False
+    deny_delete: bool = False
+    deny_purge: bool = False
+    allow_rollup_hdrs: bool = False
+    consumer_limits: ConsumerLimits = field(default_factory=ConsumerLimits)
+    allow_msg_ttl: bool = False
+    subject_delete_marker_ttl: int = 0
+    allow_msg_counter: bool = False
+    allow_atomic: bool = False
+    allow_msg_schedules: bool = False
+    persist_mode: str = ""
+    allow_batched: bool = False
+    metadata: dict[str, str] | None = None
+    pedantic: bool = False
+
+    _GO_NAME = "StreamConfigRequest"
+    _FIELDS = (
+        _F("name", "name", "str"),
+        _F("description", "description", "str", True),
+        _F("subjects", "subjects", "strlist", True),
+        _F("retention", "retention", "enum", enum=_RETENTION, enum_error="quoted"),
+        _F("max_consumers", "max_consumers", "int"),
+        _F("max_msgs", "max_msgs", "int64"),
+        _F("max_bytes", "max_bytes", "int64"),
+        _F("max_age", "max_age", "dur"),
+        _F("max_msgs_per_subject", "max_msgs_per_subject", "int64"),
+        _F("max_msg_size", "max_msg_size", "int32", True),
+        _F("discard", "discard", "enum", enum=_DISCARD, enum_error="lower"),
+        _F("storage", "storage", "enum", enum=_STORAGE, enum_error="quoted"),
+        _F("num_replicas", "num_replicas", "int"),
+        _F("no_ack", "no_ack", "bool", True),
+        _F("duplicate_window", "duplicate_window", "dur", True),
+        _F("placement", "placement", "obj:Placement", True),
+        _F("mirror", "mirror", "raw", True),
+        _F("sources", "sources", "raw", True),
+        _F("compression", "compression", "enum", enum=_COMPRESSION, enum_error="unknown compression algorithm"),
+        _F("first_seq", "first_seq", "uint64", True),
+        _F("subject_transform", "subject_transform", "obj:SubjectTransform", True),
+        _F("republish", "republish", "obj:RePublish", True),
+        _F("allow_direct", "allow_direct", "bool"),
+        _F("mirror_direct", "mirror_direct", "bool"),
+        _F("discard_new_per_subject", "discard_new_per_subject", "bool", True),
+        _F("sealed", "sealed", "bool"),
+        _F("deny_delete", "deny_delete", "bool"),
+        _F("deny_purge", "deny_purge", "bool"),
+        _F("allow_rollup_hdrs", "allow_rollup_hdrs", "bool"),
+        _F("consumer_limits", "consumer_limits", "obj:ConsumerLimits"),
+        _F("allow_msg_ttl", "allow_msg_ttl", "bool"),
+        _F("subject_delete_marker_ttl", "subject_delete_marker_ttl", "dur", True),
+        _F("allow_msg_counter", "allow_msg_counter", "bool", True),
+        _F("allow_atomic", "allow_atomic", "bool", True),
+        _F("allow_msg_schedules", "allow_msg_schedules", "bool", True),
+        _F("persist_mode", "persist_mode", "enum", True, enum=("default", "async", ""), enum_error="quoted"),
+        _F("allow_batched", "allow_batched", "bool", True),
+        _F("metadata", "metadata", "map", True),
+    )
+    _IGNORED = ("pedantic",)
+
+    @classmethod
+    def decode(cls, data: dict[str, Any]) -> StreamConfig:
+        """Strict decode of a STREAM.CREATE/UPDATE body (StreamConfigRequest); see module doc."""
+        cfg = super().decode(data)
+        if isinstance(data, dict):
+            if "consumer_limits" in data and data["consumer_limits"] is None:
+                cfg.consumer_limits = ConsumerLimits()
+            pedantic = data.get("pedantic", False)
+            if pedantic is not None and not isinstance(pedantic, bool):
+                raise _type_error(pedantic, "StreamConfigRequest", "pedantic", "bool")
+            cfg.pedantic = bool(pedantic)
+            for key, kind in (("mirror", dict), ("sources", list)):
+                if data.get(key) is not None and not isinstance(data[key], kind):
+                    raise _type_error(data[key], "StreamConfigRequest", key, "StreamSource")
+        return cfg
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], *, pedantic: bool | None = None, max_duplicates: int = 0) -> StreamConfig:
+        """Decode (strict) then :meth:`checked`; ``pedantic`` defaults to the body's flag."""
+        cfg = cls.decode(data)
+        return cfg.checked(pedantic=cfg.pedantic if pedantic is None else pedantic, max_duplicates=max_duplicates)
+
+    def to_json(self) -> dict[str, Any]:
+        out = super().to_json()
+        if self.persist_mode == "":
+            out.pop("persist_mode", None)
+        return out
+
+    def checked(self, *, pedantic: bool = False, max_duplicates: int = 0) -> StreamConfig:
+        """Return a normalized copy, as nats-server ``checkStreamCfg`` (server/stream.go).
+
+        ``max_duplicates`` is the server's ``JetStreamLimits.Duplicates`` (ns; 0 = none).
+        Raises JSApiError: 10052 (500) with checkStreamCfg's message for each refusal,
+        10133 for negative replicas, 10157 in pedantic mode, 10034/10031/10143/... for
+        mirror misuse. Cross-stream checks are not made here.
+        """
+        bad = E.stream_invalid_config
+        if not is_valid_asset_name(self.name):
+            raise bad("stream name is required and can not contain '.', '*', '>', '\\', '/'")
+        if len(self.name.encode()) > MAX_NAME_LEN:
+            raise bad(f"stream name is too long, maximum allowed is {MAX_NAME_LEN}")
+        if len(self.description.encode()) > MAX_DESCRIPTION_LEN:
+            raise bad(f"stream description is too long, maximum allowed is {MAX_DESCRIPTION_LEN}")
+        if _metadata_len(self.metadata) > MAX_METADATA_LEN:
+            raise bad(f"stream metadata exceeds maximum size of {MAX_METADATA_LEN} bytes")
+        cfg = self.copy()
+        if cfg.placement is not None:
+            cfg.placement = cfg.placement.copy()
+        if not cfg.storage:
+            cfg.storage = "file"
+        if cfg.num_replicas == 0:
+            cfg.num_replicas = 1
+        if cfg.num_replicas > STREAM_MAX_REPLICAS:
+            raise bad(f"maximum replicas is {STREAM_MAX_REPLICAS}")
+        if cfg.num_replicas < 0:
+            raise E.replicas_count_negative()
+        for attr in ("max_msgs", "max_msgs_per_subject", "max_bytes", "max_msg_size", "max_consumers"):
+            value = getattr(cfg, attr)
+            if value == 0 or value < -1:
+                if pedantic and value < -1:
+                    name = "max_msgs_per_subject" if attr == "max_msgs_per_subject" else attr
+                    raise E.api_error("JSPedanticErrF", err=f"{name} must be set to -1")
+                setattr(cfg, attr, -1)
+        if cfg.max_age < 0:
+            raise bad("max age can not be negative")
+        if cfg.max_age != 0 and cfg.max_age < 100 * MILLISECOND:
+            raise bad("max age needs to be >= 100ms")
+        if cfg.duplicate_window == 0 and cfg.mirror is None and not cfg.sources:
+            window = DEFAULT_DUPLICATE_WINDOW
+            if max_duplicates > 0 and window > max_duplicates:
+                if pedantic:
+                    raise E.api_error("JSPedanticErrF", err="duplicate window limits are higher than current limits")
+                window = max_duplicates
+            if cfg.max_age != 0 and cfg.max_age < window:
+                if pedantic:
+                    raise E.api_error("JSPedanticErrF", err="duplicate window cannot be bigger than max age")
+                cfg.duplicate_window = cfg.max_age
+            else:
+                cfg.duplicate_window = window
+        if cfg.duplicate_window < 0:
+            raise bad("duplicates window can not be negative")
+        if cfg.max_age != 0 and cfg.duplicate_window > cfg.max_age:
+            raise bad("duplicates window can not be larger then max age")
+        if max_duplicates > 0 and cfg.duplicate_window > max_duplicates:
+            raise bad(f"duplicates window can not be larger then server limit of {E.go_duration(max_duplicates)}")
+        if 0 < cfg.duplicate_window < 100 * MILLISECOND:
+            raise bad("duplicates window needs to be >= 100ms")
+        if cfg.deny_purge and cfg.allow_rollup_hdrs:
+            raise bad("roll-ups require the purge permission")
+        if cfg.allow_msg_counter:
+            if cfg.discard == "new":
+                raise bad("counter stream cannot use discard new")
+            if cfg.allow_msg_ttl:
+                raise bad("counter stream cannot use message TTLs")
+            if cfg.allow_msg_schedules:
+                raise bad("counter stream cannot use message schedules")
+            if cfg.retention != "limits":
+                raise bad("counter stream can only use limits retention")
+        if cfg.discard_new_per_subject:
+            if cfg.discard != "new":
+                raise bad("discard new per subject requires discard new policy to be set")
+            if cfg.max_msgs_per_subject <= 0:
+                raise bad("discard new per subject requires max msgs per subject > 0")
+        if cfg.subject_delete_marker_ttl > 0:
+            if cfg.subject_delete_marker_ttl < SECOND:
+                raise bad("subject delete marker TTL must be at least 1 second")
+            if not cfg.allow_msg_ttl:
+                if pedantic:
+                    raise bad("subject delete marker cannot be set if message TTLs are disabled")
+                cfg.allow_msg_ttl = True
+            if not cfg.allow_rollup_hdrs:
+                if pedantic:
+                    raise bad("subject delete marker cannot be set if roll-ups are disabled")
+                cfg.allow_rollup_hdrs, cfg.deny_purge = True, False
+        elif cfg.subject_delete_marker_ttl < 0:
+            raise bad("subject delete marker TTL must not be negative")
+        if cfg.allow_msg_schedules:
+            if cfg.discard == "new":
+                raise bad("message scheduling cannot use discard new")
+            if not cfg.allow_rollup_hdrs:
+                if pedantic:
+                    raise bad("message scheduling cannot be set if roll-ups are disabled")
+                cfg.allow_rollup_hdrs, cfg.deny_purge = True, False
+        if cfg.persist_mode == "async":
+            if cfg.storage != "file":
+                raise bad("async persist mode is only supported on file storage")
+            if cfg.num_replicas > 1:
+                raise bad("async persist mode is not supported on replicated streams")
+            if cfg.allow_atomic:
+                raise bad("async persist mode is not supported with atomic batch publish")
+        if cfg.mirror is not None:
+            if cfg.first_seq > 0:
+                raise E.api_error("JSMirrorWithFirstSeqErr")
+            if cfg.subjects:
+                raise E.api_error("JSMirrorWithSubjectsErr")
+            if cfg.sources:
+                raise E.api_error("JSMirrorWithSourcesErr")
+            if cfg.allow_msg_counter:
+                raise E.api_error("JSMirrorWithCountersErr")
+            if cfg.allow_atomic:
+                raise E.api_error("JSMirrorWithAtomicPublishErr")
+            if cfg.allow_batched:
+                raise E.api_error("JSMirrorWithBatchPublishErr")
+            if cfg.allow_msg_schedules:
+                raise E.api_error("JSMirrorWithMsgSchedulesErr")
+        if cfg.sources and cfg.allow_msg_schedules:
+            raise E.api_error("JSSourceWithMsgSchedulesErr")
+        for src in cfg.sources or ():
+            if not isinstance(src, dict) or not is_valid_asset_name(str(src.get("name") or "")):
+                raise E.api_error("JSSourceInvalidStreamName")
+        if not cfg.subjects:
+            if cfg.mirror is None and not cfg.sources:
+                cfg.subjects = [cfg.name]
+        else:
+            seen: set[str] = set()
+            for i, subj in enumerate(cfg.subjects):
+                if not is_valid_subject(subj):
+                    raise bad("invalid subject")
+                if subj in seen:
+                    raise bad("duplicate subjects detected")
+                if subj == ">":
+                    if not cfg.no_ack:
+                        raise bad("capturing all subjects requires no-ack to be true")
+                    if cfg.num_replicas != 1:
+                        raise bad("capturing all subjects requires replicas of 1")
+                if not cfg.no_ack:
+                    for namespace in ("$JS.>", "$JSC.>", "$NRG.>"):
+                        if _collide(subj, namespace) and not subject_matches("$JS.EVENT.>", subj):
+                            raise bad("subjects that overlap with jetstream api require no-ack to be true")
+                    if _collide(subj, "$SYS.>") and not subject_matches("$SYS.ACCOUNT.>", subj):
+                        raise bad("subjects that overlap with system api require no-ack to be true")
+                for other in cfg.subjects[i + 1 :]:
+                    if _collide(other, subj):
+                        raise bad(f"subject {json.dumps(subj)} overlaps with {json.dumps(other)}")
+                seen.add(subj)
+        if not cfg.subjects and not cfg.sources and cfg.mirror is None:
+            raise bad("stream needs at least one configured subject or be a source/mirror")
+        if cfg.subject_transform is not None:
+            src = cfg.subject_transform.src
+            if src and not is_valid_subject(src):
+                raise E.api_error("JSStreamTransformInvalidSource", err=f"invalid subject {src}")
+        if cfg.republish is not None:
+            rp = cfg.republish = cfg.republish.copy()
+            if not rp.src:
+                if pedantic:
+                    raise E.api_error("JSPedanticErrF", err="republish source can not be empty")
+                rp.src = ">"
+            if any(_collide(rp.dest, s) for s in cfg.subjects):
+                raise bad("stream configuration for republish destination forms a cycle")
+            if not is_valid_subject(rp.src) or not is_valid_subject(rp.dest):
+                raise bad(
+                    f"stream configuration for republish with transform from '{rp.src}' to '{rp.dest}' not valid"
+                )
+        if cfg.placement is not None and cfg.placement.is_empty():
+            cfg.placement = None
+        if cfg.placement is not None and cfg.placement.preferred:
+            raise bad("preferred server not permitted in placement")
+        cfg.pedantic = False
+        return cfg
+
+    def create_request_checks(self, subject_name: str) -> None:
+        """The checks STREAM.CREATE makes before checkStreamCfg (jetstream_api.go jsStreamCreateRequest).
+
+        ``subject_name`` is the stream name token of ``$JS.API.STREAM.CREATE.<name>``.
+        Raises 10056 (name mismatch), 10128 (path separators), 10052 (sealed on create,
+        mirror_direct without mirror).
+        """
+        if subject_name != self.name:
+            raise E.stream_name_mismatch()
+        if "\\" in subject_name or "/" in subject_name:
+            raise E.stream_name_contains_path_separators()
+        if self.sealed:
+            raise E.stream_invalid_config("stream configuration for create can not be sealed")
+        if self.mirror_direct and self.mirror is None:
+            raise E.stream_invalid_config("stream has no mirror but does have mirror direct")
+
+    @staticmethod
+    def update_check(old: StreamConfig, new: StreamConfig, *, clustered: bool = False) -> StreamConfig:
+        """Check ``new`` (checked or not) as an update of ``old`` (already checked).
+
+        nats-server ``configUpdateCheck`` (server/stream.go): returns the normalized new
+        config; raises 10052 for a changed name, storage type, retention to/from
+        workqueue, unsealing, cancelling deny_delete/deny_purge, disabling TTLs or
+        schedules, changing counters or persist mode; 10055 for a changed mirror; 10074
+        for replicas > 1 on a single server (``clustered=False``).
+        """
+        cfg = new.checked(pedantic=new.pedantic)
+        bad = E.stream_invalid_config
+        if cfg.name != old.name:
+            raise bad("stream configuration name must match original")
+        if not clustered and cfg.num_replicas > 1:
+            raise E.stream_replicas_not_supported()
+        if cfg.storage != old.storage:
+            raise bad("stream configuration update can not change storage type")
+        if cfg.retention != old.retention and "workqueue" in (cfg.retention, old.retention):
+            raise bad("stream configuration update can not change retention policy to/from workqueue")
+        if not cfg.sealed and old.sealed:
+            raise bad("stream configuration update can not unseal a sealed stream")
+        if not cfg.deny_delete and old.deny_delete:
+            raise bad("stream configuration update can not cancel deny message deletes")
+        if not cfg.deny_purge and old.deny_purge:
+            raise bad("stream configuration update can not cancel deny purge")
+        if cfg.mirror is not None and cfg.mirror != old.mirror:
+            raise E.stream_mirror_not_updatable()
+        if old.allow_msg_ttl and not cfg.allow_msg_ttl:
+            raise bad("message TTL status can not be disabled")
+        if cfg.allow_msg_counter != old.allow_msg_counter:
+            raise bad("stream configuration update can not change message counter setting")
+        if old.allow_msg_schedules and not cfg.allow_msg_schedules:
+            raise bad("message schedules can not be disabled")
+        if (old.persist_mode or "default") != (cfg.persist_mode or "default"):
+            raise bad("stream configuration update can not change persist mode")
+        if cfg.sealed:
+            cfg.max_age = 0
+            cfg.discard = "new"
+            cfg.deny_delete = cfg.deny_purge = True
+            cfg.allow_rollup_hdrs = False
+        return cfg
+
+    def with_static_metadata(self) -> StreamConfig:
+        """Copy with ``_nats.req.level`` set as nats-server stores it (setStaticStreamMetadata)."""
+        level = 0
+        if self.allow_msg_ttl or self.subject_delete_marker_ttl > 0:
+            level = max(level, 1)
+        if self.allow_msg_counter or self.allow_atomic or self.allow_msg_schedules or self.persist_mode == "async":
+            level = max(level, 2)
+        if self.allow_batched:
+            level = max(level, 4)
+        meta = {k: v for k, v in (self.metadata or {}).items() if k not in (META_SERVER_VERSION, META_SERVER_LEVEL)}
+        meta[META_REQUIRED_LEVEL] = str(level)
+        return self.copy(metadata=meta)
+
+    def to_response_json(self, server_version: str) -> dict[str, Any]:
+        """``to_json()`` with ``_nats.ver``/``_nats.level`` added to metadata (setDynamicStreamMetadata)."""
+        out = self.to_json()
+        out["metadata"] = {**(self.metadata or {}), META_SERVER_VERSION: server_version,
+                           META_SERVER_LEVEL: str(API_LEVEL)}
+        return out
+
+
+def _metadata_len(metadata: dict[str, str] | None) -> int:
+    return sum(len(k.encode()) + len(v.encode()) for k, v in (metadata or {}).items())
+
+
+# --- ConsumerConfig ---------------------------------------------------------------------
+
+_DELIVER = ("all", "last", "new", "by_start_sequence", "by_start_time", "last_per_subject", "undefined")
+_ACK = ("none", "all", "explicit", "flow_control")
+_REPLAY = ("instant", "original")
+_PRIORITY = ("none", "overflow", "pinned_client", "prioritized")
+
+
+@dataclass
+class ConsumerConfig(_Model):
+    """A consumer's configuration (server/consumer.go ConsumerConfig).
+
+    Durations (``ack_wait``, ``backoff``, ``max_expires``, ``idle_heartbeat``,
+    ``inactive_threshold``, ``priority_timeout``) are ns; ``opt_start_time`` and
+    ``pause_until`` are ns since the epoch or None.
+    """
+
+    durable_name: str = ""
+    name: str = ""
+    description: str = ""
+    deliver_policy: str = "all"
+    opt_start_seq: int = 0
+    opt_start_time: int | None = None
+    ack_policy: str = "none"
+    ack_wait: int = 0
+    max_deliver: int = 0
+    backoff: list[int] = field(default_factory=list)
+    filter_subject: str = ""
+    filter_subjects: list[str] = field(default_factory=list)
+    replay_policy: str = "instant"
+    rate_limit_bps: int = 0
+    sample_freq: str = ""
+    max_waiting: int = 0
+    max_ack_pending: int = 0
+    flow_control: bool = False
+    headers_only: bool = False
+    max_batch: int = 0
+    max_expires: int = 0
+    max_bytes: int = 0
+    deliver_subject: str = ""
+    deliver_group: str = ""
+    idle_heartbeat: int = 0
+    inactive_threshold: int = 0
+    num_replicas: int = 0
+    mem_storage: bool = False
+    direct: bool = False
+    sourcing: bool = False
+    metadata: dict[str, str] | None = None
+    pause_until: int | None = None
+    priority_groups: list[str] = field(default_factory=list)
+    priority_policy: str = "none"
+    priority_timeout: int = 0
+
+    _GO_NAME = "ConsumerConfig"
+    _FIELDS = (
+        _F("durable_name", "durable_name", "str", True),
+        _F("name", "name", "str", True),
+        _F("description", "description", "str", True),
+        _F("deliver_policy", "deliver_policy", "enum", enum=_DELIVER, enum_error="quoted"),
+        _F("opt_start_seq", "opt_start_seq", "uint64", True),
+        _F("opt_start_time", "opt_start_time", "time", True),
+        _F("ack_policy", "ack_policy", "enum", enum=_ACK, enum_error="quoted"),
+        _F("ack_wait", "ack_wait", "dur", True),
+        _F("max_deliver", "max_deliver", "int", True),
+        _F("backoff", "backoff", "durlist", True),
+        _F("filter_subject", "filter_subject", "str", True),
+        _F("filter_subjects", "filter_subjects", "strlist", True),
+        _F("replay_policy", "replay_policy", "enum", enum=_REPLAY, enum_error="quoted"),
+        _F("rate_limit_bps", "rate_limit_bps", "uint64", True),
+        _F("sample_freq", "sample_freq", "str", True),
+        _F("max_waiting", "max_waiting", "int", True),
+        _F("max_ack_pending", "max_ack_pending", "int", True),
+        _F("flow_control", "flow_control", "bool", True),
+        _F("headers_only", "headers_only", "bool", True),
+        _F("max_batch", "max_batch", "int", True),
+        _F("max_expires", "max_expires", "dur", True),
+        _F("max_bytes", "max_bytes", "int", True),
+        _F("deliver_subject", "deliver_subject", "str", True),
+        _F("deliver_group", "deliver_group", "str", True),
+        _F("idle_heartbeat", "idle_heartbeat", "dur", True),
+        _F("inactive_threshold", "inactive_threshold", "dur", True),
+        _F("num_replicas", "num_replicas", "int"),
+        _F("mem_storage", "mem_storage", "bool", True),
+        _F("direct", "direct", "bool", True),
+        _F("sourcing", "sourcing", "bool", True),
+        _F("metadata", "metadata", "map", True),
+        _F("pause_until", "pause_until", "time", True),
+        _F("priority_groups", "priority_groups", "strlist", True),
+        _F("priority_policy", "priority_policy", "enum", True, enum=_PRIORITY, enum_error="raw:unknown priority policy: "),
+        _F("priority_timeout", "priority_timeout", "dur", True),
+    )
+
+    @classmethod
+    def decode(cls, data: dict[str, Any]) -> ConsumerConfig:
+        """Strict decode (see module doc); ``"undefined"`` deliver policy reads as ``"all"``."""
+        cfg = super().decode(data)
+        if cfg.deliver_policy == "undefined":
+            cfg.deliver_policy = "all"
+        return cfg
+
+    def to_json(self) -> dict[str, Any]:
+        out = super().to_json()
+        if self.opt_start_time is None:
+            out.pop("opt_start_time", None)
+        if self.pause_until is None:
+            out.pop("pause_until", None)
+        if self.priority_policy == "none":
+            out.pop("priority_policy", None)
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], stream: StreamConfig | None = None, *, pedantic: bool = False) -> ConsumerConfig:
+        """Decode (strict), then :meth:`checked` against ``stream`` (a default stream if None)."""
+        stream = stream if stream is not None else StreamConfig(name="S").checked()
+        return cls.decode(data).checked(stream, pedantic=pedantic)
+
+    @property
+    def is_durable(self) -> bool:
+        """A durable consumer has ``durable_name`` set (nats-server ``isDurableConsumer``)."""
+        return bool(self.durable_name)
+
+    @property
+    def is_push(self) -> bool:
+        """Push consumers have a ``deliver_subject``."""
+        return bool(self.deliver_subject)
+
+    def with_defaults(self, stream: StreamConfig, *, pedantic: bool = False,
+                      max_ack_pending_limit: int = 0, max_request_batch_limit: int = 0) -> ConsumerConfig:
+        """A copy with nats-server's defaults (``setConsumerConfigDefaults``, server/consumer.go).
+
+        max_deliver 0/<-1 -> -1; pull max_waiting 0 -> 512; ack_wait 0 -> 30 s for explicit/all;
+        backoff[0] overrides ack_wait; max_ack_pending 0 -> stream limit or 1000 (unless ack none);
+        inactive_threshold 0 -> stream consumer_limits; negative limits -> 0.
+        Raises 10157 (pedantic) only.
+        """
+        c = self.copy()
+
+        def pedantic_err(msg: str) -> JSApiError:
+            return E.api_error("JSPedanticErrF", err=msg)
+
+        if c.max_deliver == 0 or c.max_deliver < -1:
+            if pedantic and c.max_deliver < -1:
+                raise pedantic_err("max_deliver must be set to -1")
+            c.max_deliver = -1
+        for attr, msg in (("max_waiting", "max_waiting must not be negative"),):
+            if getattr(c, attr) < 0:
+                if pedantic:
+                    raise pedantic_err(msg)
+                setattr(c, attr, 0)
+        if c.max_ack_pending < -1:
+            if pedantic:
+                raise pedantic_err("max_ack_pending must be set to -1")
+            c.max_ack_pending = -1
+        for attr, key in (("max_batch", "max_batch"), ("max_expires", "max_expires"), ("max_bytes", "max_bytes"),
+                          ("idle_heartbeat", "idle_heartbeat"), ("inactive_threshold", "inactive_threshold"),
+                          ("priority_timeout", "priority_timeout")):
+            if getattr(c, attr) < 0:
+                if pedantic:
+                    raise pedantic_err(f"{key} must not be negative")
+                setattr(c, attr, 0)
+        if not c.deliver_subject and c.max_waiting == 0:
+            c.max_waiting = DEFAULT_MAX_WAITING
+        if c.ack_wait == 0 and c.ack_policy in ("explicit", "all"):
+            c.ack_wait = DEFAULT_ACK_WAIT
+        if c.backoff:
+            if pedantic and c.ack_wait != c.backoff[0]:
+                raise pedantic_err("first backoff value has to equal batch AckWait")
+            c.ack_wait = c.backoff[0]
+        limits = stream.consumer_limits
+        if c.max_ack_pending == 0:
+            if pedantic and limits.max_ack_pending > 0:
+                raise pedantic_err("max_ack_pending must be set if it's configured in stream limits")
+            c.max_ack_pending = limits.max_ack_pending
+        if c.inactive_threshold == 0:
+            if pedantic and limits.inactive_threshold > 0:
+                raise pedantic_err("inactive_threshold must be set if it's configured in stream limits")
+            c.inactive_threshold = limits.inactive_threshold
+        if c.max_ack_pending == 0 and c.ack_policy != "none":
+            pending = DEFAULT_MAX_ACK_PENDING
+            if 0 < max_ack_pending_limit < pending:
+                pending = max_ack_pending_limit
+            c.max_ack_pending = pending
+        if not c.deliver_subject and c.max_batch == 0 and max_request_batch_limit > 0:
+            if pedantic:
+                raise pedantic_err("max_request_batch must be set if it's JetStream limits are set")
+            c.max_batch = max_request_batch_limit
+        if c.priority_policy == "pinned_client" and c.priority_timeout == 0:
+            c.priority_timeout = DEFAULT_PINNED_TTL
+        if c.ack_policy == "flow_control" and not pedantic:
+            c.flow_control = True
+            c.idle_heartbeat = SOURCE_HEALTH_HB
+        return c
+
+    def checked(self, stream: StreamConfig, *, pedantic: bool = False,
+                max_ack_pending_limit: int = 0, max_request_batch_limit: int = 0) -> ConsumerConfig:
+        """Defaults (:meth:`with_defaults`) then nats-server ``checkConsumerCfg``; returns the result.
+
+        ``stream`` is the parent stream's (checked) config. Raises JSApiError with
+        nats-server's code for each refusal (10052 names/filters, 10126/10133/10134
+        replicas, 10181/10182 policies, 10183/10184 negatives, 10116 backoff vs
+        max_deliver, 10107 description, 10079/10112/10081/10080/10082/10083 push,
+        10084/10086/10087/10088/10089/10114/10115/10125 pull, 10121/10153 limits,
+        10090/10091 direct, 10136/10139/10138 filters, 10094 deliver policy, 10095
+        sampling, 10108 flow control, 10132 name vs durable, 10135 metadata,
+        10178/10159/10161/10162/10196/10197 priority groups).
+        """
+        c = self.with_defaults(stream, pedantic=pedantic, max_ack_pending_limit=max_ack_pending_limit,
+                               max_request_batch_limit=max_request_batch_limit)
+        bad = E.stream_invalid_config
+        if c.name and not is_valid_asset_name(c.name):
+            raise bad("consumer name can not contain '.', '*', '>', '\\', '/'")
+        if c.durable_name and not is_valid_asset_name(c.durable_name):
+            raise bad("consumer durable name can not contain '.', '*', '>', '\\', '/'")
+        if c.num_replicas > 0 and c.num_replicas > stream.num_replicas:
+            raise E.api_error("JSConsumerReplicasExceedsStream")
+        if c.num_replicas < 0:
+            raise E.replicas_count_negative()
+        if stream.retention in ("interest", "workqueue") and c.num_replicas not in (0, stream.num_replicas):
+            raise E.api_error("JSConsumerReplicasShouldMatchStream")
+        if any(b < 0 for b in c.backoff):
+            raise E.api_error("JSConsumerBackOffNegativeErr")
+        if c.ack_wait < 0:
+            raise E.api_error("JSConsumerAckWaitNegativeErr")
+        if c.ack_policy == "flow_control":
+            if not c.deliver_subject:
+                raise E.api_error("JSConsumerAckFCRequiresPushErr")
+            if not c.flow_control:
+                raise E.api_error("JSConsumerAckFCRequiresFCErr")
+            if c.idle_heartbeat != SOURCE_HEALTH_HB:
+                raise bad("flow control ack policy heartbeat needs to be 1s")
+            if c.max_ack_pending <= 0:
+                raise E.api_error("JSConsumerAckFCRequiresMaxAckPendingErr")
+            if c.ack_wait != 0 or c.backoff:
+                raise E.api_error("JSConsumerAckFCRequiresNoAckWaitErr")
+            if c.max_deliver > 0:
+                raise E.api_error("JSConsumerAckFCRequiresNoMaxDeliverErr")
+        if c.backoff and c.max_deliver != -1 and len(c.backoff) > c.max_deliver:
+            raise E.api_error("JSConsumerMaxDeliverBackoffErr")
+        if len(c.description.encode()) > MAX_DESCRIPTION_LEN:
+            raise E.api_error("JSConsumerDescriptionTooLongErrF", max=MAX_DESCRIPTION_LEN)
+        if c.deliver_subject:
+            if not is_valid_subject(c.deliver_subject) and not _has_wildcard(c.deliver_subject):
+                raise E.api_error("JSConsumerInvalidDeliverSubject")
+            if _has_wildcard(c.deliver_subject):
+                raise E.api_error("JSConsumerDeliverToWildcardsErr")
+            if not is_valid_literal_subject(c.deliver_subject):
+                raise E.api_error("JSConsumerInvalidDeliverSubject")
+            if any(_collide(c.deliver_subject, s) for s in stream.subjects):
+                raise E.api_error("JSConsumerDeliverCycleErr")
+            if c.max_waiting != 0:
+                raise E.api_error("JSConsumerPushMaxWaitingErr")
+            if c.max_ack_pending > 0 and c.ack_policy == "none":
+                raise E.api_error("JSConsumerMaxPendingAckPolicyRequiredErr")
+            if 0 < c.idle_heartbeat < 100 * MILLISECOND:
+                raise E.api_error("JSConsumerSmallHeartbeatErr")
+        else:
+            if c.ack_policy == "none" and stream.retention == "workqueue":
+                raise E.api_error("JSConsumerPullRequiresAckErr")
+            if c.rate_limit_bps > 0:
+                raise E.api_error("JSConsumerPullWithRateLimitErr")
+            if c.max_waiting < 0:
+                raise E.api_error("JSConsumerMaxWaitingNegativeErr")
+            if c.idle_heartbeat > 0:
+                raise E.api_error("JSConsumerHBRequiresPushErr")
+            if c.flow_control:
+                raise E.api_error("JSConsumerFCRequiresPushErr")
+            if c.max_batch < 0:
+                raise E.api_error("JSConsumerMaxRequestBatchNegativeErr")
+            if c.max_expires != 0 and c.max_expires < MILLISECOND:
+                raise E.api_error("JSConsumerMaxRequestExpiresTooSmall")
+            if max_request_batch_limit > 0 and c.max_batch > max_request_batch_limit:
+                raise E.api_error("JSConsumerMaxRequestBatchExceededF", limit=max_request_batch_limit)
+        if max_ack_pending_limit > 0 and c.max_ack_pending > max_ack_pending_limit:
+            raise E.api_error("JSConsumerMaxPendingAckExcessErrF", limit=max_ack_pending_limit)
+        limits = stream.consumer_limits
+        if limits.max_ack_pending > 0 and c.max_ack_pending > limits.max_ack_pending:
+            raise E.api_error("JSConsumerMaxPendingAckExcessErrF", limit=limits.max_ack_pending)
+        if limits.inactive_threshold > 0 and c.inactive_threshold > limits.inactive_threshold:
+            raise E.api_error("JSConsumerInactiveThresholdExcess", limit=E.go_duration(limits.inactive_threshold))
+        if c.direct:
+            if not c.deliver_subject:
+                raise E.api_error("JSConsumerDirectRequiresPushErr")
+            if c.is_durable:
+                raise E.api_error("JSConsumerDirectRequiresEphemeralErr")
+        if c.filter_subject and c.filter_subjects:
+            raise E.api_error("JSConsumerDuplicateFilterSubjects")
+        if c.filter_subject and not is_valid_subject(c.filter_subject):
+            raise bad("invalid subject")
+        if any(f == "" for f in c.filter_subjects):
+            raise E.api_error("JSConsumerEmptyFilter")
+        filters = [c.filter_subject] if c.filter_subject else list(c.filter_subjects)
+        for i, subj in enumerate(filters):
+            if not is_valid_subject(subj):
+                raise bad("invalid subject")
+            for j, other in enumerate(filters):
+                if i != j and subject_matches(other, subj):
+                    raise E.api_error("JSConsumerOverlappingSubjectFilters")
+        self._check_deliver_policy(c)
+        if c.sample_freq:
+            text = c.sample_freq[:-1] if c.sample_freq.endswith("%") else c.sample_freq
+            if not re.fullmatch(r"[+-]?\d+", text) or int(text) < 0:
+                err = f'strconv.Atoi: parsing {json.dumps(text)}: invalid syntax' if not re.fullmatch(
+                    r"[+-]?\d+", text) else "<nil>"
+                raise E.api_error("JSConsumerInvalidSamplingErrF", err=err)
+        if c.flow_control and c.idle_heartbeat == 0:
+            raise E.api_error("JSConsumerWithFlowControlNeedsHeartbeats")
+        if c.durable_name and c.name and c.name != c.durable_name:
+            raise E.api_error("JSConsumerCreateDurableAndNameMismatch")
+        if _metadata_len(c.metadata) > MAX_METADATA_LEN:
+            raise E.api_error("JSConsumerMetadataLengthErrF", limit=f"{MAX_METADATA_LEN // 1024}KB")
+        if c.priority_policy != "none":
+            if c.deliver_subject:
+                raise E.api_error("JSConsumerPushWithPriorityGroupErr")
+            if not c.priority_groups:
+                raise E.api_error("JSConsumerPriorityPolicyWithoutGroup")
+            for group in c.priority_groups:
+                if group == "":
+                    raise E.api_error("JSConsumerEmptyGroupName")
+                if not _GROUP_NAME.match(group):
+                    raise E.api_error("JSConsumerInvalidGroupNameErr")
+        else:
+            if c.priority_groups:
+                raise E.api_error("JSConsumerPriorityGroupWithPolicyNone")
+            if c.priority_timeout > 0:
+                raise E.api_error("JSConsumerPinnedTTLWithoutPriorityPolicyNone")
+        if stream.placement is not None and stream.placement.preferred:
+            raise bad("preferred server not permitted in placement")
+        return c
+
+    @staticmethod
+    def _check_deliver_policy(c: ConsumerConfig) -> None:
+        def bad_start(dp: str, start: str) -> JSApiError:
+            return E.api_error("JSConsumerInvalidPolicyErrF",
+                               err=f"consumer delivery policy is deliver {dp}, but optional start {start} is also set")
+
+        def not_set(dp: str, what: str) -> JSApiError:
+            return E.api_error("JSConsumerInvalidPolicyErrF",
+                               err=f"consumer delivery policy is deliver {dp}, but optional {what} is not set")
+
+        dp = c.deliver_policy
+        words = {"all": "all", "last": "last", "last_per_subject": "last per subject", "new": "new"}
+        if dp in words:
+            if c.opt_start_seq > 0:
+                raise bad_start(words[dp], "sequence")
+            if c.opt_start_time is not None:
+                raise bad_start(words[dp], "time")
+            if dp == "last_per_subject" and not c.filter_subject and not c.filter_subjects:
+                raise not_set("last per subject", "filter subject")
+        elif dp == "by_start_sequence":
+            if c.opt_start_seq == 0:
+                raise not_set("by start sequence", "start sequence")
+            if c.opt_start_time is not None:
+                raise bad_start("by start sequence", "time")
+        elif dp == "by_start_time":
+            if c.opt_start_time is None:
+                raise not_set("by start time", "start time")
+            if c.opt_start_seq != 0:
+                raise bad_start("by start time", "start sequence")
+
+
+def _has_wildcard(subject: str) -> bool:
+    return any(tok in ("*", ">") for tok in subject.split("."))
+
+
+# --- state and info ---------------------------------------------------------------------
+
+
+@dataclass
+class LostStreamData(_Model):
+    """``{"msgs": [seq...], "bytes": n}`` (server/store.go LostStreamData)."""
+
+    msgs: list[int] = field(default_factory=list)
+    bytes: int = 0
+
+    _GO_NAME = "LostStreamData"
+    _FIELDS = (_F("msgs", "msgs", "raw"), _F("bytes", "bytes", "uint64"))
+
+
+@dataclass
+class StreamState(_Model):
+    """A stream's state (server/store.go StreamState); times are ns since the epoch or None."""
+
+    messages: int = 0
+    bytes: int = 0
+    first_seq: int = 0
+    first_ts: int | None = None
+    last_seq: int = 0
+    last_ts: int | None = None
+    num_subjects: int = 0
+    subjects: dict[str, int] | None = None
+    num_deleted: int = 0
+    deleted: list[int] | None = None
+    lost: LostStreamData | None = None
+    consumer_count: int = 0
+
+    _GO_NAME = "StreamState"
+    _FIELDS = (
+        _F("messages", "messages", "uint64"),
+        _F("bytes", "bytes", "uint64"),
+        _F("first_seq", "first_seq", "uint64"),
+        _F("first_ts", "first_ts", "time"),
+        _F("last_seq", "last_seq", "uint64"),
+        _F("last_ts", "last_ts", "time"),
+        _F("num_subjects", "num_subjects", "int", True),
+        _F("subjects", "subjects", "raw", True),
+        _F("num_deleted", "num_deleted", "int", True),
+        _F("deleted", "deleted", "raw", True),
+        _F("lost", "lost", "obj:LostStreamData", True),
+        _F("consumer_count", "consumer_count", "int"),
+    )
+
+    def to_json(self) -> dict[str, Any]:
+        out = super().to_json()
+        for key in ("subjects", "deleted"):
+            if key in out and not out[key]:
+                del out[key]
+        return out
+
+
+@dataclass
+class PeerInfo(_Model):
+    """One replica (server/stream.go PeerInfo): ``active`` is ns since last seen."""
+
+    name: str = ""
+    current: bool = False
+    offline: bool = False
+    active: int = 0
+    lag: int = 0
+    peer: str = ""
+    pending: bool = False
+
+    _GO_NAME = "PeerInfo"
+    _FIELDS = (
+        _F("name", "name", "str"),
+        _F("current", "current", "bool"),
+        _F("offline", "offline", "bool", True),
+        _F("active", "active", "dur"),
+        _F("lag", "lag", "uint64", True),
+        _F("peer", "peer", "str"),
+        _F("pending", "pending", "bool", True),
+    )
+
+
+@dataclass
+class ClusterInfo(_Model):
+    """``cluster`` of stream/consumer info (server/stream.go ClusterInfo); the leader is not in ``replicas``."""
+
+    name: str = ""
+    raft_group: str = ""
+    leader: str = ""
+    leader_since: int | None = None
+    system_account: bool = False
+    traffic_account: str = ""
+    replicas: list[PeerInfo] = field(default_factory=list)
+    desired: dict[str, Any] | None = None
+
+    _GO_NAME = "ClusterInfo"
+    _FIELDS = (
+        _F("name", "name", "str", True),
+        _F("raft_group", "raft_group", "str", True),
+        _F("leader", "leader", "str", True),
+        _F("leader_since", "leader_since", "time", True),
+        _F("system_account", "system_account", "bool", True),
+        _F("traffic_account", "traffic_account", "str", True),
+        _F("replicas", "replicas", "objlist:PeerInfo", True),
+        _F("desired", "desired", "raw", True),
+    )
+
+    def to_json(self) -> dict[str, Any]:
+        out = super().to_json()
+        if self.leader_since is None:
+            out.pop("leader_since", None)
+        return out
+
+
+@dataclass
+class StreamInfo(_Model):
+    """STREAM.INFO/CREATE body (server/stream.go StreamInfo); ``created``/``ts`` ns since the epoch."""
+
+    config: StreamConfig = field(default_factory=StreamConfig)
+    created: int | None = None
+    state: StreamState = field(default_factory=StreamState)
+    domain: str = ""
+    cluster: ClusterInfo | None = None
+    mirror: dict[str, Any] | None = None
+    sources: list[dict[str, Any]] | None = None
+    alternates: list[dict[str, Any]] | None = None
+    ts: int | None = None
+
+    _GO_NAME = "StreamInfo"
+    _FIELDS = (
+        _F("config", "config", "obj:StreamConfig"),
+        _F("created", "created", "time"),
+        _F("state", "state", "obj:StreamState"),
+        _F("domain", "domain", "str", True),
+        _F("cluster", "cluster", "obj:ClusterInfo", True),
+        _F("mirror", "mirror", "raw", True),
+        _F("sources", "sources", "raw", True),
+        _F("alternates", "alternates", "raw", True),
+        _F("ts", "ts", "time"),
+    )
+
+
+@dataclass
+class SequenceInfo(_Model):
+    """``{"consumer_seq","stream_seq","last_active"?}`` (server/consumer.go SequenceInfo)."""
+
+    consumer_seq: int = 0
+    stream_seq: int = 0
+    last_active: int | None = None
+
+    _GO_NAME = "SequenceInfo"
+    _FIELDS = (
+        _F("consumer_seq", "consumer_seq", "uint64"),
+        _F("stream_seq", "stream_seq", "uint64"),
+        _F("last_active", "last_active", "time", True),
+    )
+
+    def to_json(self) -> dict[str, Any]:
+        out = super().to_json()
+        if self.last_active is None:
+            out.pop("last_active", None)
+        return out
+
+
+@dataclass
+class ConsumerInfo(_Model):
+    """CONSUMER.INFO/CREATE body (server/consumer.go ConsumerInfo); durations ns, times ns since epoch."""
+
+    stream_name: str = ""
+    name: str = ""
+    created: int | None = None
+    config: ConsumerConfig | None = None
+    delivered: SequenceInfo = field(default_factory=SequenceInfo)
+    ack_floor: SequenceInfo = field(default_factory=SequenceInfo)
+    num_ack_pending: int = 0
+    num_redelivered: int = 0
+    num_waiting: int = 0
+    num_pending: int = 0
+    cluster: ClusterInfo | None = None
+    push_bound: bool = False
+    paused: bool = False
+    pause_remaining: int = 0
+    ts: int | None = None
+    priority_groups: list[dict[str, Any]] | None = None
+
+    _GO_NAME = "ConsumerInfo"
+    _FIELDS = (
+        _F("stream_name", "stream_name", "str"),
+        _F("name", "name", "str"),
+        _F("created", "created", "time"),
+        _F("config", "config", "obj:ConsumerConfig", True),
+        _F("delivered", "delivered", "obj:SequenceInfo"),
+        _F("ack_floor", "ack_floor", "obj:SequenceInfo"),
+        _F("num_ack_pending", "num_ack_pending", "int"),
+        _F("num_redelivered", "num_redelivered", "int"),
+        _F("num_waiting", "num_waiting", "int"),
+        _F("num_pending", "num_pending", "uint64"),
+        _F("cluster", "cluster", "obj:ClusterInfo", True),
+        _F("push_bound", "push_bound", "bool", True),
+        _F("paused", "paused", "bool", True),
+        _F("pause_remaining", "pause_remaining", "dur", True),
+        _F("ts", "ts", "time"),
+        _F("priority_groups", "priority_groups", "raw", True),
+    )
+
+
+@dataclass
+class PubAck(_Model):
+    """Publish acknowledgement (server/stream.go PubAck): ``{"stream","seq","domain"?,"duplicate"?,...}``."""
+
+    stream: str = ""
+    seq: int = 0
+    domain: str = ""
+    duplicate: bool = False
+    val: str = ""
+    batch: str = ""
+    count: int = 0
+
+    _GO_NAME = "PubAck"
+    _FIELDS = (
+        _F("stream", "stream", "str"),
+        _F("seq", "seq", "uint64"),
+        _F("domain", "domain", "str", True),
+        _F("duplicate", "duplicate", "bool", True),
+        _F("val", "val", "str", True),
+        _F("batch", "batch", "str", True),
+        _F("count", "count", "uint64", True),
+    )
+
+
+@dataclass
+class AccountLimits(_Model):
+    """JetStreamAccountLimits (server/jetstream.go); -1 = unlimited, bytes for the byte limits."""
+
+    max_memory: int = -1
+    max_storage: int = -1
+    max_streams: int = -1
+    max_consumers: int = -1
+    max_ack_pending: int = -1
+    memory_max_stream_bytes: int = -1
+    storage_max_stream_bytes: int = -1
+    max_bytes_required: bool = False
+
+    _GO_NAME = "JetStreamAccountLimits"
+    _FIELDS = (
+        _F("max_memory", "max_memory", "int64"),
+        _F("max_storage", "max_storage", "int64"),
+        _F("max_streams", "max_streams", "int"),
+        _F("max_consumers", "max_consumers", "int"),
+        _F("max_ack_pending", "max_ack_pending", "int"),
+        _F("memory_max_stream_bytes", "memory_max_stream_bytes", "int64"),
+        _F("storage_max_stream_bytes", "storage_max_stream_bytes", "int64"),
+        _F("max_bytes_required", "max_bytes_required", "bool"),
+    )
+
+
+@dataclass
+class APIStats(_Model):
+    """JetStreamAPIStats: ``{"level","total","errors","inflight"?}``."""
+
+    level: int = API_LEVEL
+    total: int = 0
+    errors: int = 0
+    inflight: int = 0
+
+    _GO_NAME = "JetStreamAPIStats"
+    _FIELDS = (
+        _F("level", "level", "int"),
+        _F("total", "total", "uint64"),
+        _F("errors", "errors", "uint64"),
+        _F("inflight", "inflight", "uint64", True),
+    )
+
+
+@dataclass
+class AccountInfo(_Model):
+    """ACCOUNT.INFO body (JetStreamAccountStats, server/jetstream.go), without ``type``."""
+
+    memory: int = 0
+    storage: int = 0
+    reserved_memory: int = 0
+    reserved_storage: int = 0
+    streams: int = 0
+    consumers: int = 0
+    limits: AccountLimits = field(default_factory=AccountLimits)
+    domain: str = ""
+    api: APIStats = field(default_factory=APIStats)
+    tiers: dict[str, Any] | None = None
+
+    _GO_NAME = "JetStreamAccountStats"
+    _FIELDS = (
+        _F("memory", "memory", "uint64"),
+        _F("storage", "storage", "uint64"),
+        _F("reserved_memory", "reserved_memory", "uint64"),
+        _F("reserved_storage", "reserved_storage", "uint64"),
+        _F("streams", "streams", "int"),
+        _F("consumers", "consumers", "int"),
+        _F("limits", "limits", "obj:AccountLimits"),
+        _F("domain", "domain", "str", True),
+        _F("api", "api", "obj:APIStats"),
+        _F("tiers", "tiers", "raw", True),
+    )
+
+
+_MODELS: dict[str, type[_Model]] = {
+    cls.__name__: cls
+    for cls in (Placement, SubjectTransform, RePublish, ConsumerLimits, StreamConfig, ConsumerConfig,
+                LostStreamData, StreamState, PeerInfo, ClusterInfo, StreamInfo, SequenceInfo, ConsumerInfo,
+                PubAck, AccountLimits, APIStats, AccountInfo)
+}

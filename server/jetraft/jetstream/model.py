@@ -1125,6 +1125,8 @@ class ConsumerConfig(_Model):
                 raise E.api_error("JSConsumerPinnedTTLWithoutPriorityPolicyNone")
         if stream.placement is not None and stream.placement.preferred:
             raise bad("preferred server not permitted in placement")
+        if not c.name and c.durable_name:
+            c.name = c.durable_name  # nats-server reports a durable's name (verified by the compat test)
         return c
 
     @staticmethod

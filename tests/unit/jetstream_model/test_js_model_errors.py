@@ -1,0 +1,74 @@
+"""jetraft.jetstream.errors: the error table, templates, wire shape, type strings."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+from nats.js.errors import APIError
+
+from jetraft.jetstream import errors as E
+from jetraft.jetstream.errors import ERRORS, JSApiError, api_error, go_duration
+
+
+def test_js_model_table_is_complete_and_unique():
+    assert len(ERRORS) == 226
+    assert len({e[2] for e in ERRORS}) == len(ERRORS)
+    assert len({e[0] for e in ERRORS}) == len(ERRORS)
+
+
+@pytest.mark.parametrize(
+    ("err", "triple"),
+    [
+        (E.stream_not_found(), (404, 10059, "stream not found")),
+        (E.consumer_not_found(), (404, 10014, "consumer not found")),
+        (E.stream_name_exist(), (400, 10058, "stream name already in use with a different configuration")),
+        (E.subjects_overlap(), (400, 10065, "subjects overlap with an existing stream")),
+        (E.no_message_found(), (404, 10037, "no message found")),
+        (E.wrong_last_sequence(7), (400, 10071, "wrong last sequence: 7")),
+        (E.wrong_last_msg_id("x1"), (400, 10070, "wrong last msg ID: x1")),
+        (E.stream_name_mismatch(), (400, 10056, "stream name in subject does not match request")),
+        (E.invalid_json("boom"), (400, 10025, "invalid JSON: boom")),
+        (E.cluster_no_peers("no suitable peers for placement"), (400, 10005, "no suitable peers for placement")),
+        (E.cluster_not_available(), (503, 10008, "JetStream system temporarily unavailable")),
+        (E.not_enabled_for_account(), (503, 10039, "JetStream not enabled for account")),
+        (E.insufficient_resources(), (503, 10023, "insufficient resources")),
+        (E.sequence_not_found(3), (400, 10043, "sequence 3 not found")),
+        (E.consumer_name_too_long(255), (400, 10102, "consumer name is too long, maximum allowed is 255")),
+    ],
+)
+def test_js_model_named_errors(err, triple):
+    assert (err.code, err.err_code, err.description) == triple
+
+
+def test_js_model_error_json_has_exactly_three_keys_and_nats_py_reads_it():
+    for constant, *_ in ERRORS:
+        body = api_error(constant).to_json()
+        assert set(body) == {"code", "err_code", "description"}
+        APIError(**body)  # nats-py crashes on any extra key
+    assert str(E.stream_not_found()) == "stream not found (10059)"
+    assert JSApiError.from_json({"code": 404, "err_code": 10059, "description": "stream not found"}) == E.stream_not_found()
+
+
+def test_js_model_every_named_helper_builds():
+    for name, fn in inspect.getmembers(E, inspect.isfunction):
+        if fn.__module__ != E.__name__ or name.startswith("_") or name in ("api_error", "by_err_code", "go_duration",
+                                                                           "error_response"):
+            continue
+        args = [1] * len(inspect.signature(fn).parameters)
+        assert isinstance(fn(*args), JSApiError), name
+
+
+def test_js_model_go_duration():
+    assert [go_duration(n) for n in (0, 1, 1500, 1_500_000, 30 * 10**9, 90 * 10**9, 7200 * 10**9)] == [
+        "0s", "1ns", "1.5µs", "1.5ms", "30s", "1m30s", "2h0m0s"]
+    assert api_error("JSConsumerInactiveThresholdExcess", limit=go_duration(10**10)).description == (
+        "consumer inactive threshold exceeds system limit of 10s")
+
+
+def test_js_model_response_types():
+    assert E.STREAM_CREATE_RESPONSE == "io.nats.jetstream.api.v1.stream_create_response"
+    assert E.error_response(E.CONSUMER_INFO_RESPONSE, E.consumer_not_found()) == {
+        "type": "io.nats.jetstream.api.v1.consumer_info_response",
+        "error": {"code": 404, "err_code": 10014, "description": "consumer not found"},
+    }

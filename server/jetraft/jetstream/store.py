@@ -192,7 +192,7 @@ class _IndexedStore:
         self._add(seq, subject, msg_size(subject, headers, data), ts, loc)
         return seq
 
-    def sync(self) -> None:
+    def sync(self, force: bool = False) -> None:
         """Make everything written so far durable (MemoryStore: nothing to do)."""
 
     def load(self, seq: int) -> StoredMessage:
@@ -474,13 +474,13 @@ class FileStore(_IndexedStore):
                     self._report(name, ev.offset, ev.kind, ev.seq or self._last + 1,
                                  ev.detail)
                 else:
-                    self._replay(blk, ev, name)
+                    self._replay(blk, ev, name, buf)
         self._fix_first()
         self._ready = True
         for blk in list(self._blocks):
             self._maybe_free(blk)
 
-    def _replay(self, blk: _Block, rec: fmt.Record, name: str) -> None:
+    def _replay(self, blk: _Block, rec: fmt.Record, name: str, buf: bytes) -> None:
         if rec.gap and rec.rtype == fmt.REC_MSG:
             # damaged headers hid the records before this one: the message sequences
             # between cannot be more than the skipped bytes could hold
@@ -496,7 +496,8 @@ class FileStore(_IndexedStore):
                 self._lost.add(rec.seq)
                 self._last, self._last_ts = rec.seq, rec.ts
                 return
-            subject = self._read_subject(blk, rec)
+            a = rec.off + fmt.HEADER_SIZE
+            subject = buf[a:a + rec.subject_len].decode("utf-8", "surrogateescape")
             self._add(rec.seq, subject, self._size_of(rec), rec.ts,
                       (blk, rec.off, rec.size))
             blk.live += 1
@@ -514,10 +515,6 @@ class FileStore(_IndexedStore):
         else:
             self._report(name, rec.off, "checksum_mismatch", rec.seq,
                          f"unknown record type {rec.rtype}; ignored")
-
-    def _read_subject(self, blk: _Block, rec: fmt.Record) -> str:
-        raw = os.pread(blk.sf.fd, rec.subject_len, rec.off + fmt.HEADER_SIZE)
-        return raw.decode("utf-8", "surrogateescape")
 
     @staticmethod
     def _size_of(rec: fmt.Record) -> int:

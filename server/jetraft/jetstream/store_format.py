@@ -39,6 +39,8 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 
+from jetraft.raft.storage import wal
+
 BLOCK_MAGIC = b"JRMSG\n"
 BLOCK_VERSION = 1
 BLOCK_HEADER = struct.Struct("<6sHI4x")
@@ -52,21 +54,18 @@ FLAG_HEADERS = 1
 MAX_BODY = 1 << 30
 
 _crc32 = zlib.crc32
-_pack_mid = RECORD_MID.pack
 _unpack_hdr = RECORD_HEADER.unpack_from
-_pack_hdr_into = RECORD_HEADER.pack_into
 
 
 def block_name(first_seq: int) -> str:
-    """The file name of a block started when the stream's next sequence was ``first_seq``."""
-    return f"{first_seq:020d}.blk"
+    """The file name of a block started when the stream's next sequence was ``first_seq``
+    (the RAFT segments' 20-digit naming, extension ``.blk``)."""
+    return wal.segment_name(first_seq)[:-4] + ".blk"
 
 
 def parse_block_name(name: str) -> int | None:
     """The number in a block file name, or None if ``name`` is not a block file."""
-    if len(name) == 24 and name.endswith(".blk") and name[:20].isdigit():
-        return int(name[:20])
-    return None
+    return wal.parse_segment_name(name[:-4] + ".log") if name.endswith(".blk") else None
 
 
 def encode_block_header() -> bytes:
@@ -95,11 +94,11 @@ def encode_record(out: bytearray, rtype: int, seq: int, ts: int, subject: bytes 
     hdr = headers or b""
     flags = FLAG_HEADERS if headers is not None else 0
     blen = len(subject) + len(hdr) + len(data)
-    mid = _pack_mid(blen, seq, ts, rtype, flags, len(subject), len(hdr), 0)
+    mid = RECORD_MID.pack(blen, seq, ts, rtype, flags, len(subject), len(hdr), 0)
     crc = _crc32(data, _crc32(hdr, _crc32(subject, _crc32(mid))))
     start = len(out)
     out += bytes(HEADER_SIZE)
-    _pack_hdr_into(out, start, _crc32(mid), blen, seq, ts, rtype, flags, len(subject),
+    RECORD_HEADER.pack_into(out, start, _crc32(mid), blen, seq, ts, rtype, flags, len(subject),
                    len(hdr), 0, crc)
     out += subject
     out += hdr
@@ -141,7 +140,7 @@ def body_ok(buf, rec: Record, crc: int) -> bool:
 
 def decode_message(buf, rec: Record) -> tuple[str, bytes | None, bytes]:
     """``(subject, headers, data)`` of a checked message record held in ``buf`` from
-    offset 0 (``buf`` holds exactly the record) ."""
+    offset 0 (``buf`` holds exactly the record)."""
     a = HEADER_SIZE + rec.subject_len
     b = a + rec.headers_len
     subject = bytes(buf[HEADER_SIZE:a]).decode("utf-8", "surrogateescape")

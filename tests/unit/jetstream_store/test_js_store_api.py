@@ -92,7 +92,8 @@ def test_remove_moves_first_but_not_last(store):
     with pytest.raises(MessageNotFound):
         store.load(3)
     st = store.state(with_deleted=True)
-    assert (st.messages, st.first_seq, st.last_seq, st.num_deleted, st.deleted) == (4, 1, 5, 1, [3])
+    assert (st.messages, st.first_seq, st.last_seq) == (4, 1, 5)
+    assert (st.num_deleted, st.deleted) == (1, [3])
     assert store.remove(1) and store.remove(2)
     st = store.state(with_deleted=True)
     assert (st.first_seq, st.first_ts, st.num_deleted, st.deleted) == (4, 1004, 0, [])

@@ -129,20 +129,27 @@ class Server:
                          nats_version=NATS_COMPAT_VERSION, config=cfg.source, pid=os.getpid())
         for warning in cfg.warnings:
             self.events.emit("config_warning", message=warning)
-        listeners = self._listeners = await trio.open_tcp_listeners(max(cfg.port, 0), host=cfg.host)
-        self.client_port = listeners[0].socket.getsockname()[1]
-        self._update_base_info()
-        self.events.emit("listening", kind="client", host=cfg.host, port=self.client_port)
+        bind_error: OSError | None = None
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                if self._handle_signals:  # before binding: a signal to a listening server is handled
+                    await nursery.start(self._signal_loop)
+                try:
+                    listeners = self._listeners = await trio.open_tcp_listeners(
+                        max(cfg.port, 0), host=cfg.host)
+                except OSError as exc:  # re-raised below, unwrapped, for the CLI's message
+                    bind_error = exc
+                    nursery.cancel_scope.cancel()
+                    return
+                self.client_port = listeners[0].socket.getsockname()[1]
+                self._update_base_info()
+                self.events.emit("listening", kind="client", host=cfg.host, port=self.client_port)
                 nursery.start_soon(self._accept_loop, listeners)
                 if cfg.http_port is not None:
                     self.monitor_port = await nursery.start(serve_monitor, self)
                     self.events.emit("listening", kind="monitor", host=cfg.http_host,
                                      port=self.monitor_port)
-                if self._handle_signals:
-                    nursery.start_soon(self._signal_loop)
                 self.events.emit("server_ready")
                 task_status.started(self)
                 await self._stopping.wait()
@@ -155,6 +162,8 @@ class Server:
         finally:
             with trio.CancelScope(shield=True):
                 await self._close_listeners()
+            if bind_error is not None:
+                raise bind_error
             self.events.emit("server_stopped")
 
     async def _close_listeners(self) -> None:
@@ -361,9 +370,10 @@ class Server:
         self.events.emit("config_reloaded", config=old.source, changed=changed)
         return True
 
-    async def _signal_loop(self) -> None:
+    async def _signal_loop(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         wanted = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR2)
         with trio.open_signal_receiver(*wanted) as signals:
+            task_status.started()
             async for signum in signals:
                 if signum == signal.SIGHUP:
                     self.reload()

@@ -1,0 +1,417 @@
+"""The jetraft stream state machine for the publish path (one stream, one store).
+
+Deterministic and sans-IO: the only I/O is the message store's; time is passed in as
+``now_ns`` (ns since the epoch); nothing here starts a timer. Behaviour follows
+nats-server ``server/stream.go processJetStreamMsg`` (publish checks, dedupe, rollups),
+``server/memstore.go storeRawMsg`` / ``enforce*Limit`` / ``expireMsgs`` (limits),
+``server/jetstream_api.go`` (STREAM.PURGE, STREAM.MSG.GET, STREAM.MSG.DELETE).
+
+Publish checks, in nats-server's order (each raises :class:`JSApiError`):
+
+1. sealed stream -> 10109;
+2. ``Nats-Expected-Stream`` not this stream -> 10060 "expected stream does not match";
+3. ``Nats-TTL`` on a stream without ``allow_msg_ttl`` -> 10166 (TTLs are not honoured yet);
+4. ``Nats-Expected-Last-Subject-Sequence`` (optionally on the subject named by
+   ``Nats-Expected-Last-Subject-Sequence-Subject``; that header alone -> 10193) not the
+   last sequence on the subject -> 10071 "wrong last sequence: <actual>";
+5. ``Nats-Expected-Last-Sequence`` not the stream's last sequence -> 10071;
+6. ``Nats-Msg-Id`` seen within ``duplicate_window`` -> no error: the ack of the original
+   with ``"duplicate": true``;
+7. ``Nats-Expected-Last-Msg-Id`` not the last message's id -> 10070;
+8. ``Nats-Rollup`` when ``allow_rollup_hdrs`` is false or ``deny_purge`` true -> 10111
+   "rollup not permitted"; a value other than ``sub``/``all`` -> 10111
+   ``rollup value invalid: "<v>"``;
+9. headers + data over ``max_msg_size`` -> 10054; headers over 65535 bytes -> 10097;
+10. ``discard: new`` at a limit -> 10077 (503) "maximum messages per subject exceeded"
+    (only with ``discard_new_per_subject``; a rollup passes), "maximum messages exceeded",
+    "maximum bytes exceeded".
+
+Durability is the caller's: after :meth:`Stream.publish` returns, call the store's
+``sync()`` (batched with others) before sending the ack.
+
+Retention: only ``limits`` is enforced here. ``interest`` and ``workqueue`` streams are
+accepted and stored like ``limits`` streams; removing acknowledged messages needs consumers
+and will go through :meth:`Stream.ack_floor_for_retention` (not called by anything yet).
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from jetraft.protocol.headers import get_header
+
+from . import errors as E
+from .model import LostStreamData, StreamConfig, StreamInfo, StreamState, format_time
+from .store import CorruptMessage, MessageNotFound, StoredMessage, msg_size
+
+__all__ = ["Stream"]
+
+# Header names (nats-server server/stream.go constants).
+MSG_ID = "Nats-Msg-Id"
+EXPECTED_STREAM = "Nats-Expected-Stream"
+EXPECTED_LAST_SEQ = "Nats-Expected-Last-Sequence"
+EXPECTED_LAST_SUBJ_SEQ = "Nats-Expected-Last-Subject-Sequence"
+EXPECTED_LAST_SUBJ_SEQ_SUBJ = "Nats-Expected-Last-Subject-Sequence-Subject"
+EXPECTED_LAST_MSG_ID = "Nats-Expected-Last-Msg-Id"
+ROLLUP = "Nats-Rollup"
+MSG_TTL = "Nats-TTL"
+
+MAX_HEADER_BYTES = 65535
+
+# Store errors nats-server answers as JSStreamStoreFailedF (server/store.go).
+ERR_MAX_MSGS = "maximum messages exceeded"
+ERR_MAX_BYTES = "maximum bytes exceeded"
+ERR_MAX_MSGS_PER_SUBJECT = "maximum messages per subject exceeded"
+
+_U64 = (1 << 64) - 1
+
+
+def _hdr(headers: bytes | None, key: str) -> str:
+    """nats-server's getHeader: "" when absent or empty."""
+    return get_header(headers, key) or ""
+
+
+def _parse_u64(text: str) -> int:
+    """nats-server ``parseInt64`` cast to uint64: digits only, else -1 (= 2**64 - 1)."""
+    if not text or not text.isascii() or not text.isdigit() or len(text) > 19:
+        return _U64
+    return int(text)
+
+
+def _go_quote(text: str) -> str:
+    """Go ``%q`` for the plain ASCII values a rollup header carries."""
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif 0x20 <= ord(ch) < 0x7F:
+            out.append(ch)
+        elif ord(ch) < 0x80:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+class Stream:
+    """One stream: its checked config, its store and the publish-path state.
+
+    ``Stream(config, store, *, created_ns=0, domain="", now_ns=None)``. ``config`` is passed
+    through ``StreamConfig.checked()`` (nats-server defaults; JSApiError 10052 if invalid).
+    ``store``: a MemoryStore or FileStore, possibly holding messages (reopened). The
+    dedupe map is rebuilt from the messages stored within ``duplicate_window`` of
+    ``now_ns`` (default: the last message's timestamp), as nats-server ``rebuildDedupe``.
+    ``created_ns``: creation time reported by :meth:`info`; ``domain``: the JetStream
+    domain, added to every PubAck when not empty.
+    """
+
+    def __init__(self, config: StreamConfig, store: Any, *, created_ns: int = 0,
+                 domain: str = "", now_ns: int | None = None) -> None:
+        self.config = config.checked()
+        self.store = store
+        self.created_ns = created_ns
+        self.domain = domain
+        st = store.state()
+        self.last_seq = st.last_seq          # nats-server mset.lseq
+        self.last_msg_id = ""                # nats-server mset.lmsgId
+        self._dedupe: dict[str, tuple[int, int]] = {}   # msg id -> (seq, ts ns), by ts
+        self._rebuild_dedupe(st, st.last_ts if now_ns is None else now_ns)
+
+    # --- dedupe ------------------------------------------------------------------------
+    def _rebuild_dedupe(self, st: Any, now_ns: int) -> None:
+        window = self.config.duplicate_window
+        if window <= 0 or st.messages == 0:
+            return
+        found: list[tuple[str, int, int]] = []
+        for seq in range(st.last_seq, st.first_seq - 1, -1):
+            try:
+                sm = self.store.load(seq)
+            except (MessageNotFound, CorruptMessage):
+                continue
+            if now_ns - sm.ts >= window:
+                break
+            msg_id = _hdr(sm.headers, MSG_ID)
+            if seq == st.last_seq:
+                self.last_msg_id = msg_id
+            if msg_id:
+                found.append((msg_id, sm.seq, sm.ts))
+        for msg_id, seq, ts in reversed(found):
+            self._dedupe[msg_id] = (seq, ts)
+
+    def prune_dedupe(self, now_ns: int) -> int:
+        """Forget message ids older than ``duplicate_window`` at ``now_ns`` (nats-server
+        ``purgeMsgIds``: an entry goes when ``now - ts >= window``); returns how many."""
+        window = self.config.duplicate_window
+        doomed = []
+        for msg_id, (_seq, ts) in self._dedupe.items():   # insertion order = ts order
+            if now_ns - ts < window:
+                break
+            doomed.append(msg_id)
+        for msg_id in doomed:
+            del self._dedupe[msg_id]
+        return len(doomed)
+
+    def _remember_msg_id(self, msg_id: str, seq: int, ts: int) -> None:
+        if self.config.duplicate_window <= 0:
+            return
+        self._dedupe.pop(msg_id, None)
+        self._dedupe[msg_id] = (seq, ts)
+
+    # --- publish -----------------------------------------------------------------------
+    def _ack(self, seq: int, duplicate: bool = False) -> dict[str, Any]:
+        ack: dict[str, Any] = {"stream": self.config.name}
+        if self.domain:
+            ack["domain"] = self.domain
+        ack["seq"] = seq
+        if duplicate:
+            ack["duplicate"] = True
+        return ack
+
+    def publish(self, subject: str, headers: bytes | None, data: bytes,
+                now_ns: int) -> dict[str, Any]:
+        """Store one published message; returns the PubAck JSON dict nats-server sends:
+        ``{"stream": name[, "domain": d], "seq": n[, "duplicate": true]}``.
+
+        ``headers``: the raw header block or None; ``data``: the payload; ``now_ns``: the
+        message timestamp (ns since the epoch). Raises :class:`JSApiError` for a refused
+        message (see the module docstring for the checks and their codes), in the order
+        of nats-server ``server/stream.go processJetStreamMsg``. A refused message changes
+        nothing.
+        """
+        cfg = self.config
+        if cfg.sealed:
+            raise E.stream_sealed()
+        headers = headers or None
+        msg_id = ""
+        rollup = ""
+        if headers:
+            expected = _hdr(headers, EXPECTED_STREAM)
+            if expected and expected != cfg.name:
+                raise E.stream_not_match()
+            ttl = _hdr(headers, MSG_TTL)
+            if ttl and ttl != "0" and not cfg.allow_msg_ttl:
+                raise E.message_ttl_disabled()
+            subj_seq_text = _hdr(headers, EXPECTED_LAST_SUBJ_SEQ)
+            subj_override = _hdr(headers, EXPECTED_LAST_SUBJ_SEQ_SUBJ)
+            if subj_seq_text:
+                want = _parse_u64(subj_seq_text)
+                have = self.store.last_seq_for_subject(subj_override or subject)
+                if have != want:
+                    raise E.wrong_last_sequence(have)
+            elif subj_override:
+                raise E.api_error("JSStreamExpectedLastSeqPerSubjectInvalid")
+            last_text = _hdr(headers, EXPECTED_LAST_SEQ)
+            if last_text and _parse_u64(last_text) != self.last_seq:
+                raise E.wrong_last_sequence(self.last_seq)
+            msg_id = _hdr(headers, MSG_ID)
+            if msg_id:
+                self.prune_dedupe(now_ns)
+                seen = self._dedupe.get(msg_id)
+                if seen is not None:
+                    return self._ack(seen[0], duplicate=True)
+            last_id = _hdr(headers, EXPECTED_LAST_MSG_ID)
+            if last_id and last_id != self.last_msg_id:
+                raise E.wrong_last_msg_id(self.last_msg_id)
+            raw_rollup = _hdr(headers, ROLLUP)
+            if raw_rollup:
+                if not cfg.allow_rollup_hdrs or cfg.deny_purge:
+                    raise E.api_error("JSStreamRollupFailedF", err="rollup not permitted")
+                rollup = raw_rollup.lower()
+                if rollup not in ("sub", "all"):
+                    raise E.api_error("JSStreamRollupFailedF",
+                                      err=f"rollup value invalid: {_go_quote(rollup)}")
+        hlen = len(headers) if headers else 0
+        if cfg.max_msg_size >= 0 and (hlen > cfg.max_msg_size or
+                                      len(data) > cfg.max_msg_size - hlen):
+            raise E.message_exceeds_maximum()
+        if hlen > MAX_HEADER_BYTES:
+            raise E.header_exceeds_maximum()
+        self._check_discard_new(subject, headers, data)
+
+        seq = self.store.store(subject, headers, data, now_ns)
+        self.last_seq = seq
+        self.last_msg_id = msg_id
+        if msg_id:
+            self._remember_msg_id(msg_id, seq, now_ns)
+        if rollup == "sub":
+            self.store.purge(subject, keep=1)
+        elif rollup == "all":
+            self.store.purge(None, keep=1)
+        self._enforce_limits(subject)
+        return self._ack(seq)
+
+    def _check_discard_new(self, subject: str, headers: bytes | None, data: bytes) -> None:
+        """nats-server ``memstore.go storeRawMsg`` discard-new checks (10077 on refusal)."""
+        cfg = self.config
+        if cfg.discard != "new":
+            return
+        per_subject = 0
+        at_subject_limit = False
+        if cfg.max_msgs_per_subject > 0:
+            per_subject = self.store.subjects_state(subject).get(subject, 0)
+            at_subject_limit = per_subject >= cfg.max_msgs_per_subject
+        if at_subject_limit and cfg.discard_new_per_subject and \
+                get_header(headers, ROLLUP) is None:
+            raise E.stream_store_failed(ERR_MAX_MSGS_PER_SUBJECT)
+        st = self.store.state()
+        if 0 < cfg.max_msgs <= st.messages and not at_subject_limit:
+            raise E.stream_store_failed(ERR_MAX_MSGS)
+        size = msg_size(subject, headers, data)
+        if cfg.max_bytes > 0 and st.bytes + size > cfg.max_bytes:
+            if not at_subject_limit:
+                raise E.stream_store_failed(ERR_MAX_BYTES)
+            first = self.store.load_next(subject, 0)
+            if first is None or msg_size(first.subject, first.headers, first.data) < size:
+                raise E.stream_store_failed(ERR_MAX_BYTES)
+
+    def _enforce_limits(self, subject: str) -> int:
+        """After a store, as nats-server memstore: per-subject limit (always discards the
+        subject's oldest), then, with ``discard: old``, max_msgs then max_bytes (oldest
+        first). Returns the number of messages removed."""
+        cfg, store = self.config, self.store
+        removed = 0
+        if cfg.max_msgs_per_subject > 0:
+            excess = store.subjects_state(subject).get(subject, 0) - cfg.max_msgs_per_subject
+            for _ in range(max(excess, 0)):
+                first = store.load_next(subject, 0)
+                if first is None or not store.remove(first.seq):
+                    break
+                removed += 1
+        if cfg.discard != "old":
+            return removed
+        if cfg.max_msgs > 0:
+            removed += self._remove_oldest(lambda st: st.messages > cfg.max_msgs)
+        if cfg.max_bytes > 0:
+            removed += self._remove_oldest(lambda st: st.bytes > cfg.max_bytes)
+        return removed
+
+    def _remove_oldest(self, over) -> int:
+        n = 0
+        while over(self.store.state()):
+            first = self.store.load_next(">", 0)
+            if first is None or not self.store.remove(first.seq):
+                break
+            n += 1
+        return n
+
+    # --- retention / age ---------------------------------------------------------------
+    def expire(self, now_ns: int) -> int:
+        """Remove the messages older than ``max_age`` at ``now_ns`` (nats-server
+        ``memstore.go expireMsgs``: timestamp <= now - max_age) and prune the dedupe map;
+        returns how many messages were removed. Call it from a timer; 0 when no max_age."""
+        self.prune_dedupe(now_ns)
+        if self.config.max_age <= 0:
+            return 0
+        cutoff = now_ns - self.config.max_age
+        n = 0
+        seq = 0
+        while True:
+            try:
+                sm = self.store.load_next(">", seq)
+            except CorruptMessage:
+                break
+            if sm is None or sm.ts > cutoff:
+                break
+            if self.store.remove(sm.seq):
+                n += 1
+            seq = sm.seq + 1
+        return n
+
+    def ack_floor_for_retention(self, floor_seq: int) -> int:
+        """HOOK, NOT YET USED: for ``interest``/``workqueue`` retention, remove every message
+        up to ``floor_seq`` (the sequence every interested consumer has acknowledged). The
+        consumer state machine will call it; nothing does today. Returns messages removed;
+        0 for ``limits`` retention."""
+        if self.config.retention == "limits" or floor_seq <= 0:
+            return 0
+        return self.store.compact_to(floor_seq + 1)
+
+    # --- API requests ------------------------------------------------------------------
+    def purge(self, request: dict[str, Any] | None) -> dict[str, Any]:
+        """STREAM.PURGE: ``request`` ``{"filter": subj, "seq": n, "keep": n}`` (all optional;
+        None or {} purges everything). Returns ``{"success": true, "purged": n}``.
+        Raises 10003 (``seq`` and ``keep`` both set), 10109 (sealed), 10110 "stream purge
+        not permitted" (``deny_purge``). Source: nats-server jetstream_api.go
+        jsStreamPurgeRequest, stream.go purgeLocked."""
+        request = request or {}
+        seq, keep = int(request.get("seq") or 0), int(request.get("keep") or 0)
+        if seq > 0 and keep > 0:
+            raise E.bad_request()
+        if self.config.sealed:
+            raise E.stream_sealed()
+        if self.config.deny_purge:
+            raise E.stream_purge_failed("stream purge not permitted")
+        purged = self.store.purge(request.get("filter") or None, seq=seq or None,
+                                  keep=keep or None)
+        self.last_seq = max(self.last_seq, self.store.state().last_seq)
+        return {"success": True, "purged": purged}
+
+    def get_message(self, request: dict[str, Any]) -> dict[str, Any]:
+        """STREAM.MSG.GET: ``request`` one of ``{"seq": n}``, ``{"last_by_subj": s}``,
+        ``{"next_by_subj": s[, "seq": n]}`` (optional ``"no_hdrs": true``). Returns
+        ``{"message": {"subject", "seq", "hdrs"?, "data"?, "time"}}`` (hdrs/data base64,
+        omitted when empty; time RFC 3339 UTC with ns), as nats-server jsMsgGetRequest.
+        Raises 10003 for conflicting or missing selectors or ``batch``/``max_bytes``,
+        10037 "no message found" when nothing matches."""
+        seq = int(request.get("seq") or 0)
+        last_for = request.get("last_by_subj") or ""
+        next_for = request.get("next_by_subj") or ""
+        if request.get("batch") or request.get("max_bytes"):
+            raise E.bad_request()
+        if (seq > 0 and last_for) or (seq == 0 and not last_for and not next_for) or \
+                (last_for and next_for):
+            raise E.bad_request()
+        try:
+            if next_for:
+                sm = self.store.load_next(next_for, seq)
+            elif seq > 0:
+                sm = self.store.load(seq)
+            else:
+                sm = self.store.load_last(last_for)
+        except (MessageNotFound, CorruptMessage):
+            sm = None
+        if sm is None:
+            raise E.no_message_found()
+        return {"message": message_json(sm, with_headers=not request.get("no_hdrs"))}
+
+    def delete_message(self, seq: int) -> dict[str, Any]:
+        """STREAM.MSG.DELETE of ``seq``: ``{"success": true}``. Raises 10109 (sealed), 10057
+        "message delete not permitted" (``deny_delete``), 10043 "sequence <seq> not found".
+        jetraft does not overwrite the bytes (nats-server's erase); the record is tombstoned."""
+        if self.config.sealed:
+            raise E.stream_sealed()
+        if self.config.deny_delete:
+            raise E.stream_msg_delete_failed("message delete not permitted")
+        if not self.store.remove(seq):
+            raise E.sequence_not_found(seq)
+        return {"success": True}
+
+    def info(self, now_ns: int, *, subjects_filter: str | None = None,
+             deleted_details: bool = False, consumer_count: int = 0) -> dict[str, Any]:
+        """STREAM.INFO body (without ``type``): ``{"config", "created", "state", "ts"}`` plus
+        ``domain`` when set. ``state.subjects`` when ``subjects_filter`` is given,
+        ``state.deleted`` when ``deleted_details``; ``ts`` is ``now_ns``."""
+        st = self.store.state(with_deleted=deleted_details, subjects_filter=subjects_filter)
+        state = StreamState(
+            messages=st.messages, bytes=st.bytes, first_seq=st.first_seq,
+            first_ts=st.first_ts if st.messages else None, last_seq=st.last_seq,
+            last_ts=st.last_ts if st.last_seq else None, num_subjects=st.num_subjects,
+            subjects=st.subjects or None, num_deleted=st.num_deleted,
+            deleted=st.deleted or None,
+            lost=LostStreamData(msgs=list(st.lost)) if st.lost else None,
+            consumer_count=consumer_count)
+        return StreamInfo(config=self.config, created=self.created_ns, state=state,
+                          domain=self.domain, ts=now_ns).to_json()
+
+
+def message_json(sm: StoredMessage, *, with_headers: bool = True) -> dict[str, Any]:
+    """nats-server ``StoredMsg`` JSON: subject, seq, hdrs (base64, omitted when empty),
+    data (base64, omitted when empty), time (RFC 3339 UTC, ns)."""
+    out: dict[str, Any] = {"subject": sm.subject, "seq": sm.seq}
+    if with_headers and sm.headers:
+        out["hdrs"] = base64.b64encode(sm.headers).decode("ascii")
+    if sm.data:
+        out["data"] = base64.b64encode(sm.data).decode("ascii")
+    out["time"] = format_time(sm.ts)
+    return out

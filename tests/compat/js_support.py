@@ -1,0 +1,114 @@
+"""Helpers shared by the JetStream compat tests (streams, publish, consumers).
+
+Each test takes ``js_server`` (imported explicitly from this module: tests/compat has
+no conftest.py), a server of the parametrized ``server_kind`` started with JetStream
+enabled and its store under the test's tmp_path.  Scenarios are asyncio functions run
+by ``compat_support.run``; ``js_session`` opens one nats-py connection and hands out
+``nc``, ``nc.jetstream()`` and ``nc.jsm()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from compat_support import connect, poll
+from nats.aio.client import Client
+from nats.js.client import JetStreamContext
+from nats.js.errors import APIError
+from nats.js.manager import JetStreamManager
+
+import servers
+
+#: nats-server's JetStream API response "type" strings.
+STREAM_CREATE_RESPONSE = "io.nats.jetstream.api.v1.stream_create_response"
+STREAM_INFO_RESPONSE = "io.nats.jetstream.api.v1.stream_info_response"
+STREAM_NAMES_RESPONSE = "io.nats.jetstream.api.v1.stream_names_response"
+STREAM_LIST_RESPONSE = "io.nats.jetstream.api.v1.stream_list_response"
+STREAM_MSG_GET_RESPONSE = "io.nats.jetstream.api.v1.stream_msg_get_response"
+ACCOUNT_INFO_RESPONSE = "io.nats.jetstream.api.v1.account_info_response"
+CONSUMER_CREATE_RESPONSE = "io.nats.jetstream.api.v1.consumer_create_response"
+
+#: Nanoseconds per second: JetStream durations on the wire are integer nanoseconds.
+NS = 1_000_000_000
+
+
+def js_config(store_dir) -> str:
+    """The config text that enables JetStream with its store in ``store_dir``."""
+    return f'jetstream {{ store_dir: "{store_dir}" }}'
+
+
+@pytest.fixture
+def js_server(start_server, tmp_path) -> servers.RunningServer:
+    """The server under test with JetStream enabled (file store under tmp_path)."""
+    return start_server(js_config(tmp_path / "js"))
+
+
+@dataclass
+class Session:
+    """One nats-py connection with its JetStream context and manager."""
+
+    nc: Client
+    js: JetStreamContext
+    jsm: JetStreamManager
+
+    async def api(self, subject: str, body: Any = None, *, raw: bytes | None = None) -> dict:
+        """Send a raw ``$JS.API`` request (JSON ``body`` or ``raw`` bytes); return the decoded reply."""
+        if raw is None:
+            raw = b"" if body is None else json.dumps(body).encode()
+        msg = await self.nc.request(subject, raw, timeout=5)
+        return json.loads(msg.data)
+
+    async def publish_many(self, subject: str, payloads: list[bytes]) -> list[int]:
+        """Publish each payload with a JetStream ack; return the acked stream sequences."""
+        return [(await self.js.publish(subject, p)).seq for p in payloads]
+
+
+@contextlib.asynccontextmanager
+async def js_session(url: str, **options) -> AsyncIterator[Session]:
+    """Connect nats-py to ``url``; yield a Session; close the connection at the end."""
+    nc = await connect(url, **options)
+    try:
+        yield Session(nc, nc.jetstream(timeout=5), nc.jsm(timeout=5))
+    finally:
+        await nc.close()
+
+
+async def api_error(call: Awaitable[Any]) -> APIError:
+    """Await ``call``, which must raise a JetStream APIError; return the error."""
+    try:
+        result = await call
+    except APIError as err:
+        return err
+    raise AssertionError(f"expected a JetStream API error, got {result!r}")
+
+
+def error_triple(err: APIError) -> tuple[int | None, int | None, str | None]:
+    """(code, err_code, description) of an APIError, for exact comparisons."""
+    return err.code, err.err_code, err.description
+
+
+async def wait_for(fetch: Callable[[], Awaitable[Any]], accept: Callable[[Any], bool], timeout: float, what: str):
+    """Poll ``fetch()`` until ``accept(value)``; return that value (fails after ``timeout``)."""
+    seen: list[Any] = []
+
+    async def check() -> bool:
+        value = await fetch()
+        seen[:] = [value]
+        return accept(value)
+
+    try:
+        await poll(check, timeout, what)
+    except AssertionError as e:
+        raise AssertionError(f"{e}; last value {seen[0] if seen else None!r}") from None
+    return seen[0]
+
+
+def elapsed_since(start: float) -> float:
+    """Seconds on the monotonic clock since ``start``."""
+    return time.monotonic() - start

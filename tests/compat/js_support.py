@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -107,8 +106,3 @@ async def wait_for(fetch: Callable[[], Awaitable[Any]], accept: Callable[[Any], 
     except AssertionError as e:
         raise AssertionError(f"{e}; last value {seen[0] if seen else None!r}") from None
     return seen[0]
-
-
-def elapsed_since(start: float) -> float:
-    """Seconds on the monotonic clock since ``start``."""
-    return time.monotonic() - start

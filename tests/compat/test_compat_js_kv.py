@@ -373,3 +373,49 @@ def test_recreate_bucket_same_and_different_config(start_server, tmp_path):
             assert (await kv.status()).history == 2
 
     run(scenario, timeout=30)
+
+
+def test_watch_with_history_and_ignore_deletes(start_server, tmp_path):
+    """include_history replays every kept revision; ignore_deletes hides the markers."""
+
+    async def body(js, kv):
+        await kv.put("a", b"1")
+        await kv.put("a", b"2")
+        await kv.put("b", b"1")
+        await kv.delete("b")
+        w = await kv.watchall(include_history=True)
+        try:
+            seen = [await w.updates(timeout=5) for _ in range(5)]
+            assert [(e.key, e.revision, e.operation) for e in seen[:4]] == [
+                ("a", 1, None), ("a", 2, None), ("b", 3, None), ("b", 4, "DEL")]
+            assert seen[4] is None
+        finally:
+            await w.stop()
+        w = await kv.watchall(ignore_deletes=True)
+        try:
+            e = await w.updates(timeout=5)
+            assert (e.key, e.value, e.revision) == ("a", b"2", 2)
+            assert await w.updates(timeout=5) is None
+        finally:
+            await w.stop()
+
+    kv_test(start_server, tmp_path, body, history=5)
+
+
+def test_purge_deletes_removes_markers(start_server, tmp_path):
+    """purge_deletes(olderthan=0) purges each deleted key's subject (STREAM.PURGE with a
+    filter): the markers and the values behind them go, live keys stay."""
+
+    async def body(js, kv):
+        await kv.put("live", b"v")
+        await kv.put("dead", b"v1")
+        await kv.put("dead", b"v2")
+        await kv.delete("dead")
+        assert await kv.purge_deletes(olderthan=0) is True
+        state = (await js.stream_info("KV_B")).state
+        assert (state.messages, state.last_seq) == (1, 4)
+        with pytest.raises(NoKeysError):
+            await kv.history("dead")
+        assert await kv.keys() == ["live"]
+
+    kv_test(start_server, tmp_path, body, history=5)

@@ -21,7 +21,7 @@ import io
 import pytest
 from compat_support import connect, run
 from nats.js.api import ObjectMeta, ObjectMetaOptions, StorageType
-from nats.js.errors import BucketNotFoundError, NotFoundError, ObjectNotFoundError
+from nats.js.errors import APIError, BucketNotFoundError, NotFoundError, ObjectNotFoundError
 
 
 def payload(size: int, seed: int = 0) -> bytes:
@@ -235,3 +235,38 @@ def test_object_store_lookup_and_delete(start_server, tmp_path):
             assert [s.config.name for s in await js._nc.jsm().streams_info()] == []
 
     run(scenario, timeout=30)
+
+
+def test_update_meta_changes_description(start_server, tmp_path):
+    """update_meta rewrites the metadata (rolled up: one meta message) and keeps the bytes."""
+    data = payload(3000, 9)
+
+    async def body(js, obs):
+        await obs.put("doc", data, meta=ObjectMeta(name="doc", description="v1",
+                                                   options=ObjectMetaOptions(max_chunk_size=1024)))
+        await obs.update_meta("doc", ObjectMeta(name="doc", description="v2"))
+        info = await obs.get_info("doc")
+        assert (info.description, info.size, info.chunks) == ("v2", 3000, 3)
+        assert (await obs.get("doc")).data == data
+        state = (await js.stream_info("OBJ_O")).state
+        assert (state.messages, state.last_seq) == (4, 5)
+
+    obs_test(start_server, tmp_path, body)
+
+
+def test_sealed_store_refuses_writes(start_server, tmp_path):
+    """seal() (a STREAM.UPDATE with sealed: true) keeps reads working and refuses puts."""
+
+    async def body(js, obs):
+        await obs.put("a", b"before seal")
+        await obs.seal()
+        assert (await obs.status()).sealed is True
+        with pytest.raises(APIError) as exc:
+            await obs.put("b", b"after seal")
+        # nats-server: 400 / 10109 "invalid operation on sealed stream"
+        assert (exc.value.code, exc.value.err_code) == (400, 10109)
+        assert exc.value.description == "invalid operation on sealed stream"
+        assert (await obs.get("a")).data == b"before seal"
+        assert [i.name for i in await obs.list()] == ["a"]
+
+    obs_test(start_server, tmp_path, body)

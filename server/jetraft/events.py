@@ -153,6 +153,42 @@ EVENTS: dict[str, EventSpec] = {
         {"group": "str", "file": "str", "offset": "int (bytes)", "kind": "torn_tail | checksum_mismatch",
          "first_index": "int"},
     ),
+    "jetstream_enabled": EventSpec(
+        "info", "JetStream is serving these accounts from this store directory.",
+        {"store_dir": "str or null", "accounts": "list of account names", "sync": "always | interval seconds"},
+    ),
+    "jetstream_stream_recovered": EventSpec(
+        "info", "A stream was loaded from disk at start-up.",
+        {"account": "str", "stream": "str", "messages": "int", "last_seq": "int"},
+    ),
+    "jetstream_recovery_problem": EventSpec(
+        "warn", "Start-up found a damaged file: a torn tail, a record failing its checksum (never served) "
+        "or an unreadable meta/state file (left on disk).",
+        {"account": "str", "stream": "str", "consumer": "str or null", "path": "str", "detail": "str"},
+    ),
+    "jetstream_stream_created": EventSpec(
+        "info", "A stream was created ($JS.API.STREAM.CREATE).",
+        {"account": "str", "stream": "str", "subjects": "list", "storage": "file | memory",
+         "retention": "limits | interest | workqueue"},
+    ),
+    "jetstream_stream_updated": EventSpec("info", "A stream's configuration changed.",
+                                          {"account": "str", "stream": "str"}),
+    "jetstream_stream_deleted": EventSpec("info", "A stream and its consumers were deleted.",
+                                          {"account": "str", "stream": "str"}),
+    "jetstream_stream_purged": EventSpec("info", "Messages were purged from a stream.",
+                                         {"account": "str", "stream": "str", "purged": "int"}),
+    "jetstream_consumer_created": EventSpec(
+        "info", "A consumer was created.",
+        {"account": "str", "stream": "str", "consumer": "str", "durable": "bool", "kind": "push | pull"},
+    ),
+    "jetstream_consumer_deleted": EventSpec(
+        "info", "A consumer was deleted (by request, with its stream, or inactive).",
+        {"account": "str", "stream": "str", "consumer": "str", "reason": "str"},
+    ),
+    "jetstream_storage_failed": EventSpec(
+        "error", "An fsync failed: nothing more is acknowledged and the server stops.",
+        {"error": "str"},
+    ),
     "server_stopped": EventSpec("info", "Every connection and listener is closed.", {}),
 }
 

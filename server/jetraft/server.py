@@ -29,6 +29,7 @@ from jetraft.auth import GLOBAL_ACCOUNT, Authenticator
 from jetraft.config import ServerConfig, load_config, validate
 from jetraft.events import EventLog
 from jetraft.net.client import ClientConnection, Subscription
+from jetraft.net.jetstream import JetStreamService
 from jetraft.net.monitor import serve_monitor
 from jetraft.protocol import SubjectIndex, encode_err, encode_info, encode_msg, no_responders_headers
 
@@ -107,6 +108,7 @@ class Server:
         self._no_clients = trio.Event()
         self._no_clients.set()
         self._base_info: dict[str, Any] = {}
+        self.jetstream: JetStreamService | None = JetStreamService(self) if config.jetstream else None
 
     # ------------------------------------------------------------------ accounts
 
@@ -135,6 +137,8 @@ class Server:
                 self._nursery = nursery
                 if self._handle_signals:  # before binding: a signal to a listening server is handled
                     await nursery.start(self._signal_loop)
+                if self.jetstream is not None:  # recover every stream before serving clients
+                    await nursery.start(self.jetstream.run)
                 try:
                     listeners = self._listeners = await trio.open_tcp_listeners(
                         max(cfg.port, 0), host=cfg.host)
@@ -261,8 +265,9 @@ class Server:
         stats = self.stats
         stats.in_msgs += 1
         stats.in_bytes += len(payload) + (len(headers) if headers else 0)
+        delivered = self.jetstream is not None and self.jetstream.handle(
+            client.account.name, subject, reply, headers, payload)
         match = client.account.sublist.match(subject)
-        delivered = False
         echo = client.echo
         for sub in match.plain:
             target = sub.client
@@ -280,6 +285,24 @@ class Server:
             delivered = True
         if not delivered and reply and client.no_responders:
             self._no_responders(client, subject, reply)
+
+    def route_internal(self, account: str, out: Any) -> None:
+        """Deliver a message JetStream produced (an :class:`~jetraft.jetstream.outbound.Outbound`)
+        within ``account``: every plain subscriber, one member of each queue group."""
+        match = self.account(account).sublist.match(out.subject)
+        # A consumer delivery is routed to its inbox/deliver subject but carries the stored
+        # message's subject on the wire (nats-server consumer.go deliverMsg).
+        subject = getattr(out, "msg_subject", "") or out.subject
+        for sub in match.plain:
+            sub.client.deliver(sub, subject, out.reply, out.headers, out.data)
+        for _queue, members in match.queues:
+            sub = members[random.randrange(len(members))] if len(members) > 1 else members[0]
+            sub.client.deliver(sub, subject, out.reply, out.headers, out.data)
+
+    def subscriptions_changed(self, account: str) -> None:
+        """A client subscribed or unsubscribed in ``account`` (push consumers watch interest)."""
+        if self.jetstream is not None:
+            self.jetstream.interest_changed(account)
 
     def _no_responders(self, client: ClientConnection, subject: str, reply: str) -> None:
         """Send the 503 status to the requester's own reply subscription (client.go)."""

@@ -161,10 +161,35 @@ def test_version():
     assert re.match(r"jetraft-server: v\d+\.\d+\.\d+", result.stdout)
 
 
-def test_jetstream_is_refused_plainly(tmp_path):
-    result = run_cli("-js", "-sd", str(tmp_path / "js"), "-p", str(free_port()))
-    assert result.returncode == 1
-    assert "JetStream" in result.stderr and "not support" in result.stderr
+def test_jetstream_flags_serve_a_stream_that_survives_a_restart(running, tmp_path):
+    """-js -sd DIR: JetStream answers nats-py, files land under DIR, and a restart on the
+    same directory brings the stream back with its messages."""
+    store = tmp_path / "js"
+
+    async def publish_and_read(port: int, publish: bool) -> list[bytes]:
+        nc = await nats.connect(f"nats://127.0.0.1:{port}", allow_reconnect=False)
+        js = nc.jetstream()
+        if publish:
+            await js.add_stream(name="CLI", subjects=["cli.>"])
+            for i in range(3):
+                ack = await js.publish(f"cli.{i}", b"m%d" % i)
+                assert ack.seq == i + 1
+        msgs = [(await js.get_msg("CLI", seq)).data for seq in (1, 2, 3)]
+        await nc.close()
+        return msgs
+
+    first = running("listen: 127.0.0.1:@PORT@\n", "-js", "-sd", str(store))
+    assert asyncio.run(publish_and_read(first.port, True)) == [b"m0", b"m1", b"m2"]
+    assert first.stop() == 0
+    assert (store / "jetstream" / "$G" / "streams" / "CLI" / "meta.json").exists()
+    enabled = [e for e in first.events() if e["event"] == "jetstream_enabled"]
+    assert enabled and enabled[0]["store_dir"] == str(store) and enabled[0]["sync"] == "always"
+
+    again = running("listen: 127.0.0.1:@PORT@\n", "-js", "-sd", str(store))
+    assert asyncio.run(publish_and_read(again.port, False)) == [b"m0", b"m1", b"m2"]
+    recovered = [e for e in again.events() if e["event"] == "jetstream_stream_recovered"]
+    assert recovered == [dict(recovered[0], stream="CLI", messages=3, last_seq=3)]
+    assert again.stop() == 0
 
 
 def test_cluster_flags_are_validated(tmp_path):

@@ -161,12 +161,10 @@ def run_server(cfg: ServerConfig, overrides: Callable[[ServerConfig], ServerConf
     # Imported here so that -t, -v and --signal do not load trio, hypercorn and the server.
     from jetraft.server import Server, log_threshold
 
-    unsupported = [what for what, on in (("JetStream", cfg.jetstream), ("clustering", cfg.cluster)) if on]
-    if unsupported:
+    if cfg.cluster is not None:
         raise UsageFailure(
-            f"{' and '.join(unsupported)} {'is' if len(unsupported) == 1 else 'are'} configured, "
-            f"but this jetraft build does not support {'it' if len(unsupported) == 1 else 'them'} yet; "
-            "remove the jetstream/cluster settings (or -js/--cluster flags) to run core NATS"
+            "clustering is configured, but this jetraft build does not support it yet; "
+            "remove the cluster settings (or --cluster/--routes flags) to run a single server"
         )
     server = Server(cfg, overrides=overrides, handle_signals=True)
     events = server.events

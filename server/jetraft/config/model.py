@@ -117,7 +117,8 @@ class JetStreamConfig:
 
     ``store_dir`` (None: the server chooses), ``max_memory_store`` and
     ``max_file_store`` in bytes (None: no explicit limit), ``sync_interval`` in
-    seconds, ``sync_always`` (``sync: always``: fsync every write), ``unique_tag``
+    seconds (None when not set: jetraft then fsyncs before every acknowledgement, where
+    nats-server would sync every 2 minutes), ``sync_always`` (``sync: always``: fsync every write), ``unique_tag``
     (lower-cased tag prefix such as ``"az:"``; replicas of a stream go to servers
     whose tags with that prefix differ), ``domain``.
     """
@@ -125,7 +126,7 @@ class JetStreamConfig:
     store_dir: str | None = None
     max_memory_store: int | None = None
     max_file_store: int | None = None
-    sync_interval: float = 120.0
+    sync_interval: float | None = None
     sync_always: bool = False
     unique_tag: str | None = None
     domain: str | None = None

@@ -189,8 +189,13 @@ class _IndexedStore:
         self._check_open()
         seq = self._last + 1
         loc = self._log_msg(seq, subject, headers, data, ts)
-        self._add(seq, subject, msg_size(subject, headers, data), ts, loc)
+        self._add(seq, subject, self.msg_size(subject, headers, data), ts, loc)
         return seq
+
+    @staticmethod
+    def msg_size(subject: str, headers: bytes | None, data: bytes) -> int:
+        """Bytes one message counts for in this store (FileStore: :func:`msg_size`)."""
+        return msg_size(subject, headers, data)
 
     def sync(self, force: bool = False) -> None:
         """Make everything written so far durable (MemoryStore: nothing to do)."""
@@ -365,6 +370,11 @@ class _IndexedStore:
 
 class MemoryStore(_IndexedStore):
     """The message store of a ``storage: memory`` stream; nothing survives the process."""
+
+    @staticmethod
+    def msg_size(subject: str, headers: bytes | None, data: bytes) -> int:
+        """nats-server ``memstore.go memStoreMsgSize``: subject + headers + data + 16."""
+        return len(subject.encode("utf-8", "surrogateescape")) + len(headers or b"") + len(data) + 16
 
     def _log_msg(self, seq, subject, headers, data, ts):
         return StoredMessage(seq, subject, headers, bytes(data), ts)
@@ -611,7 +621,19 @@ class FileStore(_IndexedStore):
         if not (self.sync_always or force):
             return
         self._gc.sync()
-        doomed, self._doomed = self._doomed, []
+        self.delete_doomed(len(self._doomed))
+
+    def doomed_count(self) -> int:
+        """How many emptied blocks wait for a sync before they may be deleted."""
+        return len(self._doomed)
+
+    def delete_doomed(self, n: int) -> None:
+        """Delete the first ``n`` blocks scheduled for deletion. Call only after a sync of
+        the shared GroupCommit that started after :meth:`doomed_count` returned ``n``
+        (the records that emptied them are then durable); :meth:`sync` does it itself."""
+        if self._closed:
+            return
+        doomed, self._doomed = self._doomed[:n], self._doomed[n:]
         for blk in doomed:
             self._gc.forget(blk.sf)
             os.close(blk.sf.fd)

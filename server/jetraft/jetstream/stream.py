@@ -43,7 +43,7 @@ from jetraft.protocol.headers import get_header
 
 from . import errors as E
 from .model import LostStreamData, StreamConfig, StreamInfo, StreamState, format_time
-from .store import CorruptMessage, MessageNotFound, StoredMessage, msg_size
+from .store import CorruptMessage, MessageNotFound, StoredMessage
 
 __all__ = ["Stream"]
 
@@ -257,12 +257,12 @@ class Stream:
         st = self.store.state()
         if 0 < cfg.max_msgs <= st.messages and not at_subject_limit:
             raise E.stream_store_failed(ERR_MAX_MSGS)
-        size = msg_size(subject, headers, data)
+        size = self.store.msg_size(subject, headers, data)
         if cfg.max_bytes > 0 and st.bytes + size > cfg.max_bytes:
             if not at_subject_limit:
                 raise E.stream_store_failed(ERR_MAX_BYTES)
             first = self.store.load_next(subject, 0)
-            if first is None or msg_size(first.subject, first.headers, first.data) < size:
+            if first is None or self.store.msg_size(first.subject, first.headers, first.data) < size:
                 raise E.stream_store_failed(ERR_MAX_BYTES)
 
     def _enforce_limits(self, subject: str) -> int:
@@ -394,7 +394,7 @@ class Stream:
         ``state.deleted`` when ``deleted_details``; ``ts`` is ``now_ns``."""
         st = self.store.state(with_deleted=deleted_details, subjects_filter=subjects_filter)
         state = StreamState(
-            messages=st.messages, bytes=st.bytes, first_seq=st.first_seq,
+            messages=st.messages, bytes=st.bytes, first_seq=st.first_seq if st.last_seq else 0,
             first_ts=st.first_ts if st.messages else None, last_seq=st.last_seq,
             last_ts=st.last_ts if st.last_seq else None, num_subjects=st.num_subjects,
             subjects=st.subjects or None, num_deleted=st.num_deleted,

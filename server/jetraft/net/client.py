@@ -294,6 +294,7 @@ class ClientConnection:
         sub = Subscription(self, op.subject, op.queue, op.sid)
         self.subs[op.sid] = sub
         self.account.sublist.insert(op.subject, sub, op.queue)
+        self.server.subscriptions_changed(self.account.name)
         if self.verbose:
             self.send(OK)
 
@@ -310,6 +311,7 @@ class ClientConnection:
     def remove_subscription(self, sub: Subscription) -> None:
         if self.subs.pop(sub.sid, None) is not None:
             self.account.sublist.remove(sub.subject, sub, sub.queue)
+            self.server.subscriptions_changed(self.account.name)
 
     def remove_all_subscriptions(self) -> None:
         for sub in list(self.subs.values()):

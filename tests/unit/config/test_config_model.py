@@ -270,10 +270,10 @@ def test_jetstream_settings_and_aliases():
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("jetstream { store: /a, max_memory_store: '1G', max_file: '512M' }", ("/a", 2**30, 512 * 2**20, 120.0, False)),
-        ("jetstream { store_dir: /b, max_mem_store: -1, sync: always }", ("/b", None, None, 120.0, True)),
-        ("jetstream { sync: ALWAYS, max_file: '' }", (None, None, 0, 120.0, True)),
-        ("store_dir: /top\njetstream: enabled", ("/top", None, None, 120.0, False)),
+        ("jetstream { store: /a, max_memory_store: '1G', max_file: '512M' }", ("/a", 2**30, 512 * 2**20, None, False)),
+        ("jetstream { store_dir: /b, max_mem_store: -1, sync: always }", ("/b", None, None, None, True)),
+        ("jetstream { sync: ALWAYS, max_file: '' }", (None, None, 0, None, True)),
+        ("store_dir: /top\njetstream: enabled", ("/top", None, None, None, False)),
     ],
 )
 def test_jetstream_store_size_and_sync_forms(text, expected):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from js_store_helpers import make_store
 
-from jetraft.jetstream.store import MessageNotFound, StoredMessage, msg_size
+from jetraft.jetstream.store import MemoryStore, MessageNotFound, StoredMessage, msg_size
 
 
 @pytest.fixture(params=["memory", "file"])
@@ -51,9 +51,10 @@ def test_store_and_load(store):
     assert store.load(3) == StoredMessage(3, "é.\udcff", b"", b"\x00\xff", 789)
     st = store.state()
     assert (st.messages, st.first_seq, st.last_seq, st.first_ts, st.last_ts) == (3, 1, 3, 123, 789)
-    assert st.bytes == (msg_size("orders.new", hdr, b"payload") + msg_size("orders.old", None, b"")
-                        + msg_size("é.\udcff", b"", b"\x00\xff"))
-    assert msg_size("a", None, b"xy") == 33 and msg_size("a", b"hh", b"xy") == 39
+    assert st.bytes == (store.msg_size("orders.new", hdr, b"payload") + store.msg_size("orders.old", None, b"")
+                        + store.msg_size("é.\udcff", b"", b"\x00\xff"))
+    assert msg_size("a", None, b"xy") == 33 and msg_size("a", b"hh", b"xy") == 39     # file store
+    assert MemoryStore.msg_size("a", None, b"xy") == 19 and MemoryStore.msg_size("a", b"hh", b"xy") == 21
     with pytest.raises(MessageNotFound):
         store.load(4)
     with pytest.raises(MessageNotFound):

@@ -159,8 +159,8 @@ def test_max_msgs(discard):
 
 @pytest.mark.parametrize("discard", ["old", "new"])
 def test_max_bytes(discard):
-    one = msg_size("s.a", None, b"12345")
-    s = make(max_bytes=2 * one, discard=discard)
+    s = make(max_bytes=2 * MemoryStore.msg_size("s.a", None, b"12345"), discard=discard)
+    one = s.store.msg_size("s.a", None, b"12345")
     s.publish("s.a", None, b"12345", 1)
     s.publish("s.a", None, b"12345", 1)
     if discard == "old":

@@ -1,0 +1,1171 @@
+"""One account's JetStream: its streams and consumers, the ``$JS.API`` and the ack subjects.
+
+:class:`JetStreamAccount` is sans-IO apart from its files: every entry point takes the time
+as ``now_ns`` (ns since the epoch) and returns the :class:`~jetraft.jetstream.outbound.Outbound`
+messages the server must route (API responses, PubAcks, consumer deliveries). It never
+fsyncs a message itself: a PubAck for a file-backed stream is returned with
+``needs_sync=True`` and the caller (``net/jetstream.py``) sends it only after its group
+commit has made the message durable.
+
+Subjects served (nats-server ``server/jetstream_api.go``, ``server/stream.go``):
+
+- ``$JS.API.INFO``; ``$JS.API.STREAM.CREATE|UPDATE|INFO|DELETE|PURGE.<stream>``,
+  ``$JS.API.STREAM.NAMES``, ``$JS.API.STREAM.LIST``, ``$JS.API.STREAM.MSG.GET|DELETE.<stream>``;
+- ``$JS.API.DIRECT.GET.<stream>[.<subject>]`` (streams with ``allow_direct``);
+- ``$JS.API.CONSUMER.CREATE.<stream>[.<consumer>[.<filter>]]``,
+  ``$JS.API.CONSUMER.DURABLE.CREATE.<stream>.<durable>``,
+  ``$JS.API.CONSUMER.INFO|DELETE.<stream>.<consumer>``, ``$JS.API.CONSUMER.NAMES|LIST.<stream>``,
+  ``$JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>``;
+- ``$JS.ACK.<stream>.<consumer>...`` acks and ``$JS.FC.<stream>.<consumer>...`` flow control.
+
+Every response carries nats-server's ``type`` string and, on failure, an ``error`` object
+with exactly ``code``, ``err_code`` and ``description``.
+
+Files (nats-server's layout, JSON instead of its binary meta files)::
+
+    <store_dir>/jetstream/<account>/streams/<stream>/meta.json         {"config", "created"}
+    <store_dir>/jetstream/<account>/streams/<stream>/msgs/             FileStore blocks
+    <store_dir>/jetstream/<account>/streams/<stream>/obs/<consumer>/meta.json   {"config", "created"}
+    <store_dir>/jetstream/<account>/streams/<stream>/obs/<consumer>/state.json  Consumer.state_to_json()
+
+A meta file that cannot be read is reported (``jetstream_recovery_problem``) and its stream
+or consumer left on disk, untouched, for the operator; it is never deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from jetraft.protocol.client import status_headers
+from jetraft.protocol.subjects import SubjectIndex, is_valid_subject, subjects_overlap
+
+from . import errors as E
+from .consumer import Consumer
+from .errors import JSApiError
+from .model import (
+    API_LEVEL,
+    META_REQUIRED_LEVEL,
+    META_SERVER_LEVEL,
+    META_SERVER_VERSION,
+    AccountInfo,
+    AccountLimits,
+    APIStats,
+    ConsumerConfig,
+    StreamConfig,
+    format_time,
+)
+from .outbound import Outbound
+from .store import CorruptMessage, FileStore, MemoryStore, MessageNotFound
+from .stream import Stream
+
+__all__ = ["JetStreamAccount", "Reply", "StreamEntry", "go_json_error", "decode_request"]
+
+API_PREFIX = "$JS.API."
+ACK_PREFIX = "$JS.ACK."
+FC_PREFIX = "$JS.FC."
+NAMES_LIMIT = 1024          # nats-server JSApiNamesLimit
+LIST_LIMIT = 256            # nats-server JSApiListLimit
+SUBJECTS_LIMIT = 100_000    # nats-server JSMaxSubjectDetails
+MAX_CONSUMER_NAME_LEN = 255  # nats-server JSMaxNameLen
+EPHEMERAL_INACTIVE_THRESHOLD = 5_000_000_000   # ns, nats-server JsDeleteWaitTimeDefault
+_NAME_CHARS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+@dataclass(slots=True)
+class Reply:
+    """An outbound message plus whether it may only leave after a group commit."""
+
+    out: Outbound
+    needs_sync: bool = False
+
+
+@dataclass(slots=True)
+class StreamEntry:
+    """A stream with its consumers and its directory (None for a memory stream)."""
+
+    stream: Stream
+    consumers: dict[str, Consumer] = field(default_factory=dict)
+    directory: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.stream.config.name
+
+
+# --- request decoding (Go encoding/json's answers) -----------------------------------------
+
+def go_json_error(text: str, exc: json.JSONDecodeError) -> str:
+    """The message Go's json decoder gives for the syntax error Python found.
+
+    ``text`` is the request; ``exc`` Python's error. Go reports ``unexpected EOF`` when the
+    input ends early, ``invalid character 'c' in literal true (expecting 'u')`` inside a
+    misspelt literal, ``invalid character '\\t' in string`` for a control character,
+    otherwise ``invalid character 'c' <context>``; nats-server (jetstream_api.go
+    unmarshalRequest) appends `` at offset N`` (bytes read, counting the bad one).
+    """
+    pos = exc.pos
+    rest = text[pos:].strip()
+    if not rest:
+        return "unexpected EOF"
+    msg = exc.msg
+    if msg.startswith("Invalid control character"):
+        return f"invalid character {_go_char(text[pos])} in string at offset {pos + 1}"
+    if msg.startswith("Unterminated string"):
+        return "unexpected EOF"
+    ch = text[pos]
+    for literal in ("true", "false", "null"):
+        if ch == literal[0] and msg.startswith(("Expecting value", "Extra data")):
+            for i, want in enumerate(literal):
+                if pos + i >= len(text):
+                    return "unexpected EOF"
+                if text[pos + i] != want:
+                    return (f"invalid character {_go_char(text[pos + i])} in literal {literal} "
+                            f"(expecting {_go_char(want)}) at offset {pos + i + 1}")
+    if msg.startswith("Expecting property name"):
+        ctx = "looking for beginning of object key string"
+    elif msg.startswith("Expecting ':'"):
+        ctx = "after object key"
+    elif msg.startswith("Expecting ','"):
+        ctx = "after object key:value pair" if _inside_object(text, pos) else "after array element"
+    else:
+        ctx = "looking for beginning of value"
+    return f"invalid character {_go_char(ch)} {ctx} at offset {len(text[:pos + 1].encode('utf-8', 'surrogateescape'))}"
+
+
+def _go_char(ch: str) -> str:
+    """Go's ``quoteChar``: ``'x'``, ``'\\t'``, ``'\\xff'`` for a byte that is not UTF-8."""
+    if 0xDC80 <= ord(ch) <= 0xDCFF:
+        return f"'\\x{ord(ch) - 0xDC00:02x}'"
+    if ch == "'":
+        return "'\\''"
+    if ch == '"':
+        return "'\"'"
+    if ch.isprintable():
+        return f"'{ch}'"
+    return "'" + repr(ch)[1:-1] + "'"
+
+
+def _inside_object(text: str, pos: int) -> bool:
+    depth: list[str] = []
+    in_str = esc = False
+    for ch in text[:pos]:
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "{[":
+            depth.append(ch)
+        elif ch in "}]" and depth:
+            depth.pop()
+    return bool(depth) and depth[-1] == "{"
+
+
+def decode_request(payload: bytes, go_type: str) -> dict[str, Any] | None:
+    """A JSON API request body: None when empty, else the object.
+
+    Raises JSApiError 10025 "invalid JSON: ..." with Go's wording for a syntax error or for
+    a body that is not an object (``go_type`` names the Go request struct, e.g.
+    ``"JSApiStreamPurgeRequest"``). Several concatenated objects are accepted, the last
+    one wins, as Go's streaming decoder does.
+    """
+    text = payload.decode("utf-8", "surrogateescape")
+    if not text.strip():
+        return None
+    decoder = json.JSONDecoder()
+    pos, value = 0, None
+    while True:
+        while pos < len(text) and text[pos] in " \t\r\n":
+            pos += 1
+        if pos >= len(text):
+            break
+        try:
+            value, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            raise E.invalid_json(go_json_error(text, exc)) from None
+        if not isinstance(value, dict):
+            kind = {list: "array", str: "string", bool: "bool"}.get(type(value))
+            if kind is None:
+                kind = "number" if isinstance(value, (int, float)) else "null"
+            if kind == "null":
+                continue
+            raise E.invalid_json(f"json: cannot unmarshal {kind} into Go value of type server.{go_type}")
+    return value
+
+
+def _int_field(req: dict[str, Any], key: str, go_type: str, gotype: str = "uint64") -> int:
+    """An integer request field, refused with Go's decoder message when it is not one."""
+    value = req.get(key, 0)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        kind = "string" if isinstance(value, str) else "bool" if isinstance(value, bool) else \
+            "array" if isinstance(value, list) else "object"
+        raise E.invalid_json(f"json: cannot unmarshal {kind} into Go struct field {go_type}.{key} of type {gotype}")
+    if isinstance(value, float) and not value.is_integer() or (gotype.startswith("uint") and value < 0):
+        raise E.invalid_json(f"json: cannot unmarshal number {json.dumps(value)} into Go struct field "
+                             f"{go_type}.{key} of type {gotype}")
+    return int(value)
+
+
+def _str_field(req: dict[str, Any], key: str, go_type: str) -> str:
+    value = req.get(key, "")
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        kind = "number" if isinstance(value, (int, float)) and not isinstance(value, bool) else \
+            "bool" if isinstance(value, bool) else "array" if isinstance(value, list) else "object"
+        raise E.invalid_json(f"json: cannot unmarshal {kind} into Go struct field {go_type}.{key} of type string")
+    return value
+
+
+def _check_fields(req: dict[str, Any], allowed: tuple[str, ...]) -> None:
+    for key in req:
+        if key not in allowed:
+            raise E.invalid_json(f"json: unknown field {json.dumps(key)}")
+
+
+def pub_ack_bytes(ack: dict[str, Any]) -> bytes:
+    """A PubAck exactly as nats-server writes it (stream.go: a hand-built string, so a
+    duplicate reads ``{"stream":"S","seq":1,"duplicate": true}``, with that space)."""
+    text = '{"stream":' + json.dumps(ack["stream"])
+    if ack.get("domain"):
+        text += ',"domain":' + json.dumps(ack["domain"])
+    text += f',"seq":{ack["seq"]}'
+    if ack.get("duplicate"):
+        text += ',"duplicate": true'
+    return (text + "}").encode()
+
+
+def new_consumer_name() -> str:
+    """A random 8-character ephemeral consumer name (nats-server createConsumerName)."""
+    return "".join(secrets.choice(_NAME_CHARS) for _ in range(8))
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` durably: temp file, fsync, rename, fsync the directory."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+_GO_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026",
+                             "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
+def _json_bytes(obj: Any) -> bytes:
+    """Compact JSON as Go's encoder writes it (``<``, ``>``, ``&`` escaped as ``\\u003c``...)."""
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).translate(_GO_ESCAPES).encode()
+
+
+class JetStreamAccount:
+    """JetStream for one account (nats-server ``jsAccount``).
+
+    ``name``: the account; ``store_dir``: JetStream's store directory (None: memory only,
+    file streams refused); ``sync``: the server's GroupCommit shared by every FileStore;
+    ``sync_always``: FileStores sync on every group commit (False: only when forced by
+    the ``sync_interval`` timer); ``interest``: ``interest(subject) -> bool``, whether any
+    subscription in the account matches (push consumers deliver only with interest);
+    ``events``: the event log (``emit(name, **fields)``); ``server_version``: reported in
+    stream metadata; ``now_ns``: the time recovery happens at.
+    """
+
+    def __init__(self, name: str, *, store_dir: str | None, sync: Any, events: Any,
+                 interest: Callable[[str], bool], server_version: str,
+                 sync_always: bool = True, domain: str = "", server_name: str = "") -> None:
+        self.name = name
+        self.server_name = server_name
+        self.sync = sync
+        self.sync_always = sync_always
+        self.events = events
+        self.interest = interest
+        self.server_version = server_version
+        self.domain = domain
+        self.streams: dict[str, StreamEntry] = {}
+        self._capture: SubjectIndex[str] = SubjectIndex()
+        self.api_total = 0
+        self.api_errors = 0
+        self.limits = AccountLimits()
+        self.base = (os.path.join(store_dir, "jetstream", name, "streams")
+                     if store_dir is not None else None)
+
+    # ------------------------------------------------------------------ recovery
+
+    def recover(self, now_ns: int) -> None:
+        """Load every stream and consumer found under the store directory.
+
+        Problems (unreadable meta files, corrupt or torn message records) are reported as
+        ``jetstream_recovery_problem`` events; nothing is deleted.
+        """
+        if self.base is None or not os.path.isdir(self.base):
+            return
+        for sname in sorted(os.listdir(self.base)):
+            sdir = os.path.join(self.base, sname)
+            meta_path = os.path.join(sdir, "meta.json")
+            try:
+                with open(meta_path, "rb") as fh:
+                    meta = json.loads(fh.read())
+                config = StreamConfig.from_json(meta["config"])
+                created = int(meta.get("created", now_ns))
+            except (OSError, ValueError, KeyError, TypeError, JSApiError) as exc:
+                self._problem(sname, None, meta_path, f"stream meta unreadable: {exc}")
+                continue
+            store = FileStore(os.path.join(sdir, "msgs"), sync=self.sync, sync_always=self.sync_always)
+            for item in store.recovery_report:
+                self._problem(sname, None, os.path.join(sdir, "msgs", item["file"]),
+                              f"{item['kind']} at offset {item['offset']} (seq {item['first_seq']}): "
+                              f"{item['detail']}")
+            entry = StreamEntry(Stream(config, store, created_ns=created, domain=self.domain,
+                                       now_ns=now_ns), directory=sdir)
+            self._add_stream(entry)
+            self.events.emit("jetstream_stream_recovered", account=self.name, stream=sname,
+                             messages=store.state().messages, last_seq=store.state().last_seq)
+            obs = os.path.join(sdir, "obs")
+            if not os.path.isdir(obs):
+                continue
+            for cname in sorted(os.listdir(obs)):
+                cdir = os.path.join(obs, cname)
+                try:
+                    with open(os.path.join(cdir, "meta.json"), "rb") as fh:
+                        cmeta = json.loads(fh.read())
+                    ccfg = ConsumerConfig.decode(cmeta["config"]).checked(entry.stream.config)
+                    ccreated = int(cmeta.get("created", now_ns))
+                except (OSError, ValueError, KeyError, TypeError, JSApiError) as exc:
+                    self._problem(sname, cname, os.path.join(cdir, "meta.json"),
+                                  f"consumer meta unreadable: {exc}")
+                    continue
+                state = None
+                state_path = os.path.join(cdir, "state.json")
+                if os.path.exists(state_path):
+                    try:
+                        with open(state_path, "rb") as fh:
+                            state = json.loads(fh.read())
+                    except (OSError, ValueError) as exc:
+                        self._problem(sname, cname, state_path,
+                                      f"consumer state unreadable, delivering from its start: {exc}")
+                try:
+                    consumer = Consumer(entry.stream, cname, ccfg, created_ns=ccreated, state=state,
+                                        has_interest=self.interest)
+                except Exception as exc:  # noqa: BLE001 - a bad state file must not stop the server
+                    self._problem(sname, cname, state_path, f"consumer state rejected: {exc}")
+                    consumer = Consumer(entry.stream, cname, ccfg, created_ns=ccreated,
+                                        has_interest=self.interest)
+                entry.consumers[cname] = consumer
+
+    def _problem(self, stream: str, consumer: str | None, path: str, detail: str) -> None:
+        self.events.emit("jetstream_recovery_problem", account=self.name, stream=stream,
+                         consumer=consumer, path=path, detail=detail)
+
+    def _add_stream(self, entry: StreamEntry) -> None:
+        self.streams[entry.name] = entry
+        for subject in entry.stream.config.subjects:
+            self._capture.insert(subject, entry.name)
+
+    def _remove_capture(self, entry: StreamEntry) -> None:
+        for subject in entry.stream.config.subjects:
+            self._capture.remove(subject, entry.name)
+
+    def close(self) -> None:
+        """Persist consumer state and close every store (after a final sync by the caller)."""
+        self.flush_state(force=True)
+        for entry in self.streams.values():
+            entry.stream.store.close()
+
+    # ------------------------------------------------------------------ publish
+
+    def stream_for(self, subject: str) -> StreamEntry | None:
+        """The stream whose subjects take ``subject``, or None."""
+        match = self._capture.match(subject)
+        if match.plain:
+            return self.streams.get(match.plain[0])
+        return None
+
+    def publish(self, entry: StreamEntry, subject: str, reply: str | None, headers: bytes | None,
+                data: bytes, now_ns: int) -> list[Reply]:
+        """Store a message published on one of ``entry``'s subjects.
+
+        Returns the PubAck (to ``reply``, when there is one; ``needs_sync`` for a file
+        stream: send it only once the write is durable) followed by consumer deliveries.
+        A refused message gets ``{"error": {...}, "stream": name, "seq": 0}`` and changes
+        nothing (nats-server stream.go processJetStreamMsg).
+        """
+        stream = entry.stream
+        try:
+            ack = stream.publish(subject, headers, data, now_ns)
+        except JSApiError as err:
+            if not reply:
+                return []
+            body = {"error": err.to_json(), "stream": stream.config.name, "seq": 0}
+            return [Reply(Outbound(reply, None, None, _json_bytes(body)))]
+        out: list[Reply] = []
+        if reply:
+            out.append(Reply(Outbound(reply, None, None, pub_ack_bytes(ack)),
+                             needs_sync=entry.directory is not None))
+        if not ack.get("duplicate"):
+            if stream.config.retention == "interest":
+                seq = ack["seq"]
+                if not any(c.needs_ack(seq) for c in entry.consumers.values()):
+                    stream.store.remove(seq)
+            out.extend(self._poll_stream(entry, now_ns, removed=stream.config.retention == "interest"))
+        return out
+
+    # ------------------------------------------------------------------ consumers: time and acks
+
+    def _poll_stream(self, entry: StreamEntry, now_ns: int, removed: bool = False) -> list[Reply]:
+        out: list[Reply] = []
+        for consumer in list(entry.consumers.values()):
+            msgs = consumer.on_messages_removed(now_ns) if removed else []
+            msgs += consumer.poll(now_ns)
+            out.extend(Reply(m) for m in msgs)
+        out.extend(self._apply_retention(entry, now_ns))
+        return out
+
+    def _apply_retention(self, entry: StreamEntry, now_ns: int) -> list[Reply]:
+        """Remove acknowledged messages from workqueue and interest streams."""
+        retention = entry.stream.config.retention
+        removed = False
+        for consumer in entry.consumers.values():
+            acked = consumer.drain_acked()
+            if retention == "limits" or not acked:
+                continue
+            for seq in acked:
+                if retention == "workqueue" or not any(c.needs_ack(seq) for c in entry.consumers.values()):
+                    if entry.stream.store.remove(seq):
+                        removed = True
+        if removed:
+            return [Reply(m) for c in entry.consumers.values() for m in c.on_messages_removed(now_ns)]
+        return []
+
+    def poll(self, now_ns: int) -> list[Reply]:
+        """Run every consumer's timers and expire messages (max_age); delete inactive
+        ephemeral consumers."""
+        out: list[Reply] = []
+        for entry in list(self.streams.values()):
+            removed = entry.stream.expire(now_ns) > 0 if entry.stream.config.max_age > 0 else False
+            for cname, consumer in list(entry.consumers.items()):
+                if consumer.is_inactive(now_ns):
+                    out.extend(Reply(m) for m in self._delete_consumer(entry, cname, "inactive"))
+            out.extend(self._poll_stream(entry, now_ns, removed=removed))
+        return out
+
+    def next_deadline(self) -> int | None:
+        """The earliest ns-since-epoch at which :meth:`poll` has timed work, or None."""
+        best: int | None = None
+        for entry in self.streams.values():
+            for consumer in entry.consumers.values():
+                d = consumer.next_deadline()
+                if d is not None and (best is None or d < best):
+                    best = d
+        return best
+
+    def wants_expiry(self) -> bool:
+        """Whether any stream has a max_age, so the caller polls periodically."""
+        return any(e.stream.config.max_age > 0 for e in self.streams.values())
+
+    def interest_changed(self, now_ns: int) -> list[Reply]:
+        """A subscription came or went: push consumers may start delivering."""
+        out: list[Reply] = []
+        for entry in self.streams.values():
+            for consumer in entry.consumers.values():
+                if consumer.config.deliver_subject:
+                    out.extend(Reply(m) for m in consumer.poll(now_ns))
+        return out
+
+    def _consumer_from_subject(self, subject: str, prefix: str) -> tuple[StreamEntry, Consumer] | None:
+        tokens = subject[len(prefix):].split(".")
+        if len(tokens) >= 9 and subject.startswith(ACK_PREFIX) and len(tokens) != 7:
+            sname, cname = tokens[2], tokens[3]     # v2: <domain>.<acc hash>.<stream>.<consumer>...
+        elif len(tokens) >= 2:
+            sname, cname = tokens[0], tokens[1]
+        else:
+            return None
+        entry = self.streams.get(sname)
+        consumer = entry.consumers.get(cname) if entry else None
+        if consumer is None:
+            return None
+        return entry, consumer
+
+    def ack(self, subject: str, reply: str | None, payload: bytes, now_ns: int) -> list[Reply]:
+        """An ack (``$JS.ACK.<stream>.<consumer>...``) for one of our consumers."""
+        found = self._consumer_from_subject(subject, ACK_PREFIX)
+        if found is None:
+            return []
+        entry, consumer = found
+        out = [Reply(m) for m in consumer.process_ack(subject, payload, reply, now_ns)]
+        out.extend(self._apply_retention(entry, now_ns))
+        out.extend(Reply(m) for m in consumer.poll(now_ns))
+        return out
+
+    def flow_control(self, subject: str, now_ns: int) -> list[Reply]:
+        """A client's answer to a flow-control request (``$JS.FC.<stream>.<consumer>...``)."""
+        found = self._consumer_from_subject(subject, FC_PREFIX)
+        if found is None:
+            return []
+        return [Reply(m) for m in found[1].process_flow_control(subject, now_ns)]
+
+    def knows_consumer(self, subject: str, prefix: str) -> bool:
+        """Whether the ack or flow-control ``subject`` names one of our consumers."""
+        return self._consumer_from_subject(subject, prefix) is not None
+
+    def pending_state_writes(self, force: bool = False) -> list[tuple[str, bytes]]:
+        """``(path, bytes)`` for every consumer state file to write: those whose state
+        changed (or all, with ``force``). Serialised now, in the caller's thread, so that
+        :meth:`write_states` may run in a worker thread."""
+        writes = []
+        for entry in self.streams.values():
+            if entry.directory is None:
+                continue
+            for cname, consumer in entry.consumers.items():
+                if consumer.config.mem_storage or not (consumer.dirty or force):
+                    continue
+                path = os.path.join(entry.directory, "obs", cname, "state.json")
+                writes.append((path, _json_bytes(consumer.state_to_json())))
+        return writes
+
+    @staticmethod
+    def write_states(writes: list[tuple[str, bytes]]) -> None:
+        """Write consumer state files durably; a consumer deleted meanwhile is skipped."""
+        for path, data in writes:
+            if os.path.isdir(os.path.dirname(path)):
+                try:
+                    _atomic_write(path, data)
+                except FileNotFoundError:
+                    continue
+
+    def flush_state(self, force: bool = False) -> int:
+        """Write changed (or, with ``force``, all) consumer state files now; returns how many."""
+        writes = self.pending_state_writes(force)
+        self.write_states(writes)
+        return len(writes)
+
+    # ------------------------------------------------------------------ the API
+
+    def handle_api(self, subject: str, reply: str | None, headers: bytes | None, payload: bytes,
+                   now_ns: int) -> list[Reply] | None:
+        """Answer one ``$JS.API.>`` request; returns the replies, or None when nothing on
+        this server listens on ``subject`` (the requester then gets no-responders, as from
+        nats-server: DIRECT.GET of a stream without ``allow_direct``, MSG.NEXT of an
+        unknown consumer). Requests without a reply subject are ignored, as nats-server
+        does; an unknown API subject gets no answer."""
+        tokens = subject.split(".")
+        kind = ".".join(tokens[2:4])
+        if kind == "DIRECT.GET" and len(tokens) >= 5:
+            return self._direct_get(tokens, reply, payload)
+        if kind == "CONSUMER.MSG" and len(tokens) == 7 and tokens[4] == "NEXT":
+            return self._msg_next(tokens[5], tokens[6], reply, payload, now_ns)
+        if not reply:
+            return []
+        if subject == "$JS.API.INFO":
+            handler, rtype = self._api_info, E.ACCOUNT_INFO_RESPONSE
+        else:
+            handler, rtype = self._route(tokens)
+            if handler is None:
+                return []
+        extra: list[Reply] = []
+        try:
+            body = handler(tokens, payload, now_ns)
+        except JSApiError as err:
+            if getattr(err, "counted", True):
+                self.api_errors += 1
+            body = {**E.error_response(rtype, err), **_ERROR_EXTRAS.get(rtype, {})}
+        else:
+            if isinstance(body, tuple):
+                body, extra = body
+            body = {"type": rtype, **body}
+        self.api_total += 1       # counted once answered (an INFO does not count itself)
+        return self._respond(reply, body) + extra
+
+    def _respond(self, reply: str, body: dict[str, Any]) -> list[Reply]:
+        return [Reply(Outbound(reply, None, None, _json_bytes(body)), needs_sync=True)]
+
+    def _route(self, tokens: list[str]) -> tuple[Callable[..., Any] | None, str]:
+        n = len(tokens)
+        area = tokens[2] if n > 2 else ""
+        op = tokens[3] if n > 3 else ""
+        if area == "STREAM":
+            if op in ("NAMES", "LIST") and n == 4:
+                return ((self._api_stream_names, E.STREAM_NAMES_RESPONSE) if op == "NAMES"
+                        else (self._api_stream_list, E.STREAM_LIST_RESPONSE))
+            if op == "MSG" and n == 6:
+                if tokens[4] == "GET":
+                    return self._api_msg_get, E.STREAM_MSG_GET_RESPONSE
+                if tokens[4] == "DELETE":
+                    return self._api_msg_delete, E.STREAM_MSG_DELETE_RESPONSE
+                return None, ""
+            if n != 5:
+                return None, ""
+            table = {
+                "CREATE": (self._api_stream_create, E.STREAM_CREATE_RESPONSE),
+                "UPDATE": (self._api_stream_update, E.STREAM_UPDATE_RESPONSE),
+                "INFO": (self._api_stream_info, E.STREAM_INFO_RESPONSE),
+                "DELETE": (self._api_stream_delete, E.STREAM_DELETE_RESPONSE),
+                "PURGE": (self._api_stream_purge, E.STREAM_PURGE_RESPONSE),
+            }
+            return table.get(op, (None, ""))
+        if area == "CONSUMER":
+            if op == "CREATE" and n >= 5:
+                return self._api_consumer_create, E.CONSUMER_CREATE_RESPONSE
+            if op == "DURABLE" and n >= 5 and tokens[4] == "CREATE":
+                return self._api_consumer_create, E.CONSUMER_CREATE_RESPONSE
+            if op in ("NAMES", "LIST") and n == 5:
+                return ((self._api_consumer_names, E.CONSUMER_NAMES_RESPONSE) if op == "NAMES"
+                        else (self._api_consumer_list, E.CONSUMER_LIST_RESPONSE))
+            if op in ("INFO", "DELETE") and n == 6:
+                return ((self._api_consumer_info, E.CONSUMER_INFO_RESPONSE) if op == "INFO"
+                        else (self._api_consumer_delete, E.CONSUMER_DELETE_RESPONSE))
+        return None, ""
+
+    # --- account ------------------------------------------------------------------------
+
+    def usage(self) -> tuple[int, int]:
+        """Bytes stored in (memory, file) streams."""
+        mem = file = 0
+        for entry in self.streams.values():
+            b = entry.stream.store.state().bytes
+            if entry.directory is None:
+                mem += b
+            else:
+                file += b
+        return mem, file
+
+    def _api_info(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
+        mem, file = self.usage()
+        info = AccountInfo(memory=mem, storage=file, streams=len(self.streams),
+                           consumers=sum(len(e.consumers) for e in self.streams.values()),
+                           limits=self.limits, domain=self.domain,
+                           api=APIStats(level=API_LEVEL, total=self.api_total, errors=self.api_errors))
+        return info.to_json()
+
+    # --- streams --------------------------------------------------------------------------
+
+    def _entry(self, name: str) -> StreamEntry:
+        entry = self.streams.get(name)
+        if entry is None:
+            raise E.stream_not_found()
+        return entry
+
+    def _stream_info(self, entry: StreamEntry, now_ns: int, *, dynamic: bool = True,
+                     **kw: Any) -> dict[str, Any]:
+        """STREAM.INFO body; ``dynamic`` adds ``_nats.ver``/``_nats.level`` to the config's
+        metadata (CREATE, UPDATE and INFO do; LIST does not, as nats-server)."""
+        info = entry.stream.info(now_ns, consumer_count=len(entry.consumers), **kw)
+        if dynamic:
+            info["config"] = entry.stream.config.to_response_json(self.server_version)
+        return info
+
+    def _api_stream_create(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
+        req = decode_request(payload, "StreamConfigRequest") or {}
+        pedantic = bool(req.get("pedantic"))
+        cfg = StreamConfig.decode(req)
+        cfg.create_request_checks(tokens[4])
+        cfg = cfg.checked(pedantic=pedantic).with_static_metadata()
+        if cfg.num_replicas > 1:
+            raise E.stream_replicas_not_supported()
+        existing = self.streams.get(cfg.name)
+        if existing is not None:
+            if existing.stream.config.to_json() != cfg.to_json():
+                raise E.stream_name_exist()
+            return {**self._stream_info(existing, now_ns), "did_create": True}
+        for other in self.streams.values():
+            if any(subjects_overlap(a, b) for a in cfg.subjects for b in other.stream.config.subjects):
+                raise E.subjects_overlap()
+        if cfg.storage == "file" and self.base is None:
+            raise E.stream_create("jetstream has no store directory")
+        entry = self._create_stream(cfg, now_ns)
+        self.events.emit("jetstream_stream_created", account=self.name, stream=cfg.name,
+                         subjects=list(cfg.subjects), storage=cfg.storage, retention=cfg.retention)
+        return {**self._stream_info(entry, now_ns), "did_create": True}
+
+    def _create_stream(self, cfg: StreamConfig, now_ns: int) -> StreamEntry:
+        if cfg.storage == "memory":
+            entry = StreamEntry(Stream(cfg, MemoryStore(), created_ns=now_ns, domain=self.domain))
+        else:
+            sdir = os.path.join(self.base, cfg.name)
+            os.makedirs(sdir, exist_ok=True)
+            self._write_stream_meta(sdir, cfg, now_ns)
+            store = FileStore(os.path.join(sdir, "msgs"), sync=self.sync, sync_always=self.sync_always)
+            entry = StreamEntry(Stream(cfg, store, created_ns=now_ns, domain=self.domain), directory=sdir)
+        self._add_stream(entry)
+        return entry
+
+    def _write_stream_meta(self, sdir: str, cfg: StreamConfig, created: int) -> None:
+        _atomic_write(os.path.join(sdir, "meta.json"),
+                      _json_bytes({"config": cfg.to_json(), "created": created}))
+
+    def _api_stream_update(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
+        req = decode_request(payload, "StreamConfigRequest") or {}
+        pedantic = bool(req.get("pedantic"))
+        new = StreamConfig.decode(req).checked(pedantic=pedantic)
+        if tokens[4] != new.name:
+            raise E.stream_name_mismatch()
+        entry = self._entry(new.name)
+        cfg = StreamConfig.update_check(entry.stream.config, new).with_static_metadata()
+        for other in self.streams.values():
+            if other is not entry and any(subjects_overlap(a, b) for a in cfg.subjects
+                                          for b in other.stream.config.subjects):
+                raise E.subjects_overlap()
+        self._remove_capture(entry)
+        entry.stream.config = cfg
+        for subject in cfg.subjects:
+            self._capture.insert(subject, entry.name)
+        if entry.directory is not None:
+            self._write_stream_meta(entry.directory, cfg, entry.stream.created_ns)
+        entry.stream._enforce_limits("")   # noqa: SLF001 - apply tightened limits now
+        self.events.emit("jetstream_stream_updated", account=self.name, stream=cfg.name)
+        return self._stream_info(entry, now_ns), self._poll_stream(entry, now_ns, removed=True)
+
+    def _api_stream_info(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
+        req = decode_request(payload, "JSApiStreamInfoRequest") or {}
+        _check_fields(req, ("deleted_details", "subjects_filter", "offset"))
+        entry = self._entry(tokens[4])
+        sf = _str_field(req, "subjects_filter", "JSApiStreamInfoRequest") or None
+        info = self._stream_info(entry, now_ns, subjects_filter=sf,
+                                 deleted_details=bool(req.get("deleted_details")))
+        # nats-server adds paging fields (meaningful with subjects_filter) and, even on a
+        # single server, cluster.leader (its own name).
+        subjects = info.get("state", {}).get("subjects") or {}
+        out = {"total": len(subjects) if sf else 0, "offset": 0,
+               "limit": SUBJECTS_LIMIT if sf else 0}
+        out.update(info)
+        cluster = {"leader": self.server_name} if self.server_name else None
+        if cluster:
+            info_keys = list(out)
+            pos = info_keys.index("state") + 1 if "state" in info_keys else len(info_keys)
+            items = list(out.items())
+            items.insert(pos, ("cluster", cluster))
+            out = dict(items)
+        return out
+
+    def _api_stream_delete(self, tokens: list[str], payload: bytes, now_ns: int):
+        if payload.strip():
+            raise E.not_empty_request()
+        entry = self._entry(tokens[4])
+        out: list[Reply] = []
+        for cname in list(entry.consumers):
+            out.extend(Reply(m) for m in self._delete_consumer(entry, cname, "stream deleted"))
+        self._remove_capture(entry)
+        del self.streams[entry.name]
+        entry.stream.store.close()
+        if entry.directory is not None:
+            shutil.rmtree(entry.directory, ignore_errors=True)
+        self.events.emit("jetstream_stream_deleted", account=self.name, stream=entry.name)
+        return {"success": True}, out
+
+    def _api_stream_purge(self, tokens: list[str], payload: bytes, now_ns: int):
+        req = decode_request(payload, "JSApiStreamPurgeRequest") or {}
+        _check_fields(req, ("filter", "seq", "keep"))
+        for key in ("seq", "keep"):
+            _int_field(req, key, "JSApiStreamPurgeRequest")
+        _str_field(req, "filter", "JSApiStreamPurgeRequest")
+        entry = self._entry(tokens[4])
+        body = entry.stream.purge(req)
+        self.events.emit("jetstream_stream_purged", account=self.name, stream=entry.name,
+                         purged=body["purged"])
+        return body, self._poll_stream(entry, now_ns, removed=True)
+
+    _MSG_GET_FIELDS = ("seq", "last_by_subj", "next_by_subj", "batch", "max_bytes", "start_time",
+                       "multi_last", "up_to_seq", "up_to_time", "no_hdrs")
+
+    def _api_msg_get(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
+        if not payload.strip():
+            self._entry(tokens[5])
+            raise E.bad_request()
+        req = decode_request(payload, "JSApiMsgGetRequest") or {}
+        _check_fields(req, self._MSG_GET_FIELDS)
+        entry = self._entry(tokens[5])
+        for key in ("seq", "batch", "max_bytes"):
+            _int_field(req, key, "JSApiMsgGetRequest", "uint64" if key == "seq" else "int")
+        for key in ("last_by_subj", "next_by_subj"):
+            _str_field(req, key, "JSApiMsgGetRequest")
+        return entry.stream.get_message(req)
+
+    def _api_msg_delete(self, tokens: list[str], payload: bytes, now_ns: int):
+        if not payload.strip():
+            raise E.bad_request()
+        req = decode_request(payload, "JSApiMsgDeleteRequest") or {}
+        _check_fields(req, ("seq", "no_erase"))
+        seq = _int_field(req, "seq", "JSApiMsgDeleteRequest")
+        entry = self._entry(tokens[5])
+        if seq > entry.stream.store.state().last_seq:
+            err = E.stream_msg_delete_failed("stream store EOF")
+            err.counted = False     # nats-server does not count this one in api.errors
+            raise err
+        body = entry.stream.delete_message(seq)
+        return body, self._poll_stream(entry, now_ns, removed=True)
+
+    def _names_request(self, payload: bytes, go_type: str, allowed: tuple[str, ...]) -> dict[str, Any]:
+        text = payload.lstrip()
+        if not text or text[:1] not in (b"{", b"["):
+            return {}           # nats-server: only a JSON object or array is read
+        req = decode_request(payload, go_type) or {}
+        _check_fields(req, allowed)
+        return req
+
+    def _filtered_streams(self, subject: str) -> list[str]:
+        names = []
+        for name, entry in self.streams.items():
+            if not subject or any(subjects_overlap(subject, s) for s in entry.stream.config.subjects):
+                names.append(name)
+        return sorted(names)
+
+    def _api_stream_names(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
+        req = self._names_request(payload, "JSApiStreamNamesRequest", ("offset", "subject"))
+        offset = max(_int_field(req, "offset", "JSApiStreamNamesRequest", "int"), 0)
+        names = self._filtered_streams(_str_field(req, "subject", "JSApiStreamNamesRequest"))
+        offset = min(offset, len(names))
+        page = names[offset:offset + NAMES_LIMIT]
+        return {"total": len(names), "offset": offset, "limit": NAMES_LIMIT, "streams": page or None}
+
+    def _api_stream_list(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
+        req = self._names_request(payload, "JSApiStreamListRequest", ("offset", "subject"))
+        offset = max(_int_field(req, "offset", "JSApiStreamListRequest", "int"), 0)
+        names = self._filtered_streams(_str_field(req, "subject", "JSApiStreamListRequest"))
+        offset = min(offset, len(names))
+        infos = [self._stream_info(self.streams[n], now_ns, dynamic=False)
+                 for n in names[offset:offset + LIST_LIMIT]]
+        return {"total": len(names), "offset": offset, "limit": LIST_LIMIT, "streams": infos}   # [] when none
+
+    # --- direct get -----------------------------------------------------------------------
+
+    def _direct_get(self, tokens: list[str], reply: str | None, payload: bytes) -> list[Reply] | None:
+        """``$JS.API.DIRECT.GET.<stream>[.<subject>]`` (nats-server stream.go
+        processDirectGetRequest): the message itself with Nats-Stream, Nats-Subject,
+        Nats-Sequence and Nats-Time-Stamp headers, or a 404/408 status. Streams without
+        ``allow_direct`` do not answer (no responders)."""
+        entry = self.streams.get(tokens[4])
+        if entry is None or not entry.stream.config.allow_direct:
+            return None
+        if not reply:
+            return []
+
+        def status(code: int, text: str) -> list[Reply]:
+            return [Reply(Outbound(reply, None, status_headers(code, text), b""))]
+
+        store = entry.stream.store
+        if len(tokens) > 5:
+            last_for = ".".join(tokens[5:])
+            req: dict[str, Any] = {"last_by_subj": last_for}
+        else:
+            if not payload.strip():
+                return status(408, "Empty Request")
+            try:
+                req = json.loads(payload)
+                if not isinstance(req, dict):
+                    raise ValueError("not an object")
+                seq = int(req.get("seq") or 0)
+                last_for = str(req.get("last_by_subj") or "")
+                next_for = str(req.get("next_by_subj") or "")
+                batch = int(req.get("batch") or 0)
+            except (ValueError, TypeError):
+                return status(408, "Malformed Request")
+            if seq == 0 and not last_for and not next_for and not req.get("multi_last") \
+                    and not req.get("start_time"):
+                return status(408, "Empty Request")
+            if (seq > 0 and last_for) or (last_for and next_for) or (last_for and batch > 0):
+                return status(408, "Bad Request")
+            if batch > 1 or req.get("multi_last") or req.get("start_time"):
+                return status(408, "Bad Request")   # batched direct gets are not served yet
+        try:
+            if req.get("next_by_subj"):
+                sm = store.load_next(req["next_by_subj"], int(req.get("seq") or 0))
+            elif int(req.get("seq") or 0) > 0:
+                sm = store.load(int(req["seq"]))
+            else:
+                sm = store.load_last(req["last_by_subj"])
+        except (MessageNotFound, CorruptMessage):
+            sm = None
+        if sm is None:
+            return status(404, "Message Not Found")
+        extra = (f"Nats-Stream: {entry.name}\r\nNats-Subject: {sm.subject}\r\n"
+                 f"Nats-Sequence: {sm.seq}\r\nNats-Time-Stamp: {format_time(sm.ts)}\r\n")
+        if req.get("no_hdrs"):
+            headers = None
+        elif sm.headers:
+            base = sm.headers[:-2] if sm.headers.endswith(b"\r\n\r\n") else sm.headers
+            headers = base + extra.encode() + b"\r\n"
+        else:
+            headers = b"NATS/1.0\r\n" + extra.encode() + b"\r\n"
+        return [Reply(Outbound(reply, None, headers, sm.data))]
+
+    # --- consumers ------------------------------------------------------------------------
+
+    def _api_consumer_create(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
+        req = decode_request(payload, "CreateConsumerRequest")
+        if req is None:
+            raise E.invalid_json("unexpected end of JSON input")
+        _check_fields(req, ("stream_name", "config", "action", "pedantic"))
+        stream_name = _str_field(req, "stream_name", "CreateConsumerRequest")
+        action = _str_field(req, "action", "CreateConsumerRequest")
+        pedantic = bool(req.get("pedantic"))
+        raw = req.get("config")
+        if raw is not None and not isinstance(raw, dict):
+            raise E.invalid_json("json: cannot unmarshal into Go struct field "
+                                 "CreateConsumerRequest.config of type server.ConsumerConfig")
+        cfg = ConsumerConfig.decode(raw or {})
+        n = len(tokens)
+        filtered = ""
+        if tokens[3] == "DURABLE":
+            if n != 7:
+                raise E.api_error("JSConsumerDurableNameNotInSubjectErr")
+            sname, cname = tokens[5], tokens[6]
+            legacy = "durable"
+        elif n == 5:
+            sname, cname, legacy = tokens[4], cfg.name, "ephemeral"
+        else:
+            sname, cname, legacy = tokens[4], tokens[5], ""
+            if n > 6:
+                filtered = ".".join(tokens[6:])
+        if sname != stream_name:
+            raise E.stream_name_mismatch()
+        if cname and ("\\" in cname or "/" in cname):
+            raise E.api_error("JSConsumerNameContainsPathSeparatorsErr")
+        if legacy == "durable":
+            if not cfg.durable_name:
+                raise E.api_error("JSConsumerDurableNameNotSetErr")
+            if cname != cfg.durable_name:
+                raise E.api_error("JSConsumerDurableNameNotMatchSubjectErr")
+        if legacy == "":
+            if cfg.durable_name and cname != cfg.durable_name:
+                raise E.api_error("JSConsumerDurableNameNotMatchSubjectErr")
+            cfg.name = cname
+        if legacy == "ephemeral" and cfg.durable_name:
+            raise E.api_error("JSConsumerEphemeralWithDurableNameErr")
+        if filtered and cfg.filter_subjects:
+            raise E.api_error("JSConsumerMultipleFiltersNotAllowed")
+        if filtered and cfg.filter_subject != filtered:
+            raise E.api_error("JSConsumerCreateFilterSubjectMismatchErr")
+        if cfg.num_replicas > 1:
+            raise E.stream_replicas_not_supported()
+        entry = self._entry(sname)
+        if len(cname or cfg.durable_name) > MAX_CONSUMER_NAME_LEN:
+            raise E.consumer_name_too_long(MAX_CONSUMER_NAME_LEN)
+        cfg = cfg.checked(entry.stream.config, pedantic=pedantic)
+        cfg.metadata = _static_consumer_metadata(cfg)
+        if not cfg.durable_name and cfg.inactive_threshold <= 0:
+            cfg.inactive_threshold = EPHEMERAL_INACTIVE_THRESHOLD   # consumer.go updateInactiveThreshold
+        name = cfg.durable_name or cfg.name
+        existing = entry.consumers.get(name) if name else None
+        retention = entry.stream.config.retention
+        if existing is not None:
+            if action == "create" and _comparable(cfg) != _comparable(existing.config):
+                raise E.consumer_already_exists()
+            if retention == "workqueue" and not self._partition_unique(entry, name, cfg):
+                raise E.api_error("JSConsumerWQConsumerNotUniqueErr")
+            if _comparable(cfg) != _comparable(existing.config):
+                try:
+                    _check_update(existing.config, cfg)
+                except ValueError as exc:
+                    raise E.consumer_create(str(exc)) from None
+                out = existing.update_config(cfg, now_ns)
+                self._write_consumer_meta(entry, existing)
+                return self._consumer_info(existing, now_ns), [Reply(m) for m in out]
+            return self._consumer_info(existing, now_ns)
+        if action == "update":
+            raise E.consumer_does_not_exist()
+        if retention == "workqueue":
+            if cfg.ack_policy not in ("explicit", "flow_control"):
+                raise E.api_error("JSConsumerWQRequiresExplicitAckErr")
+            if cfg.deliver_policy != "all":
+                raise E.api_error("JSConsumerWQConsumerNotDeliverAllErr")
+            if entry.consumers:
+                if not cfg.filter_subject and not cfg.filter_subjects:
+                    raise E.api_error("JSConsumerWQMultipleUnfilteredErr")
+                if not self._partition_unique(entry, name, cfg):
+                    raise E.api_error("JSConsumerWQConsumerNotUniqueErr")
+        if not name:
+            name = new_consumer_name()
+            cfg.name = name
+        elif not cfg.name:
+            cfg.name = name
+        consumer = Consumer(entry.stream, name, cfg, created_ns=now_ns, has_interest=self.interest)
+        entry.consumers[name] = consumer
+        self._write_consumer_meta(entry, consumer)
+        self.events.emit("jetstream_consumer_created", account=self.name, stream=entry.name,
+                         consumer=name, durable=bool(cfg.durable_name),
+                         kind="push" if cfg.deliver_subject else "pull")
+        return self._consumer_info(consumer, now_ns), [Reply(m) for m in consumer.poll(now_ns)]
+
+    @staticmethod
+    def _partition_unique(entry: StreamEntry, name: str, cfg: ConsumerConfig) -> bool:
+        mine = [cfg.filter_subject] if cfg.filter_subject else list(cfg.filter_subjects)
+        for other_name, other in entry.consumers.items():
+            if other_name == name:
+                continue
+            theirs = ([other.config.filter_subject] if other.config.filter_subject
+                      else list(other.config.filter_subjects))
+            if not theirs or not mine:
+                return False
+            if any(subjects_overlap(a, b) for a in mine for b in theirs):
+                return False
+        return True
+
+    def _write_consumer_meta(self, entry: StreamEntry, consumer: Consumer) -> None:
+        if entry.directory is None or consumer.config.mem_storage:
+            return
+        cdir = os.path.join(entry.directory, "obs", consumer.name)
+        os.makedirs(cdir, exist_ok=True)
+        _atomic_write(os.path.join(cdir, "meta.json"),
+                      _json_bytes({"config": consumer.config.to_json(), "created": consumer.created_ns}))
+        _atomic_write(os.path.join(cdir, "state.json"), _json_bytes(consumer.state_to_json()))
+
+    def _consumer_info(self, consumer: Consumer, now_ns: int) -> dict[str, Any]:
+        """CONSUMER.INFO/CREATE body: the info with ``_nats.ver``/``_nats.level`` added to
+        the config's metadata (nats-server jetstream_versioning.go setDynamicConsumerMetadata;
+        CONSUMER.LIST does not add them)."""
+        info = consumer.info(now_ns)
+        config = dict(info.get("config") or {})
+        config["metadata"] = {**(config.get("metadata") or {}), META_SERVER_VERSION: self.server_version,
+                              META_SERVER_LEVEL: str(API_LEVEL)}
+        info["config"] = config
+        return info
+
+    def _consumer(self, sname: str, cname: str) -> tuple[StreamEntry, Consumer]:
+        entry = self._entry(sname)
+        consumer = entry.consumers.get(cname)
+        if consumer is None:
+            raise E.consumer_not_found()
+        return entry, consumer
+
+    def _api_consumer_info(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
+        if payload.strip():
+            raise E.not_empty_request()
+        _entry, consumer = self._consumer(tokens[4], tokens[5])
+        return self._consumer_info(consumer, now_ns)
+
+    def _delete_consumer(self, entry: StreamEntry, cname: str, reason: str) -> list[Outbound]:
+        consumer = entry.consumers.pop(cname)
+        out = consumer.stop()
+        if entry.directory is not None:
+            shutil.rmtree(os.path.join(entry.directory, "obs", cname), ignore_errors=True)
+        self.events.emit("jetstream_consumer_deleted", account=self.name, stream=entry.name,
+                         consumer=cname, reason=reason)
+        if entry.stream.config.retention == "interest":
+            self._drop_uninteresting(entry)
+        return out
+
+    def _drop_uninteresting(self, entry: StreamEntry) -> None:
+        """Interest retention: remove messages no remaining consumer needs."""
+        store = entry.stream.store
+        st = store.state()
+        for seq in range(st.first_seq, st.last_seq + 1):
+            if not any(c.needs_ack(seq) for c in entry.consumers.values()):
+                store.remove(seq)
+
+    def _api_consumer_delete(self, tokens: list[str], payload: bytes, now_ns: int):
+        if payload.strip():
+            raise E.not_empty_request()
+        entry, _consumer = self._consumer(tokens[4], tokens[5])
+        out = self._delete_consumer(entry, tokens[5], "deleted by request")
+        return {"success": True}, [Reply(m) for m in out]
+
+    def _api_consumer_names(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
+        req = self._names_request(payload, "JSApiConsumersRequest", ("offset",))
+        offset = max(_int_field(req, "offset", "JSApiConsumersRequest", "int"), 0)
+        entry = self._entry(tokens[4])
+        names = sorted(entry.consumers)
+        offset = min(offset, len(names))
+        return {"total": len(names), "offset": offset, "limit": NAMES_LIMIT,
+                "consumers": names[offset:offset + NAMES_LIMIT]}
+
+    def _api_consumer_list(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
+        req = self._names_request(payload, "JSApiConsumersRequest", ("offset",))
+        offset = max(_int_field(req, "offset", "JSApiConsumersRequest", "int"), 0)
+        entry = self._entry(tokens[4])
+        names = sorted(entry.consumers)
+        offset = min(offset, len(names))
+        infos = [entry.consumers[n].info(now_ns) for n in names[offset:offset + LIST_LIMIT]]
+        return {"total": len(names), "offset": offset, "limit": LIST_LIMIT, "consumers": infos}
+
+    def _msg_next(self, sname: str, cname: str, reply: str | None, payload: bytes,
+                  now_ns: int) -> list[Reply] | None:
+        """A pull request (``$JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>``); None for an
+        unknown consumer (nats-server has no subscription for it: no responders)."""
+        entry = self.streams.get(sname)
+        consumer = entry.consumers.get(cname) if entry else None
+        if consumer is None:
+            return None
+        if not reply:
+            return []
+        return [Reply(m) for m in consumer.request_next(reply, payload, now_ns)]
+
+
+_PAGED = {"total": 0, "offset": 0, "limit": 0}
+#: Fields nats-server's error responses still carry (non-omitempty fields of the Go types).
+_ERROR_EXTRAS: dict[str, dict[str, Any]] = {
+    E.STREAM_PURGE_RESPONSE: {"purged": 0},
+    E.STREAM_INFO_RESPONSE: _PAGED,
+    E.STREAM_NAMES_RESPONSE: {**_PAGED, "streams": None},
+    E.STREAM_LIST_RESPONSE: {**_PAGED, "streams": []},
+    E.CONSUMER_NAMES_RESPONSE: {**_PAGED, "consumers": []},
+    E.CONSUMER_LIST_RESPONSE: {**_PAGED, "consumers": []},
+}
+
+
+def _static_consumer_metadata(cfg: ConsumerConfig) -> dict[str, str]:
+    """The stored metadata: the user's, without server keys, plus ``_nats.req.level``
+    (nats-server jetstream_versioning.go setStaticConsumerMetadata)."""
+    level = 0
+    if cfg.pause_until or cfg.priority_policy != "none" or cfg.priority_groups:
+        level = 1
+    if cfg.ack_policy == "flow_control":
+        level = 4
+    meta = {k: v for k, v in (cfg.metadata or {}).items()
+            if k not in (META_SERVER_VERSION, META_SERVER_LEVEL)}
+    meta[META_REQUIRED_LEVEL] = str(level)
+    return meta
+
+
+def _comparable(cfg: ConsumerConfig) -> dict[str, Any]:
+    out = cfg.to_json()
+    out.pop("metadata", None)
+    return out
+
+
+def _check_update(old: ConsumerConfig, new: ConsumerConfig) -> None:
+    """nats-server consumer.go checkNewConsumerConfig: raises ValueError with its text."""
+    checks = (
+        ("deliver_policy", "deliver policy can not be updated"),
+        ("mem_storage", "storage type can not be updated"),
+        ("direct", "direct can not be updated"),
+        ("sourcing", "sourcing can not be updated"),
+        ("opt_start_seq", "start sequence can not be updated"),
+        ("opt_start_time", "start time can not be updated"),
+        ("ack_policy", "ack policy can not be updated"),
+        ("replay_policy", "replay policy can not be updated"),
+        ("idle_heartbeat", "heart beats can not be updated"),
+        ("flow_control", "flow control can not be updated"),
+    )
+    for attr, text in checks:
+        if getattr(old, attr) != getattr(new, attr):
+            raise ValueError(text)
+    if old.deliver_subject and not new.deliver_subject:
+        raise ValueError("can not update push consumer to pull based")
+    if not old.deliver_subject and new.deliver_subject:
+        raise ValueError("can not update pull consumer to push based")
+    if old.max_waiting != new.max_waiting:
+        raise ValueError("max waiting can not be updated")
+
+
+def is_api_subject(subject: str) -> bool:
+    """Whether ``subject`` is one the JetStream layer consumes itself."""
+    return subject.startswith(("$JS.API.", "$JS.ACK.", "$JS.FC.")) and is_valid_subject(subject)

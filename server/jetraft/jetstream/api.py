@@ -79,10 +79,12 @@ _NAME_CHARS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 @dataclass(slots=True)
 class Reply:
-    """An outbound message plus whether it may only leave after a group commit."""
+    """An outbound message plus what must be durable before it leaves: the stream's writes
+    (a group commit) or the consumer state files."""
 
     out: Outbound
     needs_sync: bool = False
+    needs_state: bool = False     # an ack_sync reply: send once the consumer state file is written
 
 
 @dataclass(slots=True)
@@ -511,7 +513,8 @@ class JetStreamAccount:
         if found is None:
             return []
         entry, consumer = found
-        out = [Reply(m) for m in consumer.process_ack(subject, payload, reply, now_ns)]
+        out = [Reply(m, needs_state=bool(reply))
+               for m in consumer.process_ack(subject, payload, reply, now_ns)]
         out.extend(self._apply_retention(entry, now_ns))
         out.extend(Reply(m) for m in consumer.poll(now_ns))
         return out

@@ -353,3 +353,33 @@ def test_flags_override_file(running):
         return name
 
     assert asyncio.run(scenario()) == "from-flag"
+
+
+def test_sync_interval_relaxes_fsync_before_ack(running, tmp_path):
+    """An explicit sync_interval acknowledges at once and syncs every interval; a clean stop
+    still syncs, so the messages are there after a restart."""
+    store = tmp_path / "js"
+    conf = f'listen: 127.0.0.1:@PORT@\njetstream {{ store_dir: "{store}", sync_interval: "30s" }}\n'
+
+    async def publish(port: int, count: int) -> list[int]:
+        nc = await nats.connect(f"nats://127.0.0.1:{port}", allow_reconnect=False)
+        js = nc.jetstream()
+        await js.add_stream(name="LAZY", subjects=["lazy"])
+        seqs = [(await js.publish("lazy", b"x")).seq for _ in range(count)]
+        await nc.close()
+        return seqs
+
+    async def stored(port: int) -> int:
+        nc = await nats.connect(f"nats://127.0.0.1:{port}", allow_reconnect=False)
+        info = await nc.jsm().stream_info("LAZY")
+        await nc.close()
+        return info.state.messages
+
+    server = running(conf)
+    assert asyncio.run(publish(server.port, 5)) == [1, 2, 3, 4, 5]
+    enabled = [e for e in server.events() if e["event"] == "jetstream_enabled"]
+    assert enabled[0]["sync"] == 30.0
+    assert server.stop() == 0
+    again = running(conf)
+    assert asyncio.run(stored(again.port)) == 5
+    assert again.stop() == 0

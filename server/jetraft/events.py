@@ -112,11 +112,29 @@ EVENTS: dict[str, EventSpec] = {
         {"clients": "int", "duration_s": "float", "grace_period_s": "float"},
     ),
     "shutdown": EventSpec("info", "The server is stopping.", {"reason": "signal or cause"}),
+    # Routes (jetraft.net.route): the cluster's full mesh
+    "route_connected": EventSpec(
+        "info", "A route to another cluster member is up (handshake done).",
+        {"peer_name": "remote server_name", "peer_id": "remote server_id", "remote": "host:port",
+         "direction": "solicited | accepted", "tags": "remote server_tags", "jetstream": "bool"},
+    ),
+    "route_closed": EventSpec(
+        "info", "A route closed.", {"peer_name": "str or null", "remote": "host:port", "reason": "str"},
+    ),
+    "route_refused": EventSpec(
+        "warn", "A route handshake was refused (bad credentials, other cluster, self, duplicate).",
+        {"remote": "host:port", "reason": "str"},
+    ),
+    "route_connect_failed": EventSpec(
+        "debug", "Connecting to a configured or discovered route failed; it is retried with backoff.",
+        {"url": "route URL (no password)", "error": "str", "retry_in_s": "float"},
+    ),
     # RAFT (jetraft.raft.node on_event hook; one line per transition, per group)
     **{
         f"raft_became_{role}": EventSpec(
             "info", f"This server became {role.replace('_', '-')} of a RAFT group.",
-            {"group": "RAFT group name", "term": "int", "leader": "leader's id or null"},
+            {"group": "RAFT group name", "term": "int", "leader": "leader's id or null",
+             "index": "last log index (int)", "peers": "list of peer ids", "zone": "unique_tag value or null"},
         )
         for role in ("follower", "pre_candidate", "candidate", "leader")
     },
@@ -184,6 +202,33 @@ EVENTS: dict[str, EventSpec] = {
     "jetstream_consumer_deleted": EventSpec(
         "info", "A consumer was deleted (by request, with its stream, or inactive).",
         {"account": "str", "stream": "str", "consumer": "str", "reason": "str"},
+    ),
+    # The JetStream cluster (meta group decisions and administration)
+    "jetstream_stream_assigned": EventSpec(
+        "info", "The meta group placed a stream on a RAFT group of peers.",
+        {"account": "str", "stream": "str", "group": "RAFT group name", "peers": "list of server names",
+         "replicas": "int"},
+    ),
+    "jetstream_consumer_assigned": EventSpec(
+        "info", "The meta group placed a consumer on a RAFT group of its stream's peers.",
+        {"account": "str", "stream": "str", "consumer": "str", "group": "RAFT group name",
+         "peers": "list of server names"},
+    ),
+    "jetstream_placement_failed": EventSpec(
+        "warn", "No placement satisfied a stream's replicas and tags (error 10005).",
+        {"account": "str", "stream": "str", "replicas": "int", "reason": "str"},
+    ),
+    "jetstream_peer_removed": EventSpec(
+        "info", "A peer was removed from a stream's group and a replacement chosen.",
+        {"account": "str", "stream": "str", "group": "str", "peer": "str", "replacement": "str or null"},
+    ),
+    "jetstream_server_removed": EventSpec(
+        "info", "A server was removed from the meta group (SERVER.REMOVE).", {"peer": "str"},
+    ),
+    "jetstream_stepdown_requested": EventSpec(
+        "info", "A leader step-down was requested through the API or lame duck mode.",
+        {"group": "str", "kind": "meta | stream | consumer", "leader": "str", "to": "str or null",
+         "cause": "api | lame_duck"},
     ),
     "jetstream_storage_failed": EventSpec(
         "error", "An fsync failed: nothing more is acknowledged and the server stops.",

@@ -1,0 +1,593 @@
+"""RaftHost: many RAFT groups in one trio server, their logs on disk, their messages batched.
+
+The host drives every :class:`~jetraft.raft.node.RaftNode` of a server (the meta group, one
+per stream, one per consumer) the way etcd-io/raft's ``rawnode.go`` asks a driver to
+handle a ``Ready``, with one change of scale: a *pass* handles the Ready of every group
+that has one at once, so that the groups share one fsync and one message per peer.
+
+One pass (:meth:`RaftHost._pass`), whenever a tick, a received batch or a proposal made
+some group ready:
+
+1. persist, for every ready group: the snapshot (``GroupLog.apply_snapshot``), the entries
+   (``GroupLog.append``), the hard state (``GroupLog.set_hard_state``);
+2. one ``GroupCommit.sync()`` for the whole pass (group commit across groups). Nothing of
+   the pass is sent or applied before it returns: persist before send (Raft Figure 2;
+   etcd ``Ready.MustSync``). A failed fsync is fatal and ends :meth:`RaftHost.run`;
+3. send: every message of the pass for one server goes into one
+   :func:`~jetraft.protocol.raft_wire.encode_batch` and one ``send(server, payload)`` (the
+   heartbeats of all groups to a peer cost one call; a pass carrying more than
+   :data:`MAX_BATCH_BYTES` of entry and snapshot data to one peer is split);
+4. apply: the installed snapshot (``StateMachine.restore``) and the committed entries
+   (``StateMachine.apply``), in log order, each once;
+5. ``RaftNode.advance``; then snapshots are taken where due, and leader changes reported
+   to the state machines (``StateMachine.leader_changed``).
+
+Time: the host ticks every group every ``tick_s`` seconds (default 0.05 s). With
+``heartbeat_ticks`` 2 and ``election_ticks`` 10 a leader heartbeats every 0.1 s, a follower
+that hears nothing campaigns after a random 0.5–1.0 s, and a leader that cannot reach a
+quorum steps down within 0.5–1.0 s (pre-vote, thesis §9.6; check-quorum, thesis §6.2). A
+tick missed because the loop was busy is skipped, not caught up.
+
+The transport is abstract: ``send(server_name, payload) -> bool`` (False: unreachable, the
+messages are dropped and RAFT retries) and :meth:`RaftHost.receive` for what arrives.
+Messages for a group this host does not hold are dropped (the leader retries).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+import trio
+
+from jetraft.events import EVENTS
+from jetraft.protocol.raft_wire import decode_batch, encode_batch
+from jetraft.raft.memory import apply_config_entry
+from jetraft.raft.node import RaftNode
+from jetraft.raft.storage import GroupCommit, GroupLog, LogDirectory, StorageError
+from jetraft.raft.types import (
+    Config,
+    ConfigChange,
+    ConfigChangeType,
+    Entry,
+    EntryType,
+    Message,
+    NotLeaderError,
+    ProposalDroppedError,
+    Ready,
+    Role,
+)
+
+if TYPE_CHECKING:
+    from jetraft.events import EventLog
+
+__all__ = ["CURRENT_LAG", "MAX_BATCH_BYTES", "RaftGroup", "RaftHost", "StateMachine"]
+
+#: A follower at most this many entries behind the leader's last index is "current".
+CURRENT_LAG = 32
+
+#: Entry and snapshot bytes per batch to one peer above which a pass's messages to that
+#: peer are split into several batches (a catching-up peer may be owed many MiB at once).
+MAX_BATCH_BYTES = 4 << 20
+
+#: Bounds of one AppendEntries and of the appends in flight per follower (etcd
+#: MaxSizePerMsg / MaxInflightMsgs): at most 16 MiB owed to a follower per group.
+MAX_BYTES_PER_MESSAGE = 256 << 10
+MAX_INFLIGHT = 64
+
+#: Event for a batch that failed to decode, when jetraft.events has it (else protocol_error).
+BATCH_DROPPED_EVENT = "raft_batch_dropped"
+
+_CONFIG = EntryType.CONFIG_CHANGE
+
+
+class StateMachine(Protocol):
+    """What a group replicates; called by the host only, from its processing pass."""
+
+    def apply(self, entries: list[Entry]) -> None:
+        """Committed entries, in log order, each once per process lifetime after the last
+        restore: NORMAL entries (a new leader's empty no-op included) and CONFIG_CHANGE
+        entries (so that the state machine sees every index)."""
+        ...
+
+    def snapshot(self) -> bytes:
+        """The state as of the last applied entry."""
+        ...
+
+    def restore(self, data: bytes) -> None:
+        """Replace the whole state with a snapshot's data."""
+        ...
+
+    def leader_changed(self, leader: str | None, term: int) -> None:
+        """This server's view of the group's leader changed (to itself included)."""
+        ...
+
+
+class RaftGroup:
+    """One group hosted by a :class:`RaftHost`. Read the state from the properties; change
+    it with :meth:`propose`, :meth:`step_down`, :meth:`campaign`, :meth:`add_peer` and
+    :meth:`remove_peer` (each wakes the host's processing pass)."""
+
+    def __init__(self, host: RaftHost, name: str, log: GroupLog, sm: StateMachine) -> None:
+        self.name = name
+        self.host = host
+        self.log = log
+        self.sm = sm
+        self.node: RaftNode = None  # type: ignore[assignment]  # set by RaftHost.open_group
+        #: Wall-clock ns (time.time_ns) when this server first saw the current leader.
+        self.leader_since_ns: int | None = None
+        snap = log.snapshot()
+        self._applied = snap.index
+        self._applied_peers = tuple(snap.peers)       # the configuration at _applied
+        self._seen: tuple[str | None, int] = (None, 0)  # (leader, term) last reported
+        self._heard: dict[str, int] = {}              # peer -> time.time_ns() last heard
+        self._opened_ns = time.time_ns()
+        self._applied_event: trio.Event | None = None
+        self.closed = False
+
+    # -- state ---------------------------------------------------------------------------
+
+    @property
+    def leader(self) -> str | None:
+        return self.node.leader
+
+    @property
+    def term(self) -> int:
+        return self.node.term
+
+    @property
+    def is_leader(self) -> bool:
+        return self.node.role is Role.LEADER
+
+    @property
+    def peers(self) -> tuple[str, ...]:
+        """The latest configuration in the log (thesis §4.1), committed or not."""
+        return self.node.peers
+
+    @property
+    def commit_index(self) -> int:
+        return self.node.commit_index
+
+    @property
+    def applied_index(self) -> int:
+        """The index of the last entry handed to the state machine (or restored)."""
+        return self._applied
+
+    def __repr__(self) -> str:
+        return (f"RaftGroup({self.name!r}, {self.host.server_name}, {self.node.role.value}, "
+                f"term={self.term}, leader={self.leader}, applied={self._applied})")
+
+    # -- requests ------------------------------------------------------------------------
+
+    def propose(self, data: bytes) -> int:
+        """Append ``data`` as a NORMAL entry on the leader; returns its log index (it is
+        applied everywhere once committed: see :meth:`wait_applied`). Raises NotLeaderError
+        on a follower (proposals are not forwarded: the caller answers or redirects) and
+        ProposalDroppedError while a leadership transfer runs or after close."""
+        node = self._live()
+        if node.role is not Role.LEADER:
+            raise NotLeaderError(node.leader)
+        node.propose(data)
+        self.host._touch(self)
+        return node.last_index
+
+    def step_down(self, to: str | None = None) -> str | None:
+        """Hand leadership to ``to``, or to the most up-to-date peer heard from within an
+        election timeout (ties: the first by name). Returns the target, or None when there
+        is no other peer to take over. Leadership moves when the target, brought up to
+        date, receives TimeoutNow (thesis §3.10); abandoned after an election timeout.
+        NotLeaderError on a follower; ValueError for a server outside the group or self."""
+        node = self._live()
+        if node.role is not Role.LEADER:
+            raise NotLeaderError(node.leader)
+        me = self.host.server_name
+        if to is None:
+            now = time.time_ns()
+            progress = node.progress()
+            live = [(-progress[p]["match"], p) for p in node.peers
+                    if p != me and p in progress and not self._offline(p, now)]
+            if not live:
+                return None
+            to = min(live)[1]
+        elif to == me:
+            raise ValueError(f"{me} is the leader of {self.name} already")
+        node.transfer_leadership(to)
+        self.host._touch(self)
+        return to
+
+    def campaign(self) -> None:
+        """Start an election now (pre-vote first) instead of waiting for a timeout: for a
+        brand-new group, on one of its peers."""
+        self._live().campaign()
+        self.host._touch(self)
+
+    def add_peer(self, peer: str) -> None:
+        """Propose adding ``peer`` (thesis §4.1, one server at a time). Leader only; see
+        :meth:`RaftNode.propose_config_change` for the errors. The new server should open
+        the group with the current peers *without* itself, so it cannot campaign before
+        it is a member."""
+        self._live().propose_config_change(ConfigChange(ConfigChangeType.ADD_PEER, peer))
+        self.host._touch(self)
+
+    def remove_peer(self, peer: str) -> None:
+        """Propose removing ``peer`` (a removed leader steps down once it is committed)."""
+        self._live().propose_config_change(ConfigChange(ConfigChangeType.REMOVE_PEER, peer))
+        self.host._touch(self)
+
+    def replicas(self, now_ns: int) -> list[dict]:
+        """On the leader, one dict per other peer of the configuration: ``name``,
+        ``current`` (online and at most :data:`CURRENT_LAG` entries behind), ``active_ns``
+        (ns since last heard, against ``now_ns`` = ``time.time_ns()``), ``lag`` (entries
+        behind the leader's last index) and ``offline`` (not heard within an election
+        timeout, or reported down by the transport). [] on a follower. The shape of
+        nats-server's stream info ``cluster.replicas`` (stream.go PeerInfo)."""
+        node = self.node
+        if node.role is not Role.LEADER:
+            return []
+        progress = node.progress()
+        last = node.last_index
+        me = self.host.server_name
+        out = []
+        for p in node.peers:
+            if p == me:
+                continue
+            pr = progress.get(p)
+            lag = max(0, last - (pr["match"] if pr else 0))
+            offline = self._offline(p, now_ns)
+            out.append({"name": p, "current": not offline and lag <= CURRENT_LAG,
+                        "active_ns": max(0, now_ns - self._heard.get(p, self._opened_ns)),
+                        "lag": lag, "offline": offline})
+        return out
+
+    def _offline(self, peer: str, now_ns: int) -> bool:
+        return (peer in self.host.down
+                or now_ns - self._heard.get(peer, self._opened_ns) > self.host.election_timeout_ns)
+
+    async def wait_applied(self, index: int) -> None:
+        """Return once the state machine has applied ``index`` (or a snapshot past it).
+        Raises trio.ClosedResourceError if the group is closed first."""
+        while self._applied < index:
+            if self.closed:
+                raise trio.ClosedResourceError(f"RAFT group {self.name} closed")
+            if self._applied_event is None:
+                self._applied_event = trio.Event()
+            await self._applied_event.wait()
+
+    # -- the host's side -----------------------------------------------------------------
+
+    def _live(self) -> RaftNode:
+        if self.closed:
+            raise ProposalDroppedError(f"RAFT group {self.name} is closed")
+        return self.node
+
+    def _persist(self, rd: Ready) -> None:
+        """Step 1 of a pass: write the Ready (durable at the pass's sync)."""
+        log = self.log
+        if rd.snapshot is not None:
+            log.apply_snapshot(rd.snapshot)
+        if rd.entries:
+            log.append(rd.entries)
+        if rd.hard_state is not None:
+            log.set_hard_state(rd.hard_state)
+
+    def _apply(self, rd: Ready) -> None:
+        """Step 4 of a pass: restore an installed snapshot, apply what is newly committed."""
+        snap = rd.snapshot
+        if snap is not None and snap.index > self._applied:
+            self.sm.restore(snap.data)
+            self._applied = snap.index
+            self._applied_peers = tuple(snap.peers)
+        ents = rd.committed_entries
+        if ents and ents[0].index <= self._applied:
+            ents = [e for e in ents if e.index > self._applied]
+        if ents:
+            self.sm.apply(ents)
+            peers = self._applied_peers
+            for e in ents:
+                if e.type == _CONFIG:
+                    peers = apply_config_entry(peers, e)
+            self._applied_peers = peers
+            self._applied = ents[-1].index
+        elif snap is None:
+            return
+        ev, self._applied_event = self._applied_event, None
+        if ev is not None:
+            ev.set()
+
+    def _maybe_snapshot(self, every: int) -> None:
+        """Snapshot the state machine once ``every`` entries were applied since the last
+        snapshot, and compact the log up to it (Raft §7)."""
+        log = self.log
+        if self._applied - log.snapshot().index < every:
+            return
+        snap = log.create_snapshot(self._applied, self.sm.snapshot(), self._applied_peers)
+        log.compact(snap.index)
+        self.host._on_event(self, "raft_snapshot_taken", {"group": self.name, "index": snap.index,
+                                                          "term": snap.term})
+
+    def _check_leader(self) -> None:
+        """Report a change of leader, or a new term of a known leader, to the state
+        machine (after the pass applied what it could)."""
+        node = self.node
+        leader, term = node.leader, node.term
+        last_leader, last_term = self._seen
+        if leader == last_leader and (leader is None or term == last_term):
+            return
+        self._seen = (leader, term)
+        if leader != last_leader:
+            self.leader_since_ns = None if leader is None else time.time_ns()
+        self.sm.leader_changed(leader, term)
+
+    def _close(self) -> None:
+        self.closed = True
+        ev, self._applied_event = self._applied_event, None
+        if ev is not None:
+            ev.set()
+
+
+class RaftHost:
+    """Hosts the RAFT groups of server ``server_name``, their logs under ``directory``
+    (one :class:`~jetraft.raft.storage.LogDirectory`), and exchanges their messages
+    through ``send``. ``events``: a :class:`jetraft.events.EventLog` or None; ``zone``: this
+    server's ``unique_tag`` value, added to every RAFT event. ``sync``: the server's
+    :class:`GroupCommit` when shared with other stores (one is made otherwise).
+    ``snapshot_entries``: applied entries between two snapshots of a group.
+
+    Run :meth:`run` in a nursery; open groups before or after it starts.
+    """
+
+    def __init__(self, server_name: str, directory: str | os.PathLike,
+                 send: Callable[[str, bytes], bool], *, events: EventLog | None = None,
+                 zone: str | None = None, tick_s: float = 0.05, election_ticks: int = 10,
+                 heartbeat_ticks: int = 2, snapshot_entries: int = 8192,
+                 sync: GroupCommit | None = None) -> None:
+        if tick_s <= 0 or snapshot_entries < 1:
+            raise ValueError("need tick_s > 0 and snapshot_entries >= 1")
+        if not 1 <= heartbeat_ticks < election_ticks:
+            raise ValueError("need 1 <= heartbeat_ticks < election_ticks")
+        self.server_name = server_name
+        self.events = events
+        self.zone = zone
+        self.tick_s = tick_s
+        self.election_ticks = election_ticks
+        self.heartbeat_ticks = heartbeat_ticks
+        self.snapshot_entries = snapshot_entries
+        self.election_timeout_ns = int(election_ticks * tick_s * 1e9)
+        self.sync = sync if sync is not None else GroupCommit()
+        self.logs = LogDirectory(directory, self.sync)
+        self.groups: dict[str, RaftGroup] = {}
+        #: Servers the transport reported unreachable (peer_down) and not back yet.
+        self.down: set[str] = set()
+        #: Counters for tests, benchmarks and monitoring.
+        self.stats = {"passes": 0, "syncs": 0, "batches_sent": 0, "batches_unsent": 0,
+                      "batches_dropped": 0, "messages_dropped": 0}
+        self._send = send
+        self._pending: dict[str, RaftGroup] = {}      # groups that may have a Ready
+        self._wake = trio.Event()
+        self._closed = False
+
+    # -- groups --------------------------------------------------------------------------
+
+    def open_group(self, group: str, peers: tuple[str, ...], sm: StateMachine) -> RaftGroup:
+        """Start hosting ``group``: open (or create, with ``peers``) its log, restore ``sm``
+        from the stored snapshot if there is one, and start its node. Committed entries
+        after the snapshot reach ``sm.apply`` again from the first pass on. Problems that
+        opening the log found and repaired are reported as ``raft_log_recovered``.
+        ValueError if the group is open already."""
+        if self._closed:
+            raise RuntimeError("the RAFT host has stopped")
+        if group in self.groups:
+            raise ValueError(f"RAFT group {group!r} is open already")
+        log = self.logs.open(group, peers=tuple(peers))
+        g = RaftGroup(self, group, log, sm)
+        for problem in log.recovery_report:
+            self._emit("raft_log_recovered", {"group": group, **problem})
+        snap = log.snapshot()
+        if snap.index > 0:
+            sm.restore(snap.data)
+        cfg = Config(id=self.server_name, group=group, peers=tuple(peers),
+                     election_ticks=self.election_ticks, heartbeat_ticks=self.heartbeat_ticks,
+                     pre_vote=True, check_quorum=True, max_bytes_per_message=MAX_BYTES_PER_MESSAGE,
+                     max_inflight=MAX_INFLIGHT)
+        g.node = RaftNode(cfg, log, on_event=lambda name, fields: self._on_event(g, name, fields))
+        self.groups[group] = g
+        self._touch(g)
+        return g
+
+    def close_group(self, group: str, *, delete: bool = False) -> None:
+        """Stop hosting ``group`` (its log closed, durable); ``delete`` also removes its
+        files. Waiters in wait_applied get trio.ClosedResourceError. Unknown: no-op."""
+        g = self.groups.pop(group, None)
+        if g is None:
+            return
+        self._pending.pop(group, None)
+        g._close()
+        g.log.close()
+        if delete:
+            shutil.rmtree(g.log.directory, ignore_errors=True)
+            self.sync.fsync_dir_now(self.logs.root)
+
+    # -- transport -----------------------------------------------------------------------
+
+    def receive(self, src: str, payload: bytes) -> None:
+        """A batch from server ``src``. A batch that does not decode is dropped with a warn
+        event; messages not from ``src``, not for this server, or for a group not hosted
+        here are dropped (counted in ``stats["messages_dropped"]``)."""
+        try:
+            msgs = decode_batch(payload)
+        except ValueError as exc:
+            self.stats["batches_dropped"] += 1
+            self._batch_dropped(src, str(exc), len(payload))
+            return
+        if src in self.down:
+            self.down.discard(src)
+        now = time.time_ns()
+        me = self.server_name
+        groups = self.groups
+        pending = self._pending
+        dropped = 0
+        for m in msgs:
+            g = groups.get(m.group)
+            if g is None or m.src != src or m.dst != me:
+                dropped += 1
+                continue
+            g._heard[src] = now
+            try:
+                g.node.step(m)
+            except Exception as exc:  # noqa: BLE001 - a peer's bad message must not stop us
+                dropped += 1
+                self._batch_dropped(src, f"group {m.group}: {m.type.name}: {exc!r}", len(payload))
+                continue
+            pending[m.group] = g
+        if dropped:
+            self.stats["messages_dropped"] += dropped
+        if pending:
+            self._wake.set()
+
+    def peer_down(self, peer: str) -> None:
+        """Hint from the transport: ``peer`` is unreachable. Its replicas show offline and
+        nothing is encoded for it until :meth:`peer_up` (or a batch from it)."""
+        self.down.add(peer)
+
+    def peer_up(self, peer: str) -> None:
+        """Hint from the transport: ``peer`` is reachable again."""
+        self.down.discard(peer)
+        self._wake.set()
+
+    # -- the loop ------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Tick every group every ``tick_s`` and run a pass whenever a group may be ready.
+        Returns only by cancellation (then every log is closed, durably) or raises the
+        StorageError of a failed write or fsync (logged as ``jetstream_storage_failed``)."""
+        try:
+            task_status.started()
+            next_tick = trio.current_time() + self.tick_s
+            while True:
+                with trio.move_on_at(next_tick):
+                    await self._wake.wait()
+                self._wake = trio.Event()
+                now = trio.current_time()
+                if now >= next_tick:
+                    self._tick()
+                    next_tick += self.tick_s
+                    if next_tick <= now:        # the loop was late: skip, never catch up
+                        next_tick = now + self.tick_s
+                if self._pending:
+                    self._pass()
+        except (StorageError, OSError) as exc:
+            self._emit("jetstream_storage_failed", {"error": str(exc)})
+            raise
+        finally:
+            with trio.CancelScope(shield=True):
+                self._shutdown()
+
+    def _tick(self) -> None:
+        for g in self.groups.values():
+            g.node.tick()
+        self._pending.update(self.groups)
+
+    def _touch(self, g: RaftGroup) -> None:
+        self._pending[g.name] = g
+        self._wake.set()
+
+    def _pass(self) -> None:
+        """One pass over every group that may be ready (see the module docstring)."""
+        groups = list(self._pending.values())
+        self._pending.clear()
+        work: list[tuple[RaftGroup, Ready]] = []
+        for g in groups:
+            if g.node.has_ready():
+                rd = g.node.ready()
+                g._persist(rd)
+                work.append((g, rd))
+        if work:
+            self.stats["passes"] += 1
+            self.sync.sync()
+            self.stats["syncs"] += 1
+            self._send_all([m for _, rd in work for m in rd.messages])
+            every = self.snapshot_entries
+            for g, rd in work:
+                g._apply(rd)
+                g.node.advance(rd)
+                g._maybe_snapshot(every)
+                if g.node.has_ready():
+                    self._pending[g.name] = g
+            if self._pending:
+                self._wake.set()
+        for g in groups:
+            if not g.closed:
+                g._check_leader()
+
+    def _send_all(self, msgs: list[Message]) -> None:
+        """One batch per destination (split past MAX_BATCH_BYTES), one send() each."""
+        by_dst: dict[str, list[list[Message]]] = {}
+        size: dict[str, int] = {}
+        for m in msgs:
+            n = sum(len(e.data) for e in m.entries) if m.entries else 0
+            if m.snapshot is not None:
+                n += len(m.snapshot.data)
+            chunks = by_dst.get(m.dst)
+            if chunks is None:
+                chunks = by_dst[m.dst] = [[]]
+                size[m.dst] = 0
+            elif n and size[m.dst] + n > MAX_BATCH_BYTES and chunks[-1]:
+                chunks.append([])
+                size[m.dst] = 0
+            chunks[-1].append(m)
+            size[m.dst] += n
+        stats = self.stats
+        for dst, chunks in by_dst.items():
+            if dst in self.down:
+                stats["batches_unsent"] += len(chunks)
+                continue
+            for chunk in chunks:
+                if self._send(dst, encode_batch(chunk)):
+                    stats["batches_sent"] += 1
+                else:
+                    stats["batches_unsent"] += 1
+
+    def _shutdown(self) -> None:
+        """Close every group and log (each log.close() syncs what is left)."""
+        self._closed = True
+        for g in self.groups.values():
+            g._close()
+        self.groups.clear()
+        self._pending.clear()
+        try:
+            self.logs.close()
+        except (StorageError, OSError) as exc:
+            self._emit("jetstream_storage_failed", {"error": f"closing the RAFT logs: {exc}"})
+
+    # -- events --------------------------------------------------------------------------
+
+    def _on_event(self, g: RaftGroup, name: str, fields: dict) -> None:
+        """The nodes' event hook: every RAFT event also carries the node's last log index,
+        peers, leader and this server's zone."""
+        events = self.events
+        if events is None:
+            return
+        spec = EVENTS.get(name)
+        if spec is not None and not events.enabled(spec.level):
+            return
+        node = g.node
+        fields.setdefault("index", node.last_index)
+        fields.setdefault("peers", list(node.peers))
+        fields.setdefault("leader", node.leader)
+        fields.setdefault("zone", self.zone)
+        events.emit(name, **fields)
+
+    def _emit(self, name: str, fields: dict) -> None:
+        if self.events is not None:
+            self.events.emit(name, **fields)
+
+    def _batch_dropped(self, src: str, error: str, size: int) -> None:
+        if BATCH_DROPPED_EVENT in EVENTS:
+            self._emit(BATCH_DROPPED_EVENT, {"peer": src, "error": error, "bytes": size})
+        else:
+            self._emit("protocol_error", {"level": "warn", "cid": None, "peer": src,
+                                          "error": f"RAFT batch from {src} dropped: {error}",
+                                          "bytes": size, "fatal": False})

@@ -1,0 +1,418 @@
+"""RaftHost: three hosts in one trio run, many RAFT groups each, real logs under tmp_path.
+
+The transport is in memory (:class:`Net`): ``send`` hands the batch to the destination
+host's ``receive`` at once, unless either side is cut. Every wait polls a condition under
+a deadline; nothing sleeps to synchronise.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import json
+import time
+from collections import Counter
+
+import pytest
+import trio
+
+from jetraft.events import EventLog
+from jetraft.net.raft_host import RaftHost
+from jetraft.protocol.raft_wire import decode_batch
+from jetraft.raft.storage import GroupCommit, StorageError
+from jetraft.raft.types import Entry, EntryType, MessageType, NotLeaderError
+
+HOSTS = ("a", "b", "c")
+GROUPS = tuple(f"S-{k:02d}" for k in range(20)) + ("_meta_",)
+
+
+class ListSM:
+    """Applied NORMAL data, in order; checks that indexes only go up (each entry once)."""
+
+    def __init__(self) -> None:
+        self.items: list[bytes] = []
+        self.last = 0
+        self.leaders: list[tuple[str | None, int]] = []
+        self.restores = 0
+
+    def apply(self, entries: list[Entry]) -> None:
+        for e in entries:
+            assert e.index == self.last + 1, f"applied {e.index} after {self.last}"
+            self.last = e.index
+            if e.type == EntryType.NORMAL and e.data:
+                self.items.append(e.data)
+
+    def snapshot(self) -> bytes:
+        return json.dumps([self.last, [d.hex() for d in self.items]]).encode()
+
+    def restore(self, data: bytes) -> None:
+        self.restores += 1
+        self.last, items = json.loads(data)
+        self.items = [bytes.fromhex(d) for d in items]
+
+    def leader_changed(self, leader: str | None, term: int) -> None:
+        self.leaders.append((leader, term))
+
+
+class CheckingCommit(GroupCommit):
+    """A GroupCommit that knows whether anything was written since the last sync()."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.unsynced = False
+
+    def mark_dirty(self, f) -> None:
+        self.unsynced = True
+        super().mark_dirty(f)
+
+    def sync(self) -> int:
+        self.unsynced = False
+        return super().sync()
+
+
+class Net:
+    """In-memory transport between hosts; ``cut`` hosts neither send nor receive. Every
+    send checks the sender's durability rule: nothing written is left unsynced."""
+
+    def __init__(self) -> None:
+        self.hosts: dict[str, RaftHost] = {}
+        self.cut: set[str] = set()
+        self.sends: list[tuple[str, str, bytes]] = []
+        self.record = False
+
+    def sender(self, src: str):
+        def send(dst: str, payload: bytes) -> bool:
+            if self.record:
+                self.sends.append((src, dst, payload))
+            commit = self.hosts[src].sync if src in self.hosts else None
+            assert not getattr(commit, "unsynced", False), f"{src} sends before its fsync"
+            host = self.hosts.get(dst)
+            if host is None or src in self.cut or dst in self.cut:
+                return False
+            host.receive(src, payload)
+            return True
+
+        return send
+
+
+class Cluster:
+    def __init__(self, nursery: trio.Nursery, root, **opts) -> None:
+        self.nursery = nursery
+        self.root = root
+        self.opts = opts
+        self.net = Net()
+        self.hosts: dict[str, RaftHost] = {}
+        self.sms: dict[tuple[str, str], ListSM] = {}
+        self.logs: dict[str, io.StringIO] = {}
+        self._stops: dict[str, tuple[trio.CancelScope, trio.Event]] = {}
+
+    async def start(self, name: str, groups=GROUPS, peers=HOSTS) -> RaftHost:
+        out = self.logs.setdefault(name, io.StringIO())
+        host = RaftHost(name, str(self.root / name), self.net.sender(name),
+                        events=EventLog(name, stream=out, threshold="debug"), zone=f"az:{name}",
+                        sync=CheckingCommit(), **self.opts)
+        for g in groups:
+            self.sms[name, g] = ListSM()
+            host.open_group(g, peers, self.sms[name, g])
+        self.hosts[name] = self.net.hosts[name] = host
+        scope, done = trio.CancelScope(), trio.Event()
+        self._stops[name] = (scope, done)
+
+        async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
+            try:
+                with scope:
+                    await host.run(task_status=task_status)
+            finally:
+                done.set()
+
+        await self.nursery.start(run)
+        return host
+
+    async def stop(self, name: str) -> None:
+        scope, done = self._stops.pop(name)
+        self.net.hosts.pop(name, None)
+        scope.cancel()
+        await done.wait()
+        del self.hosts[name]
+
+    def events(self, name: str) -> list[dict]:
+        return [json.loads(line) for line in self.logs[name].getvalue().splitlines()]
+
+    def leaders(self, group: str, among=None) -> set[str]:
+        return {n for n, h in self.hosts.items()
+                if (among is None or n in among) and h.groups[group].is_leader}
+
+    def agreed_leader(self, group: str, among=None) -> str | None:
+        """The one leader of ``group`` that every host in ``among`` agrees on, or None."""
+        among = tuple(among or self.hosts)
+        leaders = self.leaders(group, among)
+        if len(leaders) != 1:
+            return None
+        (leader,) = leaders
+        views = {(self.hosts[n].groups[group].leader, self.hosts[n].groups[group].term) for n in among}
+        return leader if len(views) == 1 else None
+
+    def items(self, name: str, group: str) -> list[bytes]:
+        return self.sms[name, group].items
+
+
+async def until(pred, timeout: float, what: str) -> float:
+    """Poll ``pred`` until it holds; returns the seconds it took. Fails after ``timeout``."""
+    start = trio.current_time()
+    with trio.move_on_after(timeout):
+        while not pred():
+            await trio.sleep(0.005)
+        return trio.current_time() - start
+    raise AssertionError(f"not within {timeout} s: {what}")
+
+
+async def elect_all(cl: Cluster, among=None, timeout: float = 5.0) -> dict[str, str]:
+    for k, g in enumerate(GROUPS):                 # spread the first elections
+        names = sorted(among or cl.hosts)
+        cl.hosts[names[k % len(names)]].groups[g].campaign()
+    await until(lambda: all(cl.agreed_leader(g, among) for g in GROUPS), timeout,
+                "every group has one agreed leader")
+    return {g: cl.agreed_leader(g, among) for g in GROUPS}
+
+
+async def propose_all(cl: Cluster, tag: str, n: int, among=None) -> None:
+    """``n`` proposals on each group's leader; waits until every host in ``among`` has them."""
+    among = tuple(among or cl.hosts)
+    for g in GROUPS:
+        leader = cl.agreed_leader(g, among)
+        assert leader is not None, g
+        for k in range(n):
+            cl.hosts[leader].groups[g].propose(f"{tag}-{g}-{k}".encode())
+    want = {g: f"{tag}-{g}-{n - 1}".encode() for g in GROUPS}
+    await until(lambda: all(cl.items(h, g)[-1:] == [want[g]] for h in among for g in GROUPS), 10,
+                f"{tag}: every proposal applied on {among}")
+
+
+def assert_same_state(cl: Cluster, hosts=HOSTS) -> None:
+    for g in GROUPS:
+        first = cl.items(hosts[0], g)
+        for h in hosts[1:]:
+            assert cl.items(h, g) == first, f"{g}: {h} differs from {hosts[0]}"
+
+
+async def started(nursery: trio.Nursery, root, **opts) -> Cluster:
+    """Three hosts (``HOSTS``), each with every group of ``GROUPS`` open, running."""
+    cl = Cluster(nursery, root, **opts)
+    for name in HOSTS:
+        await cl.start(name)
+    return cl
+
+
+async def led_within(cl: Cluster, among: tuple[str, ...], timeout: float = 3.0) -> float:
+    """Wait until the hosts ``among`` agree on a leader (one of them) for every group."""
+    return await until(lambda: all(cl.agreed_leader(g, among) for g in GROUPS), timeout,
+                       f"{among} agree on a leader for every group")
+
+
+@pytest.fixture
+async def cluster(nursery, tmp_path):
+    return await started(nursery, tmp_path)
+
+
+async def test_every_group_elects_one_leader_and_applies_in_the_same_order(cluster):
+    cl = cluster
+    leaders = await elect_all(cl)
+    assert Counter(leaders.values()) == Counter({"a": 7, "b": 7, "c": 7}), leaders
+    await propose_all(cl, "p", 30)
+    assert_same_state(cl)
+    for g in GROUPS:
+        assert cl.items("a", g) == [f"p-{g}-{k}".encode() for k in range(30)]
+        for h in HOSTS:
+            grp = cl.hosts[h].groups[g]
+            assert grp.applied_index == grp.commit_index == cl.sms[h, g].last
+            assert cl.sms[h, g].leaders[-1] == (leaders[g], grp.term)
+            assert grp.leader_since_ns is not None
+    # followers refuse proposals; the leader's replicas are all current
+    g = GROUPS[0]
+    follower = next(h for h in HOSTS if h != leaders[g])
+    with pytest.raises(NotLeaderError) as info:
+        cl.hosts[follower].groups[g].propose(b"x")
+    assert info.value.leader == leaders[g]
+    assert cl.hosts[follower].groups[g].replicas(time.time_ns()) == []
+    reps = cl.hosts[leaders[g]].groups[g].replicas(time.time_ns())
+    assert sorted(r["name"] for r in reps) == sorted(set(HOSTS) - {leaders[g]})
+    assert all(r["current"] and not r["offline"] and r["lag"] == 0 for r in reps), reps
+    # every RAFT transition event carries index, peers, zone and leader
+    became = [e for e in cl.events("a") if e["event"].startswith("raft_became_")]
+    assert became and all({"group", "term", "leader", "index", "peers", "zone"} <= e.keys() for e in became)
+    assert all(e["zone"] == "az:a" and sorted(e["peers"]) == list(HOSTS) for e in became)
+
+
+async def test_a_cut_host_loses_its_leaderships_and_catches_up_when_healed(cluster):
+    cl = cluster
+    leaders = await elect_all(cl)
+    await propose_all(cl, "before", 5)
+    led_by_a = [g for g in GROUPS if leaders[g] == "a"]
+    assert led_by_a
+    cl.net.cut.add("a")
+    took = await led_within(cl, ("b", "c"))
+    await until(lambda: not any(cl.hosts["a"].groups[g].is_leader for g in GROUPS), 3.0,
+                "a, cut off, steps down everywhere (check-quorum)")
+    print(f"failover of {len(led_by_a)} groups after a cut: {took:.3f} s")
+    await propose_all(cl, "during", 10, among=("b", "c"))
+    g0 = next(g for g in GROUPS if cl.agreed_leader(g, ("b", "c")) == "b")
+    reps = {r["name"]: r for r in cl.hosts["b"].groups[g0].replicas(time.time_ns())}
+    assert reps["a"]["offline"] and not reps["a"]["current"] and reps["a"]["lag"] >= 10
+    assert reps["c"]["current"] and not reps["c"]["offline"]
+    assert all(cl.items("a", g)[-1] == f"before-{g}-4".encode() for g in GROUPS)
+
+    cl.net.cut.discard("a")
+    await until(lambda: all(cl.items("a", g) == cl.items("b", g) for g in GROUPS), 5.0,
+                "a catches up on every group")
+    await until(lambda: all(r["current"] for r in cl.hosts["b"].groups[g0].replicas(time.time_ns())),
+                3.0, "every replica current again")
+    await propose_all(cl, "after", 3)
+    assert_same_state(cl)
+
+
+async def test_a_healed_host_catches_up_through_a_snapshot(nursery, tmp_path):
+    cl = await started(nursery, tmp_path, snapshot_entries=16)
+    await elect_all(cl)
+    await propose_all(cl, "one", 5)
+    cl.net.cut.add("c")
+    await led_within(cl, ("a", "b"))
+    await propose_all(cl, "two", 40, among=("a", "b"))
+    assert any(e["event"] == "raft_snapshot_taken" for e in cl.events("a"))
+    cl.net.cut.discard("c")
+    await until(lambda: all(cl.items("c", g) == cl.items("a", g) for g in GROUPS), 5.0,
+                "c catches up on every group")
+    installed = [e for e in cl.events("c") if e["event"] == "raft_snapshot_installed"]
+    assert {e["group"] for e in installed} == set(GROUPS), "every group needed a snapshot"
+    assert all(cl.sms["c", g].restores >= 1 for g in GROUPS)
+    await propose_all(cl, "three", 3)
+    assert_same_state(cl)
+
+
+async def test_step_down_moves_leadership_to_the_target_or_the_best_peer(cluster):
+    cl = cluster
+    leaders = await elect_all(cl)
+    g = GROUPS[0]
+    old = leaders[g]
+    target = next(h for h in HOSTS if h != old)
+    assert cl.hosts[old].groups[g].step_down(target) == target
+    await until(lambda: cl.agreed_leader(g) == target, 2.0, f"{target} leads {g}")
+    with pytest.raises(NotLeaderError):
+        cl.hosts[old].groups[g].step_down()
+    picked = cl.hosts[target].groups[g].step_down()
+    assert picked in set(HOSTS) - {target}
+    await until(lambda: cl.agreed_leader(g) == picked, 2.0, f"{picked} leads {g}")
+    await propose_all(cl, "after-transfer", 3)
+    assert any(e["event"] == "raft_leader_transfer" for h in HOSTS for e in cl.events(h))
+
+
+async def test_a_restarted_host_recovers_its_groups_and_state(nursery, tmp_path):
+    cl = await started(nursery, tmp_path, snapshot_entries=32)
+    await elect_all(cl)
+    await propose_all(cl, "first", 50)
+    await cl.stop("c")
+    await led_within(cl, ("a", "b"))
+    await propose_all(cl, "while-down", 5, among=("a", "b"))
+    await cl.start("c")
+    restored = [g for g in GROUPS if cl.sms["c", g].restores]
+    assert restored, "groups past snapshot_entries restore from their snapshot on open"
+    await until(lambda: all(cl.items("c", g) == cl.items("a", g) for g in GROUPS), 5.0,
+                "the restarted c has every group's state again")
+    await propose_all(cl, "after-restart", 3)
+    assert_same_state(cl)
+
+
+async def test_one_send_per_peer_per_pass_carries_the_heartbeats_of_every_group(cluster):
+    cl = cluster
+    leaders = await elect_all(cl)
+    await propose_all(cl, "warm", 1)
+    led_by_a = {g for g in GROUPS if leaders[g] == "a"}
+    host = cl.hosts["a"]
+    cl.net.sends.clear()
+    cl.net.record = True
+    passes = host.stats["passes"]
+    await until(lambda: host.stats["passes"] >= passes + 40, 5.0, "40 passes on a")
+    cl.net.record = False
+    passes = host.stats["passes"] - passes
+    to_b = [decode_batch(p) for src, dst, p in cl.net.sends if src == "a" and dst == "b"]
+    assert 0 < len(to_b) <= passes + 1, (len(to_b), passes)
+    beats = [{m.group for m in batch if m.type == MessageType.HEARTBEAT} for batch in to_b]
+    assert set().union(*beats) == led_by_a
+    # heartbeats every 2 ticks: each group beats in every other pass, all at once per peer
+    assert max(len(b) for b in beats) >= len(led_by_a) // 2, beats
+    assert sum(len(b) for b in beats) > 2 * len(to_b), "heartbeats are coalesced, not one send each"
+
+
+async def test_a_corrupt_batch_is_dropped_with_an_event(cluster):
+    cl = cluster
+    await elect_all(cl)
+    host = cl.hosts["b"]
+    host.receive("a", b"\x93\x01\x92")                  # truncated
+    host.receive("a", b"not msgpack at all \xff\xfe")
+    assert host.stats["batches_dropped"] == 2
+    dropped = [e for e in cl.events("b")
+               if e["event"] in ("raft_batch_dropped", "protocol_error") and e["level"] == "warn"]
+    assert len(dropped) == 2 and all("a" in json.dumps(e) for e in dropped), dropped
+    await propose_all(cl, "still-fine", 2)
+
+
+async def test_messages_for_unknown_groups_or_other_servers_are_dropped(cluster):
+    cl = cluster
+    await elect_all(cl)
+    before = cl.hosts["b"].stats["messages_dropped"]
+    from jetraft.protocol.raft_wire import encode_batch
+    from jetraft.raft.types import Message
+
+    cl.hosts["b"].receive("a", encode_batch([
+        Message(MessageType.HEARTBEAT, "no-such-group", "a", "b", term=99),
+        Message(MessageType.HEARTBEAT, GROUPS[0], "a", "c", term=99),    # not for b
+        Message(MessageType.HEARTBEAT, GROUPS[0], "c", "b", term=99),    # src mismatch
+    ]))
+    assert cl.hosts["b"].stats["messages_dropped"] == before + 3
+    assert all(cl.hosts["b"].groups[g].term < 99 for g in GROUPS)
+
+
+async def test_close_group_with_delete_removes_its_files(cluster):
+    cl = cluster
+    await elect_all(cl)
+    host = cl.hosts["a"]
+    directory = host.groups[GROUPS[1]].log.directory
+    grp = host.groups[GROUPS[1]]
+    host.close_group(GROUPS[1], delete=True)
+    assert GROUPS[1] not in host.groups
+    assert not os.path.exists(directory)
+    assert GROUPS[1] not in host.logs.groups()
+    with pytest.raises(trio.ClosedResourceError):
+        await grp.wait_applied(10**9)
+
+
+class FailingCommit(GroupCommit):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail = False
+
+    def sync(self) -> int:
+        if self.fail:
+            raise StorageError("fsync failed: EIO (injected)")
+        return super().sync()
+
+
+async def test_a_failed_fsync_is_fatal(tmp_path):
+    commit = FailingCommit()
+    net = Net()
+    host = RaftHost("a", str(tmp_path / "a"), net.sender("a"), sync=commit, tick_s=0.01,
+                    events=EventLog("a", stream=(out := io.StringIO())))
+    grp = host.open_group("g", ("a",), ListSM())
+
+    async def drive() -> None:
+        grp.campaign()
+        await grp.wait_applied(1)               # a single-server group elects itself
+        commit.fail = True
+        grp.propose(b"never acknowledged")
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(drive)
+            with pytest.raises(StorageError):
+                await host.run()
+    assert "jetstream_storage_failed" in out.getvalue()
+    assert grp.applied_index == 1

@@ -290,12 +290,19 @@ class JetStreamAccount:
     subscription in the account matches (push consumers deliver only with interest);
     ``events``: the event log (``emit(name, **fields)``); ``server_version``: reported in
     stream metadata; ``now_ns``: the time recovery happens at.
+
+    ``clustered``: the account is one replica of a JetStream cluster (``net/js_cluster.py``):
+    replicas > 1 are accepted, and the cluster layer sets :attr:`cluster_info`
+    (``cluster_info(stream_name) -> dict | None``, the ``cluster`` object of stream info).
     """
 
     def __init__(self, name: str, *, store_dir: str | None, sync: Any, events: Any,
                  interest: Callable[[str], bool], server_version: str,
-                 sync_always: bool = True, domain: str = "", server_name: str = "") -> None:
+                 sync_always: bool = True, domain: str = "", server_name: str = "",
+                 clustered: bool = False) -> None:
         self.name = name
+        self.clustered = clustered
+        self.cluster_info: Callable[[str], dict[str, Any] | None] | None = None
         self.server_name = server_name
         self.sync = sync
         self.sync_always = sync_always
@@ -462,12 +469,8 @@ class JetStreamAccount:
         """Run every consumer's timers and expire messages (max_age); delete inactive
         ephemeral consumers."""
         out: list[Reply] = []
-        for entry in list(self.streams.values()):
-            removed = entry.stream.expire(now_ns) > 0 if entry.stream.config.max_age > 0 else False
-            for cname, consumer in list(entry.consumers.items()):
-                if consumer.is_inactive(now_ns):
-                    out.extend(Reply(m) for m in self._delete_consumer(entry, cname, "inactive"))
-            out.extend(self._poll_stream(entry, now_ns, removed=removed))
+        for name in list(self.streams):
+            out.extend(self.poll_stream(name, now_ns))
         return out
 
     def next_deadline(self) -> int | None:
@@ -674,7 +677,72 @@ class JetStreamAccount:
         info = entry.stream.info(now_ns, consumer_count=len(entry.consumers), **kw)
         if dynamic:
             info["config"] = entry.stream.config.to_response_json(self.server_version)
+        if self.cluster_info is not None:
+            cluster = self.cluster_info(entry.name)
+            if cluster:
+                info["cluster"] = cluster
         return info
+
+    # --- one replica of a clustered stream (net/js_cluster.py) -----------------------------
+
+    def create_replica(self, config: dict[str, Any], created_ns: int) -> StreamEntry:
+        """Create this server's replica of a stream the meta group assigned to it.
+
+        ``config``: the stream config JSON as the meta leader checked it; ``created_ns``: the
+        assignment's creation time. Any files left by an earlier replica of the same name
+        are removed first: the stream's RAFT log is the source of its state and is replayed
+        into the fresh replica. Raises JSApiError for a config that no longer checks.
+        """
+        cfg = StreamConfig.from_json(config).checked()
+        old = self.streams.get(cfg.name)
+        if old is not None:
+            self.delete_replica(cfg.name)
+        if cfg.storage == "file" and self.base is not None:
+            shutil.rmtree(os.path.join(self.base, cfg.name), ignore_errors=True)
+        if cfg.storage == "file" and self.base is None:
+            raise E.stream_create("jetstream has no store directory")
+        return self._create_stream(cfg, created_ns)
+
+    def delete_replica(self, name: str) -> list[Outbound]:
+        """Remove this server's replica of stream ``name`` and its files (the stream was
+        deleted, or this server left its group). Returns what its consumers still send."""
+        entry = self.streams.get(name)
+        if entry is None:
+            return []
+        out: list[Outbound] = []
+        for cname in list(entry.consumers):
+            out.extend(self._delete_consumer(entry, cname, "stream deleted"))
+        self._remove_capture(entry)
+        del self.streams[name]
+        entry.stream.store.close()
+        if entry.directory is not None:
+            shutil.rmtree(entry.directory, ignore_errors=True)
+        return out
+
+    def poll_stream(self, name: str, now_ns: int, *, interest_changed: bool = False) -> list[Reply]:
+        """:meth:`poll` for one stream (a clustered stream's leader replicates its timers)."""
+        entry = self.streams.get(name)
+        if entry is None:
+            return []
+        out: list[Reply] = []
+        if interest_changed:
+            for consumer in entry.consumers.values():
+                if consumer.config.deliver_subject:
+                    out.extend(Reply(m) for m in consumer.poll(now_ns))
+        removed = entry.stream.expire(now_ns) > 0 if entry.stream.config.max_age > 0 else False
+        for cname, consumer in list(entry.consumers.items()):
+            if consumer.is_inactive(now_ns):
+                out.extend(Reply(m) for m in self._delete_consumer(entry, cname, "inactive"))
+        out.extend(self._poll_stream(entry, now_ns, removed=removed))
+        return out
+
+    def stream_deadline(self, name: str) -> int | None:
+        """The earliest ns at which :meth:`poll_stream` has timed work for ``name``, or None."""
+        entry = self.streams.get(name)
+        if entry is None:
+            return None
+        deadlines = [d for c in entry.consumers.values() if (d := c.next_deadline()) is not None]
+        return min(deadlines) if deadlines else None
 
     def _api_stream_create(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
         req = decode_request(payload, "StreamConfigRequest") or {}
@@ -682,7 +750,7 @@ class JetStreamAccount:
         cfg = StreamConfig.decode(req)
         cfg.create_request_checks(tokens[4])
         cfg = cfg.checked(pedantic=pedantic).with_static_metadata()
-        if cfg.num_replicas > 1:
+        if cfg.num_replicas > 1 and not self.clustered:
             raise E.stream_replicas_not_supported()
         existing = self.streams.get(cfg.name)
         if existing is not None:
@@ -722,7 +790,7 @@ class JetStreamAccount:
         if tokens[4] != new.name:
             raise E.stream_name_mismatch()
         entry = self._entry(new.name)
-        cfg = StreamConfig.update_check(entry.stream.config, new).with_static_metadata()
+        cfg = StreamConfig.update_check(entry.stream.config, new, clustered=self.clustered).with_static_metadata()
         for other in self.streams.values():
             if other is not entry and any(subjects_overlap(a, b) for a in cfg.subjects
                                           for b in other.stream.config.subjects):
@@ -749,8 +817,11 @@ class JetStreamAccount:
         subjects = info.get("state", {}).get("subjects") or {}
         out = {"total": len(subjects) if sf else 0, "offset": 0,
                "limit": SUBJECTS_LIMIT if sf else 0}
+        info.pop("cluster", None)
         out.update(info)
         cluster = {"leader": self.server_name} if self.server_name else None
+        if self.cluster_info is not None:
+            cluster = self.cluster_info(entry.name) or cluster
         if cluster:
             info_keys = list(out)
             pos = info_keys.index("state") + 1 if "state" in info_keys else len(info_keys)
@@ -957,7 +1028,7 @@ class JetStreamAccount:
             raise E.api_error("JSConsumerMultipleFiltersNotAllowed")
         if filtered and cfg.filter_subject != filtered:
             raise E.api_error("JSConsumerCreateFilterSubjectMismatchErr")
-        if cfg.num_replicas > 1:
+        if cfg.num_replicas > 1 and not self.clustered:
             raise E.stream_replicas_not_supported()
         entry = self._entry(sname)
         if len(cname or cfg.durable_name) > MAX_CONSUMER_NAME_LEN:

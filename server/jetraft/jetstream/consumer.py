@@ -1135,6 +1135,10 @@ class Consumer:
             return False
         return all(self._deadline(s) + threshold <= now_ns for s in self._pending)
 
+    def waiting_replies(self) -> list[str]:
+        """The reply subjects of the waiting pull requests, oldest first."""
+        return [wr.reply for wr in self._waiting]
+
     # --- info -----------------------------------------------------------------------------
     def info(self, now_ns: int) -> dict:
         """CONSUMER.INFO body without ``type`` (nats-server ``infoWithSnapAndReply``):

@@ -37,6 +37,7 @@ from jetraft.net.durability import DurabilityBarrier
 from jetraft.raft.storage import GroupCommit
 
 if TYPE_CHECKING:
+    from jetraft.net.js_cluster import ClusterJetStream
     from jetraft.server import Server
 
 #: Seconds between writes of changed consumer state files.
@@ -70,12 +71,16 @@ class JetStreamService:
         self.commit = GroupCommit()
         self.barrier = DurabilityBarrier(self.commit)
         self.accounts: dict[str, JetStreamAccount] = {}
+        #: The clustered half (net/js_cluster.py) when the server has a cluster block.
+        self.cluster: ClusterJetStream | None = None
+        self.clustered = server.config.cluster is not None
         for name in server.config.jetstream_accounts():
             self.accounts[name] = JetStreamAccount(
                 name, store_dir=self.store_dir, sync=self.commit, events=server.events,
                 interest=self._interest_fn(name), server_version=NATS_COMPAT_VERSION,
-                sync_always=self.sync_always, domain=cfg.domain or "",
-                server_name=server.server_name)
+                # a clustered replica's files are rebuilt from its RAFT log, never fsynced
+                sync_always=self.sync_always and not self.clustered, domain=cfg.domain or "",
+                server_name=server.server_name, clustered=self.clustered)
         self._queue: list[tuple[str, Reply]] = []
         self._queued = trio.Event()
         self._wake = trio.Event()
@@ -84,6 +89,8 @@ class JetStreamService:
 
     def _interest_fn(self, account: str):
         def has_interest(subject: str) -> bool:
+            if self.cluster is not None:
+                return self.cluster.interest(account, subject)
             match = self.server.account(account).sublist.match(subject)
             return bool(match.plain or match.queues)
         return has_interest
@@ -95,18 +102,25 @@ class JetStreamService:
         sync every file and write consumer state (shielded)."""
         now = time.time_ns()
         os.makedirs(self.store_dir, exist_ok=True)
-        for acc in self.accounts.values():
-            acc.recover(now)
-        self.server.events.emit("jetstream_enabled", store_dir=self.store_dir,
-                                accounts=sorted(self.accounts),
-                                sync="always" if self.sync_always else self.config.sync_interval)
+        if self.clustered:
+            from jetraft.net.js_cluster import ClusterJetStream
+            self.cluster = ClusterJetStream(self)
+        else:
+            for acc in self.accounts.values():
+                acc.recover(now)
+            self.server.events.emit("jetstream_enabled", store_dir=self.store_dir,
+                                    accounts=sorted(self.accounts),
+                                    sync="always" if self.sync_always else self.config.sync_interval)
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.barrier.run)
                 nursery.start_soon(self._sender)
-                nursery.start_soon(self._timers)
-                nursery.start_soon(self._state_writer)
-                if not self.sync_always:
+                if self.cluster is not None:    # replicas: timers are the leaders' TICK entries
+                    await nursery.start(self.cluster.run)
+                else:
+                    nursery.start_soon(self._timers)
+                    nursery.start_soon(self._state_writer)
+                if not self.sync_always and not self.clustered:
                     nursery.start_soon(self._interval_sync)
                 task_status.started()
         finally:
@@ -216,6 +230,8 @@ class JetStreamService:
         acc = self.accounts.get(account)
         if acc is None or self.failed is not None:
             return False
+        if self.cluster is not None:
+            return self.cluster.handle(account, subject, reply, headers, payload)
         now = time.time_ns()
         if subject.startswith("$JS."):
             if subject.startswith(API_PREFIX):

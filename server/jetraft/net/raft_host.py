@@ -93,8 +93,8 @@ class StateMachine(Protocol):
         entries (so that the state machine sees every index)."""
         ...
 
-    def snapshot(self) -> bytes:
-        """The state as of the last applied entry."""
+    def snapshot(self) -> bytes | None:
+        """The state as of the last applied entry; None: take no snapshot, keep the log."""
         ...
 
     def restore(self, data: bytes) -> None:
@@ -303,7 +303,10 @@ class RaftGroup:
         log = self.log
         if self._applied - log.snapshot().index < every:
             return
-        snap = log.create_snapshot(self._applied, self.sm.snapshot(), self._applied_peers)
+        data = self.sm.snapshot()
+        if data is None:        # the state machine keeps its whole log (it replays it on open)
+            return
+        snap = log.create_snapshot(self._applied, data, self._applied_peers)
         log.compact(snap.index)
         self.host._on_event(self, "raft_snapshot_taken", {"group": self.name, "index": snap.index,
                                                           "term": snap.term})

@@ -106,15 +106,17 @@ class Cluster:
         self.logs: dict[str, io.StringIO] = {}
         self._stops: dict[str, tuple[trio.CancelScope, trio.Event]] = {}
 
-    async def start(self, name: str, groups=GROUPS, peers=HOSTS) -> RaftHost:
+    async def start(self, name: str, groups=GROUPS, peers=HOSTS, make_sm=None) -> RaftHost:
+        """Start host ``name`` with ``groups`` open (each with ``make_sm(host, group)`` or
+        a ListSM), its run() in the nursery."""
         out = self.logs.setdefault(name, io.StringIO())
         host = RaftHost(name, str(self.root / name), self.net.sender(name),
                         events=EventLog(name, stream=out, threshold="debug"), zone=f"az:{name}",
                         sync=CheckingCommit(), **self.opts)
-        for g in groups:
-            self.sms[name, g] = ListSM()
-            host.open_group(g, peers, self.sms[name, g])
         self.hosts[name] = self.net.hosts[name] = host
+        for g in groups:
+            self.sms[name, g] = make_sm(name, g) if make_sm else ListSM()
+            host.open_group(g, peers, self.sms[name, g])
         scope, done = trio.CancelScope(), trio.Event()
         self._stops[name] = (scope, done)
 
@@ -416,3 +418,81 @@ async def test_a_failed_fsync_is_fatal(tmp_path):
                 await host.run()
     assert "jetstream_storage_failed" in out.getvalue()
     assert grp.applied_index == 1
+
+
+class MetaSM(ListSM):
+    """A meta-like state machine: ``create:<group>`` opens a group on this host and
+    ``delete:<group>`` closes it and deletes its files, from inside apply()."""
+
+    def __init__(self, cl: Cluster, host: str) -> None:
+        super().__init__()
+        self.cl, self.host = cl, host
+
+    def apply(self, entries: list[Entry]) -> None:
+        super().apply(entries)
+        host = self.cl.hosts[self.host]
+        for e in entries:
+            op, _, name = e.data.decode().partition(":")
+            if op == "create":
+                self.cl.sms[self.host, name] = ListSM()
+                host.open_group(name, HOSTS, self.cl.sms[self.host, name])
+            elif op == "delete":
+                host.close_group(name, delete=True)
+
+
+async def test_a_meta_group_opens_and_deletes_groups_from_its_state_machine(nursery, tmp_path):
+    cl = Cluster(nursery, tmp_path)
+    for name in HOSTS:
+        await cl.start(name, groups=("_meta_",), make_sm=lambda h, g: MetaSM(cl, h))
+    cl.hosts["a"].groups["_meta_"].campaign()
+    await until(lambda: cl.agreed_leader("_meta_") == "a", 3.0, "a leads the meta group")
+    streams = [f"S-new-{k}" for k in range(6)]
+    meta = cl.hosts["a"].groups["_meta_"]
+    for name in streams:
+        meta.propose(f"create:{name}".encode())
+    await until(lambda: all(s in cl.hosts[h].groups for h in HOSTS for s in streams), 3.0,
+                "every host opened every new group")
+    for k, name in enumerate(streams):
+        cl.hosts[HOSTS[k % 3]].groups[name].campaign()
+    await until(lambda: all(cl.agreed_leader(s) for s in streams), 3.0, "the new groups have leaders")
+    for name in streams:
+        cl.hosts[cl.agreed_leader(name)].groups[name].propose(b"m1")
+    await until(lambda: all(cl.items(h, s) == [b"m1"] for h in HOSTS for s in streams), 3.0,
+                "a message in every new group on every host")
+    dirs = [cl.hosts[h].groups[s].log.directory for h in HOSTS for s in streams[:3]]
+    for name in streams[:3]:
+        meta.propose(f"delete:{name}".encode())
+    await until(lambda: not any(s in cl.hosts[h].groups for h in HOSTS for s in streams[:3]), 3.0,
+                "every host closed the deleted groups")
+    assert not any(os.path.exists(d) for d in dirs)
+    for name in streams[3:]:
+        cl.hosts[cl.agreed_leader(name)].groups[name].propose(b"m2")
+    await until(lambda: all(cl.items(h, s) == [b"m1", b"m2"] for h in HOSTS for s in streams[3:]),
+                3.0, "the remaining groups still commit")
+
+
+async def test_a_peer_is_added_then_another_removed(nursery, tmp_path):
+    cl = Cluster(nursery, tmp_path)
+    for name in HOSTS:
+        await cl.start(name, groups=("g",))
+    cl.hosts["a"].groups["g"].campaign()
+    await until(lambda: cl.agreed_leader("g") == "a", 3.0, "a leads g")
+    lead = cl.hosts["a"].groups["g"]
+    for k in range(5):
+        lead.propose(b"x%d" % k)
+    await cl.start("d", groups=("g",), peers=HOSTS)   # joins with the current peers, not itself
+    lead.add_peer("d")
+    await until(lambda: all(cl.hosts[h].groups["g"].peers == HOSTS + ("d",) for h in (*HOSTS, "d")),
+                3.0, "every member knows d")
+    await until(lambda: cl.items("d", "g") == cl.items("a", "g") and len(cl.items("a", "g")) == 5,
+                3.0, "d has the group's state")
+    assert {r["name"] for r in lead.replicas(time.time_ns())} == {"b", "c", "d"}
+    await until(lambda: lead.commit_index == lead.node.last_index, 3.0, "the addition committed")
+    lead.remove_peer("b")
+    rest = ("a", "c", "d")
+    await until(lambda: all(cl.hosts[h].groups["g"].peers == rest for h in rest), 3.0,
+                "a, c and d no longer count b")
+    lead.propose(b"after")
+    await until(lambda: all(cl.items(h, "g")[-1:] == [b"after"] for h in rest), 3.0,
+                "the new configuration commits")
+    assert {r["name"] for r in lead.replicas(time.time_ns())} == {"c", "d"}

@@ -370,6 +370,7 @@ class RaftHost:
         self._send = send
         self._pending: dict[str, RaftGroup] = {}      # groups that may have a Ready
         self._wake = trio.Event()
+        self._fatal: BaseException | None = None     # a storage error met outside run()
         self._closed = False
 
     # -- groups --------------------------------------------------------------------------
@@ -440,6 +441,10 @@ class RaftHost:
             g._heard[src] = now
             try:
                 g.node.step(m)
+            except (StorageError, OSError) as exc:   # reading the log failed: fatal, in run()
+                self._fatal = exc
+                self._wake.set()
+                return
             except Exception as exc:  # noqa: BLE001 - a peer's bad message must not stop us
                 dropped += 1
                 self._batch_dropped(src, f"group {m.group}: {m.type.name}: {exc!r}", len(payload))
@@ -473,6 +478,8 @@ class RaftHost:
                 with trio.move_on_at(next_tick):
                     await self._wake.wait()
                 self._wake = trio.Event()
+                if self._fatal is not None:
+                    raise self._fatal
                 now = trio.current_time()
                 if now >= next_tick:
                     self._tick()
@@ -514,8 +521,12 @@ class RaftHost:
             self._send_all([m for _, rd in work for m in rd.messages])
             every = self.snapshot_entries
             for g, rd in work:
+                if g.closed:                    # closed by a state machine earlier in this pass
+                    continue
                 g._apply(rd)
                 g.node.advance(rd)
+                if g.closed:                    # closed by its own state machine
+                    continue
                 g._maybe_snapshot(every)
                 if g.node.has_ready():
                     self._pending[g.name] = g

@@ -39,38 +39,29 @@ VERSION = 1
 
 _MAX_INT = 1 << 64
 _MESSAGE_FIELDS = 13
-_ENTRY_TYPES = frozenset(int(t) for t in EntryType)
+_ENTRY_TYPE_OF = {int(t): t for t in EntryType}
 _MESSAGE_TYPES = {int(t): t for t in MessageType}
-_NORMAL = EntryType.NORMAL
+#: Defaults of the fields after ``dst``, for a message whose trailing fields were left out.
+_DEFAULTS: list[Any] = [0, 0, 0, 0, [], False, 0, b"", None]
 
 
 def encode_batch(messages: list[Message]) -> bytes:
     """Encode ``messages`` (of any groups, sources and destinations) as one batch."""
-    strings: list[str] = []
     refs: dict[str, int] = {}
-
-    def ref(name: str) -> int:
-        k = refs.get(name)
-        if k is None:
-            k = refs[name] = len(strings)
-            strings.append(name)
-        return k
-
+    ref = refs.setdefault
     out = []
     for m in messages:
+        row: list[Any] = [m.type, ref(m.group, len(refs)), ref(m.src, len(refs)),
+                          ref(m.dst, len(refs)), m.term, m.index, m.log_term, m.commit]
         snap = m.snapshot
-        row: list[Any] = [
-            int(m.type), ref(m.group), ref(m.src), ref(m.dst),
-            m.term, m.index, m.log_term, m.commit,
-            [[e.term, e.index, int(e.type), e.data] for e in m.entries],
-            m.reject, m.reject_hint, m.context,
-            None if snap is None else [snap.index, snap.term, list(snap.peers), snap.data],
-        ]
-        n = _MESSAGE_FIELDS
-        while n > 4 and not row[n - 1]:
-            n -= 1
-        out.append(row[:n] if n < _MESSAGE_FIELDS else row)
-    return msgpack.packb([VERSION, strings, out], use_bin_type=True)
+        if m.entries or m.reject or m.reject_hint or m.context or snap is not None:
+            row += ([[e.term, e.index, e.type, e.data] for e in m.entries],
+                    m.reject, m.reject_hint, m.context,
+                    None if snap is None else [snap.index, snap.term, list(snap.peers), snap.data])
+        while len(row) > 4 and not row[-1]:
+            row.pop()
+        out.append(row)
+    return msgpack.packb([VERSION, list(refs), out], use_bin_type=True)
 
 
 def decode_batch(data: bytes) -> list[Message]:
@@ -88,7 +79,51 @@ def decode_batch(data: bytes) -> list[Message]:
         raise ValueError("raft batch: the string table must be a list of strings")
     if type(rows) is not list:
         raise ValueError("raft batch: messages must be a list")
-    return [_decode_message(k, row, strings) for k, row in enumerate(rows)]
+    ns = len(strings)
+    out = []
+    for k, row in enumerate(rows):
+        # The fast path accepts only what _decode_message accepts; it explains the rest.
+        if type(row) is list and 4 <= len(row) <= _MESSAGE_FIELDS:
+            if len(row) < _MESSAGE_FIELDS:
+                row = row + _DEFAULTS[len(row) - 4:]
+            (mtype, group, src, dst, term, index, log_term, commit,
+             raw_entries, reject, hint, context, raw_snap) = row
+            t = _MESSAGE_TYPES.get(mtype)
+            if (t is not None and type(mtype) is int and type(group) is int
+                    and type(src) is int and type(dst) is int
+                    and 0 <= min(group, src, dst) and max(group, src, dst) < ns
+                    and type(term) is int and type(index) is int and type(log_term) is int
+                    and type(commit) is int and type(hint) is int
+                    and 0 <= min(term, index, log_term, commit, hint)
+                    and max(term, index, log_term, commit, hint) < _MAX_INT
+                    and type(reject) is bool and type(context) is bytes and raw_snap is None
+                    and type(raw_entries) is list):
+                entries = _fast_entries(raw_entries) if raw_entries else ()
+                if entries is not None:
+                    out.append(Message(t, strings[group], strings[src], strings[dst], term,
+                                       log_term, index, entries, commit, reject, hint, None,
+                                       context))
+                    continue
+        out.append(_decode_message(k, row, strings))
+    return out
+
+
+def _fast_entries(rows: list) -> tuple[Entry, ...] | None:
+    """Entries that pass every check of _decode_entry, or None to take the slow path."""
+    out = []
+    types = _ENTRY_TYPE_OF
+    for raw in rows:
+        if type(raw) is not list or len(raw) != 4:
+            return None
+        term, index, etype, data = raw
+        if not (type(term) is int and type(index) is int and type(etype) is int
+                and type(data) is bytes and 0 <= term < _MAX_INT and 0 <= index < _MAX_INT):
+            return None
+        t = types.get(etype)
+        if t is None:
+            return None
+        out.append(Entry(term, index, t, data))
+    return tuple(out)
 
 
 class _Fields:
@@ -125,10 +160,11 @@ class _Fields:
 
 
 def _decode_message(k: int, row: object, strings: list[str]) -> Message:
+    """The slow path: every check spelled out, with an error naming the field."""
     f = _Fields(f"message {k}")
     if type(row) is not list or not 4 <= len(row) <= _MESSAGE_FIELDS:
         raise f.fail("message", f"an array of 4 to {_MESSAGE_FIELDS} fields", row)
-    row = row + [0, 0, 0, 0, [], False, 0, b"", None][len(row) - 4:]
+    row = row + _DEFAULTS[len(row) - 4:]
     (mtype, group, src, dst, term, index, log_term, commit,
      raw_entries, reject, reject_hint, context, raw_snap) = row
     t = _MESSAGE_TYPES.get(mtype) if type(mtype) is int else None
@@ -155,7 +191,8 @@ def _decode_message(k: int, row: object, strings: list[str]) -> Message:
 
 def _decode_entry(f: _Fields, j: int, raw: object) -> Entry:
     term, index, etype, data = f.array(f"entry {j}", raw, 4)
-    if type(etype) is not int or etype not in _ENTRY_TYPES:
+    t = _ENTRY_TYPE_OF.get(etype) if type(etype) is int else None
+    if t is None:
         raise f.fail(f"entry {j} type", "a known EntryType value", etype)
-    return Entry(f.uint(f"entry {j} term", term), f.uint(f"entry {j} index", index),
-                 _NORMAL if etype == _NORMAL else EntryType(etype), f.binary(f"entry {j} data", data))
+    return Entry(f.uint(f"entry {j} term", term), f.uint(f"entry {j} index", index), t,
+                 f.binary(f"entry {j} data", data))

@@ -311,10 +311,17 @@ async def test_a_restarted_host_recovers_its_groups_and_state(nursery, tmp_path)
     cl = await started(nursery, tmp_path, snapshot_entries=32)
     await elect_all(cl)
     await propose_all(cl, "first", 50)
+    await propose_all(cl, "tail", 3)          # entries after the snapshot, in a segment file
     await cl.stop("c")
     await led_within(cl, ("a", "b"))
     await propose_all(cl, "while-down", 5, among=("a", "b"))
+    segment = max((tmp_path / "c").glob("*/*.log"))    # one group's newest segment file
+    torn_group = (segment.parent / "group").read_text()
+    with open(segment, "ab") as f:                      # a write torn by the crash
+        f.write(b"\x07partial record")
     await cl.start("c")
+    recovered = [e for e in cl.events("c") if e["event"] == "raft_log_recovered"]
+    assert [(e["group"], e["kind"], e["level"]) for e in recovered] == [(torn_group, "torn_tail", "warn")]
     restored = [g for g in GROUPS if cl.sms["c", g].restores]
     assert restored, "groups past snapshot_entries restore from their snapshot on open"
     await until(lambda: all(cl.items("c", g) == cl.items("a", g) for g in GROUPS), 5.0,
@@ -496,3 +503,31 @@ async def test_a_peer_is_added_then_another_removed(nursery, tmp_path):
     await until(lambda: all(cl.items(h, "g")[-1:] == [b"after"] for h in rest), 3.0,
                 "the new configuration commits")
     assert {r["name"] for r in lead.replicas(time.time_ns())} == {"c", "d"}
+
+
+class KeepLogSM(ListSM):
+    """Declines every snapshot (it would rather replay its whole log)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = 0
+
+    def snapshot(self) -> None:
+        self.asked += 1
+        return None
+
+
+async def test_a_state_machine_may_decline_snapshots(nursery, tmp_path):
+    cl = Cluster(nursery, tmp_path, snapshot_entries=10)
+    await cl.start("a", groups=("solo",), peers=("a",), make_sm=lambda h, g: KeepLogSM())
+    grp = cl.hosts["a"].groups["solo"]
+    grp.campaign()
+    await until(lambda: grp.is_leader, 2.0, "a single-server group elects itself")
+    for k in range(45):
+        grp.propose(b"%d" % k)
+        await grp.wait_applied(grp.node.last_index)   # one pass per entry: many chances to ask
+    sm = cl.sms["a", "solo"]
+    assert len(sm.items) == 45
+    assert 1 <= sm.asked <= 4, "asked again only after another snapshot_entries entries"
+    assert grp.log.first_index() == 1 and grp.log.snapshot().index == 0
+    assert not any(e["event"] == "raft_snapshot_taken" for e in cl.events("a"))

@@ -122,6 +122,7 @@ class RaftGroup:
         snap = log.snapshot()
         self._applied = snap.index
         self._applied_peers = tuple(snap.peers)       # the configuration at _applied
+        self._snapshot_retry = 0                      # applied index to ask for one again
         self._seen: tuple[str | None, int] = (None, 0)  # (leader, term) last reported
         self._heard: dict[str, int] = {}              # peer -> time.time_ns() last heard
         self._opened_ns = time.time_ns()
@@ -299,12 +300,14 @@ class RaftGroup:
 
     def _maybe_snapshot(self, every: int) -> None:
         """Snapshot the state machine once ``every`` entries were applied since the last
-        snapshot, and compact the log up to it (Raft §7)."""
+        snapshot, and compact the log up to it (Raft §7). A state machine that declines
+        (``snapshot()`` returns None) is asked again after another ``every`` entries."""
         log = self.log
-        if self._applied - log.snapshot().index < every:
+        if self._applied - log.snapshot().index < every or self._applied < self._snapshot_retry:
             return
         data = self.sm.snapshot()
         if data is None:        # the state machine keeps its whole log (it replays it on open)
+            self._snapshot_retry = self._applied + every
             return
         snap = log.create_snapshot(self._applied, data, self._applied_peers)
         log.compact(snap.index)

@@ -429,8 +429,7 @@ class RaftHost:
             self.stats["batches_dropped"] += 1
             self._batch_dropped(src, str(exc), len(payload))
             return
-        if src in self.down:
-            self.down.discard(src)
+        self.down.discard(src)                       # it reached us: it is up
         now = time.time_ns()
         me = self.server_name
         groups = self.groups

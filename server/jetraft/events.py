@@ -166,6 +166,10 @@ EVENTS: dict[str, EventSpec] = {
         "info", "The leader is handing leadership to a peer (TimeoutNow, thesis §3.10).",
         {"group": "str", "term": "int", "to": "str"},
     ),
+    "raft_batch_dropped": EventSpec(
+        "warn", "A batch of RAFT messages from a peer could not be decoded or stepped; it was dropped.",
+        {"peer": "server name", "error": "str", "bytes": "int"},
+    ),
     "raft_log_recovered": EventSpec(
         "warn", "Opening a group's log found a torn tail or a corrupt record (never served).",
         {"group": "str", "file": "str", "offset": "int (bytes)", "kind": "torn_tail | checksum_mismatch",

@@ -7,6 +7,14 @@ own subject index, so users in different accounts never see each other's message
 server/client.go processInboundClientMsg: plain subscribers each get a copy, each queue
 group gets one copy for a member picked at random, a request that reaches nobody gets a
 503 no-responders status when the client asked for it.
+
+With a ``cluster`` block, :attr:`Server.routes` (:class:`~jetraft.net.route.RouteManager`)
+connects the servers in a full mesh and messages cross it as in nats-server client.go
+processMsgResults: a message goes to every local plain subscriber and once to each peer
+with matching interest; each queue group gets one copy in the whole cluster, for a member
+picked at random among the local members and the peers' members (a peer weighs as many
+members as it has), and a peer picked for a queue is told which queue(s) to deliver to. A
+routed message is delivered locally only, never forwarded again (the mesh is full).
 """
 
 from __future__ import annotations
@@ -17,7 +25,6 @@ import os
 import random
 import secrets
 import signal
-import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -28,9 +35,10 @@ from jetraft import NATS_COMPAT_VERSION, __version__
 from jetraft.auth import GLOBAL_ACCOUNT, Authenticator
 from jetraft.config import ServerConfig, load_config, validate
 from jetraft.events import EventLog
-from jetraft.net.client import ClientConnection, Subscription
+from jetraft.net.client import ClientConnection, Subscription, accept_connections
 from jetraft.net.jetstream import JetStreamService
 from jetraft.net.monitor import serve_monitor
+from jetraft.net.route import RouteConnection, RouteManager
 from jetraft.protocol import SubjectIndex, encode_err, encode_info, encode_msg, no_responders_headers
 
 _B32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
@@ -108,6 +116,8 @@ class Server:
         self._no_clients = trio.Event()
         self._no_clients.set()
         self._base_info: dict[str, Any] = {}
+        #: The cluster's routes; None without a ``cluster`` block.
+        self.routes: RouteManager | None = RouteManager(self) if config.cluster is not None else None
         self.jetstream: JetStreamService | None = JetStreamService(self) if config.jetstream else None
 
     # ------------------------------------------------------------------ accounts
@@ -140,6 +150,10 @@ class Server:
                 if self.jetstream is not None:  # recover every stream before serving clients
                     await nursery.start(self.jetstream.run)
                 try:
+                    if self.routes is not None:  # after JetStream has registered its handlers
+                        await nursery.start(self.routes.run)
+                        self.events.emit("listening", kind="cluster", host=cfg.cluster.host,
+                                         port=self.routes.port)
                     listeners = self._listeners = await trio.open_tcp_listeners(
                         max(cfg.port, 0), host=cfg.host)
                 except OSError as exc:  # re-raised below, unwrapped, for the CLI's message
@@ -149,6 +163,8 @@ class Server:
                 self.client_port = listeners[0].socket.getsockname()[1]
                 self._update_base_info()
                 self.events.emit("listening", kind="client", host=cfg.host, port=self.client_port)
+                if self.routes is not None:
+                    self.routes.refresh_info()  # the peers learn our client URL
                 nursery.start_soon(self._accept_loop, listeners)
                 if cfg.http_port is not None:
                     self.monitor_port = await nursery.start(serve_monitor, self)
@@ -162,6 +178,10 @@ class Server:
                     client.close("Server Shutdown")
                 with trio.move_on_after(2):
                     await self._no_clients.wait()
+                if self.routes is not None:
+                    self.routes.close_all("Server Shutdown")
+                    with trio.move_on_after(1):
+                        await self.routes.wait_closed()
                 nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
@@ -184,29 +204,22 @@ class Server:
                     nursery.start_soon(self._accept_on, listener)
 
     async def _accept_on(self, listener: trio.SocketListener) -> None:
-        while True:
-            try:
-                stream = await listener.accept()
-            except OSError as exc:  # EMFILE and friends: back off, keep serving
-                self.events.emit("config_warning", message=f"accept failed: {exc}")
-                await trio.sleep(0.1)
-                continue
-            try:
-                stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
-                ip, port = stream.socket.getpeername()[:2]
-            except OSError:
-                await stream.aclose()
-                continue
-            if len(self.clients) >= self.config.max_connections:
-                self.events.emit("max_connections", ip=ip, limit=self.config.max_connections)
-                self._nursery.start_soon(self._refuse, stream, ip, "maximum connections exceeded")
-                continue
-            self._next_cid += 1
-            client = ClientConnection(self, stream, self._next_cid, ip, port)
-            self.clients[client.cid] = client
-            self._no_clients = trio.Event()
-            self.stats.total_connections += 1
-            self._nursery.start_soon(client.run)
+        await accept_connections(listener, self._accepted, self._accept_failed)
+
+    def _accept_failed(self, exc: OSError) -> None:  # EMFILE and friends: back off, keep serving
+        self.events.emit("config_warning", message=f"accept failed: {exc}")
+
+    def _accepted(self, stream: trio.SocketStream, ip: str, port: int) -> None:
+        if len(self.clients) >= self.config.max_connections:
+            self.events.emit("max_connections", ip=ip, limit=self.config.max_connections)
+            self._nursery.start_soon(self._refuse, stream, ip, "maximum connections exceeded")
+            return
+        self._next_cid += 1
+        client = ClientConnection(self, stream, self._next_cid, ip, port)
+        self.clients[client.cid] = client
+        self._no_clients = trio.Event()
+        self.stats.total_connections += 1
+        self._nursery.start_soon(client.run)
 
     async def _refuse(self, stream: trio.SocketStream, ip: str, text: str) -> None:
         """INFO, then -ERR, then close: what nats-server sends past max_connections."""
@@ -244,6 +257,8 @@ class Server:
         }
         if self.auth.required:
             info["auth_required"] = True
+        if cfg.cluster is not None:
+            info["cluster"] = cfg.cluster.name
         self._base_info = info
 
     def client_info(self, client: ClientConnection) -> dict[str, Any]:
@@ -261,48 +276,130 @@ class Server:
 
     def publish(self, client: ClientConnection, subject: str, reply: str | None,
                 headers: bytes | None, payload: bytes) -> None:
-        """Route one inbound message within ``client``'s account."""
+        """Route one inbound message within ``client``'s account, locally and to the peers."""
         stats = self.stats
         stats.in_msgs += 1
         stats.in_bytes += len(payload) + (len(headers) if headers else 0)
         delivered = self.jetstream is not None and self.jetstream.handle(
             client.account.name, subject, reply, headers, payload)
-        match = client.account.sublist.match(subject)
-        echo = client.echo
-        for sub in match.plain:
-            target = sub.client
-            if target is client and not echo:
-                continue
-            target.deliver(sub, subject, reply, headers, payload)
-            delivered = True
-        for _queue, members in match.queues:
-            if not echo:
-                members = [m for m in members if m.client is not client]
-                if not members:
-                    continue
-            sub = members[random.randrange(len(members))] if len(members) > 1 else members[0]
-            sub.client.deliver(sub, subject, reply, headers, payload)
+        if self._deliver(client.account, subject, None, reply, headers, payload, client, client.echo,
+                         None, self.routes is not None):
             delivered = True
         if not delivered and reply and client.no_responders:
             self._no_responders(client, subject, reply)
 
+    def publish_from_route(self, src: str, account: str, subject: str, reply: str | None,
+                           headers: bytes | None, payload: bytes, queues: tuple[str, ...] = (),
+                           *, deliver_as: str | None = None) -> None:
+        """A message a peer (server_name ``src``) routed here (nats-server route.go
+        processInboundRoutedMsg): JetStream has the first look, as in :meth:`publish`, then
+        every local plain subscriber gets it and, for each queue name in ``queues``, one local
+        member of that group. Never forwarded again. ``deliver_as``: the subject shown to
+        clients when it differs from the routing ``subject`` (a consumer delivery)."""
+        acc = self.accounts.get(account)
+        if acc is None:  # an account this server does not have (client.go "Unknown account")
+            return
+        stats = self.stats
+        stats.in_msgs += 1
+        stats.in_bytes += len(payload) + (len(headers) if headers else 0)
+        if self.jetstream is not None:
+            self.jetstream.handle(account, subject, reply, headers, payload)
+        self._deliver(acc, subject, deliver_as, reply, headers, payload, None, True, queues, False)
+
     def route_internal(self, account: str, out: Any) -> None:
         """Deliver a message JetStream produced (an :class:`~jetraft.jetstream.outbound.Outbound`)
-        within ``account``: every plain subscriber, one member of each queue group."""
-        match = self.account(account).sublist.match(out.subject)
+        within ``account``: every plain subscriber, one member of each queue group, in the
+        whole cluster (a reply's inbox may be on another server)."""
         # A consumer delivery is routed to its inbox/deliver subject but carries the stored
         # message's subject on the wire (nats-server consumer.go deliverMsg).
-        subject = getattr(out, "msg_subject", "") or out.subject
+        shown = getattr(out, "msg_subject", "") or None
+        self._deliver(self.account(account), out.subject, shown if shown != out.subject else None,
+                      out.reply, out.headers, out.data, None, True, None, self.routes is not None)
+
+    def _deliver(self, account: Account, subject: str, shown: str | None, reply: str | None,
+                 headers: bytes | None, payload: bytes, sender: ClientConnection | None,
+                 echo: bool, queues: tuple[str, ...] | None, forward: bool) -> bool:
+        """Deliver one message matched on ``subject`` (shown to clients as ``shown`` when set)
+        to the local subscribers and, with ``forward``, to the peers; True if anyone got it.
+
+        ``sender``/``echo``: the publishing client and whether it gets its own messages.
+        ``queues``: for a routed message, the only queue groups to deliver to.
+        """
+        match = account.sublist.match(subject)
+        wire = shown or subject
+        delivered = False
         for sub in match.plain:
-            sub.client.deliver(sub, subject, out.reply, out.headers, out.data)
-        for _queue, members in match.queues:
+            target = sub.client
+            if target is sender and not echo:
+                continue
+            target.deliver(sub, wire, reply, headers, payload)
+            delivered = True
+        remote = self.routes.match_remote(account.name, subject) if forward else None
+        local_queues: Any = match.queues
+        targets: dict[RouteConnection, list[str]] = {}
+        if remote is not None:
+            for rsub in remote.plain:
+                targets.setdefault(rsub.conn, [])
+            local_queues = dict(local_queues)
+            for name, rmembers in remote.queues:
+                members = local_queues.pop(name, ())
+                if not echo:
+                    members = [m for m in members if m.client is not sender]
+                n = len(members)
+                pick = random.randrange(n + sum(r.weight for r in rmembers))
+                if pick < n:
+                    sub = members[pick]
+                    sub.client.deliver(sub, wire, reply, headers, payload)
+                    delivered = True
+                    continue
+                pick -= n
+                for rsub in rmembers:
+                    if pick < rsub.weight:
+                        targets.setdefault(rsub.conn, []).append(name)
+                        break
+                    pick -= rsub.weight
+            local_queues = local_queues.items()
+        for name, members in local_queues:
+            if queues is not None and name not in queues:
+                continue
+            if not echo:
+                members = [m for m in members if m.client is not sender]
+                if not members:
+                    continue
             sub = members[random.randrange(len(members))] if len(members) > 1 else members[0]
-            sub.client.deliver(sub, subject, out.reply, out.headers, out.data)
+            sub.client.deliver(sub, wire, reply, headers, payload)
+            delivered = True
+        if targets:
+            self.routes.forward(account.name, subject, reply, headers, payload, targets, shown)
+            delivered = True
+        return delivered
+
+    def subscription_added(self, account: str, subject: str, queue: str | None) -> None:
+        """A client subscribed: tell the peers (when clustered) and JetStream."""
+        if self.routes is not None:
+            self.routes.local_interest(account, subject, queue, 1)
+        self.subscriptions_changed(account)
+
+    def subscription_removed(self, account: str, subject: str, queue: str | None) -> None:
+        """A client unsubscribed (or went away): tell the peers (when clustered) and JetStream."""
+        if self.routes is not None:
+            self.routes.local_interest(account, subject, queue, -1)
+        self.subscriptions_changed(account)
 
     def subscriptions_changed(self, account: str) -> None:
-        """A client subscribed or unsubscribed in ``account`` (push consumers watch interest)."""
+        """Interest in ``account`` changed, here or on a peer (push consumers watch interest)."""
         if self.jetstream is not None:
             self.jetstream.interest_changed(account)
+
+    def set_connect_urls(self, urls: list[str]) -> None:
+        """The cluster's client URLs changed: send connected clients a new INFO (nats-server
+        server.go sendAsyncInfoToClients)."""
+        if urls == self.connect_urls:
+            return
+        self.connect_urls = urls
+        for client in list(self.clients.values()):
+            if client.connected:
+                client.send_info()
 
     def _no_responders(self, client: ClientConnection, subject: str, reply: str) -> None:
         """Send the 503 status to the requester's own reply subscription (client.go)."""

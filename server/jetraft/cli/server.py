@@ -161,11 +161,6 @@ def run_server(cfg: ServerConfig, overrides: Callable[[ServerConfig], ServerConf
     # Imported here so that -t, -v and --signal do not load trio, hypercorn and the server.
     from jetraft.server import Server, log_threshold
 
-    if cfg.cluster is not None:
-        raise UsageFailure(
-            "clustering is configured, but this jetraft build does not support it yet; "
-            "remove the cluster settings (or --cluster/--routes flags) to run a single server"
-        )
     server = Server(cfg, overrides=overrides, handle_signals=True)
     events = server.events
     events.threshold = log_threshold(cfg)

@@ -10,12 +10,18 @@ Slow consumers (nats-server server/client.go queueOutbound / flushOutbound): the
 buffer is bounded by ``max_pending`` bytes and a write may take at most ``write_deadline``
 seconds; past either, the connection is closed without waiting for it and every other
 client is unaffected.
+
+:class:`StreamConnection` (the task layout, the writer, closing with or without a flush, the
+lingering close) and :func:`accept_connections` are shared with the cluster's route
+connections (:mod:`jetraft.net.route`).
 """
 
 from __future__ import annotations
 
 import json
 import time
+import socket
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import trio
@@ -58,67 +64,73 @@ class Subscription:
         self.delivered = 0
 
 
-class ClientConnection:
-    """State and tasks of one client. Created by the server for every accepted socket."""
+async def accept_connections(listener: trio.SocketListener,
+                             handle: Callable[[trio.SocketStream, str, int], None],
+                             on_error: Callable[[OSError], None]) -> None:
+    """Accept on ``listener`` until it is closed (or the caller is cancelled).
 
-    def __init__(self, server: Server, stream: trio.SocketStream, cid: int, ip: str, port: int) -> None:
-        cfg = server.config
-        self.server = server
-        self.stream = stream
-        self.cid = cid
-        self.ip = ip
-        self.port = port
-        self.parser = ClientParser(max_control_line=cfg.max_control_line, max_payload=cfg.max_payload)
-        self.subs: dict[str, Subscription] = {}
-        self.account: Account | None = None
-        self.identity: Identity | None = None
-        self.connected = False
-        self.verbose = False
-        self.echo = True
-        self.headers = False
-        self.no_responders = False
-        self.name: str | None = None
-        self.lang: str | None = None
-        self.version: str | None = None
-        self.start_ns = time.time_ns()
-        self.last_activity = self.start_ns
-        self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
-        self.pings_out = 0
+    Each connection gets TCP_NODELAY and is passed to ``handle(stream, ip, port)``; a socket
+    that is gone before its peer address is read is closed and skipped. An accept error
+    (EMFILE and friends) goes to ``on_error`` and accepting resumes 0.1 s later.
+    """
+    while True:
+        try:
+            stream = await listener.accept()
+        except trio.ClosedResourceError:
+            return
+        except OSError as exc:
+            on_error(exc)
+            await trio.sleep(0.1)
+            continue
+        try:
+            stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
+            ip, port = stream.socket.getpeername()[:2]
+        except OSError:
+            await stream.aclose()
+            continue
+        handle(stream, ip, port)
+
+
+class StreamConnection:
+    """The tasks of one connection: a reader (``_reader``, the subclass's), a writer draining
+    what :meth:`_take` returns in one ``send_all`` each, and helper tasks (timers).
+
+    ``close(reason)`` ends it; with ``flush`` the writer first sends what is queued (a write
+    still bounded by ``write_deadline`` seconds, past which :meth:`_write_timed_out` is
+    called). Subclasses set ``server`` and ``stream`` and implement ``_reader``, ``_take``,
+    ``_write_timed_out``.
+    """
+
+    server: Server
+    stream: trio.SocketStream
+
+    def __init__(self) -> None:
         self.close_reason: str | None = None
-        self._out = bytearray()
         self._writer_parked = False
         self._lot = trio.lowlevel.ParkingLot()
         self._flush_then_close = False
         self._scope: trio.CancelScope | None = None
 
-    # ------------------------------------------------------------------ lifecycle
-
-    async def run(self) -> None:
-        """Serve the connection until it closes; never raises for client misbehaviour."""
+    async def _serve(self, tasks: list[Callable[[], Awaitable[None]]], closed_reason: str) -> None:
+        """Run the reader, the writer and ``tasks`` until the connection closes;
+        ``closed_reason`` is the close reason when the peer hung up."""
         with trio.CancelScope() as scope:
             self._scope = scope
-            self.send(encode_info(self.server.client_info(self)))
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._writer)
-                nursery.start_soon(self._pinger)
-                if self.server.auth.required:
-                    nursery.start_soon(self._auth_timer)
+                for task in tasks:
+                    nursery.start_soon(task)
                 await self._reader()
                 if self.close_reason is None:
-                    self.close_reason = "Client Closed"
+                    self.close_reason = closed_reason
                 if not self._flush_then_close:
                     nursery.cancel_scope.cancel()
                 # else the writer sends what is queued (bounded by write_deadline), then ends
-        await self._teardown()
 
-    async def _teardown(self) -> None:
-        """Forget the client, then close the socket gracefully.
-
-        A lingering close: send FIN and read (discarding) until the client closes or half a
-        second passes. Closing with unread input would make the kernel send RST, and the
-        client would lose the -ERR we just sent (e.g. its PING after a rejected CONNECT).
-        """
-        self.server.client_closed(self)
+    async def _linger_close(self) -> None:
+        """Close the socket gracefully: send FIN and read (discarding) until the peer closes
+        or half a second passes. Closing with unread input would make the kernel send RST,
+        and the peer would lose the last error we sent (e.g. -ERR after a rejected CONNECT)."""
         with trio.move_on_after(0.5) as cs:
             cs.shield = True
             try:
@@ -141,6 +153,89 @@ class ClientConnection:
         elif self._scope is not None:
             self._scope.cancel()
 
+    def _wake_writer(self) -> None:
+        self._writer_parked = False
+        self._lot.unpark_all()
+
+    async def _reader(self) -> None:
+        raise NotImplementedError
+
+    async def _read_some(self, size: int = READ_SIZE) -> bytes:
+        """Up to ``size`` bytes from the peer; empty once it closed or the socket failed."""
+        try:
+            return await self.stream.receive_some(size)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            return b""
+
+    def _take(self) -> bytes | bytearray:
+        """Everything queued (emptying the queue); empty when nothing is."""
+        raise NotImplementedError
+
+    def _write_timed_out(self, size: int) -> None:
+        """A write of ``size`` bytes took longer than ``write_deadline``."""
+        raise NotImplementedError
+
+    async def _writer(self) -> None:
+        deadline = self.server.config.write_deadline
+        while True:
+            data = self._take()
+            if not data:
+                if self._flush_then_close:
+                    self._scope.cancel()
+                    return
+                self._writer_parked = True
+                await self._lot.park()
+                continue
+            with trio.move_on_after(deadline) as cs:
+                try:
+                    await self.stream.send_all(data)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    self.close("Write Error", flush=False)
+                    return
+            if cs.cancelled_caught:
+                self._write_timed_out(len(data))
+                return
+
+
+class ClientConnection(StreamConnection):
+    """State and tasks of one client. Created by the server for every accepted socket."""
+
+    def __init__(self, server: Server, stream: trio.SocketStream, cid: int, ip: str, port: int) -> None:
+        super().__init__()
+        cfg = server.config
+        self.server = server
+        self.stream = stream
+        self.cid = cid
+        self.ip = ip
+        self.port = port
+        self.parser = ClientParser(max_control_line=cfg.max_control_line, max_payload=cfg.max_payload)
+        self.subs: dict[str, Subscription] = {}
+        self.account: Account | None = None
+        self.identity: Identity | None = None
+        self.connected = False
+        self.verbose = False
+        self.echo = True
+        self.headers = False
+        self.no_responders = False
+        self.name: str | None = None
+        self.lang: str | None = None
+        self.version: str | None = None
+        self.start_ns = time.time_ns()
+        self.last_activity = self.start_ns
+        self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
+        self.pings_out = 0
+        self._out = bytearray()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self) -> None:
+        """Serve the connection until it closes; never raises for client misbehaviour."""
+        self.send(encode_info(self.server.client_info(self)))
+        tasks = [self._pinger, self._auth_timer] if self.server.auth.required else [self._pinger]
+        await self._serve(tasks, "Client Closed")
+        self.server.client_closed(self)  # forget the client, then close the socket gracefully
+        await self._linger_close()
+
     # ------------------------------------------------------------------ output
 
     @property
@@ -160,10 +255,6 @@ class ClientConnection:
         if self._writer_parked:
             self._wake_writer()
 
-    def _wake_writer(self) -> None:
-        self._writer_parked = False
-        self._lot.unpark_all()
-
     def _slow_consumer(self, why: str, pending: int) -> None:
         self.server.stats.slow_consumers += 1
         self.server.events.emit("slow_consumer", cid=self.cid, ip=self.ip, port=self.port,
@@ -172,36 +263,21 @@ class ClientConnection:
         self.close("Slow Consumer (Pending Bytes)" if why.startswith("max") else "Slow Consumer (Write Deadline)",
                    flush=False)
 
-    async def _writer(self) -> None:
-        deadline = self.server.config.write_deadline
-        while True:
-            if not self._out:
-                if self._flush_then_close:
-                    self._scope.cancel()
-                    return
-                self._writer_parked = True
-                await self._lot.park()
-                continue
-            data, self._out = self._out, bytearray()
-            with trio.move_on_after(deadline) as cs:
-                try:
-                    await self.stream.send_all(data)
-                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                    self.close("Write Error", flush=False)
-                    return
-            if cs.cancelled_caught:
-                self._slow_consumer("write_deadline exceeded", len(data) + len(self._out))
-                return
+    def _take(self) -> bytearray:
+        data = self._out
+        if data:
+            self._out = bytearray()
+        return data
+
+    def _write_timed_out(self, size: int) -> None:
+        self._slow_consumer("write_deadline exceeded", size + len(self._out))
 
     # ------------------------------------------------------------------ input
 
     async def _reader(self) -> None:
-        stream, parser = self.stream, self.parser
+        parser = self.parser
         while self.close_reason is None:
-            try:
-                data = await stream.receive_some(READ_SIZE)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                return
+            data = await self._read_some()
             if not data:
                 return
             self.last_activity = time.time_ns()
@@ -294,7 +370,7 @@ class ClientConnection:
         sub = Subscription(self, op.subject, op.queue, op.sid)
         self.subs[op.sid] = sub
         self.account.sublist.insert(op.subject, sub, op.queue)
-        self.server.subscriptions_changed(self.account.name)
+        self.server.subscription_added(self.account.name, op.subject, op.queue)
         if self.verbose:
             self.send(OK)
 
@@ -311,7 +387,7 @@ class ClientConnection:
     def remove_subscription(self, sub: Subscription) -> None:
         if self.subs.pop(sub.sid, None) is not None:
             self.account.sublist.remove(sub.subject, sub, sub.queue)
-            self.server.subscriptions_changed(self.account.name)
+            self.server.subscription_removed(self.account.name, sub.subject, sub.queue)
 
     def remove_all_subscriptions(self) -> None:
         for sub in list(self.subs.values()):

@@ -1,9 +1,9 @@
-"""Monitoring over HTTP on the ``http``/``-m`` port: /healthz, /varz, /connz, /subsz.
+"""Monitoring over HTTP on the ``http``/``-m`` port: /healthz, /varz, /connz, /subsz, /routez.
 
 Served by hypercorn (ASGI on trio). Field names, types and units follow nats-server
 server/monitor.go: durations are integer nanoseconds, times RFC 3339 UTC, uptime a Go-style
 duration string. Query parameters as nats-server: ``/connz?subs=1&offset=0&limit=1024``,
-``/subsz?subs=1&offset=0&limit=1024``.
+``/subsz?subs=1&offset=0&limit=1024``, ``/routez?subs=1``.
 """
 
 from __future__ import annotations
@@ -72,8 +72,8 @@ def varz(server: Server) -> dict[str, Any]:
         "cores": os.cpu_count(),
         "connections": len(server.clients),
         "total_connections": stats.total_connections,
-        "routes": 0,
-        "remotes": 0,
+        "routes": len(server.routes.peers) if server.routes is not None else 0,
+        "remotes": len(server.routes.peers) if server.routes is not None else 0,
         "in_msgs": stats.in_msgs,
         "out_msgs": stats.out_msgs,
         "in_bytes": stats.in_bytes,
@@ -85,8 +85,43 @@ def varz(server: Server) -> dict[str, Any]:
         "tags": list(cfg.server_tags),
     }
     if cfg.cluster is not None:
-        out["cluster"] = {"name": cfg.cluster.name, "addr": cfg.cluster.host, "cluster_port": cfg.cluster.port}
+        routes = server.routes
+        out["cluster"] = {
+            "name": cfg.cluster.name, "addr": cfg.cluster.host,
+            "cluster_port": routes.port if routes is not None and routes.port else cfg.cluster.port,
+            "auth_timeout": cfg.cluster.auth_timeout,
+            "urls": [f"{r.host}:{r.port}" for r in cfg.cluster.routes],
+        }
     return out
+
+
+def routez(server: Server, params: dict[str, list[str]]) -> dict[str, Any]:
+    """``/routez``: one entry per route (nats-server monitor.go Routez/RouteInfo)."""
+    now = time.time_ns()
+    routes = []
+    manager = server.routes
+    peers = sorted(manager.peers.values(), key=lambda p: p.server_name) if manager is not None else []
+    for peer in peers:
+        conn = peer._conn
+        if conn is None:  # being replaced by another route to the same server
+            continue
+        entry: dict[str, Any] = {
+            "rid": conn.rid, "remote_id": peer.server_id, "remote_name": peer.server_name,
+            "did_solicit": conn.solicited,
+            "is_configured": bool(conn.target is not None and conn.target.configured),
+            "ip": conn.ip, "port": conn.port,
+            "start": rfc3339_ns(conn.start_ns), "last_activity": rfc3339_ns(conn.last_activity_ns),
+            "uptime": f"{(now - conn.start_ns) // NS}s", "idle": f"{(now - conn.last_activity_ns) // NS}s",
+            "pending_size": conn.pending_bytes, "in_msgs": conn.in_msgs, "out_msgs": conn.out_msgs,
+            "in_bytes": conn.in_bytes, "out_bytes": conn.out_bytes,
+            "subscriptions": len(conn.interest),
+            "tags": list(peer.tags), "jetstream": peer.jetstream,
+        }
+        if _flag(params, "subs"):
+            entry["subscriptions_list"] = sorted(subject for _acc, subject, _q in conn.interest)
+        routes.append(entry)
+    return {"server_id": server.server_id, "server_name": server.server_name, "now": rfc3339_ns(now),
+            "num_routes": len(routes), "routes": routes}
 
 
 def _page(params: dict[str, list[str]]) -> tuple[int, int]:
@@ -176,8 +211,10 @@ def make_app(server: Server):
             body = connz(server, params)
         elif path == "/subsz" or path == "/subscriptionsz":
             body = subsz(server, params)
+        elif path == "/routez":
+            body = routez(server, params)
         elif path == "/":
-            body = {"endpoints": ["/healthz", "/varz", "/connz", "/subsz"]}
+            body = {"endpoints": ["/healthz", "/varz", "/connz", "/subsz", "/routez"]}
         else:
             status, body = 404, {"error": f"no such endpoint {path}"}
         data = json.dumps(body, indent=2).encode()

@@ -1,0 +1,886 @@
+"""Routes: the full mesh of connections between the servers of one cluster.
+
+:class:`RouteManager` listens on the ``cluster`` port, solicits every configured route, and
+keeps at most one route per remote server. It follows nats-server server/route.go:
+
+- **Handshake.** The soliciting side sends CONNECT (the route URL's credentials) and its
+  INFO; the accepting side checks them and answers with its own INFO, or with an ERR frame
+  and a ``route_refused`` event: a different cluster name (route.go processRouteInfo
+  ClusterNameConflict), bad credentials when ``cluster { authorization { user, password } }``
+  is set (processRouteConnect), a connection to itself (same server_id: DuplicateRoute, and
+  the address is never dialled again, as nats-server's ``routesToSelf``), this server's own
+  server_name (DuplicateServerName), or a protocol version it does not speak. Both sides
+  must finish within ``cluster.authorization.timeout`` (``auth_timeout``) seconds.
+- **Duplicates.** When two servers dial each other at once there are two connections between
+  them. Both servers keep the same one, the connection solicited by the server with the lower
+  server_id, and close the other with ERR ``superseded`` (route.go addRoute /
+  handleDuplicateRoute, made deterministic). A route being replaced this way does not count
+  as the peer going down: the peer stays in :attr:`RouteManager.peers` for up to
+  :data:`SUPERSEDE_GRACE` seconds while the replacement connects. A second connection in the
+  same direction is refused as ``duplicate`` and its address is not dialled again while the
+  peer is connected.
+- **Implicit discovery.** Each INFO lists the route addresses the sender knows (its
+  configured routes and the listen addresses of its peers); the receiver dials the ones it
+  does not know. When a new peer registers, every other peer gets a fresh INFO (route.go
+  forwardNewRouteInfoToKnownServers), so servers that each list one seed form a full mesh.
+- **Reconnects.** A configured or discovered route that fails or dies is dialled again with
+  exponential backoff from :data:`INITIAL_BACKOFF` to :data:`MAX_BACKOFF` seconds, each delay
+  jittered to 50-100 % (route.go connectToRoute with connect_backoff, reConnectToRoute's
+  random delay).
+- **Keepalive.** A PING every ``min(ping_interval, ROUTE_PING_INTERVAL)`` seconds; a route
+  with ``ping_max`` PINGs unanswered is closed ("Stale Connection").
+- **Interest.** Subscriptions of local clients and interest held by the server itself
+  (:meth:`RouteManager.add_internal_interest`) are reference-counted per (account, subject)
+  and per (account, subject, queue); the first subscriber sends SUB to every peer, the last
+  UNSUB; a queue group's SUB carries its member count as weight (route.go
+  updateRouteSubscriptionMap, ``RS+ account subject queue weight``). A route that comes up
+  gets the whole table; the interest a peer sent is forgotten when its route goes down.
+- **Output.** Each route has an outbound queue drained by one sender task that writes
+  everything queued in one ``send_all`` (many small frames coalesce into one write). Past
+  half of ``max_pending`` bytes queued, APP frames of kind ``"raft"`` are dropped (RAFT
+  retransmits); past ``max_pending`` or when a write takes longer than ``write_deadline``
+  seconds, the route is closed as a slow consumer and the reason logged.
+
+The public API used by other layers: :attr:`RouteManager.peers`, :meth:`~RouteManager.send_app`,
+:meth:`~RouteManager.on_app`, :meth:`~RouteManager.on_peer_change`,
+:meth:`~RouteManager.add_internal_interest`, :meth:`~RouteManager.remove_internal_interest`,
+:meth:`~RouteManager.has_remote_interest`. Routed messages reach
+``Server.publish_from_route``.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import trio
+
+from jetraft.auth import check_password
+from jetraft.config import is_bcrypt
+from jetraft.net.client import StreamConnection, accept_connections
+from jetraft.protocol import Match, SubjectIndex
+from jetraft.protocol import route as rp
+
+if TYPE_CHECKING:
+    from jetraft.server import Server
+
+__all__ = ["RemoteSub", "RouteConnection", "RouteManager", "RoutePeer"]
+
+#: First and largest delay (seconds) between attempts to dial a route.
+INITIAL_BACKOFF = 0.05
+MAX_BACKOFF = 2.0
+#: Largest keepalive interval (seconds) for routes, whatever the client ``ping_interval``.
+ROUTE_PING_INTERVAL = 5.0
+#: Seconds a peer whose route was superseded stays registered while its replacement connects.
+SUPERSEDE_GRACE = 2.0
+#: Seconds to wait for a TCP connection to a route.
+DIAL_TIMEOUT = 2.0
+#: APP frames of this kind are dropped first when a route's output backs up.
+DROPPABLE_KIND = "raft"
+
+READ_SIZE = 262144
+_WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
+
+
+def format_addr(host: str, port: int) -> str:
+    """``"host:port"``, IPv6 hosts in brackets, lower case (the key of a route address)."""
+    host = host.strip("[]").lower()
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def split_addr(addr: str) -> tuple[str, int] | None:
+    """``"host:port"`` -> (host without brackets, port), None when malformed."""
+    host, _, port = addr.rpartition(":")
+    try:
+        number = int(port)
+    except ValueError:
+        return None
+    if not 0 < number < 65536:
+        return None
+    return host.strip("[]"), number
+
+
+class RoutePeer:
+    """A remote server reached through a route that finished its handshake.
+
+    ``remote`` is the route's ``"ip:port"``, ``connected_ns`` when this server first
+    registered it and ``last_seen_ns`` when a frame last arrived from it (both
+    ``time.time_ns()``). ``listen`` is its route address as this server dials it,
+    ``client_url`` its client ``"host:port"`` (or None).
+    """
+
+    __slots__ = ("_conn", "client_url", "cluster", "connected_ns", "jetstream", "last_seen_ns",
+                 "listen", "remote", "server_id", "server_name", "tags")
+
+    def __init__(self, conn: RouteConnection, info: rp.RouteInfo) -> None:
+        self.server_name = info.server_name
+        self.connected_ns = time.time_ns()
+        self.last_seen_ns = self.connected_ns
+        self._conn: RouteConnection | None = None
+        self.attach(conn, info)
+
+    def attach(self, conn: RouteConnection, info: rp.RouteInfo) -> None:
+        """Make ``conn`` (whose INFO is ``info``) this peer's route."""
+        self._conn = conn
+        self.server_id = info.server_id
+        self.cluster = info.cluster
+        self.tags: tuple[str, ...] = tuple(info.tags)
+        self.jetstream = info.jetstream
+        self.remote = format_addr(conn.ip, conn.port)
+        self.listen = conn.peer_addr(info.listen)
+        self.client_url = conn.peer_addr(info.client_url) if info.client_url else None
+
+    def __repr__(self) -> str:
+        return (f"RoutePeer({self.server_name!r}, id={self.server_id[:8]}…, remote={self.remote}, "
+                f"tags={self.tags}, jetstream={self.jetstream})")
+
+
+class RemoteSub:
+    """Interest a peer sent: its route ``conn``, the ``subject`` filter, ``queue`` and ``weight``
+    (the peer's member count in that queue group). Held in the manager's per-account index."""
+
+    __slots__ = ("conn", "queue", "subject", "weight")
+
+    def __init__(self, conn: RouteConnection, subject: str, queue: str | None, weight: int) -> None:
+        self.conn = conn
+        self.subject = subject
+        self.queue = queue
+        self.weight = weight
+
+
+class _Target:
+    """A route address this server dials: configured, or learnt from a peer's INFO."""
+
+    __slots__ = ("addr", "configured", "host", "is_self", "password", "peer_name", "port", "user")
+
+    def __init__(self, host: str, port: int, user: str | None, password: str | None,
+                 configured: bool) -> None:
+        self.host = host
+        self.port = port
+        self.addr = format_addr(host, port)
+        self.user = user
+        self.password = password
+        self.configured = configured
+        self.is_self = False
+        self.peer_name: str | None = None  # learnt from the remote's INFO
+
+    def url(self) -> str:
+        """The route URL without its password, for the event log."""
+        user = f"{self.user}:[REDACTED]@" if self.user else ""
+        return f"nats-route://{user}{self.addr}"
+
+
+class RouteConnection(StreamConnection):
+    """One route socket: a reader, a sender draining the outbound queue, a pinger.
+
+    ``solicited`` is True on the side that dialled. ``info`` is the remote's INFO once
+    received, ``peer`` the :class:`RoutePeer` while this connection is its route.
+    """
+
+    def __init__(self, manager: RouteManager, stream: trio.SocketStream, ip: str, port: int,
+                 *, solicited: bool, target: _Target | None = None) -> None:
+        super().__init__()
+        manager._next_rid += 1
+        self.rid = manager._next_rid
+        self.manager = manager
+        self.server = manager.server
+        self.stream = stream
+        self.ip = ip
+        self.port = port
+        self.solicited = solicited
+        self.target = target
+        self.parser = rp.RouteParser()
+        self.info: rp.RouteInfo | None = None
+        self.peer: RoutePeer | None = None
+        self.registered = False
+        self.connect_ok = solicited  # the accepting side needs CONNECT first
+        self.interest: dict[tuple[str, str, str | None], RemoteSub] = {}
+        self.superseded_by_remote = False
+        self.refused = False
+        self.quiet = False  # its end was logged as route_refused (or it was a route to self)
+        self.start_ns = time.time_ns()
+        self.last_activity_ns = self.start_ns
+        self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
+        self.dropped_frames = 0
+        self.pings_out = 0
+        self._out: list[bytes] = []
+        self._pending = 0
+
+    @property
+    def remote(self) -> str:
+        return format_addr(self.ip, self.port)
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes queued and not yet handed to the socket."""
+        return self._pending
+
+    def peer_addr(self, advertised: str) -> str:
+        """The address ``advertised`` (``host:port``) as seen from here: a wildcard or empty
+        host is replaced with this connection's remote IP (route.go processRouteInfo info.IP)."""
+        parts = split_addr(advertised)
+        if parts is None:
+            return advertised
+        host, port = parts
+        return format_addr(self.ip if host in _WILDCARD_HOSTS else host, port)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self) -> None:
+        """Serve the route until it closes; the manager is told in every case."""
+        try:
+            if self.solicited:
+                t = self.target
+                self.send(rp.encode_connect(t.user if t else None, t.password if t else None)
+                          + rp.encode_info(self.manager.local_info()))
+            await self._serve([self._handshake_timer, self._pinger], "Remote Closed")
+        finally:
+            if self.close_reason is None:
+                self.close_reason = "Server Shutdown"
+            self.manager._closed(self)
+            await self._linger_close()
+
+    def refuse(self, code: str, reason: str, *, log: bool = True, level: str | None = None) -> None:
+        """Send ERR ``code`` and close; ``route_refused`` is logged (at ``level``, default
+        the event's) unless ``log`` is False."""
+        if self.close_reason is not None:
+            return
+        self.refused = True
+        if log:
+            self.quiet = True
+            self.manager.log_refused(self.remote, reason, level)
+        self.send(rp.encode_err(code, reason))
+        self.close(f"refused: {reason}")
+
+    # ------------------------------------------------------------------ output
+
+    def send(self, data: bytes, *, droppable: bool = False) -> bool:
+        """Queue one or more encoded frames. False when dropped or the route is closing."""
+        if self.close_reason is not None:
+            return False
+        limit = self.manager.max_pending
+        if droppable and self._pending > limit // 2:
+            self.dropped_frames += 1
+            return False
+        self._out.append(data)
+        self._pending += len(data)
+        if self._pending > limit:
+            self._slow(f"{self._pending} bytes pending exceed max_pending {limit}")
+            return False
+        if self._writer_parked:
+            self._wake_writer()
+        return True
+
+    def _slow(self, why: str) -> None:
+        self.server.stats.slow_consumers += 1
+        self._out = []
+        self._pending = 0
+        self.close(f"Slow Consumer: {why}", flush=False)
+
+    def _take(self) -> bytes:
+        chunks = self._out
+        if not chunks:
+            return b""
+        self._out = []
+        self._pending = 0
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def _write_timed_out(self, size: int) -> None:
+        self._slow(f"a write of {size} bytes took longer than write_deadline "
+                   f"{self.server.config.write_deadline}s")
+
+    # ------------------------------------------------------------------ input
+
+    async def _reader(self) -> None:
+        parser, server = self.parser, self.server
+        while self.close_reason is None:
+            data = await self._read_some(READ_SIZE)
+            if not data:
+                return
+            now = time.time_ns()
+            self.last_activity_ns = now
+            if self.peer is not None:
+                self.peer.last_seen_ns = now
+            try:
+                frames = parser.feed(data)
+            except rp.RouteProtocolError as exc:
+                self.refuse(rp.ERR_PROTOCOL, str(exc))
+                return
+            for frame in frames:
+                if self.close_reason is not None:
+                    return
+                kind = type(frame)
+                if kind is rp.RouteMsg and self.registered:
+                    self.in_msgs += 1
+                    self.in_bytes += len(frame.payload) + (len(frame.headers) if frame.headers else 0)
+                    server.publish_from_route(
+                        self.peer.server_name, frame.account, frame.subject, frame.reply,
+                        frame.headers, frame.payload, frame.queues, deliver_as=frame.deliver_as)
+                elif kind is rp.RouteConnect:
+                    await self._on_connect(frame)
+                else:
+                    self._control(frame)
+
+    def _control(self, frame: rp.Frame) -> None:
+        kind = type(frame)
+        manager = self.manager
+        if kind is rp.RoutePing:
+            self.send(rp.PONG)
+        elif kind is rp.RoutePong:
+            self.pings_out = 0
+        elif kind is rp.RouteErr:
+            self._on_err(frame)
+        elif kind is rp.RouteInfo:
+            if self.info is None:
+                manager._handshake(self, frame)
+            else:
+                manager._gossip_received(self, frame)
+        elif not self.registered:
+            self.refuse(rp.ERR_PROTOCOL, f"{kind.__name__} before the handshake finished")
+        elif kind is rp.AppFrame:
+            manager._app(self, frame)
+        elif kind is rp.RouteSub:
+            manager._remote_sub(self, frame)
+        elif kind is rp.RouteUnsub:
+            manager._remote_unsub(self, frame)
+
+    async def _on_connect(self, frame: rp.RouteConnect) -> None:
+        if self.solicited or self.connect_ok or self.info is not None:
+            self.refuse(rp.ERR_PROTOCOL, "unexpected CONNECT")
+            return
+        cluster = self.manager.cluster
+        if cluster.user is not None:
+            stored = cluster.password or ""
+            given = frame.password or ""
+            if frame.user != cluster.user:
+                ok = False
+            elif is_bcrypt(stored):
+                ok = await trio.to_thread.run_sync(check_password, stored, given)
+            else:
+                ok = check_password(stored, given)
+            if not ok:
+                self.refuse(rp.ERR_AUTH, "authorization violation: bad cluster credentials"
+                            + (f" for user {frame.user!r}" if frame.user else " (none given)"))
+                return
+        self.connect_ok = True
+
+    def _on_err(self, frame: rp.RouteErr) -> None:
+        if frame.code == rp.ERR_SUPERSEDED:
+            self.superseded_by_remote = True
+            self.close(f"superseded by the remote: {frame.text}", flush=False)
+            return
+        self.refused = True
+        if frame.code == rp.ERR_SELF:
+            self.quiet = True
+            if self.target is not None:
+                self.manager._is_self(self.target)
+        else:
+            self.quiet = True
+            self.manager.log_refused(self.remote, f"refused by the remote: {frame.text}",
+                                     "info" if frame.code == rp.ERR_DUPLICATE else None)
+        self.close(f"refused by the remote: {frame.text}", flush=False)
+
+    # ------------------------------------------------------------------ timers
+
+    async def _handshake_timer(self) -> None:
+        await trio.sleep(self.manager.cluster.auth_timeout)
+        if not self.registered and self.close_reason is None:
+            self.refuse(rp.ERR_PROTOCOL, f"handshake not finished within "
+                                         f"{self.manager.cluster.auth_timeout}s")
+
+    async def _pinger(self) -> None:
+        cfg = self.manager.server.config
+        interval = min(cfg.ping_interval, ROUTE_PING_INTERVAL)
+        while True:
+            await trio.sleep(interval)
+            if self.pings_out + 1 > cfg.ping_max:
+                self.close("Stale Connection", flush=False)
+                return
+            self.pings_out += 1
+            self.send(rp.PING)
+
+
+class RouteManager:
+    """The cluster side of one server (see the module docstring).
+
+    Create it with the :class:`~jetraft.server.Server`; ``await nursery.start(manager.run)``
+    binds the cluster listener (``cluster.host``/``cluster.port``; -1 or 0 for a random port)
+    and returns once it listens, with the bound port in :attr:`port`. Raises ``OSError`` when
+    the port cannot be bound.
+    """
+
+    def __init__(self, server: Server) -> None:
+        assert server.config.cluster is not None
+        self.server = server
+        self.cluster = server.config.cluster
+        self.cluster_name = self.cluster.name or ""
+        self.events = server.events
+        self.max_pending = server.config.max_pending
+        self.port: int | None = None
+        #: Remote server_name -> peer, for routes that finished the handshake.
+        self.peers: dict[str, RoutePeer] = {}
+        self.connections: dict[int, RouteConnection] = {}
+        self._next_rid = 0
+        self._targets: dict[str, _Target] = {}
+        self._self_addrs: set[str] = set()
+        self._app_handlers: dict[str, Callable[[str, bytes], None]] = {}
+        self._peer_handlers: list[Callable[[str, bool], None]] = []
+        self._remote: dict[str, SubjectIndex[RemoteSub]] = {}
+        self._plain: dict[tuple[str, str], int] = {}
+        self._queues: dict[tuple[str, str, str], int] = {}
+        self._changed = trio.Event()
+        self._no_connections = trio.Event()
+        self._no_connections.set()
+        self._refusals: dict[tuple[str, str], float] = {}
+        self._nursery: trio.Nursery | None = None
+        self._accept_scope = trio.CancelScope()
+        self._closing = False
+        user = self.cluster.user
+        password = self.cluster.password if user else None
+        if user is None or (password and is_bcrypt(password)):
+            # discovered routes reuse the credentials of a configured route (the cluster's own
+            # password may be a bcrypt hash, useless to dial with)
+            creds = next(((r.user, r.password) for r in self.cluster.routes if r.user), (None, None))
+            user, password = creds
+        self._implicit_creds = (user, password)
+
+    # ------------------------------------------------------------------ public API
+
+    def send_app(self, server_name: str, kind: str, body: bytes) -> bool:
+        """Queue an APP frame for ``server_name``; never blocks. False when there is no route
+        to it (or, for kind ``"raft"``, when its route is backed up and the frame dropped)."""
+        peer = self.peers.get(server_name)
+        conn = peer._conn if peer is not None else None
+        if conn is None:
+            return False
+        return conn.send(rp.encode_app(kind, body), droppable=kind == DROPPABLE_KIND)
+
+    def on_app(self, kind: str, handler: Callable[[str, bytes], None]) -> None:
+        """Call ``handler(src_server_name, body)`` for every APP frame of ``kind`` (one handler
+        per kind; a later registration replaces it). A handler that raises closes the route
+        it was called for (the body is taken to be malformed) and the error is logged."""
+        self._app_handlers[kind] = handler
+
+    def on_peer_change(self, handler: Callable[[str, bool], None]) -> None:
+        """Call ``handler(server_name, connected)`` when a route comes up or goes down. A route
+        replaced by another to the same server (duplicate resolution) is no change."""
+        self._peer_handlers.append(handler)
+
+    def add_internal_interest(self, account: str, subject: str, queue: str | None = None) -> None:
+        """Interest held by this server itself, propagated to peers like a client subscription
+        (reference-counted: each add needs one remove). Matching messages published on other
+        servers arrive through ``Server.publish_from_route``."""
+        self.local_interest(account, subject, queue, 1)
+
+    def remove_internal_interest(self, account: str, subject: str, queue: str | None = None) -> None:
+        """Drop one reference taken by :meth:`add_internal_interest`."""
+        self.local_interest(account, subject, queue, -1)
+
+    def has_remote_interest(self, account: str, subject: str) -> bool:
+        """Whether any peer has interest (plain or queue) matching the literal ``subject``."""
+        index = self._remote.get(account)
+        return index is not None and index.has_interest(subject)
+
+    def match_remote(self, account: str, subject: str) -> Match | None:
+        """The peers' interest matching ``subject`` (items are :class:`RemoteSub`), or None."""
+        index = self._remote.get(account)
+        if index is None:
+            return None
+        match = index.match(subject)
+        return match if (match.plain or match.queues) else None
+
+    def forward(self, account: str, subject: str, reply: str | None, headers: bytes | None,
+                payload: bytes, targets: dict[RouteConnection, list[str]],
+                deliver_as: str | None = None) -> None:
+        """Send one MSG to each route in ``targets`` (route -> queue names it should deliver
+        to). Routes without queues share one encoded frame."""
+        plain: bytes | None = None
+        size = len(payload) + (len(headers) if headers else 0)
+        for conn, queues in targets.items():
+            if queues:
+                frame = rp.encode_msg(account, subject, reply, headers, payload, queues, deliver_as)
+            else:
+                if plain is None:
+                    plain = rp.encode_msg(account, subject, reply, headers, payload, (), deliver_as)
+                frame = plain
+            if conn.send(frame):
+                conn.out_msgs += 1
+                conn.out_bytes += size
+
+    # ------------------------------------------------------------------ local interest
+
+    def local_interest(self, account: str, subject: str, queue: str | None, delta: int) -> None:
+        """A local subscription (``delta`` +1) or unsubscription (-1): tell the peers when the
+        interest appears, disappears, or a queue group's member count changes."""
+        if queue is None:
+            key = (account, subject)
+            count = self._plain.get(key, 0) + delta
+            if count > 0:
+                self._plain[key] = count
+                if count == 1 and delta > 0:
+                    self._broadcast(rp.encode_sub(account, subject))
+            else:
+                if self._plain.pop(key, None) is not None:
+                    self._broadcast(rp.encode_unsub(account, subject))
+            return
+        qkey = (account, subject, queue)
+        count = self._queues.get(qkey, 0) + delta
+        if count > 0:
+            self._queues[qkey] = count
+            self._broadcast(rp.encode_sub(account, subject, queue, count))
+        elif self._queues.pop(qkey, None) is not None:
+            self._broadcast(rp.encode_unsub(account, subject, queue))
+
+    def _broadcast(self, frame: bytes) -> None:
+        for peer in self.peers.values():
+            if peer._conn is not None:
+                peer._conn.send(frame)
+
+    def _interest_table(self) -> bytes:
+        """Every local interest as SUB frames, for a route that just came up."""
+        out = [rp.encode_sub(account, subject) for account, subject in self._plain]
+        out += [rp.encode_sub(a, s, q, n) for (a, s, q), n in self._queues.items()]
+        return b"".join(out)
+
+    # ------------------------------------------------------------------ remote interest
+
+    def _remote_sub(self, conn: RouteConnection, frame: rp.RouteSub) -> None:
+        key = (frame.account, frame.subject, frame.queue)
+        rsub = conn.interest.get(key)
+        if rsub is not None:
+            rsub.weight = frame.weight
+            return
+        index = self._remote.get(frame.account)
+        if index is None:
+            index = self._remote[frame.account] = SubjectIndex()
+        rsub = RemoteSub(conn, frame.subject, frame.queue, frame.weight)
+        try:
+            index.insert(frame.subject, rsub, frame.queue)
+        except ValueError:
+            conn.refuse(rp.ERR_PROTOCOL, f"invalid subject in SUB: {frame.subject!r}")
+            return
+        conn.interest[key] = rsub
+        self.server.subscriptions_changed(frame.account)
+
+    def _remote_unsub(self, conn: RouteConnection, frame: rp.RouteUnsub) -> None:
+        rsub = conn.interest.pop((frame.account, frame.subject, frame.queue), None)
+        if rsub is not None:
+            self._remote[frame.account].remove(frame.subject, rsub, frame.queue)
+            self.server.subscriptions_changed(frame.account)
+
+    def _forget_interest(self, conn: RouteConnection) -> None:
+        accounts = set()
+        for (account, subject, queue), rsub in conn.interest.items():
+            self._remote[account].remove(subject, rsub, queue)
+            accounts.add(account)
+        conn.interest.clear()
+        for account in sorted(accounts):
+            self.server.subscriptions_changed(account)
+
+    def remote_subscription_count(self) -> int:
+        """How many (account, subject, queue) interests all peers hold (for /varz, /routez)."""
+        return sum(len(index) for index in self._remote.values())
+
+    # ------------------------------------------------------------------ APP frames
+
+    def _app(self, conn: RouteConnection, frame: rp.AppFrame) -> None:
+        handler = self._app_handlers.get(frame.kind)
+        if handler is None:
+            return
+        try:
+            handler(conn.peer.server_name, frame.body)
+        except Exception as exc:  # noqa: BLE001 - a peer's bad body must not stop this server
+            conn.refuse(rp.ERR_PROTOCOL, f"APP frame of kind {frame.kind!r} rejected: "
+                                         f"{type(exc).__name__}: {exc}")
+
+    # ------------------------------------------------------------------ handshake
+
+    def local_info(self) -> rp.RouteInfo:
+        """This server's INFO: identity, route listener, known routes, client URL."""
+        server = self.server
+        cfg = server.config
+        host = self.cluster.host
+        listen = format_addr("" if host in _WILDCARD_HOSTS else host, self.port or 0)
+        client_url = None
+        if server.client_port:
+            client_url = format_addr("" if cfg.host in _WILDCARD_HOSTS else cfg.host, server.client_port)
+        known = {t.addr for t in self._targets.values() if not t.is_self}
+        known.update(p.listen for p in self.peers.values())
+        return rp.RouteInfo(
+            server_name=server.server_name, server_id=server.server_id, cluster=self.cluster_name,
+            tags=tuple(cfg.server_tags), jetstream=server.jetstream is not None, listen=listen,
+            routes=tuple(sorted(known)), client_url=client_url)
+
+    def _validate(self, conn: RouteConnection, info: rp.RouteInfo) -> tuple[str, str] | None:
+        server = self.server
+        if info.version != rp.VERSION:
+            return rp.ERR_PROTOCOL, f"route protocol version {info.version} is not {rp.VERSION}"
+        if info.server_id == server.server_id:
+            return rp.ERR_SELF, "route to self"
+        if info.cluster != self.cluster_name:
+            return (rp.ERR_CLUSTER, f"cluster name conflict: remote {info.server_name!r} is in "
+                                    f"cluster {info.cluster!r}, this server in {self.cluster_name!r}")
+        if info.server_name == server.server_name:
+            return rp.ERR_NAME, f"remote server has a duplicate name: {info.server_name!r}"
+        return None
+
+    def _admit(self, conn: RouteConnection, info: rp.RouteInfo) -> tuple[str, str] | None:
+        """None to register ``conn``; else why it is a duplicate of the peer's current route."""
+        peer = self.peers.get(info.server_name)
+        old = peer._conn if peer is not None else None
+        if old is None or old is conn:
+            return None
+        if old.info.server_id != info.server_id:
+            return None  # the server restarted (new id): its old route is stale
+        if old.solicited == conn.solicited:
+            return rp.ERR_DUPLICATE, f"already connected to {info.server_name!r}"
+        # Two routes in opposite directions: both ends keep the one solicited by the lower id.
+        keep_new = conn.solicited == (self.server.server_id < info.server_id)
+        return None if keep_new else (rp.ERR_DUPLICATE, f"already connected to {info.server_name!r}")
+
+    def _handshake(self, conn: RouteConnection, info: rp.RouteInfo) -> None:
+        if not conn.connect_ok:
+            conn.refuse(rp.ERR_PROTOCOL, "INFO before CONNECT")
+            return
+        conn.info = info
+        if conn.target is not None:
+            conn.target.peer_name = info.server_name
+        refusal = self._validate(conn, info)
+        if refusal is not None:
+            code, reason = refusal
+            if code == rp.ERR_SELF:
+                conn.quiet = True
+                if conn.target is not None:
+                    self._is_self(conn.target)
+                conn.refuse(code, reason, log=False)
+                return
+            conn.refuse(code, reason)
+            return
+        duplicate = self._admit(conn, info)
+        if not conn.solicited:
+            conn.send(rp.encode_info(self.local_info()))  # the answer: accepted (or see ERR)
+        if duplicate is not None:
+            conn.refuse(*duplicate, level="info")  # routine when two servers dial each other
+            return
+        self._register(conn, info)
+        self._gossip_received(conn, info)
+
+    def _is_self(self, target: _Target) -> None:
+        """``target`` leads back to this server: never dial it again (nats-server routesToSelf)."""
+        if not target.is_self:
+            target.is_self = True
+            self._self_addrs.add(target.addr)
+            self.log_refused(target.addr, "route to self ignored", "info")
+
+    def _register(self, conn: RouteConnection, info: rp.RouteInfo) -> None:
+        name = info.server_name
+        peer = self.peers.get(name)
+        fresh = peer is None
+        if fresh:
+            peer = self.peers[name] = RoutePeer(conn, info)
+        else:
+            old = peer._conn
+            if old is not None and old is not conn:
+                self._detach(old)
+                old.refuse(rp.ERR_SUPERSEDED, f"replaced by route {conn.rid} "
+                                              f"({'solicited' if conn.solicited else 'accepted'} here)",
+                           log=False)
+            peer.attach(conn, info)
+        conn.peer = peer
+        conn.registered = True
+        table = self._interest_table()
+        if table:
+            conn.send(table)
+        self.events.emit("route_connected", peer_name=name, peer_id=info.server_id, remote=conn.remote,
+                         direction="solicited" if conn.solicited else "accepted",
+                         tags=list(info.tags), jetstream=info.jetstream)
+        self._signal_change()
+        if fresh:
+            self._update_connect_urls()
+            for other in self.peers.values():  # tell everyone else about the newcomer
+                if other is not peer and other._conn is not None:
+                    other._conn.send(rp.encode_info(self.local_info()))
+            for handler in list(self._peer_handlers):
+                handler(name, True)
+
+    def _detach(self, conn: RouteConnection) -> None:
+        """``conn`` stops being its peer's route: forget the interest it brought."""
+        if conn.registered:
+            conn.registered = False
+            self._forget_interest(conn)
+
+    def _closed(self, conn: RouteConnection) -> None:
+        """Called by every connection as it ends."""
+        self.connections.pop(conn.rid, None)
+        if not self.connections:
+            self._no_connections.set()
+        peer = conn.peer
+        if not conn.quiet:
+            name = peer.server_name if peer else (conn.info.server_name if conn.info else None)
+            self.events.emit("route_closed", peer_name=name, remote=conn.remote,
+                             reason=conn.close_reason)
+        was_route = conn.registered
+        self._detach(conn)
+        if not was_route or peer is None or peer._conn is not conn:
+            return
+        peer._conn = None
+        if conn.superseded_by_remote and self._nursery is not None:
+            self._nursery.start_soon(self._grace, peer)
+        else:
+            self._unregister(peer)
+
+    async def _grace(self, peer: RoutePeer) -> None:
+        await trio.sleep(SUPERSEDE_GRACE)
+        if peer._conn is None and self.peers.get(peer.server_name) is peer:
+            self._unregister(peer)
+
+    def _unregister(self, peer: RoutePeer) -> None:
+        if self.peers.get(peer.server_name) is not peer:
+            return
+        del self.peers[peer.server_name]
+        self._update_connect_urls()
+        self._signal_change()
+        for handler in list(self._peer_handlers):
+            handler(peer.server_name, False)
+
+    def _signal_change(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def log_refused(self, remote: str, reason: str, level: str | None = None) -> None:
+        """Emit ``route_refused``; the same (remote host, reason) at most every 30 s."""
+        key = (remote.rpartition(":")[0], reason)
+        now = time.monotonic()
+        if now - self._refusals.get(key, -1e9) < 30.0:
+            return
+        self._refusals[key] = now
+        self.events.emit("route_refused", level=level, remote=remote, reason=reason)
+
+    # ------------------------------------------------------------------ discovery
+
+    def _gossip_received(self, conn: RouteConnection, info: rp.RouteInfo) -> None:
+        """An INFO from a registered peer: dial the routes it knows that this server does not."""
+        if not conn.registered:
+            return
+        if conn.info is not info:  # an update: refresh what the peer told us about itself
+            conn.info = info
+            conn.peer.attach(conn, info)
+            self._update_connect_urls()
+        for addr in info.routes:
+            self._discover(addr)
+
+    def _discover(self, addr: str) -> None:
+        parts = split_addr(addr)
+        if parts is None or self._nursery is None:
+            return
+        key = format_addr(*parts)
+        if key in self._targets or key in self._self_addrs or self._closing:
+            return
+        if any(p.listen == key for p in self.peers.values()):
+            return
+        user, password = self._implicit_creds
+        target = self._targets[key] = _Target(parts[0], parts[1], user, password, configured=False)
+        self._nursery.start_soon(self._solicit, target)
+
+    def _update_connect_urls(self) -> None:
+        server = self.server
+        urls = []
+        if server.client_port:
+            host = server.config.host
+            urls.append(format_addr("127.0.0.1" if host in _WILDCARD_HOSTS else host, server.client_port))
+        urls += [p.client_url for p in self.peers.values() if p.client_url]
+        server.set_connect_urls(sorted(set(urls)) if self.peers else [])
+
+    def refresh_info(self) -> None:
+        """Send every peer this server's INFO again (its client URL became known, say)."""
+        info = rp.encode_info(self.local_info())
+        self._broadcast(info)
+        self._update_connect_urls()
+
+    # ------------------------------------------------------------------ tasks
+
+    async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen, solicit the configured routes, serve routes until cancelled."""
+        listeners = await trio.open_tcp_listeners(
+            max(self.cluster.port, 0), host=self.cluster.host)
+        self.port = listeners[0].socket.getsockname()[1]
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                for listener in listeners:
+                    nursery.start_soon(self._accept_on, listener)
+                for route in self.cluster.routes:
+                    target = _Target(route.host, route.port, route.user, route.password, configured=True)
+                    if target.addr in self._targets:
+                        continue
+                    self._targets[target.addr] = target
+                    nursery.start_soon(self._solicit, target)
+                task_status.started(self.port)
+        finally:
+            with trio.CancelScope(shield=True):
+                for listener in listeners:
+                    await listener.aclose()
+
+    def close_all(self, reason: str = "Server Shutdown") -> None:
+        """Stop accepting and dialling; close every route after flushing what is queued."""
+        self._accept_scope.cancel()
+        self._closing = True  # never dial again
+        for conn in list(self.connections.values()):
+            conn.close(reason)
+
+    async def wait_closed(self) -> None:
+        """Return once every route connection has ended."""
+        await self._no_connections.wait()
+
+    async def _accept_on(self, listener: trio.SocketListener) -> None:
+        with self._accept_scope:
+            await accept_connections(listener, self._accepted, self._accept_failed)
+
+    def _accept_failed(self, exc: OSError) -> None:
+        self.events.emit("config_warning", message=f"route accept failed: {exc}")
+
+    def _accepted(self, stream: trio.SocketStream, ip: str, port: int) -> None:
+        conn = RouteConnection(self, stream, ip, port, solicited=False)
+        self.connections[conn.rid] = conn
+        self._no_connections = trio.Event()
+        self._nursery.start_soon(conn.run)
+
+    async def _solicit(self, target: _Target) -> None:
+        """Dial ``target`` until it turns out to be this server; redial when its route ends."""
+        delay = INITIAL_BACKOFF
+        while not target.is_self and not self._closing:
+            while target.peer_name is not None and target.peer_name in self.peers:
+                await self._changed.wait()  # connected through another route: wait for it to go
+            if target.is_self or self._closing:
+                return
+            try:
+                with trio.fail_after(DIAL_TIMEOUT):
+                    stream = await trio.open_tcp_stream(target.host, target.port)
+                stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
+                ip, port = stream.socket.getpeername()[:2]
+            except (OSError, trio.TooSlowError) as exc:
+                wait = delay * random.uniform(0.5, 1.0)
+                self.events.emit("route_connect_failed", url=target.url(), error=_dial_error(exc),
+                                 retry_in_s=round(wait, 3))
+                await trio.sleep(wait)
+                delay = min(delay * 2, MAX_BACKOFF)
+                continue
+            conn = RouteConnection(self, stream, ip, port, solicited=True, target=target)
+            self.connections[conn.rid] = conn
+            self._no_connections = trio.Event()
+            await conn.run()
+            if conn.peer is not None:  # it was a working route: redial promptly
+                delay = INITIAL_BACKOFF
+            await trio.sleep(delay * random.uniform(0.5, 1.0))
+            delay = min(delay * 2, MAX_BACKOFF)
+
+
+def _dial_error(exc: BaseException) -> str:
+    """The reason a dial failed (trio wraps the per-address errors in the OSError's cause)."""
+    cause = exc.__cause__
+    while isinstance(cause, BaseExceptionGroup) and cause.exceptions:
+        cause = cause.exceptions[0]
+    return str(cause or exc) or type(exc).__name__

@@ -1,0 +1,474 @@
+"""The route protocol between cluster members, sans I/O: length-prefixed msgpack frames.
+
+nats-server speaks a text protocol between servers (server/route.go: ``INFO``, ``CONNECT``,
+``RS+``/``RS-``, ``RMSG``); jetraft carries the same information as binary frames, so that
+payloads, headers and RAFT batches travel without escaping and one parser serves every kind.
+
+A frame on the wire is ``length`` (4 bytes, big-endian, unsigned; the size of what follows)
+then one msgpack value, always an array whose first element is the frame kind (an int)::
+
+    [1, {info map}]                                    INFO     identity and discovery
+    [2, {"user": str|nil, "password": str|nil}]        CONNECT  credentials (soliciting side)
+    [3, code, text]                                    ERR      why a route is refused/closed
+    [4]  /  [5]                                        PING / PONG
+    [6, account, subject, queue|nil, weight]           SUB      interest added (or re-weighted)
+    [7, account, subject, queue|nil]                   UNSUB    interest removed
+    [8, account, subject, reply|nil, headers|nil,      MSG      a routed message
+        payload, [queue, ...], deliver_as|nil]
+    [9, kind, body]                                    APP      opaque frames of other layers
+
+Strings are msgpack str (UTF-8; subjects that came from clients as arbitrary bytes round-trip
+through ``surrogateescape``), ``headers``, ``payload`` and ``body`` are msgpack bin. The INFO
+map holds ``version`` (int, :data:`VERSION`), ``server_name``, ``server_id``, ``cluster``
+(str), ``tags`` (list of str), ``jetstream`` (bool), ``listen`` (``"host:port"`` of the route
+listener; an empty host means "the address you see me from"), ``routes`` (list of
+``"host:port"`` route addresses this server knows: implicit discovery, as nats-server's
+route gossip in route.go forwardNewRouteInfoToKnownServers) and ``client_url``
+(``"host:port"`` of the client listener, or nil); unknown keys are ignored so later versions
+can add fields.
+
+MSG semantics (nats-server client.go processMsgResults / processInboundRoutedMsg): the
+receiver delivers to every local plain subscriber of ``subject`` and, for each name in
+``queues``, to one local member of that queue group; it never forwards the message again (the
+cluster is a full mesh). ``deliver_as``, when set, is the subject shown to clients while
+``subject`` is used for matching (a JetStream consumer delivery: routed by its deliver subject,
+shown with the stored message's subject).
+
+:class:`RouteParser` turns bytes into frame objects and validates every field's type;
+anything malformed, of an unknown kind or larger than ``max_frame`` raises
+:class:`RouteProtocolError` (the connection is then closed: a peer that sends garbage is not
+resynchronised). Imports nothing from jetraft; does no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Union
+
+import msgpack
+
+__all__ = [
+    "ERR_AUTH",
+    "ERR_CLUSTER",
+    "ERR_DUPLICATE",
+    "ERR_NAME",
+    "ERR_PROTOCOL",
+    "ERR_SELF",
+    "ERR_SUPERSEDED",
+    "MAX_FRAME",
+    "PING",
+    "PONG",
+    "VERSION",
+    "AppFrame",
+    "Frame",
+    "RouteConnect",
+    "RouteErr",
+    "RouteInfo",
+    "RouteMsg",
+    "RouteParser",
+    "RoutePing",
+    "RoutePong",
+    "RouteProtocolError",
+    "RouteSub",
+    "RouteUnsub",
+    "decode_frame",
+    "encode_app",
+    "encode_connect",
+    "encode_err",
+    "encode_info",
+    "encode_msg",
+    "encode_sub",
+    "encode_unsub",
+]
+
+#: The protocol version carried in INFO; a peer with another version is refused.
+VERSION = 1
+
+#: Largest frame accepted by default (bytes after the length prefix): 64 MiB.
+MAX_FRAME = 64 * 1024 * 1024
+
+K_INFO, K_CONNECT, K_ERR, K_PING, K_PONG, K_SUB, K_UNSUB, K_MSG, K_APP = range(1, 10)
+
+#: ERR codes: what the refusing side tells the other (and logs in ``route_refused``).
+ERR_AUTH = "auth"              # bad or missing cluster credentials
+ERR_CLUSTER = "cluster"        # a different cluster name
+ERR_SELF = "self"              # the route leads back to this server
+ERR_DUPLICATE = "duplicate"    # a route to this server already exists and is kept
+ERR_SUPERSEDED = "superseded"  # this route is replaced by another one to the same server
+ERR_NAME = "name"              # the remote has this server's own server_name
+ERR_PROTOCOL = "protocol"      # malformed frames, wrong version, handshake out of order
+
+_ESC = "surrogateescape"
+
+
+class RouteProtocolError(Exception):
+    """A peer sent bytes that are not a valid route frame; the message says what and where."""
+
+
+# ---------------------------------------------------------------- frames
+
+
+@dataclass(frozen=True, slots=True)
+class RouteInfo:
+    """INFO: who a server is and which routes it knows (see the module docstring)."""
+
+    server_name: str
+    server_id: str
+    cluster: str
+    tags: tuple[str, ...] = ()
+    jetstream: bool = False
+    listen: str = ""
+    routes: tuple[str, ...] = ()
+    client_url: str | None = None
+    version: int = VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class RouteConnect:
+    """CONNECT: the soliciting side's credentials (from its route URL), nil when none."""
+
+    user: str | None = None
+    password: str | None = None
+
+    def __repr__(self) -> str:  # never print a password
+        return f"RouteConnect(user={self.user!r}, password={'[REDACTED]' if self.password else None})"
+
+
+@dataclass(frozen=True, slots=True)
+class RouteErr:
+    """ERR: ``code`` is one of the ``ERR_*`` constants, ``text`` a human-readable reason."""
+
+    code: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class RoutePing:
+    """PING: answer with PONG (keepalive, nats-server client.go processPingTimer)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RoutePong:
+    """PONG: the answer to PING."""
+
+
+@dataclass(frozen=True, slots=True)
+class RouteSub:
+    """SUB: the sender has interest in ``subject`` in ``account`` (nats-server ``RS+``).
+
+    For a queue group, ``weight`` is how many members the sender has in it (``RS+ acc subj q
+    weight``); a new SUB for the same (account, subject, queue) replaces the weight. Plain
+    interest has ``queue`` None and ``weight`` 1.
+    """
+
+    account: str
+    subject: str
+    queue: str | None = None
+    weight: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class RouteUnsub:
+    """UNSUB: the sender no longer has interest in (account, subject, queue) (``RS-``)."""
+
+    account: str
+    subject: str
+    queue: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RouteMsg:
+    """MSG: a message routed to the receiver (nats-server ``RMSG``), see the module docstring."""
+
+    account: str
+    subject: str
+    reply: str | None
+    headers: bytes | None
+    payload: bytes
+    queues: tuple[str, ...] = ()
+    deliver_as: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AppFrame:
+    """APP: an opaque ``body`` for the handler registered for ``kind`` ("raft", "jsapi"...)."""
+
+    kind: str
+    body: bytes
+
+
+Frame = Union[RouteInfo, RouteConnect, RouteErr, RoutePing, RoutePong, RouteSub, RouteUnsub,
+              RouteMsg, AppFrame]
+
+
+# ---------------------------------------------------------------- encoding
+
+
+def _frame(value: list) -> bytes:
+    body = msgpack.packb(value, use_bin_type=True, unicode_errors=_ESC)
+    return len(body).to_bytes(4, "big") + body
+
+
+#: Encoded PING and PONG frames.
+PING = _frame([K_PING])
+PONG = _frame([K_PONG])
+
+
+def encode_info(info: RouteInfo) -> bytes:
+    """The INFO frame for ``info``."""
+    return _frame([K_INFO, {
+        "version": info.version, "server_name": info.server_name, "server_id": info.server_id,
+        "cluster": info.cluster, "tags": list(info.tags), "jetstream": info.jetstream,
+        "listen": info.listen, "routes": list(info.routes), "client_url": info.client_url,
+    }])
+
+
+def encode_connect(user: str | None, password: str | None) -> bytes:
+    """The CONNECT frame carrying the route URL's credentials (None when it has none)."""
+    return _frame([K_CONNECT, {"user": user, "password": password}])
+
+
+def encode_err(code: str, text: str) -> bytes:
+    """An ERR frame: ``code`` one of the ``ERR_*`` constants."""
+    return _frame([K_ERR, code, text])
+
+
+def encode_sub(account: str, subject: str, queue: str | None = None, weight: int = 1) -> bytes:
+    """A SUB frame (interest added, or a queue group's new member count)."""
+    return _frame([K_SUB, account, subject, queue, weight])
+
+
+def encode_unsub(account: str, subject: str, queue: str | None = None) -> bytes:
+    """An UNSUB frame (interest removed)."""
+    return _frame([K_UNSUB, account, subject, queue])
+
+
+def encode_msg(account: str, subject: str, reply: str | None, headers: bytes | None,
+               payload: bytes, queues: tuple[str, ...] | list[str] = (),
+               deliver_as: str | None = None) -> bytes:
+    """A MSG frame. ``headers`` is the raw ``NATS/1.0`` header block or None."""
+    value: list[Any] = [K_MSG, account, subject, reply, headers, payload, list(queues)]
+    if deliver_as is not None:
+        value.append(deliver_as)
+    return _frame(value)
+
+
+def encode_app(kind: str, body: bytes) -> bytes:
+    """An APP frame for the layer that registered ``kind``."""
+    return _frame([K_APP, kind, body])
+
+
+# ---------------------------------------------------------------- decoding
+
+
+def _fail(kind: str, field: str, want: str, got: object) -> RouteProtocolError:
+    return RouteProtocolError(f"route frame {kind}: {field}: expected {want}, "
+                              f"got {type(got).__name__} {got!r:.60}")
+
+
+def _str(kind: str, field: str, v: object) -> str:
+    if type(v) is not str:
+        raise _fail(kind, field, "a string", v)
+    return v
+
+
+def _name(kind: str, field: str, v: object) -> str:
+    if type(v) is not str or not v:
+        raise _fail(kind, field, "a non-empty string", v)
+    return v
+
+
+def _opt_str(kind: str, field: str, v: object) -> str | None:
+    if v is not None and type(v) is not str:
+        raise _fail(kind, field, "a string or nil", v)
+    return v
+
+
+def _opt_name(kind: str, field: str, v: object) -> str | None:
+    if v is not None and (type(v) is not str or not v):
+        raise _fail(kind, field, "a non-empty string or nil", v)
+    return v
+
+
+def _strs(kind: str, field: str, v: object) -> tuple[str, ...]:
+    if type(v) is not list or any(type(s) is not str for s in v):
+        raise _fail(kind, field, "a list of strings", v)
+    return tuple(v)
+
+
+def _arity(kind: str, row: list, *sizes: int) -> None:
+    if len(row) not in sizes:
+        want = " or ".join(str(s) for s in sizes)
+        raise RouteProtocolError(f"route frame {kind}: expected {want} elements, got {len(row)}")
+
+
+def _decode_info(row: list) -> RouteInfo:
+    _arity("INFO", row, 2)
+    m = row[1]
+    if type(m) is not dict:
+        raise _fail("INFO", "body", "a map", m)
+    version = m.get("version")
+    if type(version) is not int:
+        raise _fail("INFO", "version", "an int", version)
+    jetstream = m.get("jetstream", False)
+    if type(jetstream) is not bool:
+        raise _fail("INFO", "jetstream", "a bool", jetstream)
+    return RouteInfo(
+        server_name=_name("INFO", "server_name", m.get("server_name")),
+        server_id=_name("INFO", "server_id", m.get("server_id")),
+        cluster=_str("INFO", "cluster", m.get("cluster", "")),
+        tags=_strs("INFO", "tags", m.get("tags", [])),
+        jetstream=jetstream,
+        listen=_str("INFO", "listen", m.get("listen", "")),
+        routes=_strs("INFO", "routes", m.get("routes", [])),
+        client_url=_opt_str("INFO", "client_url", m.get("client_url")),
+        version=version,
+    )
+
+
+def _decode_connect(row: list) -> RouteConnect:
+    _arity("CONNECT", row, 2)
+    m = row[1]
+    if type(m) is not dict:
+        raise _fail("CONNECT", "body", "a map", m)
+    return RouteConnect(_opt_str("CONNECT", "user", m.get("user")),
+                        _opt_str("CONNECT", "password", m.get("password")))
+
+
+def _decode_err(row: list) -> RouteErr:
+    _arity("ERR", row, 3)
+    return RouteErr(_str("ERR", "code", row[1]), _str("ERR", "text", row[2]))
+
+
+def _decode_ping(row: list) -> RoutePing:
+    _arity("PING", row, 1)
+    return _PING
+
+
+def _decode_pong(row: list) -> RoutePong:
+    _arity("PONG", row, 1)
+    return _PONG
+
+
+def _decode_sub(row: list) -> RouteSub:
+    _arity("SUB", row, 5)
+    weight = row[4]
+    if type(weight) is not int or not 1 <= weight < 1 << 31:
+        raise _fail("SUB", "weight", "an int from 1 to 2**31-1", weight)
+    return RouteSub(_name("SUB", "account", row[1]), _name("SUB", "subject", row[2]),
+                    _opt_name("SUB", "queue", row[3]), weight)
+
+
+def _decode_unsub(row: list) -> RouteUnsub:
+    _arity("UNSUB", row, 4)
+    return RouteUnsub(_name("UNSUB", "account", row[1]), _name("UNSUB", "subject", row[2]),
+                      _opt_name("UNSUB", "queue", row[3]))
+
+
+def _decode_msg(row: list) -> RouteMsg:
+    n = len(row)
+    if n == 7 or n == 8:  # fast path: every check of the slow path, inline
+        _, account, subject, reply, headers, payload, queues = row[:7]
+        deliver_as = row[7] if n == 8 else None
+        if (type(account) is str and account and type(subject) is str and subject
+                and (reply is None or (type(reply) is str and reply))
+                and (headers is None or type(headers) is bytes) and type(payload) is bytes
+                and type(queues) is list
+                and (deliver_as is None or (type(deliver_as) is str and deliver_as))):
+            if not queues:
+                return RouteMsg(account, subject, reply, headers, payload, (), deliver_as)
+            if all(type(q) is str and q for q in queues):
+                return RouteMsg(account, subject, reply, headers, payload, tuple(queues), deliver_as)
+    _arity("MSG", row, 7, 8)
+    _name("MSG", "account", row[1])
+    _name("MSG", "subject", row[2])
+    _opt_name("MSG", "reply", row[3])
+    if row[4] is not None and type(row[4]) is not bytes:
+        raise _fail("MSG", "headers", "bytes or nil", row[4])
+    if type(row[5]) is not bytes:
+        raise _fail("MSG", "payload", "bytes", row[5])
+    if type(row[6]) is not list or any(type(q) is not str or not q for q in row[6]):
+        raise _fail("MSG", "queues", "a list of non-empty strings", row[6])
+    return RouteMsg(row[1], row[2], row[3], row[4], row[5], tuple(row[6]),
+                    _opt_name("MSG", "deliver_as", row[7] if n == 8 else None))
+
+
+def _decode_app(row: list) -> AppFrame:
+    _arity("APP", row, 3)
+    body = row[2]
+    if type(body) is not bytes:
+        raise _fail("APP", "body", "bytes", body)
+    return AppFrame(_name("APP", "kind", row[1]), body)
+
+
+_PING = RoutePing()
+_PONG = RoutePong()
+_DECODERS = {
+    K_INFO: _decode_info, K_CONNECT: _decode_connect, K_ERR: _decode_err, K_PING: _decode_ping,
+    K_PONG: _decode_pong, K_SUB: _decode_sub, K_UNSUB: _decode_unsub, K_MSG: _decode_msg,
+    K_APP: _decode_app,
+}
+
+
+def decode_frame(data: bytes | bytearray | memoryview) -> Frame:
+    """Decode one frame's msgpack value (without its length prefix).
+
+    Raises :class:`RouteProtocolError` for bytes that are not exactly one msgpack value, a
+    value that is not an array starting with a known kind, or a field of the wrong type.
+    """
+    try:
+        row = msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=True,
+                              unicode_errors=_ESC)
+    except Exception as exc:  # noqa: BLE001 - msgpack raises many kinds; all mean malformed
+        raise RouteProtocolError(f"route frame: not a msgpack value: {exc}") from None
+    if type(row) is not list or not row or type(row[0]) is not int:
+        raise RouteProtocolError(f"route frame: expected an array starting with a kind, got {row!r:.60}")
+    decoder = _DECODERS.get(row[0])
+    if decoder is None:
+        raise RouteProtocolError(f"route frame: unknown kind {row[0]}")
+    return decoder(row)
+
+
+class RouteParser:
+    """Feed it the bytes read from a route; it returns the complete frames, in order.
+
+    Keeps a partial frame between calls. Raises :class:`RouteProtocolError` as soon as a
+    length prefix exceeds ``max_frame`` bytes (before buffering the frame), a length is zero,
+    or a frame does not decode; the parser must not be used after that.
+    """
+
+    __slots__ = ("_buf", "max_frame")
+
+    def __init__(self, max_frame: int = MAX_FRAME) -> None:
+        self._buf = bytearray()
+        self.max_frame = max_frame
+
+    @property
+    def buffered(self) -> int:
+        """Bytes of an incomplete frame held until more arrive."""
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> list[Frame]:
+        """Append ``data``; decode and return every frame now complete (maybe none)."""
+        buf = self._buf
+        buf += data
+        size = len(buf)
+        out: list[Frame] = []
+        pos = 0
+        with memoryview(buf) as view:
+            while size - pos >= 4:
+                n = int.from_bytes(view[pos:pos + 4], "big")
+                if n > self.max_frame:
+                    raise RouteProtocolError(f"route frame of {n} bytes exceeds the limit of "
+                                             f"{self.max_frame} bytes")
+                if n == 0:
+                    raise RouteProtocolError("route frame of length 0")
+                end = pos + 4 + n
+                if end > size:
+                    break
+                with view[pos + 4:end] as body:
+                    out.append(decode_frame(body))
+                pos = end
+        if pos:
+            del buf[:pos]
+        return out

@@ -1,0 +1,75 @@
+"""``jetraft``: the admin CLI, mirroring the ``nats`` CLI's commands.
+
+It speaks only through nats-py, so it manages jetraft and nats-server alike::
+
+    jetraft stream add ORDERS --subjects 'orders.>' --replicas 3
+    jetraft stream info ORDERS
+    jetraft stream cluster step-down ORDERS
+    jetraft server report jetstream --user sys --password sys
+
+Global options (``--server/-s``, ``--user``, ``--password``, ``--creds``, ``--context``,
+``--context-file``, ``--timeout``, ``--json``) may be given before or after the command,
+as with the ``nats`` CLI. Where the connection settings come from, most specific first:
+the flags, the context (``--context NAME`` reads ``~/.config/nats/context/NAME.json``,
+``--context-file PATH`` any such file; else ``NATS_CONTEXT`` or the context selected with
+``nats context select``), ``NATS_URL``, then ``nats://127.0.0.1:4222``.
+
+A JetStream API error prints ``nats: error: <description> (err_code N)`` on stderr and
+exits 1; so does a server that cannot be reached (naming the URLs and why). Ctrl-C exits
+130, except for ``sub``, where it is the normal end.
+"""
+
+from __future__ import annotations
+
+import click
+
+from jetraft import __version__
+from jetraft.cli.admin.groups import AliasedGroup, GLOBAL_FLAGS, GLOBAL_VALUED, hoist_global_options
+from jetraft.cli.admin.bench import bench
+from jetraft.cli.admin.consumers import consumer
+from jetraft.cli.admin.messages import pub, sub
+from jetraft.cli.admin.servers import server
+from jetraft.cli.admin.streams import stream
+
+PROG = "jetraft"
+
+__all__ = ["cli", "main"]
+
+
+@click.group(name=PROG, cls=AliasedGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-s", "--server", metavar="URL[,URL]",
+              help="NATS server URLs (default nats://127.0.0.1:4222, or NATS_URL).")
+@click.option("--user", help="User name.")
+@click.option("--password", help="Password.")
+@click.option("--creds", metavar="FILE", help="User credentials file (JWT and seed).")
+@click.option("--context", "context", metavar="NAME",
+              help="Use the nats CLI context NAME (~/.config/nats/context/NAME.json).")
+@click.option("--context-file", metavar="PATH", help="Use the context file at PATH.")
+@click.option("--timeout", type=click.FloatRange(min=0.01), metavar="SECONDS",
+              help="Time to wait for the server: connecting and each request (default 5).")
+@click.option("--json", "json_out", is_flag=True, help="Print JSON instead of text where a command has it.")
+@click.version_option(__version__, "-v", "--version", prog_name=PROG)
+@click.pass_context
+def cli(ctx: click.Context, **global_opts: object) -> None:
+    """Manage JetStream on jetraft or nats-server: streams, consumers, servers, messages."""
+    ctx.obj = dict(global_opts)
+
+
+cli.add_command(stream)
+cli.add_command(consumer)
+cli.add_command(server)
+cli.add_command(pub)
+cli.add_command(sub)
+cli.add_command(bench)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point: global options may appear anywhere on the line."""
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    cli.main(args=hoist_global_options(args, GLOBAL_VALUED, GLOBAL_FLAGS), prog_name=PROG)
+
+
+if __name__ == "__main__":
+    main()

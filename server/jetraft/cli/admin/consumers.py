@@ -1,0 +1,192 @@
+"""``jetraft consumer ...``: add, info, ls, rm, next."""
+
+from __future__ import annotations
+
+import datetime as _dt
+
+import click
+import nats.errors
+from nats.js import api
+
+from jetraft.cli.admin.groups import AliasedGroup, confirm, force_option, json_option, parsed, pass_options, split_csv
+from jetraft.cli.admin.messages import format_message
+from jetraft.cli.admin.render import consumer_page, print_table
+from jetraft.cli.admin.session import CliError, Options, Session, run
+from jetraft.cli.admin.units import clock, format_count, format_time, parse_duration, since
+
+ACK = {"explicit": api.AckPolicy.EXPLICIT, "none": api.AckPolicy.NONE, "all": api.AckPolicy.ALL}
+
+
+@click.group(cls=AliasedGroup)
+def consumer() -> None:
+    """Manage consumers (alias: con, c, obs)."""
+
+
+def deliver_start(text: str) -> dict:
+    """``--deliver``: all, new, last, last-per-subject, a stream sequence (``100``) or a
+    duration back from now (``1h``) -> the ConsumerConfig fields that say where to start."""
+    t = text.strip().lower().replace("-", "_")
+    if t in ("all", "new", "last", "last_per_subject"):
+        return {"deliver_policy": api.DeliverPolicy(t)}
+    if t.isdigit():
+        return {"deliver_policy": api.DeliverPolicy.BY_START_SEQUENCE, "opt_start_seq": int(t)}
+    start = _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(seconds=parse_duration(text))
+    return {"deliver_policy": api.DeliverPolicy.BY_START_TIME, "opt_start_time": start}
+
+
+@consumer.command("add")
+@click.argument("stream")
+@click.argument("name")
+@click.option("--pull/--push", "pull", default=None, help="Pull (the default) or push delivery.")
+@click.option("--deliver-subject", "--target", "deliver_subject", metavar="SUBJECT",
+              help="Push consumers: the subject messages are delivered to.")
+@click.option("--deliver-group", metavar="GROUP", help="Push consumers: the queue group bound to it.")
+@click.option("--ack", "ack", type=click.Choice(sorted(ACK)), default="explicit", show_default=True)
+@click.option("--filter", "filters", multiple=True, metavar="SUBJECT", help="Only messages on these subjects.")
+@click.option("--deliver", "deliver", default="all", show_default=True,
+              callback=parsed(deliver_start, "all, new, last, last-per-subject, a sequence or a duration"),
+              help="Where to start: all, new, last, last-per-subject, a sequence, or a duration ago.")
+@click.option("--max-deliver", type=int, default=-1, help="Maximum deliveries of a message (-1: unlimited).")
+@click.option("--max-pending", type=int, help="Maximum unacknowledged messages.")
+@click.option("--wait", "ack_wait", callback=parsed(parse_duration, "e.g. 30s"), help="Ack wait (e.g. 30s).")
+@click.option("--replay", type=click.Choice(["instant", "original"]), default="instant", show_default=True)
+@click.option("--replicas", type=click.IntRange(0, 5), help="Replicas (default: the stream's).")
+@click.option("--description", help="A description.")
+@click.option("--defaults", is_flag=True, help="Accepted for compatibility: unset options take their defaults.")
+@json_option
+@pass_options
+def consumer_add(opts: Options, stream: str, name: str, pull: bool | None, deliver_subject: str | None,
+                 deliver_group: str | None, ack: str, filters: tuple[str, ...], deliver: dict,
+                 max_deliver: int, max_pending: int | None, ack_wait: float | None, replay: str,
+                 replicas: int | None, description: str | None, defaults: bool) -> None:
+    """Create a durable consumer NAME on STREAM ($JS.API.CONSUMER.CREATE.STREAM.NAME); prints its info."""
+    if pull is None:
+        pull = deliver_subject is None
+    if pull and deliver_subject:
+        raise click.UsageError("--deliver-subject is for push consumers (drop --pull)")
+    if not pull and not deliver_subject:
+        raise click.UsageError("a push consumer needs --deliver-subject")
+    subjects = split_csv(filters)
+    config = api.ConsumerConfig(
+        name=name, durable_name=name, description=description, deliver_subject=deliver_subject,
+        deliver_group=deliver_group, ack_policy=ACK[ack], max_deliver=max_deliver,
+        max_ack_pending=max_pending, ack_wait=ack_wait, replay_policy=api.ReplayPolicy(replay),
+        num_replicas=replicas, filter_subject=subjects[0] if len(subjects) == 1 else None,
+        filter_subjects=subjects if len(subjects) > 1 else None, **deliver,
+    )
+
+    async def body(session: Session) -> None:
+        session.show(await session.jsm.add_consumer(stream, config), consumer_page)
+
+    run(opts, body)
+
+
+@consumer.command("info")
+@click.argument("stream")
+@click.argument("name")
+@json_option
+@pass_options
+def consumer_info(opts: Options, stream: str, name: str) -> None:
+    """Show a consumer ($JS.API.CONSUMER.INFO.STREAM.NAME): Configuration, Cluster Information, State."""
+
+    async def body(session: Session) -> None:
+        session.show(await session.jsm.consumer_info(stream, name), consumer_page)
+
+    run(opts, body)
+
+
+@consumer.command("ls")
+@click.argument("stream")
+@click.option("-n", "--names", is_flag=True, help="Print only the names, one a line.")
+@json_option
+@pass_options
+def consumer_ls(opts: Options, stream: str, names: bool) -> None:
+    """List a stream's consumers ($JS.API.CONSUMER.LIST.STREAM): name, mode, pending, last delivery."""
+
+    async def body(session: Session) -> None:
+        found: list[api.ConsumerInfo] = []
+        while True:
+            page = await session.jsm.consumers_info(stream, offset=len(found))
+            found.extend(page)
+            if not page or len(page) < 256:
+                break
+        found.sort(key=lambda c: c.name)
+        if session.opts.json:
+            session.output_json([c.name for c in found] if names else found)
+        elif names:
+            for c in found:
+                session.echo(c.name)
+        elif not found:
+            session.echo(f"No consumers defined on stream {stream}")
+        else:
+            rows = [(c.name, "push" if c.config.deliver_subject else "pull", format_time(c.created),
+                     format_count(c.num_ack_pending), format_count(c.num_pending),
+                     f"{since(c.delivered.last_active)} ago" if c.delivered and c.delivered.last_active else "never")
+                    for c in found]
+            print_table(f"Consumers of {stream} ({len(found)})",
+                        ["Name", "Mode", "Created", "Ack Pending", "Unprocessed", "Last Delivery"],
+                        rows, right=(3, 4))
+
+    run(opts, body)
+
+
+@consumer.command("rm")
+@click.argument("stream")
+@click.argument("name")
+@force_option
+@pass_options
+def consumer_rm(opts: Options, stream: str, name: str, force: bool) -> None:
+    """Delete a consumer ($JS.API.CONSUMER.DELETE.STREAM.NAME); prints 'Deleted consumer STREAM > NAME'."""
+    confirm(force, f"Really delete consumer {stream} > {name}?")
+
+    async def body(session: Session) -> None:
+        await session.jsm.delete_consumer(stream, name)
+        session.echo(f"Deleted consumer {stream} > {name}")
+
+    run(opts, body)
+
+
+@consumer.command("next")
+@click.argument("stream")
+@click.argument("name")
+@click.option("--count", type=click.IntRange(min=1), default=1, show_default=True, help="How many messages.")
+@click.option("--ack/--no-ack", default=True, show_default=True, help="Acknowledge each message.")
+@click.option("--raw", is_flag=True, help="Print only the message bodies.")
+@pass_options
+def consumer_next(opts: Options, stream: str, name: str, count: int, ack: bool, raw: bool) -> None:
+    """Fetch messages from a pull consumer ($JS.API.CONSUMER.MSG.NEXT.STREAM.NAME), one at a time.
+
+    Prints each as '[hh:mm:ss] subj: S / tries: N / cons seq: C / str seq: S / pending: P',
+    then its headers and body, then 'Acknowledged message' when --ack (waiting for the
+    server to confirm the ack; consumers with ack policy none are not acked).
+    Exits 1 when no message comes within --timeout.
+    """
+
+    async def body(session: Session) -> None:
+        info = await session.jsm.consumer_info(stream, name)
+        if info.config.deliver_subject:
+            raise CliError(f"consumer {stream} > {name} is a push consumer; next needs a pull consumer")
+        ack_each = ack and info.config.ack_policy != api.AckPolicy.NONE
+        psub = await session.js.pull_subscribe_bind(durable=name, stream=stream)
+        try:
+            for _ in range(count):
+                try:
+                    (msg,) = await psub.fetch(1, timeout=session.opts.timeout)
+                except nats.errors.TimeoutError:
+                    raise CliError(f"no message received within {session.opts.timeout:g}s") from None
+                if raw:
+                    session.echo(msg.data.decode(errors="replace"))
+                else:
+                    md = msg.metadata
+                    session.echo(f"[{clock()}] subj: {msg.subject} / tries: {md.num_delivered} / "
+                                 f"cons seq: {md.sequence.consumer} / str seq: {md.sequence.stream} / "
+                                 f"pending: {md.num_pending}\n")
+                    session.echo(format_message(msg, with_subject=False))
+                if ack_each:
+                    await msg.ack_sync(timeout=session.opts.timeout)
+                    if not raw:
+                        session.echo("Acknowledged message\n")
+        finally:
+            await psub.unsubscribe()
+
+    run(opts, body)

@@ -1,0 +1,249 @@
+"""``jetraft stream ...``: add, info, ls, rm, purge, cluster step-down, cluster peer-remove."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import click
+import nats.errors
+import nats.js.errors
+from nats.js import api
+
+from jetraft.cli.admin.groups import (
+    AliasedGroup,
+    confirm,
+    force_option,
+    json_option,
+    parsed,
+    pass_options,
+    split_csv,
+)
+from jetraft.cli.admin.render import print_table, stream_page
+from jetraft.cli.admin.session import CliError, Options, Session, run
+from jetraft.cli.admin.units import clock, format_bytes, format_count, format_time, parse_duration, parse_size
+
+#: ``--retention`` names (``work`` is the ``nats`` CLI's word for a work queue).
+RETENTION = {"limits": api.RetentionPolicy.LIMITS, "interest": api.RetentionPolicy.INTEREST,
+             "work": api.RetentionPolicy.WORK_QUEUE, "workqueue": api.RetentionPolicy.WORK_QUEUE}
+
+
+@click.group(cls=AliasedGroup)
+def stream() -> None:
+    """Manage streams (alias: str, s)."""
+
+
+@stream.command("add")
+@click.argument("name")
+@click.option("--subjects", multiple=True, metavar="SUBJECT[,SUBJECT]", help="Subjects the stream stores.")
+@click.option("--replicas", type=click.IntRange(1, 5), default=1, show_default=True, help="Number of replicas.")
+@click.option("--storage", type=click.Choice(["file", "memory"]), default="file", show_default=True)
+@click.option("--retention", type=click.Choice(sorted(RETENTION)), default="limits", show_default=True)
+@click.option("--max-msgs", type=int, default=-1, help="Maximum messages kept (-1: unlimited).")
+@click.option("--max-msgs-per-subject", type=int, default=-1, help="Maximum messages per subject.")
+@click.option("--max-bytes", default="-1", callback=parsed(parse_size, "e.g. 1GB"), help="Maximum bytes kept.")
+@click.option("--max-age", default="0", callback=parsed(parse_duration, "e.g. 1h, 7d"),
+              help="Maximum message age (0: unlimited).")
+@click.option("--max-msg-size", default="-1", callback=parsed(parse_size, "e.g. 1MB"), help="Maximum message size.")
+@click.option("--max-consumers", type=int, default=-1, help="Maximum consumers.")
+@click.option("--discard", type=click.Choice(["old", "new"]), default="old", show_default=True)
+@click.option("--dupe-window", default="2m", callback=parsed(parse_duration, "e.g. 2m"), show_default=True,
+              help="Window for Nats-Msg-Id duplicate detection.")
+@click.option("--description", help="A description.")
+@click.option("--defaults", is_flag=True, help="Accepted for compatibility: unset options take their defaults.")
+@json_option
+@pass_options
+def stream_add(opts: Options, name: str, subjects: tuple[str, ...], replicas: int, storage: str,
+               retention: str, max_msgs: int, max_msgs_per_subject: int, max_bytes: int, max_age: float,
+               max_msg_size: int, max_consumers: int, discard: str, dupe_window: float,
+               description: str | None, defaults: bool) -> None:
+    """Create a stream ($JS.API.STREAM.CREATE.NAME); prints its info as 'stream info' does."""
+    config = api.StreamConfig(
+        name=name, description=description, subjects=split_csv(subjects) or None,
+        num_replicas=replicas, storage=api.StorageType(storage), retention=RETENTION[retention],
+        max_msgs=max_msgs, max_msgs_per_subject=max_msgs_per_subject, max_bytes=max_bytes,
+        max_age=max_age, max_msg_size=max_msg_size, max_consumers=max_consumers,
+        discard=api.DiscardPolicy(discard), duplicate_window=dupe_window,
+    )
+
+    async def body(session: Session) -> None:
+        session.show(await session.jsm.add_stream(config), stream_page)
+
+    run(opts, body)
+
+
+@stream.command("info")
+@click.argument("name")
+@json_option
+@pass_options
+def stream_info(opts: Options, name: str) -> None:
+    """Show a stream ($JS.API.STREAM.INFO.NAME): Configuration, Cluster Information, State."""
+
+    async def body(session: Session) -> None:
+        session.show(await session.jsm.stream_info(name), stream_page)
+
+    run(opts, body)
+
+
+async def all_streams(session: Session) -> list[api.StreamInfo]:
+    """Every stream, page by page ($JS.API.STREAM.LIST with an offset)."""
+    streams: list[api.StreamInfo] = []
+    while True:
+        page = await session.jsm.streams_info_iterator(offset=len(streams))
+        before = len(streams)
+        streams.extend(page)
+        if len(streams) >= page.total or len(streams) == before:
+            return streams
+
+
+@stream.command("ls")
+@click.option("-n", "--names", is_flag=True, help="Print only the names, one a line.")
+@json_option
+@pass_options
+def stream_ls(opts: Options, names: bool) -> None:
+    """List streams ($JS.API.STREAM.LIST): a table of name, messages, size, replicas."""
+
+    async def body(session: Session) -> None:
+        streams = sorted(await all_streams(session), key=lambda s: s.config.name or "")
+        if session.opts.json:
+            session.output_json([s.config.name for s in streams] if names else streams)
+        elif names:
+            for s in streams:
+                session.echo(s.config.name or "")
+        elif not streams:
+            session.echo("No streams defined")
+        else:
+            rows = [(s.config.name, ", ".join(s.config.subjects or []), format_time(s.created),
+                     format_count(s.state.messages), format_bytes(s.state.bytes), s.config.num_replicas or 1,
+                     (s.cluster.leader if s.cluster else "") or "")
+                    for s in streams]
+            print_table(f"Streams ({len(streams)})",
+                        ["Name", "Subjects", "Created", "Messages", "Size", "Replicas", "Leader"],
+                        rows, right=(3, 4, 5))
+
+    run(opts, body)
+
+
+@stream.command("rm")
+@click.argument("name")
+@force_option
+@pass_options
+def stream_rm(opts: Options, name: str, force: bool) -> None:
+    """Delete a stream and its messages ($JS.API.STREAM.DELETE.NAME); prints 'Deleted stream NAME'."""
+    confirm(force, f"Really delete stream {name}?")
+
+    async def body(session: Session) -> None:
+        await session.jsm.delete_stream(name)
+        session.echo(f"Deleted stream {name}")
+
+    run(opts, body)
+
+
+@stream.command("purge")
+@click.argument("name")
+@force_option
+@json_option
+@pass_options
+def stream_purge(opts: Options, name: str, force: bool) -> None:
+    """Remove every message of a stream ($JS.API.STREAM.PURGE.NAME); prints how many, then the info."""
+    confirm(force, f"Really purge stream {name}?")
+
+    async def body(session: Session) -> None:
+        # A raw request: nats-py's purge_stream drops the 'purged' count.
+        resp = await session.request_json(session.api_subject(f"STREAM.PURGE.{name}"), {})
+        info = await session.jsm.stream_info(name)
+        if session.opts.json:
+            session.output_json({"purged": resp.get("purged", 0), "stream": info.as_dict()})
+            return
+        session.echo(f"Purged {resp.get('purged', 0):,} messages from stream {name}\n")
+        session.show(info, stream_page)
+
+    run(opts, body)
+
+
+@stream.group("cluster", cls=AliasedGroup)
+def stream_cluster() -> None:
+    """Manage a stream's RAFT group: leader step-down, peer removal."""
+
+
+async def poll_new_leader(fetch, old: str | None, wait: float) -> str:
+    """Await ``fetch()`` (returning the current leader or None) until it names a leader
+    other than ``old``; raises CliError after ``wait`` seconds. Failed fetches during the
+    election are retried."""
+    deadline = time.monotonic() + wait
+    last: str | None = None
+    while time.monotonic() < deadline:
+        try:
+            last = await fetch()
+        except (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError, CliError):
+            last = None
+        if last and last != old:
+            return last
+        await asyncio.sleep(0.1)
+    still = f"the leader is still {last!r}" if last else "no leader is elected"
+    raise CliError(f"no new leader within {wait:g}s: {still}")
+
+
+@stream_cluster.command("step-down")
+@click.argument("name")
+@click.option("--wait", type=click.FloatRange(min=0.1), default=10.0, show_default=True, metavar="SECONDS",
+              help="How long to wait for the new leader.")
+@json_option
+@pass_options
+def stream_step_down(opts: Options, name: str, wait: float) -> None:
+    """Make a stream's leader step down ($JS.API.STREAM.LEADER.STEPDOWN.NAME).
+
+    Prints 'Requesting leader step down of "OLD" in a N peer RAFT group', polls
+    $JS.API.STREAM.INFO.NAME until another leader is elected (at most --wait seconds),
+    prints 'New leader elected "NEW"' and the stream's info.
+    """
+
+    async def body(session: Session) -> None:
+        info = await session.jsm.stream_info(name)
+        old = info.cluster.leader if info.cluster else None
+        peers = 1 + len(info.cluster.replicas or []) if info.cluster else 1
+        if not session.opts.json:
+            session.echo(f'{clock()} Requesting leader step down of "{old}" in a {peers} peer RAFT group')
+        await session.request_json(session.api_subject(f"STREAM.LEADER.STEPDOWN.{name}"))
+
+        async def leader() -> str | None:
+            current = await session.jsm.stream_info(name)
+            return current.cluster.leader if current.cluster else None
+
+        new = await poll_new_leader(leader, old, wait)
+        if session.opts.json:
+            session.output_json({"stream": name, "old_leader": old, "new_leader": new})
+            return
+        session.echo(f'{clock()} New leader elected "{new}"\n')
+        session.show(await session.jsm.stream_info(name), stream_page)
+
+    run(opts, body)
+
+
+@stream_cluster.command("peer-remove")
+@click.argument("name")
+@click.argument("peer", required=False)
+@json_option
+@pass_options
+def stream_peer_remove(opts: Options, name: str, peer: str | None) -> None:
+    """Remove a server from a stream's RAFT group ($JS.API.STREAM.PEER.REMOVE.NAME, {"peer": PEER}).
+
+    Prints 'Removing peer "PEER"' then 'Requested removal of peer "PEER"'; the stream
+    then places a new replica by its placement rules. Without PEER, lists the peers.
+    """
+
+    async def body(session: Session) -> None:
+        if peer is None:
+            info = await session.jsm.stream_info(name)
+            cluster = info.cluster or api.ClusterInfo()
+            names = [n for n in [cluster.leader, *(r.name for r in cluster.replicas or [])] if n]
+            raise CliError(f"name the peer to remove from stream {name}: one of {', '.join(names) or '(none)'}")
+        if not session.opts.json:
+            session.echo(f'{clock()} Removing peer "{peer}"')
+        resp = await session.request_json(session.api_subject(f"STREAM.PEER.REMOVE.{name}"), {"peer": peer})
+        if session.opts.json:
+            session.output_json(resp)
+        else:
+            session.echo(f'{clock()} Requested removal of peer "{peer}"')
+
+    run(opts, body)

@@ -199,6 +199,24 @@ def test_missing_stream_error_types(js_server):
     run(scenario)
 
 
+def test_cluster_requests_on_a_single_server(js_server):
+    """Step-down and peer-remove need a cluster: 10010, whether or not the stream exists."""
+
+    async def scenario():
+        async with js_session(js_server.url) as s:
+            await s.js.add_stream(name="ONE", subjects=["one.>"])
+            err = {"code": 503, "err_code": 10010, "description": "JetStream clustering support required"}
+            for subject, type_name, body in [
+                ("STREAM.LEADER.STEPDOWN.ONE", "stream_leader_stepdown_response", None),
+                ("STREAM.LEADER.STEPDOWN.NOPE", "stream_leader_stepdown_response", None),
+                ("STREAM.PEER.REMOVE.ONE", "stream_remove_peer_response", {"peer": "n2"}),
+            ]:
+                reply = await s.api(f"$JS.API.{subject}", body)
+                assert reply == {"type": f"io.nats.jetstream.api.v1.{type_name}", "error": err}, subject
+
+    run(scenario)
+
+
 def test_streams_info_and_names(js_server):
     """streams_info and STREAM.NAMES list every stream, sorted by name."""
 

@@ -609,6 +609,10 @@ class JetStreamAccount:
         area = tokens[2] if n > 2 else ""
         op = tokens[3] if n > 3 else ""
         if area == "STREAM":
+            if op == "LEADER" and n == 6 and tokens[4] == "STEPDOWN":
+                return self._cluster_required, E.STREAM_LEADER_STEPDOWN_RESPONSE
+            if op == "PEER" and n == 6 and tokens[4] == "REMOVE":
+                return self._cluster_required, E.STREAM_REMOVE_PEER_RESPONSE
             if op in ("NAMES", "LIST") and n == 4:
                 return ((self._api_stream_names, E.STREAM_NAMES_RESPONSE) if op == "NAMES"
                         else (self._api_stream_list, E.STREAM_LIST_RESPONSE))
@@ -629,6 +633,8 @@ class JetStreamAccount:
             }
             return table.get(op, (None, ""))
         if area == "CONSUMER":
+            if op == "LEADER" and n == 7 and tokens[4] == "STEPDOWN":
+                return self._cluster_required, E.CONSUMER_LEADER_STEPDOWN_RESPONSE
             if op == "CREATE" and n >= 5:
                 return self._api_consumer_create, E.CONSUMER_CREATE_RESPONSE
             if op == "DURABLE" and n >= 5 and tokens[4] == "CREATE":
@@ -640,6 +646,10 @@ class JetStreamAccount:
                 return ((self._api_consumer_info, E.CONSUMER_INFO_RESPONSE) if op == "INFO"
                         else (self._api_consumer_delete, E.CONSUMER_DELETE_RESPONSE))
         return None, ""
+
+    def _cluster_required(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
+        """Leader step-down and peer-remove need a cluster (10010 on a single server)."""
+        raise E.cluster_required()
 
     # --- account ------------------------------------------------------------------------
 

@@ -1,0 +1,899 @@
+"""The JetStream cluster on trio: the meta group, one RAFT group per stream, API routing.
+
+:class:`ClusterJetStream` runs inside :class:`~jetraft.net.jetstream.JetStreamService` when
+the server has a ``cluster`` block. Its parts, and where nats-server does the same:
+
+- **RAFT** (:class:`~jetraft.net.raft_host.RaftHost`): every group's messages travel in
+  route APP frames of kind ``"raft"``; logs live under ``<store_dir>/jetstream/_raft/``.
+- **The meta group** (``_meta_``) spans every JetStream server of the cluster. Its state
+  (:class:`~jetraft.jetstream.meta.MetaState`) holds the stream assignments: name, config,
+  RAFT group and peers (nats-server jetstream_cluster.go streamAssignment). The group is
+  bootstrapped once the routes to every configured route are up (the seed configuration
+  lists all servers); a restarted server reopens it from its log.
+- **Stream groups**: each server in an assignment's peers holds a replica
+  (:class:`~jetraft.jetstream.replicated.StreamReplica`) and a RAFT group. The leader
+  attracts the stream's subjects and its ``$JS.ACK``/``$JS.FC`` subjects with internal
+  route interest (nats-server subscribes the stream leader only, stream.go
+  subscribeToStream), proposes every input and answers once it is committed and applied.
+  With no leader nobody has interest, so a publish gets a 503 no-responders status rather
+  than a silent drop.
+- **API routing**: the server a request arrives on sends it to the server that can answer
+  (route APP frame ``"jsapi"``): the meta leader for stream create/delete/update/list,
+  peer-remove and meta step-down; the stream's leader for everything about one stream and
+  its consumers. Replies travel back as ordinary messages to the requester's inbox.
+- **Placement** (:mod:`jetraft.jetstream.placement`): replicas on online JetStream servers,
+  honouring ``unique_tag`` and placement tags; error 10005 when impossible.
+- **Reconciliation**: every stream leader drives its group's membership towards the
+  assignment's peers one change at a time, removing before adding (peer-remove keeps
+  quorum with the remaining replicas; the new one catches up through the log).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+import trio
+
+from jetraft.jetstream import errors as E
+from jetraft.jetstream.api import API_PREFIX, JetStreamAccount, Reply, _json_bytes, decode_request
+from jetraft.jetstream.meta import (
+    MetaState,
+    StreamAssignment,
+    encode_assign_stream,
+    encode_remove_stream,
+    encode_replace_stream_peer,
+    encode_update_stream,
+    group_name,
+)
+from jetraft.jetstream.model import StreamConfig
+from jetraft.jetstream.outbound import Outbound
+from jetraft.jetstream.placement import PeerInfo, PlacementError, select_peers
+from jetraft.jetstream.replicated import (
+    ACK,
+    API,
+    FLOW_CONTROL,
+    PUBLISH,
+    TICK,
+    InterestOverride,
+    StreamReplica,
+    encode_entry,
+)
+from jetraft.net.raft_host import RaftGroup, RaftHost
+from jetraft.protocol.subjects import subjects_overlap
+from jetraft.raft.types import NotLeaderError, ProposalDroppedError, RaftError
+
+if TYPE_CHECKING:
+    from jetraft.net.jetstream import JetStreamService
+
+META_GROUP = "_meta_"
+#: Seconds the routes must be quiet (no new peer) before the meta group is bootstrapped
+#: once every configured route is up (discovered servers may still be arriving).
+BOOTSTRAP_SETTLE_S = 0.5
+#: Seconds between membership reconciliation and timer checks of led groups.
+RECONCILE_S = 0.1
+#: How many times a forwarded API request may be forwarded again (stale leader views).
+MAX_HOPS = 3
+#: Seconds between expiry ticks of a stream with a max_age.
+EXPIRY_CHECK_S = 0.25
+
+#: API requests about one stream answered by its leader without a log entry.
+_STREAM_READS = {"STREAM.INFO", "STREAM.MSG.GET", "CONSUMER.INFO", "CONSUMER.NAMES",
+                 "CONSUMER.LIST", "DIRECT.GET"}
+#: API requests about one stream that change it: replicated as an "A" entry.
+_STREAM_WRITES = {"STREAM.PURGE", "STREAM.MSG.DELETE", "CONSUMER.CREATE", "CONSUMER.DURABLE",
+                  "CONSUMER.DELETE", "CONSUMER.MSG", "STREAM.UPDATE"}
+
+
+def _peer_hash(name: str) -> str:
+    """nats-server's 8-character peer id for a server name (server.go getHash)."""
+    import base64
+    import hashlib
+    return base64.urlsafe_b64encode(hashlib.sha256(name.encode()).digest()).decode()[:8]
+
+
+def _ack_stream(subject: str) -> str:
+    """The stream named by an ack or flow-control subject: ``$JS.ACK.<stream>.<consumer>...``
+    (v1), ``$JS.ACK.<domain>.<account hash>.<stream>...`` (v2) or ``$JS.FC.<stream>...``."""
+    ack = subject.startswith("$JS.ACK.")
+    rel = subject[len("$JS.ACK." if ack else "$JS.FC."):].split(".")
+    if ack and len(rel) >= 9 and len(rel) != 7:
+        return rel[2]
+    return rel[0]
+
+
+def _api_kind(tokens: list[str]) -> str:
+    return ".".join(tokens[2:4])
+
+
+def _stream_of(tokens: list[str]) -> str | None:
+    """The stream an API subject is about, or None (nats-server jetstream_api.go subjects)."""
+    kind = _api_kind(tokens)
+    n = len(tokens)
+    if kind in ("STREAM.MSG",) and n == 6:
+        return tokens[5]
+    if kind in ("CONSUMER.MSG",) and n == 7:
+        return tokens[5]
+    if kind == "CONSUMER.DURABLE" and n >= 6:
+        return tokens[5]
+    if kind == "CONSUMER.LEADER" and n == 7:
+        return tokens[5]
+    if kind == "STREAM.LEADER" and n == 6:
+        return tokens[5]
+    if kind == "STREAM.PEER" and n == 6:
+        return tokens[5]
+    if n >= 5 and tokens[2] in ("STREAM", "CONSUMER", "DIRECT"):
+        return tokens[4]
+    return None
+
+
+class ClusterJetStream:
+    """The clustered half of JetStream on one server (see the module docstring).
+
+    ``service``: the server's JetStreamService, whose accounts were created with
+    ``clustered=True`` and whose interest functions consult :attr:`override`.
+    ``await nursery.start(cluster.run)`` starts the RAFT host and the bootstrap/reconcile
+    loop; it returns at once (the meta group forms in the background).
+    """
+
+    def __init__(self, service: JetStreamService) -> None:
+        self.service = service
+        self.server = server = service.server
+        self.routes = server.routes
+        self.events = server.events
+        self.cluster_name = server.config.cluster.name or ""
+        self.unique_tag = service.config.unique_tag
+        self.zone = self._zone_of(server.config.server_tags)
+        self.override = InterestOverride()
+        self.meta = MetaState()
+        self.meta_group: RaftGroup | None = None
+        self.replicas: dict[tuple[str, str], StreamReplica] = {}
+        self.groups: dict[tuple[str, str], RaftGroup] = {}
+        self._meta_replies: dict[tuple[str, str, str], tuple[str, str]] = {}
+        self._interest: dict[tuple[str, str], list[str]] = {}
+        self._last_tick: dict[tuple[str, str], float] = {}
+        self._interest_seen: dict[tuple[str, str], frozenset[str]] = {}
+        self._last_peer_change = time.monotonic()
+        raft_dir = os.path.join(service.store_dir, "jetstream", "_raft")
+        self.host = RaftHost(server.server_name, raft_dir, self._send_raft, events=server.events,
+                             zone=self.zone, sync=service.commit)
+        self.routes.on_app("raft", self.host.receive)
+        self.routes.on_app("jsapi", self._on_forwarded_api)
+        self.routes.on_peer_change(self._on_peer_change)
+        for acc in service.accounts.values():
+            acc.cluster_info = self._cluster_info_fn(acc.name)
+
+    def _zone_of(self, tags: tuple[str, ...]) -> str | None:
+        prefix = self.unique_tag
+        if not prefix:
+            return None
+        for tag in tags:
+            if tag.lower().startswith(prefix):
+                return tag[len(prefix):]
+        return None
+
+    # ------------------------------------------------------------------ transport
+
+    def _send_raft(self, peer: str, payload: bytes) -> bool:
+        return self.routes.send_app(peer, "raft", payload)
+
+    def _on_peer_change(self, name: str, connected: bool) -> None:
+        self._last_peer_change = time.monotonic()
+        if connected:
+            self.host.peer_up(name)
+        else:
+            self.host.peer_down(name)
+
+    # ------------------------------------------------------------------ tasks
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.host.run)
+            if META_GROUP in self.host.logs.groups():
+                self._open_meta(())
+            nursery.start_soon(self._bootstrap_and_reconcile)
+            task_status.started()
+
+    def _expected_servers(self) -> int:
+        """How many servers the meta group starts with: every configured route's server
+        (a route to ourselves is refused by the route layer, so count routes up + 1)."""
+        return max(len(self.server.config.cluster.routes), 1)
+
+    async def _bootstrap_and_reconcile(self) -> None:
+        while True:
+            await trio.sleep(RECONCILE_S)
+            if self.meta_group is None:
+                self._maybe_bootstrap()
+                continue
+            self._reconcile()
+
+    def _maybe_bootstrap(self) -> None:
+        js_peers = sorted(n for n, p in self.routes.peers.items() if p.jetstream)
+        routes_up = len(self.routes.peers)
+        expected = self._expected_servers()
+        # Every configured route is up (one of them may be ourselves), then a quiet moment.
+        if routes_up + 1 < expected:
+            return
+        if time.monotonic() - self._last_peer_change < BOOTSTRAP_SETTLE_S:
+            return
+        self._open_meta(tuple(sorted({self.server.server_name, *js_peers})))
+
+    def _open_meta(self, peers: tuple[str, ...]) -> None:
+        machine = _MetaMachine(self)
+        self.meta_group = self.host.open_group(META_GROUP, peers, machine)
+        self.events.emit("jetstream_enabled", store_dir=self.service.store_dir,
+                         accounts=sorted(self.service.accounts), sync="raft")
+
+    def _reconcile(self) -> None:
+        now = time.time_ns()
+        for key, group in list(self.groups.items()):
+            replica = self.replicas.get(key)
+            if replica is None or not group.is_leader:
+                continue
+            sa = self.meta.streams.get(key)
+            if sa is not None:
+                self._reconcile_peers(group, sa)
+            self._maybe_tick(key, replica, group, now)
+
+    def _reconcile_peers(self, group: RaftGroup, sa: StreamAssignment) -> None:
+        want = set(sa.peers)
+        have = set(group.peers)
+        try:
+            extra = sorted(have - want)
+            if extra:
+                if extra[0] == self.server.server_name:
+                    group.step_down()
+                else:
+                    group.remove_peer(extra[0])
+                return
+            missing = sorted(want - have)
+            if missing:
+                group.add_peer(missing[0])
+        except (RaftError, ValueError):
+            return      # a change is in flight: try again next round
+
+    def _maybe_tick(self, key: tuple[str, str], replica: StreamReplica, group: RaftGroup,
+                    now: int) -> None:
+        """Propose a TICK when the leader's push interest changed, a consumer timer is due,
+        or (every EXPIRY_CHECK_S) the stream has a max_age. A tick still in flight may be
+        proposed again: applying a poll twice is harmless."""
+        acc = self.service.accounts.get(key[0])
+        if acc is None:
+            return
+        interest = self._push_interest(acc, key[1])
+        changed = interest != self._interest_seen.get(key, frozenset())
+        deadline = acc.stream_deadline(key[1])
+        entry = acc.streams.get(key[1])
+        mono = time.monotonic()
+        expiry = (entry is not None and entry.stream.config.max_age > 0
+                  and mono - self._last_tick.get(key, 0.0) >= EXPIRY_CHECK_S)
+        if not changed and not expiry and (deadline is None or deadline > now):
+            return
+        self._interest_seen[key] = interest
+        self._last_tick[key] = mono
+        self._propose(group, encode_entry(TICK, replica.next_ts(now), interest, changed))
+
+    def _push_interest(self, acc: JetStreamAccount, stream: str, extra: str | None = None) -> frozenset[str]:
+        """The subjects the stream's consumers deliver to that have subscribers now: push
+        deliver subjects and the reply inboxes of waiting pull requests (plus ``extra``,
+        the inbox of a pull request being proposed). Carried in every entry."""
+        entry = acc.streams.get(stream)
+        if entry is None:
+            return frozenset()
+        out = {extra} if extra else set()
+        for consumer in entry.consumers.values():
+            subjects = [consumer.config.deliver_subject] if consumer.config.deliver_subject else []
+            subjects.extend(consumer.waiting_replies())
+            for subject in subjects:
+                if subject not in out and self._has_interest(acc.name, subject):
+                    out.add(subject)
+        return frozenset(out)
+
+    def _has_interest(self, account: str, subject: str) -> bool:
+        match = self.server.account(account).sublist.match(subject)
+        return bool(match.plain or match.queues) or self.routes.has_remote_interest(account, subject)
+
+    def interest(self, account: str, subject: str) -> bool:
+        """Push-consumer interest as a replica must see it: the applying entry's view
+        while one is applied, otherwise the cluster's subscriptions."""
+        subjects = self.override.subjects
+        if subjects is not None:
+            return subject in subjects
+        return self._has_interest(account, subject)
+
+    # ------------------------------------------------------------------ meta changes
+
+    def meta_applied(self, changes: list[Any]) -> None:
+        for change in changes:
+            kind = change.kind
+            sa = change.assignment
+            if kind in ("stream_added", "stream_updated", "stream_peers_changed"):
+                self._ensure_replica(sa, kind)
+            elif kind == "stream_removed":
+                self._drop_replica((sa.account, sa.name), delete=True)
+                self._answer_meta("delete", sa.account, sa.name, {"success": True})
+            elif kind == "server_removed":
+                pass
+
+    def _ensure_replica(self, sa: StreamAssignment, kind: str) -> None:
+        key = (sa.account, sa.name)
+        me = self.server.server_name
+        if me not in sa.peers:
+            if key in self.replicas:
+                self._drop_replica(key, delete=True)
+            if kind == "stream_peers_changed":
+                self._answer_meta("peer-remove", sa.account, sa.name, {"success": True})
+            return
+        acc = self.service.accounts.get(sa.account)
+        if acc is None:
+            return
+        if key in self.replicas:
+            if kind == "stream_peers_changed":
+                self._answer_meta("peer-remove", sa.account, sa.name, {"success": True})
+            return
+        try:
+            acc.create_replica(sa.config, sa.created_ns)
+        except E.JSApiError as err:
+            self.events.emit("jetstream_recovery_problem", account=sa.account, stream=sa.name,
+                             consumer=None, path="", detail=f"replica not created: {err}")
+            return
+        replica = StreamReplica(acc, sa.name, emit=self._emitter(sa.account), override=self.override,
+                                on_problem=self._problem_fn(sa),
+                                on_leader=self._leader_fn(key))
+        replica.pending_reply = sa.reply
+        self.replicas[key] = replica
+        # A replacement joins the group as it is now (the others); its log then replays
+        # every membership change, each a no-op or a step towards the current peers.
+        joining = kind == "stream_peers_changed"
+        bootstrap = tuple(p for p in sa.peers if p != me) if joining else tuple(sa.peers)
+        group = self.host.open_group(sa.group, bootstrap, replica)
+        self.groups[key] = group
+        if not joining and group.node.last_index == 0 and sa.peers and sa.peers[0] == me:
+            group.campaign()       # a brand-new group: the first peer need not wait a timeout
+        if kind == "stream_peers_changed":
+            self._answer_meta("peer-remove", sa.account, sa.name, {"success": True})
+
+    def _drop_replica(self, key: tuple[str, str], *, delete: bool) -> None:
+        replica = self.replicas.pop(key, None)
+        group = self.groups.pop(key, None)
+        self._set_leader_interest(key, False)
+        if group is not None:
+            self.host.close_group(group.name, delete=delete)
+        acc = self.service.accounts.get(key[0])
+        if replica is not None and acc is not None:
+            acc.delete_replica(key[1])
+            self.events.emit("jetstream_stream_deleted", account=key[0], stream=key[1])
+
+    def _problem_fn(self, sa: StreamAssignment):
+        def problem(detail: str) -> None:
+            self.events.emit("jetstream_recovery_problem", account=sa.account, stream=sa.name,
+                             consumer=None, path=sa.group, detail=detail)
+        return problem
+
+    def _emitter(self, account: str):
+        def emit(replies: list[Reply]) -> None:
+            for r in replies:
+                self.server.route_internal(account, r.out)
+        return emit
+
+    def _leader_fn(self, key: tuple[str, str]):
+        def on_leader(leader: str | None, term: int) -> None:
+            replica = self.replicas.get(key)
+            if replica is None:
+                return
+            mine = leader == self.server.server_name
+            replica.is_leader = mine
+            self._set_leader_interest(key, mine)
+            if leader is not None and replica.pending_reply:
+                reply, replica.pending_reply = replica.pending_reply, None
+                if mine:
+                    self._answer_create(key, reply)
+        return on_leader
+
+    def _set_leader_interest(self, key: tuple[str, str], on: bool) -> None:
+        account, stream = key
+        held = self._interest.pop(key, None)
+        if held:
+            for subject in held:
+                self.routes.remove_internal_interest(account, subject)
+        if not on:
+            return
+        acc = self.service.accounts.get(account)
+        entry = acc.streams.get(stream) if acc else None
+        if entry is None:
+            return
+        subjects = [*entry.stream.config.subjects, f"$JS.ACK.{stream}.>", f"$JS.FC.{stream}.>"]
+        for subject in subjects:
+            self.routes.add_internal_interest(account, subject)
+        self._interest[key] = subjects
+
+    def _answer_create(self, key: tuple[str, str], reply: str) -> None:
+        acc = self.service.accounts[key[0]]
+        entry = acc.streams.get(key[1])
+        if entry is None:
+            return
+        body = {"type": E.STREAM_CREATE_RESPONSE, **acc._stream_info(entry, time.time_ns()),
+                "did_create": True}
+        self.server.route_internal(key[0], Outbound(reply, None, None, _json_bytes(body)))
+
+    def _answer_meta(self, op: str, account: str, stream: str, body: dict[str, Any]) -> None:
+        pending = self._meta_replies.pop((op, account, stream), None)
+        if pending is None:
+            return
+        reply, rtype = pending
+        self._respond(account, reply, {"type": rtype, **body})
+
+    def _respond(self, account: str, reply: str | None, body: dict[str, Any]) -> None:
+        if reply:
+            self.server.route_internal(account, Outbound(reply, None, None, _json_bytes(body)))
+
+    def _error(self, account: str, reply: str | None, rtype: str, err: E.JSApiError) -> None:
+        self._respond(account, reply, E.error_response(rtype, err))
+
+    # ------------------------------------------------------------------ cluster info
+
+    def _cluster_info_fn(self, account: str):
+        def info(stream: str) -> dict[str, Any] | None:
+            group = self.groups.get((account, stream))
+            if group is None:
+                return None
+            return self.group_info(group)
+        return info
+
+    def group_info(self, group: RaftGroup) -> dict[str, Any]:
+        """The ``cluster`` object of stream info (nats-server stream.go ClusterInfo)."""
+        now = time.time_ns()
+        out: dict[str, Any] = {"name": self.cluster_name, "raft_group": group.name}
+        if group.leader:
+            out["leader"] = group.leader
+        if group.leader_since_ns:
+            from jetraft.jetstream.model import format_time
+            out["leader_since"] = format_time(group.leader_since_ns)
+        replicas = []
+        if group.is_leader:
+            for r in group.replicas(now):
+                item: dict[str, Any] = {"name": r["name"], "current": bool(r["current"])}
+                if r.get("offline"):
+                    item["offline"] = True
+                item["active"] = int(r.get("active_ns", 0))
+                if r.get("lag"):
+                    item["lag"] = int(r["lag"])
+                item["peer"] = _peer_hash(r["name"])
+                replicas.append(item)
+        else:
+            for name in group.peers:
+                if name != group.leader and name != self.server.server_name:
+                    replicas.append({"name": name, "current": False, "active": 0,
+                                     "peer": _peer_hash(name)})
+        if replicas:
+            out["replicas"] = sorted(replicas, key=lambda r: r["name"])
+        return out
+
+    def meta_cluster_info(self) -> dict[str, Any]:
+        """nats-server MetaClusterInfo (/jsz ``meta_cluster``): the meta leader and its
+        peers (current, active ns, lag, offline) as this server sees them."""
+        group = self.meta_group
+        if group is None:
+            size = self._expected_servers()
+            return {"name": self.cluster_name, "cluster_size": size, "quorum_needed": size // 2 + 1,
+                    "pending": 0, "pending_requests": 0, "pending_infos": 0}
+        info = self.group_info(group)
+        out: dict[str, Any] = {"name": self.cluster_name}
+        if group.leader:
+            out["leader"] = group.leader
+            out["peer"] = _peer_hash(group.leader)
+        if info.get("replicas"):
+            out["replicas"] = info["replicas"]
+        out.update({"cluster_size": len(group.peers), "quorum_needed": len(group.peers) // 2 + 1,
+                    "pending": 0, "pending_requests": 0, "pending_infos": 0})
+        return out
+
+    # ------------------------------------------------------------------ inbound messages
+
+    def handle(self, account: str, subject: str, reply: str | None, headers: bytes | None,
+               payload: bytes, *, hops: int = 0, via_meta: bool = False) -> bool:
+        """Give the cluster an inbound message (see JetStreamService.handle). Returns True
+        when it was taken (answered now or later)."""
+        acc = self.service.accounts.get(account)
+        if acc is None:
+            return False
+        if subject.startswith(API_PREFIX):
+            return self._api(acc, subject, reply, headers, payload, hops, via_meta)
+        if subject.startswith("$JS.ACK.") or subject.startswith("$JS.FC."):
+            stream = _ack_stream(subject)
+            key = (account, stream)
+            replica, group = self.replicas.get(key), self.groups.get(key)
+            if replica is None or group is None or not group.is_leader:
+                return False
+            now = time.time_ns()
+            interest = self._push_interest(acc, stream)
+            if subject.startswith("$JS.ACK."):
+                data = encode_entry(ACK, replica.next_ts(now), interest, subject, reply, payload)
+            else:
+                data = encode_entry(FLOW_CONTROL, replica.next_ts(now), interest, subject)
+            return self._propose(group, data)
+        entry = acc.stream_for(subject)
+        if entry is None:
+            return False
+        key = (account, entry.name)
+        replica, group = self.replicas.get(key), self.groups.get(key)
+        if replica is None or group is None or not group.is_leader:
+            return False
+        now = time.time_ns()
+        data = encode_entry(PUBLISH, replica.next_ts(now), self._push_interest(acc, entry.name),
+                            subject, reply, headers, payload)
+        if not self._propose(group, data) and reply:
+            self._respond(account, reply, {"error": E.cluster_not_available().to_json(),
+                                           "stream": entry.name, "seq": 0})
+        return True
+
+    @staticmethod
+    def _propose(group: RaftGroup, data: bytes) -> bool:
+        try:
+            group.propose(data)
+            return True
+        except (NotLeaderError, ProposalDroppedError):
+            return False
+
+    def _on_forwarded_api(self, src: str, body: bytes) -> None:
+        try:
+            hops, via_meta, account, subject, reply, headers, payload = msgpack.unpackb(body, raw=False)
+            if not (isinstance(account, str) and isinstance(subject, str) and isinstance(payload, bytes)):
+                raise ValueError("bad field types")
+        except Exception as exc:  # noqa: BLE001 - a malformed frame is dropped, never fatal
+            self.events.emit("config_warning", message=f"malformed jsapi frame from {src}: {exc}")
+            return
+        self.handle(account, subject, reply, headers, payload, hops=int(hops), via_meta=bool(via_meta))
+
+    def _forward(self, target: str | None, acc: JetStreamAccount, subject: str, reply: str | None,
+                 headers: bytes | None, payload: bytes, hops: int, rtype: str,
+                 via_meta: bool = False) -> bool:
+        if target is None or hops >= MAX_HOPS:
+            self._error(acc.name, reply, rtype, E.cluster_not_available())
+            return True
+        if target == self.server.server_name:
+            return False
+        body = msgpack.packb([hops + 1, via_meta, acc.name, subject, reply, headers, payload],
+                             use_bin_type=True)
+        if not self.routes.send_app(target, "jsapi", body):
+            self._error(acc.name, reply, rtype, E.cluster_not_available())
+        return True
+
+    # ------------------------------------------------------------------ the API
+
+    def _api(self, acc: JetStreamAccount, subject: str, reply: str | None, headers: bytes | None,
+             payload: bytes, hops: int, via_meta: bool = False) -> bool:
+        tokens = subject.split(".")
+        kind = _api_kind(tokens)
+        if kind == "STREAM.UPDATE" and not via_meta and len(tokens) == 5:
+            return self._meta_api(acc, tokens, kind, subject, reply, headers, payload, hops)
+        if kind in ("META.LEADER", "SERVER.REMOVE"):
+            return self._meta_admin(acc, tokens, reply, payload, hops, subject, headers)
+        stream = _stream_of(tokens)
+        if kind in ("STREAM.CREATE", "STREAM.DELETE", "STREAM.NAMES", "STREAM.LIST",
+                    "STREAM.PEER") or subject == "$JS.API.INFO":
+            return self._meta_api(acc, tokens, kind, subject, reply, headers, payload, hops)
+        if stream is None:
+            return acc.handle_api(subject, reply, headers, payload, time.time_ns()) is not None
+        return self._stream_api(acc, stream, tokens, kind, subject, reply, headers, payload, hops)
+
+    def _meta_leader(self) -> str | None:
+        return self.meta_group.leader if self.meta_group is not None else None
+
+    def _stream_api(self, acc: JetStreamAccount, stream: str, tokens: list[str], kind: str,
+                    subject: str, reply: str | None, headers: bytes | None, payload: bytes,
+                    hops: int, via_meta: bool = False) -> bool:
+        key = (acc.name, stream)
+        rtype = _response_type(tokens)
+        sa = self.meta.streams.get(key)
+        if sa is None:
+            if kind in ("DIRECT.GET", "CONSUMER.MSG"):
+                return False
+            if self.meta_group is None or self.meta_group.leader is None:
+                self._error(acc.name, reply, rtype, E.cluster_not_available())
+            else:
+                self._error(acc.name, reply, rtype, E.stream_not_found())
+            return True
+        group = self.groups.get(key)
+        if group is None or not group.is_leader:
+            target = group.leader if group is not None else self._reachable(sa.peers)
+            return self._forward(target, acc, subject, reply, headers, payload, hops, rtype, via_meta)
+        now = time.time_ns()
+        if kind == "STREAM.LEADER" or kind == "CONSUMER.LEADER":
+            self._step_down(group, "stream" if kind == "STREAM.LEADER" else "consumer",
+                            acc.name, reply, rtype)
+            return True
+        if kind in _STREAM_WRITES:
+            if kind == "CONSUMER.MSG" and not acc.knows_consumer(
+                    f"$JS.ACK.{tokens[5]}.{tokens[6]}", "$JS.ACK."):
+                return False
+            replica = self.replicas[key]
+            pull_inbox = reply if kind == "CONSUMER.MSG" else None
+            data = encode_entry(API, replica.next_ts(now), self._push_interest(acc, stream, pull_inbox),
+                                subject, reply, headers, payload)
+            if not self._propose(group, data):
+                self._error(acc.name, reply, rtype, E.cluster_not_available())
+            return True
+        out = acc.handle_api(subject, reply, headers, payload, now)
+        if out is None:
+            return False
+        self._emitter(acc.name)(out)
+        return True
+
+    def _check_update(self, acc: JetStreamAccount, stream: str, payload: bytes) -> E.JSApiError | None:
+        """The meta leader's checks of STREAM.UPDATE that need the whole cluster's view
+        (replica count, overlap with streams of other peers); the stream's replicas then
+        apply the update itself through their log, with every single-server check."""
+        try:
+            req = decode_request(payload, "StreamConfigRequest") or {}
+            new = StreamConfig.decode(req).checked()
+        except E.JSApiError as err:
+            return err
+        sa = self.meta.streams.get((acc.name, stream))
+        if sa is None:
+            return E.stream_not_found()
+        if new.num_replicas != StreamConfig.from_json(sa.config).checked().num_replicas:
+            return E.stream_replicas_not_updatable()
+        for (account, name), other in self.meta.streams.items():
+            if account == acc.name and name != stream and any(
+                    subjects_overlap(a, b) for a in new.subjects
+                    for b in other.config.get("subjects") or [name]):
+                return E.subjects_overlap()
+        return None
+
+    def _reachable(self, peers: tuple[str, ...]) -> str | None:
+        for name in peers:
+            if name in self.routes.peers:
+                return name
+        return None
+
+    def _peer_infos(self) -> list[PeerInfo]:
+        me = self.server
+        out = [PeerInfo(me.server_name, tuple(me.config.server_tags), True, True, self.cluster_name)]
+        online = set()
+        for name, peer in self.routes.peers.items():
+            online.add(name)
+            out.append(PeerInfo(name, tuple(peer.tags), True, peer.jetstream, peer.cluster))
+        if self.meta_group is not None:
+            for name in self.meta_group.peers:
+                if name not in online and name != me.server_name:
+                    out.append(PeerInfo(name, (), False, True, self.cluster_name))
+        return out
+
+    def _meta_api(self, acc: JetStreamAccount, tokens: list[str], kind: str, subject: str,
+                  reply: str | None, headers: bytes | None, payload: bytes, hops: int) -> bool:
+        rtype = _response_type(tokens)
+        if not reply:
+            return True
+        leader = self._meta_leader()
+        if leader != self.server.server_name:
+            return self._forward(leader, acc, subject, reply, headers, payload, hops, rtype)
+        now = time.time_ns()
+        try:
+            if kind == "STREAM.CREATE":
+                return self._create_stream(acc, tokens, subject, reply, headers, payload, hops, now)
+            if kind == "STREAM.DELETE":
+                if payload.strip():
+                    raise E.not_empty_request()
+                sa = self.meta.streams.get((acc.name, tokens[4]))
+                if sa is None:
+                    raise E.stream_not_found()
+                self.meta_group.propose(encode_remove_stream(acc.name, tokens[4]))
+                self._meta_replies[("delete", acc.name, tokens[4])] = (reply, rtype)
+                return True
+            if kind == "STREAM.UPDATE":
+                err = self._check_update(acc, tokens[4], payload)
+                if err is not None:
+                    raise err
+                new = StreamConfig.decode(decode_request(payload, "StreamConfigRequest") or {}).checked()
+                self.meta_group.propose(encode_update_stream(acc.name, tokens[4], new.to_json()))
+                return self._stream_api(acc, tokens[4], tokens, kind, subject, reply, headers,
+                                        payload, hops, via_meta=True)
+            if kind == "STREAM.PEER":
+                return self._peer_remove(acc, tokens[5] if len(tokens) > 5 else "", reply, payload, rtype)
+            if kind in ("STREAM.NAMES", "STREAM.LIST") or subject == "$JS.API.INFO":
+                body = self._meta_read(acc, kind, subject, payload, now)
+                self._respond(acc.name, reply, {"type": rtype, **body})
+                return True
+        except E.JSApiError as err:
+            self._error(acc.name, reply, rtype, err)
+            return True
+        except RaftError:
+            self._error(acc.name, reply, rtype, E.cluster_not_available())
+            return True
+        return False
+
+    def _meta_read(self, acc: JetStreamAccount, kind: str, subject: str, payload: bytes,
+                   now: int) -> dict[str, Any]:
+        """NAMES, LIST and account INFO from the meta leader: the assignments, with state
+        from this server's replicas where it holds one."""
+        names = sorted(name for (account, name) in self.meta.streams if account == acc.name)
+        if subject == "$JS.API.INFO":
+            body = acc.handle_api(subject, "_", None, payload, now)[0].out.data
+            import json
+            info = json.loads(body)
+            info.pop("type", None)
+            info["streams"] = len(names)
+            return info
+        if kind == "STREAM.NAMES":
+            return {"total": len(names), "offset": 0, "limit": 1024, "streams": names or None}
+        infos = []
+        for name in names:
+            entry = acc.streams.get(name)
+            if entry is not None:
+                infos.append(acc._stream_info(entry, now, dynamic=False))
+            else:
+                sa = self.meta.streams[(acc.name, name)]
+                infos.append({"config": sa.config, "created": sa.created_ns})
+        return {"total": len(names), "offset": 0, "limit": 256, "streams": infos}
+
+    def _create_stream(self, acc: JetStreamAccount, tokens: list[str], subject: str, reply: str,
+                       headers: bytes | None, payload: bytes, hops: int, now: int) -> bool:
+        req = decode_request(payload, "StreamConfigRequest") or {}
+        pedantic = bool(req.get("pedantic"))
+        cfg = StreamConfig.decode(req)
+        cfg.create_request_checks(tokens[4])
+        cfg = cfg.checked(pedantic=pedantic).with_static_metadata()
+        key = (acc.name, cfg.name)
+        existing = self.meta.streams.get(key)
+        if existing is not None:
+            if existing.config != cfg.to_json():
+                raise E.stream_name_exist()
+            group = self.groups.get(key)
+            target = group.leader if group is not None else self._reachable(existing.peers)
+            if target == self.server.server_name:
+                out = acc.handle_api(subject, reply, headers, payload, now) or []
+                self._emitter(acc.name)(out)
+                return True
+            return self._forward(target, acc, subject, reply, headers, payload, hops,
+                                 E.STREAM_CREATE_RESPONSE)
+        for (account, name), other in self.meta.streams.items():
+            if account == acc.name and any(subjects_overlap(a, b) for a in cfg.subjects
+                                           for b in other.config.get("subjects") or [name]):
+                raise E.subjects_overlap()
+        placement = cfg.placement
+        try:
+            peers = select_peers(
+                self._peer_infos(), cfg.num_replicas, unique_tag=self.unique_tag,
+                placement_tags=tuple(getattr(placement, "tags", None) or ()) if placement else (),
+                placement_cluster=(getattr(placement, "cluster", None) or None) if placement else None,
+                load=self.meta.load())
+        except PlacementError as exc:
+            self.events.emit("jetstream_placement_failed", account=acc.name, stream=cfg.name,
+                             replicas=cfg.num_replicas, reason=str(exc))
+            raise E.cluster_no_peers(str(exc)) from None
+        sa = StreamAssignment(account=acc.name, name=cfg.name, config=cfg.to_json(),
+                              group=group_name("S", acc.name, cfg.name, now, replicas=len(peers),
+                                               storage=cfg.storage), peers=tuple(peers),
+                              created_ns=now, reply=reply)
+        self.meta_group.propose(encode_assign_stream(sa))
+        self.events.emit("jetstream_stream_assigned", account=acc.name, stream=cfg.name,
+                         group=sa.group, peers=list(sa.peers), replicas=cfg.num_replicas)
+        return True
+
+    def _peer_remove(self, acc: JetStreamAccount, stream: str, reply: str, payload: bytes,
+                     rtype: str) -> bool:
+        req = decode_request(payload, "JSApiStreamRemovePeerRequest") or {}
+        peer = req.get("peer") or ""
+        sa = self.meta.streams.get((acc.name, stream))
+        if sa is None:
+            raise E.stream_not_found()
+        if not peer or peer not in sa.peers:
+            raise E.cluster_peer_not_member()
+        remaining = tuple(p for p in sa.peers if p != peer)
+        try:
+            cfg = StreamConfig.from_json(sa.config)
+            placement = cfg.placement
+            new = select_peers(
+                self._peer_infos(), len(sa.peers), unique_tag=self.unique_tag,
+                placement_tags=tuple(getattr(placement, "tags", None) or ()) if placement else (),
+                exclude=(peer,), existing=remaining, load=self.meta.load())
+        except PlacementError as exc:
+            raise E.cluster_no_peers(str(exc)) from None
+        added = [p for p in new if p not in remaining]
+        replacement = added[0] if added else None
+        if replacement is None:
+            raise E.cluster_no_peers("no suitable peers for placement")
+        self.meta_group.propose(encode_replace_stream_peer(acc.name, stream, peer, replacement))
+        self._meta_replies[("peer-remove", acc.name, stream)] = (reply, rtype)
+        self.events.emit("jetstream_peer_removed", account=acc.name, stream=stream, group=sa.group,
+                         peer=peer, replacement=replacement)
+        return True
+
+    def _meta_admin(self, acc: JetStreamAccount, tokens: list[str], reply: str | None,
+                    payload: bytes, hops: int, subject: str, headers: bytes | None) -> bool:
+        """META.LEADER.STEPDOWN (system account only, as nats-server)."""
+        system = self.server.config.system_account or "$SYS"
+        if acc.name != system and acc.name != "$G":
+            return False
+        rtype = E.META_LEADER_STEPDOWN_RESPONSE
+        leader = self._meta_leader()
+        if leader != self.server.server_name:
+            return self._forward(leader, acc, subject, reply, headers, payload, hops, rtype)
+        self._step_down(self.meta_group, "meta", acc.name, reply, rtype)
+        return True
+
+    def _step_down(self, group: RaftGroup, kind: str, account: str, reply: str | None,
+                   rtype: str) -> None:
+        """Hand ``group``'s leadership to its most up-to-date peer (STEPDOWN requests)."""
+        try:
+            to = group.step_down()
+        except RaftError:
+            to = None
+        self.events.emit("jetstream_stepdown_requested", group=group.name, kind=kind,
+                         leader=self.server.server_name, to=to, cause="api")
+        if to is None:
+            self._error(account, reply, rtype, E.cluster_not_available())
+        else:
+            self._respond(account, reply, {"type": rtype, "success": True})
+
+    # ------------------------------------------------------------------ lame duck
+
+    def transfer_all_leadership(self) -> int:
+        """Hand every RAFT leadership this server holds to another peer (lame duck mode);
+        returns how many transfers were started."""
+        n = 0
+        for group in list(self.host.groups.values()):
+            if group.is_leader and len(group.peers) > 1:
+                try:
+                    if group.step_down() is not None:
+                        n += 1
+                        self.events.emit("jetstream_stepdown_requested", group=group.name,
+                                         kind="meta" if group.name == META_GROUP else "stream",
+                                         leader=self.server.server_name, to=None, cause="lame_duck")
+                except RaftError:
+                    pass
+        return n
+
+
+class _MetaMachine:
+    """The meta group's StateMachine: applies MetaState entries and acts on the changes."""
+
+    def __init__(self, cluster: ClusterJetStream) -> None:
+        self.cluster = cluster
+
+    def apply(self, entries) -> None:
+        from jetraft.raft.types import EntryType
+        for e in entries:
+            if e.type != EntryType.NORMAL or not e.data:
+                continue
+            try:
+                changes = self.cluster.meta.apply(e.data)
+            except Exception as exc:  # noqa: BLE001 - a bad entry is reported and skipped
+                self.cluster.events.emit("jetstream_recovery_problem", account="", stream="",
+                                         consumer=None, path=META_GROUP,
+                                         detail=f"meta entry {e.index} rejected: {exc}")
+                continue
+            self.cluster.meta_applied(changes)
+
+    def snapshot(self) -> bytes:
+        return self.cluster.meta.snapshot()
+
+    def restore(self, data: bytes) -> None:
+        self.cluster.meta_applied(self.cluster.meta.install_snapshot(data))
+
+    def leader_changed(self, leader: str | None, term: int) -> None:
+        pass
+
+
+def _response_type(tokens: list[str]) -> str:
+    kind = _api_kind(tokens)
+    n = len(tokens)
+    table = {
+        "STREAM.CREATE": E.STREAM_CREATE_RESPONSE, "STREAM.UPDATE": E.STREAM_UPDATE_RESPONSE,
+        "STREAM.DELETE": E.STREAM_DELETE_RESPONSE, "STREAM.INFO": E.STREAM_INFO_RESPONSE,
+        "STREAM.NAMES": E.STREAM_NAMES_RESPONSE, "STREAM.LIST": E.STREAM_LIST_RESPONSE,
+        "STREAM.PURGE": E.STREAM_PURGE_RESPONSE, "STREAM.PEER": E.STREAM_REMOVE_PEER_RESPONSE,
+        "STREAM.LEADER": E.STREAM_LEADER_STEPDOWN_RESPONSE,
+        "CONSUMER.CREATE": E.CONSUMER_CREATE_RESPONSE, "CONSUMER.DURABLE": E.CONSUMER_CREATE_RESPONSE,
+        "CONSUMER.DELETE": E.CONSUMER_DELETE_RESPONSE, "CONSUMER.INFO": E.CONSUMER_INFO_RESPONSE,
+        "CONSUMER.NAMES": E.CONSUMER_NAMES_RESPONSE, "CONSUMER.LIST": E.CONSUMER_LIST_RESPONSE,
+        "CONSUMER.LEADER": E.CONSUMER_LEADER_STEPDOWN_RESPONSE,
+    }
+    if kind == "STREAM.MSG" and n == 6:
+        return E.STREAM_MSG_GET_RESPONSE if tokens[4] == "GET" else E.STREAM_MSG_DELETE_RESPONSE
+    if tokens[2:3] == ["INFO"]:
+        return E.ACCOUNT_INFO_RESPONSE
+    return table.get(kind, E.SYSTEM_RESPONSE)

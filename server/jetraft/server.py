@@ -39,7 +39,7 @@ from jetraft.net.client import ClientConnection, Subscription, accept_connection
 from jetraft.net.jetstream import JetStreamService
 from jetraft.net.monitor import serve_monitor
 from jetraft.net.route import RouteConnection, RouteManager
-from jetraft.protocol import SubjectIndex, encode_err, encode_info, encode_msg, no_responders_headers
+from jetraft.protocol import Match, SubjectIndex, encode_err, encode_info, encode_msg, no_responders_headers
 
 _B32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
 
@@ -334,32 +334,12 @@ class Server:
                 continue
             target.deliver(sub, wire, reply, headers, payload)
             delivered = True
-        remote = self.routes.match_remote(account.name, subject) if forward else None
-        local_queues: Any = match.queues
-        targets: dict[RouteConnection, list[str]] = {}
-        if remote is not None:
-            for rsub in remote.plain:
-                targets.setdefault(rsub.conn, [])
-            local_queues = dict(local_queues)
-            for name, rmembers in remote.queues:
-                members = local_queues.pop(name, ())
-                if not echo:
-                    members = [m for m in members if m.client is not sender]
-                n = len(members)
-                pick = random.randrange(n + sum(r.weight for r in rmembers))
-                if pick < n:
-                    sub = members[pick]
-                    sub.client.deliver(sub, wire, reply, headers, payload)
-                    delivered = True
-                    continue
-                pick -= n
-                for rsub in rmembers:
-                    if pick < rsub.weight:
-                        targets.setdefault(rsub.conn, []).append(name)
-                        break
-                    pick -= rsub.weight
-            local_queues = local_queues.items()
-        for name, members in local_queues:
+        if forward:
+            remote = self.routes.match_remote(account.name, subject)
+            if remote is not None:
+                return self._deliver_in_cluster(account.name, match, remote, subject, shown, reply, headers,
+                                                payload, sender, echo) or delivered
+        for name, members in match.queues:
             if queues is not None and name not in queues:
                 continue
             if not echo:
@@ -369,8 +349,48 @@ class Server:
             sub = members[random.randrange(len(members))] if len(members) > 1 else members[0]
             sub.client.deliver(sub, wire, reply, headers, payload)
             delivered = True
+        return delivered
+
+    def _deliver_in_cluster(self, account: str, match: Match, remote: Match, subject: str,
+                            shown: str | None, reply: str | None, headers: bytes | None,
+                            payload: bytes, sender: ClientConnection | None, echo: bool) -> bool:
+        """The queue groups and peers of a message some peers have interest in (local plain
+        subscribers are served already): each queue group picks one member among the local
+        ones and the peers' (a peer weighs its member count, nats-server sublist.go
+        addNodeToResults), then each interested peer gets one MSG naming its queues."""
+        wire = shown or subject
+        delivered = False
+        targets: dict[RouteConnection, list[str]] = {}
+        for rsub in remote.plain:
+            targets.setdefault(rsub.conn, [])
+        local = dict(match.queues)
+        for name, rmembers in remote.queues:
+            members = local.pop(name, ())
+            if not echo:
+                members = [m for m in members if m.client is not sender]
+            n = len(members)
+            pick = random.randrange(n + sum(r.weight for r in rmembers))
+            if pick < n:
+                sub = members[pick]
+                sub.client.deliver(sub, wire, reply, headers, payload)
+                delivered = True
+                continue
+            pick -= n
+            for rsub in rmembers:
+                if pick < rsub.weight:
+                    targets.setdefault(rsub.conn, []).append(name)
+                    break
+                pick -= rsub.weight
+        for members in local.values():  # groups with local members only
+            if not echo:
+                members = [m for m in members if m.client is not sender]
+                if not members:
+                    continue
+            sub = members[random.randrange(len(members))]
+            sub.client.deliver(sub, wire, reply, headers, payload)
+            delivered = True
         if targets:
-            self.routes.forward(account.name, subject, reply, headers, payload, targets, shown)
+            self.routes.forward(account, subject, reply, headers, payload, targets, shown)
             delivered = True
         return delivered
 

@@ -253,7 +253,7 @@ class RouteConnection(StreamConnection):
             self.quiet = True
             self.manager.log_refused(self.remote, reason, level)
         self.send(rp.encode_err(code, reason))
-        self.close(f"refused: {reason}")
+        self.close(reason if code == rp.ERR_SUPERSEDED else f"refused: {reason}")
 
     # ------------------------------------------------------------------ output
 
@@ -685,7 +685,7 @@ class RouteManager:
             old = peer._conn
             if old is not None and old is not conn:
                 self._detach(old)
-                old.refuse(rp.ERR_SUPERSEDED, f"replaced by route {conn.rid} "
+                old.refuse(rp.ERR_SUPERSEDED, f"superseded by route {conn.rid} to the same server "
                                               f"({'solicited' if conn.solicited else 'accepted'} here)",
                            log=False)
             peer.attach(conn, info)

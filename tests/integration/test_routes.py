@@ -1,0 +1,367 @@
+"""Routes between jetraft servers: the RouteManager API in one trio process, a hand-driven
+route peer speaking the frame protocol, and 3-server clusters of jetraft-server processes.
+
+Every wait polls a condition under a deadline; nothing sleeps to synchronise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import socket
+import time
+from collections.abc import Callable
+
+import nats
+import pytest
+import trio
+from cluster import Cluster
+from servers import free_port
+
+from jetraft.config import config_from_text
+from jetraft.events import EventLog
+from jetraft.jetstream.outbound import Outbound
+from jetraft.protocol import route as rp
+from jetraft.server import Server
+
+DEADLINE = 10.0
+
+
+# ---------------------------------------------------------------- in one trio process
+
+
+def route_config(name: str, port: int, routes: list[int], extra: str = "") -> str:
+    listed = ", ".join(f"nats://127.0.0.1:{p}" for p in routes)
+    return (f"server_name: {name}\nhost: 127.0.0.1\nport: -1\n{extra}\n"
+            f"cluster {{\n  name: C1\n  host: 127.0.0.1\n  port: {port}\n  routes: [{listed}]\n}}\n")
+
+
+class Node:
+    """One in-process Server with its event log captured."""
+
+    def __init__(self, name: str, text: str) -> None:
+        self.log = io.StringIO()
+        self.server = Server(config_from_text(text), events=EventLog(name, stream=self.log, threshold="debug"))
+        self.routes = self.server.routes
+        self.peer_changes: list[tuple[str, bool]] = []
+        self.routes.on_peer_change(lambda name, up: self.peer_changes.append((name, up)))
+
+    def events(self, name: str | None = None) -> list[dict]:
+        rows = [json.loads(line) for line in self.log.getvalue().splitlines()]
+        return [r for r in rows if name is None or r["event"] == name]
+
+
+async def wait_until(predicate: Callable[[], object], what: str, timeout: float = DEADLINE):
+    with trio.move_on_after(timeout):
+        while not (value := predicate()):
+            await trio.sleep(0.005)
+        return value
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+async def start_nodes(nursery: trio.Nursery, *nodes: Node) -> None:
+    """Start every node at once (so that routes listed both ways are dialled together)."""
+    async with trio.open_nursery() as starting:
+        for node in nodes:
+            starting.start_soon(nursery.start, node.server.serve)
+
+
+def mesh_formed(*nodes: Node) -> bool:
+    names = {n.server.server_name for n in nodes}
+    return all(set(n.routes.peers) == names - {n.server.server_name} for n in nodes)
+
+
+async def test_app_frames_peer_changes_and_a_handler_that_raises():
+    ports = [free_port(), free_port()]
+    n1 = Node("n1", route_config("n1", ports[0], []))
+    n2 = Node("n2", route_config("n2", ports[1], [ports[0]]))
+    got: list[tuple[str, bytes]] = []
+    n1.routes.on_app("echo", lambda src, body: got.append((src, body)))
+    n2.routes.on_app("echo", lambda src, body: n2.routes.send_app(src, "echo", body + b"!"))
+
+    def reject(src: str, body: bytes) -> None:
+        raise ValueError("malformed body")
+
+    n1.routes.on_app("picky", reject)
+    async with trio.open_nursery() as nursery:
+        await start_nodes(nursery, n1, n2)
+        await wait_until(lambda: mesh_formed(n1, n2), "the route")
+        peer = n1.routes.peers["n2"]
+        assert (peer.server_name, peer.server_id, peer.cluster) == ("n2", n2.server.server_id, "C1")
+        assert peer.tags == () and peer.jetstream is False
+        assert peer.remote.startswith("127.0.0.1:") and peer.connected_ns <= peer.last_seen_ns
+        assert n1.routes.send_app("nobody", "echo", b"x") is False
+
+        assert n1.routes.send_app("n2", "echo", b"ping")
+        await wait_until(lambda: got, "the echo")
+        assert got == [("n2", b"ping!")]
+        assert n1.routes.peers["n2"].last_seen_ns >= peer.connected_ns
+
+        # a body a handler rejects closes that route; the soliciting side dials it again
+        assert n2.routes.send_app("n1", "picky", b"?")
+        await wait_until(lambda: len(n1.peer_changes) == 3, "the route to come back")
+        assert n1.peer_changes == [("n2", True), ("n2", False), ("n2", True)]
+        assert any("APP frame of kind 'picky' rejected: ValueError: malformed body" in e["reason"]
+                   for e in n1.events("route_refused"))
+        n1.server.shutdown()
+        n2.server.shutdown()
+    assert n2.peer_changes[-1] == ("n1", False)
+    assert {e["reason"] for e in n2.events("route_closed")} & {"Server Shutdown", "Remote Closed"}
+
+
+async def test_routes_dialled_both_ways_leave_one_route_without_flapping():
+    ports = [free_port() for _ in range(3)]
+    nodes = [Node(f"n{i + 1}", route_config(f"n{i + 1}", ports[i], ports)) for i in range(3)]
+    async with trio.open_nursery() as nursery:
+        await start_nodes(nursery, *nodes)
+        await wait_until(lambda: mesh_formed(*nodes), "the mesh")
+        await wait_until(lambda: all(len(n.routes.connections) == 2 for n in nodes), "duplicates closed")
+        for node in nodes:
+            for name, peer in node.routes.peers.items():
+                other = next(n for n in nodes if n.server.server_name == name)
+                # the kept route is the one dialled by the lower server id, on both ends
+                lower_dialled = node.server.server_id < other.server.server_id
+                assert peer._conn.solicited == lower_dialled
+            assert sorted(node.peer_changes) == sorted(
+                (n.server.server_name, True) for n in nodes if n is not node)  # no down/up flap
+            refused = [e["reason"] for e in node.events("route_refused")]
+            assert "route to self ignored" in refused
+            assert len(node.events("listening")) == 2  # cluster, then client
+        for node in nodes:
+            node.server.shutdown()
+
+
+async def test_internal_interest_is_propagated_and_withdrawn():
+    ports = [free_port(), free_port()]
+    n1 = Node("n1", route_config("n1", ports[0], [ports[1]]))
+    n2 = Node("n2", route_config("n2", ports[1], []))
+    routed: list[tuple] = []
+    original = n1.server.publish_from_route
+
+    def record(src, account, subject, reply, headers, payload, queues=(), *, deliver_as=None):
+        routed.append((src, account, subject, reply, headers, payload, queues, deliver_as))
+        original(src, account, subject, reply, headers, payload, queues, deliver_as=deliver_as)
+
+    n1.server.publish_from_route = record
+    marks: list[bytes] = []
+    n1.routes.on_app("mark", lambda src, body: marks.append(body))
+    async with trio.open_nursery() as nursery:
+        await start_nodes(nursery, n1, n2)
+        await wait_until(lambda: mesh_formed(n1, n2), "the route")
+        n1.routes.add_internal_interest("$G", "orders.>")
+        n1.routes.add_internal_interest("$G", "orders.>")  # a second reference
+        await wait_until(lambda: n2.routes.has_remote_interest("$G", "orders.new"), "the interest on n2")
+        assert not n2.routes.has_remote_interest("$G", "other")
+        assert not n2.routes.has_remote_interest("APP", "orders.new")  # per account
+
+        n2.server.route_internal("$G", Outbound("orders.new", "_INBOX.r", b"NATS/1.0\r\nA: 1\r\n\r\n", b"x"))
+        await wait_until(lambda: routed, "the routed message")
+        assert routed == [("n2", "$G", "orders.new", "_INBOX.r", b"NATS/1.0\r\nA: 1\r\n\r\n", b"x", (), None)]
+
+        n1.routes.remove_internal_interest("$G", "orders.>")
+        n2.routes.send_app("n1", "mark", b"1")
+        await wait_until(lambda: marks == [b"1"], "the first mark")
+        assert n2.routes.has_remote_interest("$G", "orders.new")  # one reference is left
+        n1.routes.remove_internal_interest("$G", "orders.>")
+        await wait_until(lambda: not n2.routes.has_remote_interest("$G", "orders.new"), "the withdrawal")
+        n2.server.route_internal("$G", Outbound("orders.new", None, None, b"late"))
+        n2.routes.send_app("n1", "mark", b"2")  # same route, so after any routed message
+        await wait_until(lambda: marks == [b"1", b"2"], "the second mark")
+        assert len(routed) == 1
+        n1.server.shutdown()
+        n2.server.shutdown()
+
+
+# ---------------------------------------------------------------- a hand-driven route peer
+
+
+class FakePeer:
+    """A route peer driven by the test: raw socket, frames from jetraft.protocol.route."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.parser = rp.RouteParser()
+        self.frames: list = []
+
+    @classmethod
+    async def dial(cls, port: int, rcvbuf: int | None = None) -> FakePeer:
+        sock = trio.socket.socket()
+        if rcvbuf:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        await sock.connect(("127.0.0.1", port))
+        return cls(trio.SocketStream(sock))
+
+    async def hello(self, *, cluster: str = "C1", name: str = "fake", user=None, password=None) -> None:
+        info = rp.RouteInfo(server_name=name, server_id="NFAKE" + name.upper(), cluster=cluster,
+                            listen="127.0.0.1:1")
+        await self.stream.send_all(rp.encode_connect(user, password) + rp.encode_info(info))
+
+    async def next(self, kind: type, timeout: float = DEADLINE):
+        with trio.fail_after(timeout):
+            while True:
+                while self.frames:
+                    frame = self.frames.pop(0)
+                    if isinstance(frame, kind):
+                        return frame
+                data = await self.stream.receive_some(65536)
+                if not data:
+                    raise EOFError("route closed")
+                self.frames += self.parser.feed(data)
+
+
+async def test_handshakes_that_are_refused_say_why():
+    port = free_port()
+    node = Node("n1", route_config("n1", port, []) .replace(
+        "routes: []", 'routes: []\n  authorization { user: ruser, password: "rpass" }'))
+    async with trio.open_nursery() as nursery:
+        await start_nodes(nursery, node)
+        cases = [
+            ({"user": "ruser", "password": "nope"}, rp.ERR_AUTH, "authorization violation"),
+            ({}, rp.ERR_AUTH, "(none given)"),
+            ({"user": "ruser", "password": "rpass", "cluster": "OTHER"}, rp.ERR_CLUSTER, "cluster name conflict"),
+            ({"user": "ruser", "password": "rpass", "name": "n1"}, rp.ERR_NAME, "duplicate name"),
+        ]
+        for kwargs, code, text in cases:
+            peer = await FakePeer.dial(port)
+            await peer.hello(**kwargs)
+            err = await peer.next(rp.RouteErr)
+            assert (err.code, text in err.text) == (code, True), err
+            assert text in node.events("route_refused")[-1]["reason"]
+        # garbage is a protocol error, answered and logged
+        peer = await FakePeer.dial(port)
+        await peer.stream.send_all(b"\x00\x00\x00\x03abc")
+        err = await peer.next(rp.RouteErr)
+        assert err.code == rp.ERR_PROTOCOL and "not a msgpack value" in err.text
+        # the right credentials: INFO comes back, then the route is up
+        peer = await FakePeer.dial(port)
+        await peer.hello(user="ruser", password="rpass")
+        info = await peer.next(rp.RouteInfo)
+        assert (info.server_name, info.cluster, info.server_id) == ("n1", "C1", node.server.server_id)
+        await wait_until(lambda: "fake" in node.routes.peers, "the fake peer registered")
+        assert node.routes.peers["fake"].listen == "127.0.0.1:1"
+        node.server.shutdown()
+
+
+async def test_a_peer_that_stops_reading_loses_raft_frames_first_then_its_route():
+    port = free_port()
+    node = Node("n1", route_config("n1", port, [], extra="max_pending: 262144\nmax_payload: 65536\nwrite_deadline: 30s"))
+    async with trio.open_nursery() as nursery:
+        await start_nodes(nursery, node)
+        peer = await FakePeer.dial(port, rcvbuf=4096)
+        await peer.hello()
+        await peer.next(rp.RouteInfo)
+        await wait_until(lambda: "fake" in node.routes.peers, "the fake peer registered")
+        body = b"r" * 16384
+        with trio.fail_after(DEADLINE):  # the peer never reads: raft frames start being dropped
+            while node.routes.send_app("fake", "raft", body):
+                await trio.sleep(0)
+        assert "fake" in node.routes.peers  # dropping RAFT frames keeps the route
+        conn = node.routes.peers["fake"]._conn
+        assert conn.dropped_frames == 1 and conn.pending_bytes > 262144 // 2
+        with trio.fail_after(DEADLINE):  # core frames are never dropped: past max_pending it closes
+            while node.routes.send_app("fake", "jsapi", body):
+                await trio.sleep(0)
+        await wait_until(lambda: "fake" not in node.routes.peers, "the route closed")
+        closed = node.events("route_closed")[-1]
+        assert closed["peer_name"] == "fake" and closed["reason"].startswith("Slow Consumer")
+        assert "exceed max_pending 262144" in closed["reason"]
+        node.server.shutdown()
+
+
+# ---------------------------------------------------------------- jetraft-server processes
+
+
+def routez_names(c: Cluster, name: str) -> list[str]:
+    return sorted(r["remote_name"] for r in c.servers[name].monitor("/routez")["routes"])
+
+
+def wait_for(predicate: Callable[[], object], what: str, timeout: float = DEADLINE):
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+    return value
+
+
+def test_one_seed_route_each_forms_the_full_mesh_and_a_route_to_self_is_ignored(tmp_path):
+    with Cluster("jetraft", tmp_path, 3, seed=True) as c:
+        c.members["n1"].routes = (c.route_url("n1"),)  # the seed lists only itself
+        c.start()
+        c.wait_formed()
+        for name in c.members:
+            assert routez_names(c, name) == sorted(set(c.members) - {name})  # one route each
+            varz = c.servers[name].monitor("/varz")
+            assert varz["routes"] == 2 and varz["cluster"]["name"] == "C1"
+        n2_connected = {e["peer_name"]: e["direction"] for e in c.events("n2") if e["event"] == "route_connected"}
+        assert n2_connected["n1"] == "solicited"  # its seed; n3 was learnt from n1's gossip
+        assert "n3" in n2_connected
+        assert any(e["event"] == "route_refused" and e["reason"] == "route to self ignored"
+                   for e in c.events("n1"))
+        # clients learn every server's URL
+        with socket.create_connection(("127.0.0.1", c.members["n2"].port), timeout=5) as s:
+            info = json.loads(s.makefile("rb").readline().split(b" ", 1)[1])
+        assert info["cluster"] == "C1"
+        assert sorted(info.get("connect_urls", [])) == sorted(u.split("//")[1] for u in c.urls())
+
+
+def test_wrong_credentials_and_cluster_name_are_refused_and_logged(tmp_path):
+    good = Cluster("jetraft", tmp_path / "good", 3, auth=("ruser", "rpass"))
+    intruder = Cluster("jetraft", tmp_path / "bad", 1, names=["intruder"], auth=("ruser", "wrong"),
+                       routes=[good.route_url("n1", auth=("ruser", "wrong"))])
+    alien = Cluster("jetraft", tmp_path / "alien", 1, name="OTHER", names=["alien"], auth=("ruser", "rpass"),
+                    routes=[good.route_url("n2")])
+    with good, intruder, alien:
+        good.start()
+        intruder.start()
+        alien.start()
+        good.wait_formed()
+
+        def refusals(c: Cluster, name: str) -> list[str]:
+            return [e["reason"] for e in c.events(name) if e["event"] == "route_refused"]
+
+        wait_for(lambda: any("authorization violation" in r for r in refusals(good, "n1")), "n1 refusing")
+        wait_for(lambda: any("cluster name conflict" in r for r in refusals(good, "n2")), "n2 refusing")
+        wait_for(lambda: any("refused by the remote: authorization violation" in r
+                             for r in refusals(intruder, "intruder")), "the intruder told")
+        wait_for(lambda: any("refused by the remote: cluster name conflict" in r
+                             for r in refusals(alien, "alien")), "the alien told")
+        assert routez_names(intruder, "intruder") == [] and routez_names(alien, "alien") == []
+        for name in good.members:
+            assert routez_names(good, name) == sorted(set(good.members) - {name})
+
+
+def test_a_killed_server_is_dropped_and_rejoins_when_restarted(tmp_path):
+    with Cluster("jetraft", tmp_path, 3).start() as c:
+        c.wait_formed()
+        c.kill("n2")
+        wait_for(lambda: routez_names(c, "n1") == ["n3"] and routez_names(c, "n3") == ["n1"],
+                 "n1 and n3 to drop n2")
+        closed = [e for e in c.events("n1") if e["event"] == "route_closed" and e["peer_name"] == "n2"]
+        assert closed and closed[-1]["reason"] == "Remote Closed"
+        c.restart("n2")
+        c.wait_formed()
+
+        async def across() -> bytes:  # the restarted server carries messages both ways again
+            sub_nc = await nats.connect(f"nats://127.0.0.1:{c.members['n2'].port}")
+            pub_nc = await nats.connect(f"nats://127.0.0.1:{c.members['n3'].port}")
+            async def reverse(msg) -> None:
+                await sub_nc.publish(msg.reply, msg.data[::-1])
+
+            sub = await sub_nc.subscribe("back.>", cb=reverse)
+            await sub_nc.flush()
+            deadline = time.monotonic() + DEADLINE
+            while True:
+                try:
+                    reply = await pub_nc.request("back.again", b"olleh", timeout=1)
+                    break
+                except nats.errors.NoRespondersError:
+                    assert time.monotonic() < deadline, "n2's subscription never reached n3"
+                    await asyncio.sleep(0.02)
+            await sub.unsubscribe()
+            await sub_nc.close()
+            await pub_nc.close()
+            return reply.data
+
+        assert asyncio.run(asyncio.wait_for(across(), 30)) == b"hello"

@@ -38,6 +38,7 @@ from jetraft.events import EventLog
 from jetraft.net.client import ClientConnection, Subscription, accept_connections
 from jetraft.net.jetstream import JetStreamService
 from jetraft.net.monitor import serve_monitor
+from jetraft.net.sysreq import PING_SUBJECTS, handle_system_request
 from jetraft.net.route import RouteConnection, RouteManager
 from jetraft.protocol import Match, SubjectIndex, encode_err, encode_info, encode_msg, no_responders_headers
 
@@ -151,6 +152,8 @@ class Server:
                     await nursery.start(self.jetstream.run)
                 try:
                     if self.routes is not None:  # after JetStream has registered its handlers
+                        for subject in (*PING_SUBJECTS, f"$SYS.REQ.SERVER.{self.server_id}.*"):
+                            self.routes.add_internal_interest(cfg.system_account, subject)
                         await nursery.start(self.routes.run)
                         self.events.emit("listening", kind="cluster", host=cfg.cluster.host,
                                          port=self.routes.port)
@@ -280,8 +283,10 @@ class Server:
         stats = self.stats
         stats.in_msgs += 1
         stats.in_bytes += len(payload) + (len(headers) if headers else 0)
-        delivered = self.jetstream is not None and self.jetstream.handle(
-            client.account.name, subject, reply, headers, payload)
+        delivered = self._system_request(client.account.name, subject, reply, payload)
+        if self.jetstream is not None and self.jetstream.handle(
+                client.account.name, subject, reply, headers, payload):
+            delivered = True
         if self._deliver(client.account, subject, None, reply, headers, payload, client, client.echo,
                          None, self.routes is not None):
             delivered = True
@@ -302,9 +307,17 @@ class Server:
         stats = self.stats
         stats.in_msgs += 1
         stats.in_bytes += len(payload) + (len(headers) if headers else 0)
+        self._system_request(account, subject, reply, payload)
         if self.jetstream is not None:
             self.jetstream.handle(account, subject, reply, headers, payload)
         self._deliver(acc, subject, deliver_as, reply, headers, payload, None, True, queues, False)
+
+    def _system_request(self, account: str, subject: str, reply: str | None, payload: bytes) -> bool:
+        """``$SYS.REQ.SERVER...`` in the system account, answered by this server (see
+        :mod:`jetraft.net.sysreq`); True when answered."""
+        if account != self.config.system_account or not subject.startswith("$SYS.REQ.SERVER."):
+            return False
+        return handle_system_request(self, subject, reply, payload)
 
     def route_internal(self, account: str, out: Any) -> None:
         """Deliver a message JetStream produced (an :class:`~jetraft.jetstream.outbound.Outbound`)
@@ -449,6 +462,7 @@ class Server:
             return
         self.lame_duck_mode = True
         await self._close_listeners()
+        await self._hand_over_leadership()
         cfg = self.config
         clients = list(self.clients.values())
         grace = min(cfg.lame_duck_grace_period, cfg.lame_duck_duration)
@@ -466,6 +480,18 @@ class Server:
                 if interval > 0:
                     await trio.sleep(interval)
         self.shutdown("lame duck mode complete")
+
+    async def _hand_over_leadership(self, timeout: float = 5.0) -> None:
+        """Lame duck, clustered: move every RAFT leadership this server holds to a peer
+        (leadership transfer, thesis §3.10) and wait, polling up to ``timeout`` seconds,
+        until it leads nothing, so that stopping costs no election timeout."""
+        cluster = self.jetstream.cluster if self.jetstream is not None else None
+        if cluster is None:
+            return
+        with trio.move_on_after(timeout):
+            while cluster.leaderships():
+                cluster.transfer_all_leadership()
+                await trio.sleep(0.1)
 
     def reload(self) -> bool:
         """Re-read the configuration file (SIGHUP). Returns whether it was applied.

@@ -196,9 +196,19 @@ def test_cluster_flags_are_validated(tmp_path):
     result = run_cli("-t", "--cluster_name", "C1", "--cluster", "nats://127.0.0.1:6222",
                      "--routes", "nats://127.0.0.1:6223,nats-route://127.0.0.1:6224")
     assert result.returncode == 0, result.stderr
-    result = run_cli("-p", str(free_port()), "--cluster_name", "C1", "--cluster", "nats://127.0.0.1:6222")
-    assert result.returncode == 1
-    assert "clustering" in result.stderr
+    result = run_cli("-t", "--cluster_name", "C1", "--cluster", "nats://127.0.0.1:notaport")
+    assert result.returncode != 0
+    assert "invalid cluster URL" in result.stderr and "port is not a number" in result.stderr
+
+
+def test_cluster_flags_start_a_route_listener(running):
+    port = free_port()
+    server = running(f"listen: 127.0.0.1:@PORT@\ncluster {{ name: C1, listen: 127.0.0.1:{port} }}\n")
+    with socket.create_connection(("127.0.0.1", port), timeout=5):
+        pass
+    assert server.stop() == 0
+    listening = [e for e in server.events() if e["event"] == "listening"]
+    assert {"kind": "cluster", "port": port} in [{"kind": e["kind"], "port": e["port"]} for e in listening]
 
 
 def test_sigterm_stops_cleanly(running):

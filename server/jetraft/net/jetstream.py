@@ -227,11 +227,11 @@ class JetStreamService:
                payload: bytes) -> bool:
         """Give JetStream an inbound message. Returns True if JetStream answers it (an API
         or ack subject, or a stream's subject), so a request is not a no-responders case."""
+        if self.cluster is not None and self.failed is None:
+            return self.cluster.handle(account, subject, reply, headers, payload)
         acc = self.accounts.get(account)
         if acc is None or self.failed is not None:
             return False
-        if self.cluster is not None:
-            return self.cluster.handle(account, subject, reply, headers, payload)
         now = time.time_ns()
         if subject.startswith("$JS."):
             if subject.startswith(API_PREFIX):

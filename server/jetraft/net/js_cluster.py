@@ -30,6 +30,7 @@ the server has a ``cluster`` block. Its parts, and where nats-server does the sa
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from typing import TYPE_CHECKING, Any
@@ -87,11 +88,14 @@ _STREAM_WRITES = {"STREAM.PURGE", "STREAM.MSG.DELETE", "CONSUMER.CREATE", "CONSU
                   "CONSUMER.DELETE", "CONSUMER.MSG", "STREAM.UPDATE"}
 
 
+_DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
 def _peer_hash(name: str) -> str:
-    """nats-server's 8-character peer id for a server name (server.go getHash)."""
-    import base64
-    import hashlib
-    return base64.urlsafe_b64encode(hashlib.sha256(name.encode()).digest()).decode()[:8]
+    """nats-server's 8-character peer id of a server name (events.go getHash: the first 8
+    bytes of its SHA-256, each mapped onto 62 digits)."""
+    digest = hashlib.sha256(name.encode()).digest()
+    return "".join(_DIGITS[b % 62] for b in digest[:8])
 
 
 def _ack_stream(subject: str) -> str:
@@ -197,9 +201,19 @@ class ClusterJetStream:
             task_status.started()
 
     def _expected_servers(self) -> int:
-        """How many servers the meta group starts with: every configured route's server
-        (a route to ourselves is refused by the route layer, so count routes up + 1)."""
-        return max(len(self.server.config.cluster.routes), 1)
+        """How many servers the configured routes name (ourselves included once)."""
+        targets = list(getattr(self.routes, "_targets", {}).values())
+        others = sum(1 for t in targets if not t.is_self)
+        return max(others + 1, len(self.routes.peers) + 1)
+
+    def _routes_settled(self) -> bool:
+        """Every route this server dials (configured or discovered) reached its server,
+        or turned out to be ourselves."""
+        peers = self.routes.peers
+        for target in getattr(self.routes, "_targets", {}).values():
+            if not target.is_self and (target.peer_name is None or target.peer_name not in peers):
+                return False
+        return True
 
     async def _bootstrap_and_reconcile(self) -> None:
         while True:
@@ -211,10 +225,9 @@ class ClusterJetStream:
 
     def _maybe_bootstrap(self) -> None:
         js_peers = sorted(n for n, p in self.routes.peers.items() if p.jetstream)
-        routes_up = len(self.routes.peers)
-        expected = self._expected_servers()
-        # Every configured route is up (one of them may be ourselves), then a quiet moment.
-        if routes_up + 1 < expected:
+        # Every route is up (one of them may be ourselves), then a quiet moment: the seed
+        # configuration names every server, and discovery brings the rest meanwhile.
+        if not self._routes_settled():
             return
         if time.monotonic() - self._last_peer_change < BOOTSTRAP_SETTLE_S:
             return
@@ -462,11 +475,15 @@ class ClusterJetStream:
                     item["lag"] = int(r["lag"])
                 item["peer"] = _peer_hash(r["name"])
                 replicas.append(item)
-        else:
+        else:   # a follower knows the leader's liveness only (nats-server does the same)
             for name in group.peers:
-                if name != group.leader and name != self.server.server_name:
-                    replicas.append({"name": name, "current": False, "active": 0,
-                                     "peer": _peer_hash(name)})
+                if name == self.server.server_name:
+                    continue
+                seen = group.heard_ns(name)
+                current = name == group.leader and seen is not None
+                replicas.append({"name": name, "current": current,
+                                 "active": max(0, now - seen) if current else 0,
+                                 "peer": _peer_hash(name)})
         if replicas:
             out["replicas"] = sorted(replicas, key=lambda r: r["name"])
         return out
@@ -498,6 +515,8 @@ class ClusterJetStream:
         when it was taken (answered now or later)."""
         acc = self.service.accounts.get(account)
         if acc is None:
+            if account == self.server.config.system_account and subject.startswith(API_PREFIX):
+                return self._system_api(account, subject, reply, headers, payload, hops)
             return False
         if subject.startswith(API_PREFIX):
             return self._api(acc, subject, reply, headers, payload, hops, via_meta)
@@ -547,18 +566,20 @@ class ClusterJetStream:
             return
         self.handle(account, subject, reply, headers, payload, hops=int(hops), via_meta=bool(via_meta))
 
-    def _forward(self, target: str | None, acc: JetStreamAccount, subject: str, reply: str | None,
+    def _forward(self, target: str | None, account: str, subject: str, reply: str | None,
                  headers: bytes | None, payload: bytes, hops: int, rtype: str,
                  via_meta: bool = False) -> bool:
+        """Send an API request to server ``target`` (route APP frame "jsapi"); answer 10008
+        when there is no target, no route to it, or the request went round too often."""
         if target is None or hops >= MAX_HOPS:
-            self._error(acc.name, reply, rtype, E.cluster_not_available())
+            self._error(account, reply, rtype, E.cluster_not_available())
             return True
         if target == self.server.server_name:
             return False
-        body = msgpack.packb([hops + 1, via_meta, acc.name, subject, reply, headers, payload],
+        body = msgpack.packb([hops + 1, via_meta, account, subject, reply, headers, payload],
                              use_bin_type=True)
         if not self.routes.send_app(target, "jsapi", body):
-            self._error(acc.name, reply, rtype, E.cluster_not_available())
+            self._error(account, reply, rtype, E.cluster_not_available())
         return True
 
     # ------------------------------------------------------------------ the API
@@ -569,8 +590,6 @@ class ClusterJetStream:
         kind = _api_kind(tokens)
         if kind == "STREAM.UPDATE" and not via_meta and len(tokens) == 5:
             return self._meta_api(acc, tokens, kind, subject, reply, headers, payload, hops)
-        if kind in ("META.LEADER", "SERVER.REMOVE"):
-            return self._meta_admin(acc, tokens, reply, payload, hops, subject, headers)
         stream = _stream_of(tokens)
         if kind in ("STREAM.CREATE", "STREAM.DELETE", "STREAM.NAMES", "STREAM.LIST",
                     "STREAM.PEER") or subject == "$JS.API.INFO":
@@ -599,7 +618,7 @@ class ClusterJetStream:
         group = self.groups.get(key)
         if group is None or not group.is_leader:
             target = group.leader if group is not None else self._reachable(sa.peers)
-            return self._forward(target, acc, subject, reply, headers, payload, hops, rtype, via_meta)
+            return self._forward(target, acc.name, subject, reply, headers, payload, hops, rtype, via_meta)
         now = time.time_ns()
         if kind == "STREAM.LEADER" or kind == "CONSUMER.LEADER":
             self._step_down(group, "stream" if kind == "STREAM.LEADER" else "consumer",
@@ -669,7 +688,7 @@ class ClusterJetStream:
             return True
         leader = self._meta_leader()
         if leader != self.server.server_name:
-            return self._forward(leader, acc, subject, reply, headers, payload, hops, rtype)
+            return self._forward(leader, acc.name, subject, reply, headers, payload, hops, rtype)
         now = time.time_ns()
         try:
             if kind == "STREAM.CREATE":
@@ -747,7 +766,7 @@ class ClusterJetStream:
                 out = acc.handle_api(subject, reply, headers, payload, now) or []
                 self._emitter(acc.name)(out)
                 return True
-            return self._forward(target, acc, subject, reply, headers, payload, hops,
+            return self._forward(target, acc.name, subject, reply, headers, payload, hops,
                                  E.STREAM_CREATE_RESPONSE)
         for (account, name), other in self.meta.streams.items():
             if account == acc.name and any(subjects_overlap(a, b) for a in cfg.subjects
@@ -802,17 +821,17 @@ class ClusterJetStream:
                          peer=peer, replacement=replacement)
         return True
 
-    def _meta_admin(self, acc: JetStreamAccount, tokens: list[str], reply: str | None,
-                    payload: bytes, hops: int, subject: str, headers: bytes | None) -> bool:
-        """META.LEADER.STEPDOWN (system account only, as nats-server)."""
-        system = self.server.config.system_account or "$SYS"
-        if acc.name != system and acc.name != "$G":
+    def _system_api(self, account: str, subject: str, reply: str | None, headers: bytes | None,
+                    payload: bytes, hops: int) -> bool:
+        """``$JS.API.META.LEADER.STEPDOWN`` from the system account (nats-server
+        jetstream_api.go jsLeaderStepDownRequest): answered by the meta leader."""
+        if subject != "$JS.API.META.LEADER.STEPDOWN":
             return False
         rtype = E.META_LEADER_STEPDOWN_RESPONSE
         leader = self._meta_leader()
         if leader != self.server.server_name:
-            return self._forward(leader, acc, subject, reply, headers, payload, hops, rtype)
-        self._step_down(self.meta_group, "meta", acc.name, reply, rtype)
+            return self._forward(leader, account, subject, reply, headers, payload, hops, rtype)
+        self._step_down(self.meta_group, "meta", account, reply, rtype)
         return True
 
     def _step_down(self, group: RaftGroup, kind: str, account: str, reply: str | None,
@@ -830,6 +849,10 @@ class ClusterJetStream:
             self._respond(account, reply, {"type": rtype, "success": True})
 
     # ------------------------------------------------------------------ lame duck
+
+    def leaderships(self) -> list[str]:
+        """The RAFT groups this server leads and could hand over (more than one peer)."""
+        return [g.name for g in self.host.groups.values() if g.is_leader and len(g.peers) > 1]
 
     def transfer_all_leadership(self) -> int:
         """Hand every RAFT leadership this server holds to another peer (lame duck mode);

@@ -213,8 +213,11 @@ def make_app(server: Server):
             body = subsz(server, params)
         elif path == "/routez":
             body = routez(server, params)
+        elif path == "/jsz":
+            from jetraft.net.sysreq import jsz
+            body = jsz(server)
         elif path == "/":
-            body = {"endpoints": ["/healthz", "/varz", "/connz", "/subsz", "/routez"]}
+            body = {"endpoints": ["/healthz", "/varz", "/connz", "/subsz", "/routez", "/jsz"]}
         else:
             status, body = 404, {"error": f"no such endpoint {path}"}
         data = json.dumps(body, indent=2).encode()

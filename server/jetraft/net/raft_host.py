@@ -218,6 +218,10 @@ class RaftGroup:
         self._live().propose_config_change(ConfigChange(ConfigChangeType.REMOVE_PEER, peer))
         self.host._touch(self)
 
+    def heard_ns(self, peer: str) -> int | None:
+        """Wall-clock ns (time.time_ns) when a message from ``peer`` last arrived, or None."""
+        return self._heard.get(peer)
+
     def replicas(self, now_ns: int) -> list[dict]:
         """On the leader, one dict per other peer of the configuration: ``name``,
         ``current`` (online and at most :data:`CURRENT_LAG` entries behind), ``active_ns``

@@ -1,0 +1,173 @@
+"""System-account requests (``$SYS.REQ.SERVER...``) and the JetStream monitoring body (/jsz).
+
+nats-server answers these from every server of a cluster (server/events.go: each server
+subscribes ``$SYS.REQ.SERVER.PING[.<kind>]`` and ``$SYS.REQ.SERVER.<id>.<kind>`` in the
+system account), so a requester that waits for several replies sees the whole cluster:
+``nats server list`` and ``nats server report jetstream`` work that way. jetraft does the
+same: the route layer propagates this server's interest in the PING subjects, and every
+server answers with a ``ServerAPIResponse``-shaped body::
+
+    {"server": ServerInfo, "statsz": ServerStats}        $SYS.REQ.SERVER.PING[.STATSZ]
+    {"server": ServerInfo, "data": JSInfo}               $SYS.REQ.SERVER.PING.JSZ
+
+Shapes: nats-server server/events.go ServerInfo/ServerStats, server/monitor.go JSInfo and
+MetaClusterInfo. Times are RFC 3339 strings, durations in ns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from jetraft import NATS_COMPAT_VERSION
+from jetraft.jetstream.model import format_time
+
+if TYPE_CHECKING:
+    from jetraft.server import Server
+
+PING = "$SYS.REQ.SERVER.PING"
+#: Subjects every server holds interest in (in the system account) to hear cluster-wide pings.
+PING_SUBJECTS = (PING, PING + ".*")
+_JS_ENABLED = 1       # nats-server ServerCapability JetStreamEnabled
+
+
+def server_info(server: Server, seq: int = 0) -> dict[str, Any]:
+    """nats-server ServerInfo for this server."""
+    cfg = server.config
+    info: dict[str, Any] = {"name": server.server_name, "host": cfg.host, "id": server.server_id}
+    if cfg.cluster is not None and cfg.cluster.name:
+        info["cluster"] = cfg.cluster.name
+    if cfg.jetstream is not None and cfg.jetstream.domain:
+        info["domain"] = cfg.jetstream.domain
+    info["ver"] = NATS_COMPAT_VERSION
+    if cfg.server_tags:
+        info["tags"] = list(cfg.server_tags)
+    js = server.jetstream is not None
+    info["jetstream"] = js
+    info["flags"] = _JS_ENABLED if js else 0
+    info["seq"] = seq
+    info["time"] = format_time(time.time_ns())
+    return info
+
+
+def statsz(server: Server) -> dict[str, Any]:
+    """nats-server ServerStats (the subset jetraft measures)."""
+    st = server.stats
+    routes = getattr(server, "routes", None)
+    peers = list(routes.peers.values()) if routes is not None else []
+    out: dict[str, Any] = {
+        "start": format_time(server.start_ns),
+        "mem": _rss_bytes(),
+        "cores": os.cpu_count() or 1,
+        "cpu": 0,
+        "connections": len(server.clients),
+        "total_connections": st.total_connections,
+        "active_accounts": len({c.account.name for c in server.clients.values() if c.account}),
+        "subscriptions": sum(len(c.subs) for c in server.clients.values()),
+        "sent": {"msgs": st.out_msgs, "bytes": st.out_bytes},
+        "received": {"msgs": st.in_msgs, "bytes": st.in_bytes},
+        "slow_consumers": st.slow_consumers,
+    }
+    if peers:
+        out["routes"] = [{"rid": i + 1, "name": p.server_name, "sent": {"msgs": 0, "bytes": 0},
+                          "received": {"msgs": 0, "bytes": 0}, "pending": 0}
+                         for i, p in enumerate(sorted(peers, key=lambda p: p.server_name))]
+        out["active_servers"] = len(peers) + 1
+    return out
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def jsz(server: Server) -> dict[str, Any]:
+    """nats-server JSInfo: totals over this server's streams (replicas included) and, in a
+    cluster, ``meta_cluster`` with the meta leader and every peer's state."""
+    now = time.time_ns()
+    service = server.jetstream
+    out: dict[str, Any] = {"server_id": server.server_id, "now": format_time(now)}
+    if service is None:
+        out.update({"disabled": True, "streams": 0, "consumers": 0, "messages": 0, "bytes": 0,
+                    "total": 0})
+        return out
+    cfg = service.config
+    out["config"] = {"max_memory": cfg.max_memory_store or -1, "max_storage": cfg.max_file_store or -1,
+                     "store_dir": service.store_dir, "sync_interval": 0 if service.sync_always
+                     else int((cfg.sync_interval or 0) * 1e9)}
+    if cfg.sync_always:
+        out["config"]["sync_always"] = True
+    streams = consumers = messages = nbytes = 0
+    mem = store = api_total = api_errors = 0
+    cluster = service.cluster
+    leaders = cons_leaders = 0
+    for acc in service.accounts.values():
+        api_total += acc.api_total
+        api_errors += acc.api_errors
+        m, f = acc.usage()
+        mem += m
+        store += f
+        for name, entry in acc.streams.items():
+            streams += 1
+            consumers += len(entry.consumers)
+            st = entry.stream.store.state()
+            messages += st.messages
+            nbytes += st.bytes
+            group = cluster.groups.get((acc.name, name)) if cluster is not None else None
+            if group is None or group.is_leader:
+                leaders += 1
+                cons_leaders += len(entry.consumers)
+    out.update({"memory": mem, "storage": store, "reserved_memory": 0, "reserved_storage": 0,
+                "accounts": len(service.accounts), "ha_assets": leaders,
+                "api": {"level": 1, "total": api_total, "errors": api_errors}})
+    out["streams"] = streams
+    if cluster is not None:
+        out["streams_leader"] = leaders
+    out["consumers"] = consumers
+    if cluster is not None:
+        out["consumers_leader"] = cons_leaders
+    out["messages"] = messages
+    out["bytes"] = nbytes
+    if cluster is not None:
+        meta = cluster.meta_cluster_info()
+        if meta is not None:
+            out["meta_cluster"] = meta
+    out["total"] = 0
+    return out
+
+
+def handle_system_request(server: Server, subject: str, reply: str | None, payload: bytes) -> bool:
+    """Answer ``$SYS.REQ.SERVER.PING[.STATSZ|.JSZ]`` and ``$SYS.REQ.SERVER.<our id>.<kind>``
+    in the system account. Returns True when the subject is one this server answers (the
+    reply goes to ``reply`` through :meth:`Server.route_internal`)."""
+    tokens = subject.split(".")
+    if len(tokens) < 4 or tokens[:3] != ["$SYS", "REQ", "SERVER"]:
+        return False
+    target = tokens[3]
+    kind = tokens[4] if len(tokens) > 4 else "STATSZ"
+    if target != "PING" and target != server.server_id:
+        return False
+    if len(tokens) > 5:
+        return False
+    server.sys_seq = getattr(server, "sys_seq", 0) + 1
+    body: dict[str, Any] = {"server": server_info(server, server.sys_seq)}
+    if kind == "STATSZ":
+        body["statsz"] = statsz(server)
+    elif kind == "JSZ":
+        body["data"] = jsz(server)
+    elif kind == "VARZ":
+        from jetraft.net.monitor import varz
+        body["data"] = varz(server)
+    else:
+        return False
+    if reply:
+        from jetraft.jetstream.outbound import Outbound
+        account = server.config.system_account or "$SYS"
+        data = json.dumps(body, separators=(",", ":")).encode()
+        server.route_internal(account, Outbound(reply, None, None, data))
+    return True

@@ -132,6 +132,21 @@ async def test_routes_dialled_both_ways_leave_one_route_without_flapping():
             node.server.shutdown()
 
 
+async def test_five_servers_in_a_chain_of_seeds_form_a_full_mesh():
+    """n2 lists n1, n3 lists n2, ... n5 lists n4: gossip alone completes the mesh."""
+    ports = [free_port() for _ in range(5)]
+    nodes = [Node(f"n{i + 1}", route_config(f"n{i + 1}", ports[i], ports[i - 1:i])) for i in range(5)]
+    async with trio.open_nursery() as nursery:
+        await start_nodes(nursery, *nodes)
+        await wait_until(lambda: mesh_formed(*nodes), "the full mesh")
+        await wait_until(lambda: all(len(n.routes.connections) == 4 for n in nodes), "duplicates closed")
+        for node in nodes:  # every peer came up once and never went down
+            assert sorted(node.peer_changes) == sorted(
+                (n.server.server_name, True) for n in nodes if n is not node)
+        for node in nodes:
+            node.server.shutdown()
+
+
 async def test_internal_interest_is_propagated_and_withdrawn():
     ports = [free_port(), free_port()]
     n1 = Node("n1", route_config("n1", ports[0], [ports[1]]))
@@ -266,6 +281,22 @@ async def test_a_peer_that_stops_reading_loses_raft_frames_first_then_its_route(
         closed = node.events("route_closed")[-1]
         assert closed["peer_name"] == "fake" and closed["reason"].startswith("Slow Consumer")
         assert "exceed max_pending 262144" in closed["reason"]
+        node.server.shutdown()
+
+
+async def test_a_route_that_stops_answering_pings_is_closed_as_stale():
+    port = free_port()
+    node = Node("n1", route_config("n1", port, [], extra='ping_interval: "100ms"\nping_max: 2'))
+    async with trio.open_nursery() as nursery:
+        await start_nodes(nursery, node)
+        peer = await FakePeer.dial(port)
+        await peer.hello()
+        await peer.next(rp.RouteInfo)
+        await peer.next(rp.RoutePing)  # keepalive runs; the fake peer never answers
+        await peer.stream.send_all(rp.PONG)  # an answer resets the count once...
+        await wait_until(lambda: "fake" not in node.routes.peers, "the stale route closed", timeout=5)
+        closed = node.events("route_closed")[-1]
+        assert (closed["peer_name"], closed["reason"]) == ("fake", "Stale Connection")
         node.server.shutdown()
 
 

@@ -49,7 +49,7 @@ from jetraft.jetstream.meta import (
     encode_update_stream,
     group_name,
 )
-from jetraft.jetstream.model import StreamConfig
+from jetraft.jetstream.model import StreamConfig, StreamInfo, StreamState
 from jetraft.jetstream.outbound import Outbound
 from jetraft.jetstream.placement import PeerInfo, PlacementError, select_peers
 from jetraft.jetstream.replicated import (
@@ -743,9 +743,12 @@ class ClusterJetStream:
             entry = acc.streams.get(name)
             if entry is not None:
                 infos.append(acc._stream_info(entry, now, dynamic=False))
-            else:
+            else:       # no replica here: the assigned config, state unknown (zeros)
                 sa = self.meta.streams[(acc.name, name)]
-                infos.append({"config": sa.config, "created": sa.created_ns})
+                info = StreamInfo(config=StreamConfig.from_json(sa.config).checked(),
+                                  created=sa.created_ns, state=StreamState(), ts=now).to_json()
+                info["cluster"] = {"name": self.cluster_name}
+                infos.append(info)
         return {"total": len(names), "offset": 0, "limit": 256, "streams": infos}
 
     def _create_stream(self, acc: JetStreamAccount, tokens: list[str], subject: str, reply: str,

@@ -1,0 +1,374 @@
+"""The JetStream cluster, end to end: five jetraft-server processes in zones 2/2/1.
+
+The servers are configured as the seed's clustering guide shows (a cluster block listing
+every route, a ``$SYS`` user with a bcrypt password), extended with ``server_tags`` for the
+zones and ``jetstream { unique_tag: "az:" }``; an ``APP`` account holds the streams. Every
+check goes through unmodified nats-py, as an application would.
+
+The tests of the module share one cluster and run in file order (each leaves every server
+running and the cluster healed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import bcrypt
+import nats
+import pytest
+from cluster import Cluster
+from nats.js.errors import APIError
+
+ZONES = {"n1": "a", "n2": "a", "n3": "b", "n4": "b", "n5": "c"}
+SYS_PASSWORD = "a very long s3cr3t! password"
+#: The APP account's user; the $SYS user is "admin" with SYS_PASSWORD (bcrypt-hashed).
+APP = {"user": "app", "password": "app-pass"}
+
+
+def accounts_block() -> str:
+    hashed = bcrypt.hashpw(SYS_PASSWORD.encode(), bcrypt.gensalt(rounds=4)).decode()
+    return f"""accounts {{
+  $SYS {{ users = [ {{ user: "admin", pass: "{hashed}" }} ] }}
+  APP {{ jetstream: enabled, users = [ {{ user: "{APP['user']}", pass: "{APP['password']}" }} ] }}
+}}"""
+
+
+def make_cluster(workdir: Path, unique_tag: str | None = "az:") -> Cluster:
+    return Cluster("jetraft", workdir, 5, jetstream=True, unique_tag=unique_tag,
+                   tags=[[f"az:{z}"] for z in ZONES.values()], extra=accounts_block())
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = make_cluster(tmp_path_factory.mktemp("jscluster"))
+    c.start()
+    try:
+        c.wait_formed()
+        yield c
+    finally:
+        c.stop()
+
+
+def run(scenario: Callable[[], Awaitable[None]], timeout: float = 120.0) -> None:
+    asyncio.run(asyncio.wait_for(scenario(), timeout))
+
+
+async def _ignore(_exc: Exception) -> None:
+    return None
+
+
+async def connect(c: Cluster, names: list[str] | None = None, **creds) -> nats.NATS:
+    urls = [c.servers[n].url for n in (names or list(c.servers)) if c.servers[n].alive()]
+    return await nats.connect(servers=urls, user=creds.get("user", APP["user"]),
+                              password=creds.get("password", APP["password"]),
+                              max_reconnect_attempts=-1, reconnect_time_wait=0.1,
+                              connect_timeout=2, error_cb=_ignore)
+
+
+async def retry(fn: Callable[[], Awaitable], timeout: float, what: str):
+    """Call ``fn`` until it returns without raising, for at most ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return await fn()
+        except Exception as exc:  # noqa: BLE001 - any failure is retried until the deadline
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{what}: still failing after {timeout}s: {exc!r}") from exc
+            await asyncio.sleep(0.1)
+
+
+async def until(predicate: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not await predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not true after {timeout}s")
+        await asyncio.sleep(0.1)
+
+
+async def create(js, **config):
+    """Create a stream, waiting out a meta leader election (10008)."""
+    async def attempt():
+        try:
+            return await js.add_stream(**config)
+        except APIError as err:
+            if err.err_code == 10008:
+                raise
+            return err
+    return await retry(attempt, 30, f"create {config['name']}")
+
+
+async def all_current(js, stream: str, replicas: int) -> bool:
+    try:
+        si = await js.stream_info(stream)
+    except Exception:  # noqa: BLE001 - no leader yet
+        return False
+    cl = si.cluster
+    return (cl is not None and cl.leader is not None and len(cl.replicas or []) == replicas - 1
+            and all(r.current and not r.offline for r in cl.replicas))
+
+
+def members(si) -> list[str]:
+    return [si.cluster.leader, *(r.name for r in si.cluster.replicas)]
+
+
+async def publish_acked(js, subject: str, values: range, acked: list[int], timeout: float = 30) -> None:
+    """Publish each value (with a Nats-Msg-Id) until it is acknowledged; record it."""
+    for v in values:
+        async def pub(v=v):
+            return await js.publish(subject, str(v).encode(), timeout=0.5,
+                                    headers={"Nats-Msg-Id": f"m-{v}"})
+        await retry(pub, timeout, f"publish {v}")
+        acked.append(v)
+
+
+async def read_all(js, stream: str, subject: str) -> list[int]:
+    """Every message of ``stream`` through an ephemeral ordered read (DIRECT-free MSG.GET)."""
+    si = await js.stream_info(stream)
+    out = []
+    for seq in range(si.state.first_seq, si.state.last_seq + 1):
+        msg = await js.get_msg(stream, seq)
+        out.append(int(msg.data))
+    return out
+
+
+# ----------------------------------------------------------------------------- tests
+
+
+def test_a_meta_leader_is_elected_and_every_server_agrees(cluster):
+    deadline = time.monotonic() + 30
+    while True:
+        leaders = {n: s.monitor("/jsz").get("meta_cluster", {}).get("leader") for n, s in cluster.servers.items()}
+        if None not in leaders.values() and len(set(leaders.values())) == 1:
+            break
+        assert time.monotonic() < deadline, f"no agreed meta leader: {leaders}"
+        time.sleep(0.1)
+    jsz = cluster.servers["n1"].monitor("/jsz")["meta_cluster"]
+    assert jsz["cluster_size"] == 5 and jsz["quorum_needed"] == 3
+    events = cluster.events(next(iter(leaders.values())))
+    became = [e for e in events if e["event"] == "raft_became_leader" and e["group"] == "_meta_"]
+    assert became and became[-1]["zone"] in ("a", "b", "c") and len(became[-1]["peers"]) == 5
+
+
+def test_placement_r1_r3_and_r5_with_unique_tag(cluster):
+    async def scenario():
+        nc = await connect(cluster)
+        js = nc.jetstream(timeout=5)
+        r1 = await create(js, name="ONE", subjects=["one.>"], num_replicas=1)
+        assert r1.config.num_replicas == 1 and r1.cluster.leader in ZONES
+        r3 = await create(js, name="ORDERS", subjects=["orders.>"], num_replicas=3)
+        assert isinstance(r3, object) and r3.cluster.name == "C1"
+        si = await js.stream_info("ORDERS")
+        assert sorted(ZONES[m] for m in members(si)) == ["a", "b", "c"]    # one replica per zone
+        r5 = await create(js, name="FIVE", subjects=["five.>"], num_replicas=5)
+        assert isinstance(r5, APIError)
+        assert (r5.code, r5.err_code, r5.description) == (
+            400, 10005, "no suitable peers for placement, server tag not unique")
+        names = await js.streams_info()
+        assert sorted(s.config.name for s in names) == ["ONE", "ORDERS"]
+        await nc.close()
+    run(scenario)
+
+
+def test_publish_and_the_cluster_block(cluster):
+    async def scenario():
+        nc = await connect(cluster, ["n5"])
+        js = nc.jetstream(timeout=5)
+        acked: list[int] = []
+        await publish_acked(js, "orders.new", range(1, 51), acked)
+        dup = await js.publish("orders.new", b"1", headers={"Nats-Msg-Id": "m-1"})
+        assert dup.duplicate and dup.seq == 1
+        await until(lambda: all_current(js, "ORDERS", 3), 20, "replicas current")
+        si = await js.stream_info("ORDERS")
+        assert si.state.messages == 50 and si.state.last_seq == 50
+        cl = si.cluster
+        assert cl.name == "C1" and cl.raft_group.startswith("S-R3F-") and cl.leader_since is not None
+        for r in cl.replicas:
+            assert r.current and r.active is not None and r.name != cl.leader
+        assert await read_all(js, "ORDERS", "orders.>") == acked
+        await nc.close()
+    run(scenario)
+
+
+def test_step_down_moves_the_leader(cluster):
+    async def scenario():
+        nc = await connect(cluster)
+        js = nc.jetstream(timeout=5)
+        before = (await js.stream_info("ORDERS")).cluster.leader
+        reply = await nc.request("$JS.API.STREAM.LEADER.STEPDOWN.ORDERS", b"", timeout=5)
+        assert json.loads(reply.data) == {
+            "type": "io.nats.jetstream.api.v1.stream_leader_stepdown_response", "success": True}
+
+        async def moved():
+            try:
+                leader = (await js.stream_info("ORDERS")).cluster.leader
+            except Exception:  # noqa: BLE001
+                return False
+            return leader is not None and leader != before
+        await until(moved, 10, "a new stream leader")
+        ack = await js.publish("orders.new", b"51", headers={"Nats-Msg-Id": "m-51"})
+        assert ack.seq == 51
+        sysc = await connect(cluster, user="admin", password=SYS_PASSWORD)
+        meta_before = cluster.servers["n1"].monitor("/jsz")["meta_cluster"]["leader"]
+        reply = await sysc.request("$JS.API.META.LEADER.STEPDOWN", b"", timeout=5)
+        assert json.loads(reply.data)["success"] is True
+
+        async def meta_moved():
+            leader = cluster.servers["n1"].monitor("/jsz")["meta_cluster"].get("leader")
+            return leader is not None and leader != meta_before
+        await until(meta_moved, 10, "a new meta leader")
+        await sysc.close()
+        await nc.close()
+    run(scenario)
+
+
+def test_a_pull_consumer_redelivers_correctly_after_a_leader_change(cluster):
+    async def scenario():
+        nc = await connect(cluster)
+        js = nc.jetstream(timeout=5)
+        sub = await js.pull_subscribe("orders.>", "worker", stream="ORDERS")
+        first = await sub.fetch(10, timeout=5)
+        assert [int(m.data) for m in first] == list(range(1, 11))
+        for m in first[:5]:
+            await m.ack_sync()
+        await nc.request("$JS.API.STREAM.LEADER.STEPDOWN.ORDERS", b"", timeout=5)
+        await until(lambda: all_current(js, "ORDERS", 3), 20, "replicas current after step-down")
+        ci = await retry(lambda: js.consumer_info("ORDERS", "worker"), 10, "consumer info")
+        assert ci.ack_floor.stream_seq == 5 and ci.num_ack_pending == 5
+        # unacknowledged 6..10 come back after ack_wait (30 s default: nak them instead)
+        for m in first[5:]:
+            await m.nak()
+        again = await retry(lambda: sub.fetch(5, timeout=2), 20, "redelivery")
+        assert [int(m.data) for m in again] == list(range(6, 11))
+        assert all(m.metadata.num_delivered == 2 for m in again)
+        for m in again:
+            await m.ack_sync()
+        ci = await js.consumer_info("ORDERS", "worker")
+        assert ci.ack_floor.stream_seq == 10
+        await nc.close()
+    run(scenario)
+
+
+def test_peer_remove_re_replicates_in_the_same_zone(cluster):
+    async def scenario():
+        nc = await connect(cluster)
+        js = nc.jetstream(timeout=5)
+        si = await js.stream_info("ORDERS")
+        removed = si.cluster.replicas[0].name
+        zone = ZONES[removed]
+        reply = await nc.request("$JS.API.STREAM.PEER.REMOVE.ORDERS",
+                                 json.dumps({"peer": removed}).encode(), timeout=10)
+        assert json.loads(reply.data) == {
+            "type": "io.nats.jetstream.api.v1.stream_remove_peer_response", "success": True}
+
+        async def replaced():
+            try:
+                now = await js.stream_info("ORDERS")
+            except Exception:  # noqa: BLE001
+                return False
+            peers = members(now)
+            return (removed not in peers and len(peers) == 3
+                    and all(r.current for r in now.cluster.replicas))
+        await until(replaced, 30, "a replacement replica, current")
+        now = await js.stream_info("ORDERS")
+        assert sorted(ZONES[m] for m in members(now)) == ["a", "b", "c"]
+        new = next(m for m in members(now) if m not in members(si))
+        assert ZONES[new] == zone
+        await nc.close()
+    run(scenario)
+
+
+def test_losing_any_one_zone_keeps_the_cluster_writable(cluster):
+    async def scenario():
+        acked: list[int] = list(range(1, 52))
+        nc = await connect(cluster)
+        js = nc.jetstream(timeout=5)
+        next_value = 52
+        for zone in ("a", "b", "c"):
+            down = [n for n, z in ZONES.items() if z == zone]
+            for name in down:
+                cluster.kill(name)
+            await publish_acked(js, "orders.new", range(next_value, next_value + 20), acked)
+            next_value += 20
+            si = await retry(lambda: js.stream_info("ORDERS"), 15, "stream info without a zone")
+            assert si.cluster.leader not in down
+            extra = await create(js, name=f"AFTER_{zone.upper()}", subjects=[f"after.{zone}"], num_replicas=1)
+            assert not isinstance(extra, APIError), extra      # the meta group still decides
+            for name in down:
+                cluster.restart(name)
+            cluster.wait_formed(timeout=30)
+            await until(lambda: all_current(js, "ORDERS", 3), 30, f"replicas current after zone {zone}")
+        assert await read_all(js, "ORDERS", "orders.>") == acked
+        await nc.close()
+    run(scenario, timeout=240)
+
+
+def test_losing_two_zones_refuses_writes_and_healing_loses_nothing(cluster):
+    async def scenario():
+        nc = await connect(cluster)
+        js = nc.jetstream(timeout=5)
+        acked = await read_all(js, "ORDERS", "orders.>")
+        survivors = ["n5"]
+        down = [n for n in ZONES if n not in survivors]
+        await nc.close()
+        for name in down:
+            cluster.kill(name)
+        nc = await connect(cluster, survivors)
+        js = nc.jetstream(timeout=2)
+        deadline = time.monotonic() + 5
+        refusals = 0
+        while time.monotonic() < deadline:
+            try:
+                await js.publish("orders.new", b"-1", timeout=0.5, headers={"Nats-Msg-Id": "lost"})
+            except Exception:  # noqa: BLE001 - a timeout, no responders or 503: all refusals
+                refusals += 1
+            else:
+                raise AssertionError("a publish was acknowledged without a quorum")
+        assert refusals > 0
+        for name in down:
+            cluster.restart(name)
+        cluster.wait_formed(timeout=30)
+        await nc.close()
+        nc = await connect(cluster)
+        js = nc.jetstream(timeout=5)
+        await until(lambda: all_current(js, "ORDERS", 3), 60, "every replica current after healing")
+        assert await read_all(js, "ORDERS", "orders.>") == acked
+        await nc.close()
+    run(scenario, timeout=180)
+
+
+def test_the_admin_cli_shows_the_cluster_information(cluster):
+    url = cluster.servers["n2"].url
+    cli = Path(sys.executable).parent / "jetraft"
+    result = subprocess.run([str(cli), "--server", url, "--user", APP["user"], "--password",
+                             APP["password"], "stream", "info", "ORDERS"],
+                            capture_output=True, text=True, timeout=60, env={**os.environ, "NO_COLOR": "1"})
+    assert result.returncode == 0, result.stderr
+    assert "Cluster Information" in result.stdout
+    assert "Leader:" in result.stdout and "current" in result.stdout
+
+
+def test_r5_without_unique_tag_is_placed_on_every_server(tmp_path):
+    c = make_cluster(tmp_path, unique_tag=None)
+    c.start()
+    try:
+        c.wait_formed()
+
+        async def scenario():
+            nc = await connect(c)
+            js = nc.jetstream(timeout=5)
+            r5 = await create(js, name="FIVE", subjects=["five.>"], num_replicas=5)
+            assert not isinstance(r5, APIError), r5
+            await js.publish("five.x", b"1")
+            await until(lambda: all_current(js, "FIVE", 5), 20, "five current replicas")
+            assert sorted(members(await js.stream_info("FIVE"))) == sorted(ZONES)
+            await nc.close()
+        run(scenario)
+    finally:
+        c.stop()

@@ -12,6 +12,8 @@ directory and launches each with ``[binary, "-c", conf]`` (as tests/servers.py d
       listen: 127.0.0.1:<cluster port>
       routes: [                                # every server's route URL, its own included,
         nats://ruser:rpass@127.0.0.1:<p1>      # or only the first server's with seed=True
+                                               # (the first lists itself: nats-server's
+                                               # JetStream wants a configured route)
         ...
       ]
       authorization {                          # when auth=(user, password)
@@ -49,6 +51,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote
 
 import servers
 from servers import RunningServer, ServerStartError, binary, free_port
@@ -78,8 +81,8 @@ class Cluster:
     """``size`` servers of ``kind`` ("jetraft" or "nats-server") in cluster ``name``.
 
     ``names``: server names (default n1..nN). ``seed``: each server lists only the first
-    server's route (implicit discovery must complete the mesh); otherwise every server lists
-    all routes, its own included. ``routes``: explicit route URLs for every server instead.
+    server's route, the first server too (implicit discovery must complete the mesh);
+    otherwise every server lists all routes, its own included. ``routes``: explicit route URLs for every server instead.
     ``auth``: (user, password) required from routes (``cluster.authorization``);
     ``route_auth``: the credentials put in the route URLs (default ``auth``). ``tags``: one
     sequence of ``server_tags`` per server. ``jetstream``: a jetstream block with a store
@@ -116,11 +119,11 @@ class Cluster:
                 member_name, _unique_port(used), _unique_port(used), _unique_port(used),
                 tags=tuple(tags[i]) if tags else (), extra=extras[i])
         all_routes = [self.route_url(m) for m in self.members]
-        for i, member in enumerate(self.members.values()):
+        for member in self.members.values():
             if routes is not None:
                 member.routes = tuple(routes)
             elif seed:
-                member.routes = (all_routes[0],) if i else ()
+                member.routes = (all_routes[0],)
             else:
                 member.routes = tuple(all_routes)
 
@@ -129,7 +132,7 @@ class Cluster:
     def route_url(self, name: str, auth: tuple[str, str] | None = None) -> str:
         """The ``nats://[user:pass@]127.0.0.1:port`` route URL of server ``name``."""
         user, password = auth or self.route_auth or (None, None)
-        creds = f"{user}:{password}@" if user else ""
+        creds = f"{quote(user, safe='')}:{quote(password, safe='')}@" if user else ""
         return f"nats://{creds}127.0.0.1:{self.members[name].cluster_port}"
 
     @property

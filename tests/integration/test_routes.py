@@ -207,9 +207,10 @@ class FakePeer:
         await sock.connect(("127.0.0.1", port))
         return cls(trio.SocketStream(sock))
 
-    async def hello(self, *, cluster: str = "C1", name: str = "fake", user=None, password=None) -> None:
-        info = rp.RouteInfo(server_name=name, server_id="NFAKE" + name.upper(), cluster=cluster,
-                            listen="127.0.0.1:1")
+    async def hello(self, *, cluster: str = "C1", name: str = "fake", user=None, password=None,
+                    server_id: str | None = None) -> None:
+        info = rp.RouteInfo(server_name=name, server_id=server_id or "NFAKE" + name.upper(),
+                            cluster=cluster, listen="127.0.0.1:1")
         await self.stream.send_all(rp.encode_connect(user, password) + rp.encode_info(info))
 
     async def next(self, kind: type, timeout: float = DEADLINE):
@@ -248,6 +249,11 @@ async def test_handshakes_that_are_refused_say_why():
         await peer.stream.send_all(b"\x00\x00\x00\x03abc")
         err = await peer.next(rp.RouteErr)
         assert err.code == rp.ERR_PROTOCOL and "not a msgpack value" in err.text
+        # so is nats-server's text protocol, named as such
+        peer = await FakePeer.dial(port)
+        await peer.stream.send_all(b'INFO {"server_id":"NX"}\r\n')
+        err = await peer.next(rp.RouteErr)
+        assert "nats-server's text route protocol" in err.text
         # the right credentials: INFO comes back, then the route is up
         peer = await FakePeer.dial(port)
         await peer.hello(user="ruser", password="rpass")
@@ -300,6 +306,25 @@ async def test_a_route_that_stops_answering_pings_is_closed_as_stale():
         node.server.shutdown()
 
 
+async def test_a_server_back_with_a_new_id_replaces_its_old_route_as_down_then_up():
+    port = free_port()
+    node = Node("n1", route_config("n1", port, []))
+    async with trio.open_nursery() as nursery:
+        await start_nodes(nursery, node)
+        before = await FakePeer.dial(port)
+        await before.hello(server_id="NOLD")
+        await before.next(rp.RouteInfo)
+        await wait_until(lambda: "fake" in node.routes.peers, "the first incarnation")
+        after = await FakePeer.dial(port)  # the old socket is still open: a half-dead route
+        await after.hello(server_id="NNEW")
+        await after.next(rp.RouteInfo)
+        await wait_until(lambda: node.routes.peers["fake"].server_id == "NNEW", "the new incarnation")
+        assert node.peer_changes == [("fake", True), ("fake", False), ("fake", True)]
+        with pytest.raises(EOFError):
+            await before.next(rp.RouteErr)  # closed without a word: it is presumed dead
+        node.server.shutdown()
+
+
 # ---------------------------------------------------------------- jetraft-server processes
 
 
@@ -317,8 +342,7 @@ def wait_for(predicate: Callable[[], object], what: str, timeout: float = DEADLI
 
 
 def test_one_seed_route_each_forms_the_full_mesh_and_a_route_to_self_is_ignored(tmp_path):
-    with Cluster("jetraft", tmp_path, 3, seed=True) as c:
-        c.members["n1"].routes = (c.route_url("n1"),)  # the seed lists only itself
+    with Cluster("jetraft", tmp_path, 3, seed=True) as c:  # all list n1 only, n1 too
         c.start()
         c.wait_formed()
         for name in c.members:

@@ -18,7 +18,8 @@ keeps at most one route per remote server. It follows nats-server server/route.g
   as the peer going down: the peer stays in :attr:`RouteManager.peers` for up to
   :data:`SUPERSEDE_GRACE` seconds while the replacement connects. A second connection in the
   same direction is refused as ``duplicate`` and its address is not dialled again while the
-  peer is connected.
+  peer is connected. A server that comes back with a new server_id while its old route still
+  looks alive replaces it: the old route is closed and the peer reported down, then up.
 - **Implicit discovery.** Each INFO lists the route addresses the sender knows (its
   configured routes and the listen addresses of its peers); the receiver dials the ones it
   does not know. When a new peer registers, every other peer gets a fresh INFO (route.go
@@ -307,7 +308,10 @@ class RouteConnection(StreamConnection):
             try:
                 frames = parser.feed(data)
             except rp.RouteProtocolError as exc:
-                self.refuse(rp.ERR_PROTOCOL, str(exc))
+                reason = str(exc)
+                if self.info is None and data[:4] in (b"INFO", b"CONN", b"PING"):
+                    reason = "the remote speaks nats-server's text route protocol, not jetraft's"
+                self.refuse(rp.ERR_PROTOCOL, reason)
                 return
             for frame in frames:
                 if self.close_reason is not None:
@@ -678,6 +682,16 @@ class RouteManager:
     def _register(self, conn: RouteConnection, info: rp.RouteInfo) -> None:
         name = info.server_name
         peer = self.peers.get(name)
+        if peer is not None and peer.server_id != info.server_id:
+            # The server restarted (a new id) while its old route looked alive: that route is
+            # dead, and the peer went down and came back up.
+            old = peer._conn
+            if old is not None:
+                self._detach(old)
+                old.close("replaced: the remote server restarted with a new server id", flush=False)
+            peer._conn = None
+            self._unregister(peer)
+            peer = None
         fresh = peer is None
         if fresh:
             peer = self.peers[name] = RoutePeer(conn, info)
@@ -868,6 +882,9 @@ class RouteManager:
                 await trio.sleep(wait)
                 delay = min(delay * 2, MAX_BACKOFF)
                 continue
+            if self._closing:
+                await stream.aclose()
+                return
             conn = RouteConnection(self, stream, ip, port, solicited=True, target=target)
             self.connections[conn.rid] = conn
             self._no_connections = trio.Event()

@@ -23,6 +23,7 @@ bench: setup
 	$(BIN)/python tests/bench/raft.py
 	$(BIN)/python tests/bench/raft_storage.py
 	$(BIN)/python tests/bench/jetstream.py
+	$(BIN)/python tests/bench/cluster.py
 
 lab: setup
 	@echo "make lab: the five-host lab arrives with the appliance roles; it is not built yet." >&2

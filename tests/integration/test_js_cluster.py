@@ -129,11 +129,12 @@ async def publish_acked(js, subject: str, values: range, acked: list[int], timeo
 
 
 async def read_all(js, stream: str, subject: str) -> list[int]:
-    """Every message of ``stream`` through an ephemeral ordered read (DIRECT-free MSG.GET)."""
-    si = await js.stream_info(stream)
+    """Every message of ``stream``, by sequence ($JS.API.STREAM.MSG.GET)."""
+    si = await retry(lambda: js.stream_info(stream), 10, "stream info")
     out = []
     for seq in range(si.state.first_seq, si.state.last_seq + 1):
-        msg = await js.get_msg(stream, seq)
+        # a request in flight when a route is replaced can go unanswered: ask again
+        msg = await retry(lambda seq=seq: js.get_msg(stream, seq), 10, f"message {seq}")
         out.append(int(msg.data))
     return out
 

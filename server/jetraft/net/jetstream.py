@@ -74,9 +74,12 @@ class JetStreamService:
         #: The clustered half (net/js_cluster.py) when the server has a cluster block.
         self.cluster: ClusterJetStream | None = None
         self.clustered = server.config.cluster is not None
+        # A clustered replica's files are rebuilt from its RAFT log: they are never fsynced,
+        # so their writes must not ride on the RAFT logs' group commit either.
+        store_sync = GroupCommit() if self.clustered else self.commit
         for name in server.config.jetstream_accounts():
             self.accounts[name] = JetStreamAccount(
-                name, store_dir=self.store_dir, sync=self.commit, events=server.events,
+                name, store_dir=self.store_dir, sync=store_sync, events=server.events,
                 interest=self._interest_fn(name), server_version=NATS_COMPAT_VERSION,
                 # a clustered replica's files are rebuilt from its RAFT log, never fsynced
                 sync_always=self.sync_always and not self.clustered, domain=cfg.domain or "",

@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 import msgpack
@@ -50,6 +51,7 @@ from jetraft.jetstream.meta import (
     group_name,
 )
 from jetraft.jetstream.model import StreamConfig, StreamInfo, StreamState
+from jetraft.jetstream.consumer import Delivery
 from jetraft.jetstream.outbound import Outbound
 from jetraft.jetstream.placement import PeerInfo, PlacementError, select_peers
 from jetraft.jetstream.replicated import (
@@ -77,12 +79,11 @@ BOOTSTRAP_SETTLE_S = 0.5
 RECONCILE_S = 0.1
 #: How many times a forwarded API request may be forwarded again (stale leader views).
 MAX_HOPS = 3
+#: Reply subjects remembered with the server their request came through.
+MAX_ORIGINS = 10_000
 #: Seconds between expiry ticks of a stream with a max_age.
 EXPIRY_CHECK_S = 0.25
 
-#: API requests about one stream answered by its leader without a log entry.
-_STREAM_READS = {"STREAM.INFO", "STREAM.MSG.GET", "CONSUMER.INFO", "CONSUMER.NAMES",
-                 "CONSUMER.LIST", "DIRECT.GET"}
 #: API requests about one stream that change it: replicated as an "A" entry.
 _STREAM_WRITES = {"STREAM.PURGE", "STREAM.MSG.DELETE", "CONSUMER.CREATE", "CONSUMER.DURABLE",
                   "CONSUMER.DELETE", "CONSUMER.MSG", "STREAM.UPDATE"}
@@ -109,6 +110,9 @@ def _ack_stream(subject: str) -> str:
 
 
 def _api_kind(tokens: list[str]) -> str:
+    """``AREA.OP`` of an API subject; ``STREAM.MSG.GET``/``STREAM.MSG.DELETE`` keep the verb."""
+    if tokens[2:4] == ["STREAM", "MSG"] and len(tokens) > 4:
+        return ".".join(tokens[2:5])
     return ".".join(tokens[2:4])
 
 
@@ -116,7 +120,7 @@ def _stream_of(tokens: list[str]) -> str | None:
     """The stream an API subject is about, or None (nats-server jetstream_api.go subjects)."""
     kind = _api_kind(tokens)
     n = len(tokens)
-    if kind in ("STREAM.MSG",) and n == 6:
+    if kind in ("STREAM.MSG.GET", "STREAM.MSG.DELETE") and n == 6:
         return tokens[5]
     if kind in ("CONSUMER.MSG",) and n == 7:
         return tokens[5]
@@ -158,6 +162,9 @@ class ClusterJetStream:
         self._meta_replies: dict[tuple[str, str, str], tuple[str, str]] = {}
         self._interest: dict[tuple[str, str], list[str]] = {}
         self._last_tick: dict[tuple[str, str], float] = {}
+        #: reply subject -> the server a forwarded request came from (bounded, oldest out)
+        self._origins: OrderedDict[str, str] = OrderedDict()
+        self._origin: str | None = None      # the origin of the request being handled
         self._interest_seen: dict[tuple[str, str], frozenset[str]] = {}
         self._last_peer_change = time.monotonic()
         raft_dir = os.path.join(service.store_dir, "jetstream", "_raft")
@@ -165,6 +172,7 @@ class ClusterJetStream:
                              zone=self.zone, sync=service.commit)
         self.routes.on_app("raft", self.host.receive)
         self.routes.on_app("jsapi", self._on_forwarded_api)
+        self.routes.on_app("jsreply", self._on_reply)
         self.routes.on_peer_change(self._on_peer_change)
         for acc in service.accounts.values():
             acc.cluster_info = self._cluster_info_fn(acc.name)
@@ -388,8 +396,40 @@ class ClusterJetStream:
     def _emitter(self, account: str):
         def emit(replies: list[Reply]) -> None:
             for r in replies:
-                self.server.route_internal(account, r.out)
+                self._send(account, r.out)
         return emit
+
+    def _send(self, account: str, out: Outbound) -> None:
+        """Route a reply or delivery. A reply to a request that reached us through another
+        server goes back through that server when no subscription for it is known here yet
+        (the requester's interest may still be on its way, on another route)."""
+        origin = self._origins.get(out.subject)
+        if origin is not None and not self._has_interest(account, out.subject):
+            body = msgpack.packb([account, out.subject, out.reply, out.headers, out.data,
+                                  getattr(out, "msg_subject", "") or ""], use_bin_type=True)
+            if self.routes.send_app(origin, "jsreply", body):
+                return
+        self.server.route_internal(account, out)
+
+    def _on_reply(self, src: str, body: bytes) -> None:
+        """A reply sent back through this server (see :meth:`_send`): deliver it here."""
+        try:
+            account, subject, reply, headers, data, shown = msgpack.unpackb(body, raw=False)
+            out = (Delivery(subject, reply, headers, data, shown) if shown
+                   else Outbound(subject, reply, headers, data))
+        except Exception as exc:  # noqa: BLE001 - a malformed frame is dropped, never fatal
+            self.events.emit("config_warning", message=f"malformed jsreply frame from {src}: {exc}")
+            return
+        self.server.route_internal(account, out)
+
+    def _remember_origin(self, reply: str | None, origin: str | None) -> None:
+        if not reply or not origin or origin == self.server.server_name:
+            return
+        origins = self._origins
+        origins[reply] = origin
+        origins.move_to_end(reply)
+        while len(origins) > MAX_ORIGINS:
+            origins.popitem(last=False)
 
     def _leader_fn(self, key: tuple[str, str]):
         def on_leader(leader: str | None, term: int) -> None:
@@ -429,7 +469,7 @@ class ClusterJetStream:
             return
         body = {"type": E.STREAM_CREATE_RESPONSE, **acc._stream_info(entry, time.time_ns()),
                 "did_create": True}
-        self.server.route_internal(key[0], Outbound(reply, None, None, _json_bytes(body)))
+        self._send(key[0], Outbound(reply, None, None, _json_bytes(body)))
 
     def _answer_meta(self, op: str, account: str, stream: str, body: dict[str, Any]) -> None:
         pending = self._meta_replies.pop((op, account, stream), None)
@@ -440,7 +480,7 @@ class ClusterJetStream:
 
     def _respond(self, account: str, reply: str | None, body: dict[str, Any]) -> None:
         if reply:
-            self.server.route_internal(account, Outbound(reply, None, None, _json_bytes(body)))
+            self._send(account, Outbound(reply, None, None, _json_bytes(body)))
 
     def _error(self, account: str, reply: str | None, rtype: str, err: E.JSApiError) -> None:
         self._respond(account, reply, E.error_response(rtype, err))
@@ -510,9 +550,11 @@ class ClusterJetStream:
     # ------------------------------------------------------------------ inbound messages
 
     def handle(self, account: str, subject: str, reply: str | None, headers: bytes | None,
-               payload: bytes, *, hops: int = 0, via_meta: bool = False) -> bool:
+               payload: bytes, *, hops: int = 0, via_meta: bool = False,
+               origin: str | None = None) -> bool:
         """Give the cluster an inbound message (see JetStreamService.handle). Returns True
         when it was taken (answered now or later)."""
+        self._origin = origin
         acc = self.service.accounts.get(account)
         if acc is None:
             if account == self.server.config.system_account and subject.startswith(API_PREFIX):
@@ -558,13 +600,17 @@ class ClusterJetStream:
 
     def _on_forwarded_api(self, src: str, body: bytes) -> None:
         try:
-            hops, via_meta, account, subject, reply, headers, payload = msgpack.unpackb(body, raw=False)
-            if not (isinstance(account, str) and isinstance(subject, str) and isinstance(payload, bytes)):
+            hops, via_meta, account, subject, reply, headers, payload, origin = msgpack.unpackb(
+                body, raw=False)
+            if not (isinstance(account, str) and isinstance(subject, str) and isinstance(payload, bytes)
+                    and isinstance(origin, str)):
                 raise ValueError("bad field types")
         except Exception as exc:  # noqa: BLE001 - a malformed frame is dropped, never fatal
             self.events.emit("config_warning", message=f"malformed jsapi frame from {src}: {exc}")
             return
-        self.handle(account, subject, reply, headers, payload, hops=int(hops), via_meta=bool(via_meta))
+        self._remember_origin(reply, origin)
+        self.handle(account, subject, reply, headers, payload, hops=int(hops), via_meta=bool(via_meta),
+                    origin=origin)
 
     def _forward(self, target: str | None, account: str, subject: str, reply: str | None,
                  headers: bytes | None, payload: bytes, hops: int, rtype: str,
@@ -576,7 +622,8 @@ class ClusterJetStream:
             return True
         if target == self.server.server_name:
             return False
-        body = msgpack.packb([hops + 1, via_meta, account, subject, reply, headers, payload],
+        origin = self._origin or self.server.server_name
+        body = msgpack.packb([hops + 1, via_meta, account, subject, reply, headers, payload, origin],
                              use_bin_type=True)
         if not self.routes.send_app(target, "jsapi", body):
             self._error(account, reply, rtype, E.cluster_not_available())
@@ -618,6 +665,10 @@ class ClusterJetStream:
         group = self.groups.get(key)
         if group is None or not group.is_leader:
             target = group.leader if group is not None else self._reachable(sa.peers)
+            if target is None and kind in ("CONSUMER.MSG", "DIRECT.GET"):
+                # a pull request or direct get is not an API call with a JSON answer: with
+                # no leader the requester gets no-responders (here) or a timeout (forwarded)
+                return hops > 0
             return self._forward(target, acc.name, subject, reply, headers, payload, hops, rtype, via_meta)
         now = time.time_ns()
         if kind == "STREAM.LEADER" or kind == "CONSUMER.LEADER":
@@ -918,7 +969,7 @@ def _response_type(tokens: list[str]) -> str:
         "CONSUMER.NAMES": E.CONSUMER_NAMES_RESPONSE, "CONSUMER.LIST": E.CONSUMER_LIST_RESPONSE,
         "CONSUMER.LEADER": E.CONSUMER_LEADER_STEPDOWN_RESPONSE,
     }
-    if kind == "STREAM.MSG" and n == 6:
+    if kind in ("STREAM.MSG.GET", "STREAM.MSG.DELETE") and n == 6:
         return E.STREAM_MSG_GET_RESPONSE if tokens[4] == "GET" else E.STREAM_MSG_DELETE_RESPONSE
     if tokens[2:3] == ["INFO"]:
         return E.ACCOUNT_INFO_RESPONSE

@@ -55,6 +55,7 @@ from jetraft.raft.types import (
     Entry,
     EntryType,
     Message,
+    MessageType,
     NotLeaderError,
     ProposalDroppedError,
     Ready,
@@ -79,6 +80,8 @@ MAX_BYTES_PER_MESSAGE = 256 << 10
 MAX_INFLIGHT = 64
 
 #: Event for a batch that failed to decode, when jetraft.events has it (else protocol_error).
+#: Message types a leader may send before its own fsync (thesis §10.2.1).
+_LEADER_EARLY = frozenset({MessageType.APPEND, MessageType.HEARTBEAT})
 BATCH_DROPPED_EVENT = "raft_batch_dropped"
 
 _CONFIG = EntryType.CONFIG_CHANGE
@@ -522,9 +525,19 @@ class RaftHost:
                 work.append((g, rd))
         if work:
             self.stats["passes"] += 1
+            # A leader's AppendEntries and heartbeats may leave before its own fsync: its
+            # entries count towards a commit only once persisted (advance), so the leader's
+            # and the followers' writes overlap (thesis §10.2.1). Everything else waits.
+            early: list[Message] = []
+            late: list[Message] = []
+            for _, rd in work:
+                for m in rd.messages:
+                    (early if m.type in _LEADER_EARLY else late).append(m)
+            if early:
+                self._send_all(early)
             self.sync.sync()
             self.stats["syncs"] += 1
-            self._send_all([m for _, rd in work for m in rd.messages])
+            self._send_all(late)
             every = self.snapshot_entries
             for g, rd in work:
                 if g.closed:                    # closed by a state machine earlier in this pass

@@ -309,7 +309,7 @@ class Server:
         stats.in_bytes += len(payload) + (len(headers) if headers else 0)
         self._system_request(account, subject, reply, payload)
         if self.jetstream is not None:
-            self.jetstream.handle(account, subject, reply, headers, payload)
+            self.jetstream.handle(account, subject, reply, headers, payload, routed=True)
         self._deliver(acc, subject, deliver_as, reply, headers, payload, None, True, queues, False)
 
     def _system_request(self, account: str, subject: str, reply: str | None, payload: bytes) -> bool:

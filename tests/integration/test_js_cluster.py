@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -40,9 +41,14 @@ def accounts_block() -> str:
 }}"""
 
 
+#: Lame duck mode short enough for a test: the few clients are closed from 1 s after SIGUSR2.
+LAME_DUCK = "lame_duck_grace_period: 1s\nlame_duck_duration: 30s"
+
+
 def make_cluster(workdir: Path, unique_tag: str | None = "az:") -> Cluster:
     return Cluster("jetraft", workdir, 5, jetstream=True, unique_tag=unique_tag,
-                   tags=[[f"az:{z}"] for z in ZONES.values()], extra=accounts_block())
+                   tags=[[f"az:{z}"] for z in ZONES.values()],
+                   extra=accounts_block() + "\n" + LAME_DUCK)
 
 
 @pytest.fixture(scope="module")
@@ -353,6 +359,64 @@ def test_the_admin_cli_shows_the_cluster_information(cluster):
     assert result.returncode == 0, result.stderr
     assert "Cluster Information" in result.stdout
     assert "Leader:" in result.stdout and "current" in result.stdout
+
+
+def test_lame_duck_hands_the_leadership_over_before_stopping(cluster):
+    async def scenario():
+        nc = await connect(cluster)
+        js = nc.jetstream(timeout=5)
+        leader = (await js.stream_info("ORDERS")).cluster.leader
+        proc = cluster.servers[leader].proc
+        os.kill(proc.pid, signal.SIGUSR2)
+
+        async def moved():
+            try:
+                now = (await js.stream_info("ORDERS")).cluster.leader
+            except Exception:  # noqa: BLE001
+                return False
+            return now is not None and now != leader
+        await until(moved, 5, "a new leader while the old one is in lame duck mode")
+        assert proc.poll() is None or proc.returncode == 0      # handed over, not dead
+        await asyncio.get_running_loop().run_in_executor(None, proc.wait, 15)
+        events = cluster.events(leader)
+        handed = [e for e in events if e["event"] == "jetstream_stepdown_requested"
+                  and e.get("cause") == "lame_duck"]
+        assert handed, "no leadership hand-over in the event log"
+        cluster.restart(leader)
+        cluster.wait_formed(timeout=30)
+        await until(lambda: all_current(js, "ORDERS", 3), 30, "replicas current after the restart")
+        await nc.close()
+    run(scenario)
+
+
+def test_server_remove_moves_its_replicas_within_its_zone(cluster):
+    async def scenario():
+        nc = await connect(cluster)
+        js = nc.jetstream(timeout=5)
+        si = await js.stream_info("ORDERS")
+        gone = next(m for m in members(si) if m != si.cluster.leader and ZONES[m] != "c")
+        sysc = await connect(cluster, user="admin", password=SYS_PASSWORD)
+        reply = await sysc.request("$JS.API.SERVER.REMOVE", json.dumps({"peer": "nobody"}).encode(), timeout=5)
+        assert json.loads(reply.data)["error"]["err_code"] == 10044
+        reply = await sysc.request("$JS.API.SERVER.REMOVE", json.dumps({"peer": gone}).encode(), timeout=10)
+        assert json.loads(reply.data) == {
+            "type": "io.nats.jetstream.api.v1.meta_server_remove_response", "success": True}
+
+        async def moved():
+            try:
+                now = await js.stream_info("ORDERS")
+            except Exception:  # noqa: BLE001
+                return False
+            peers = members(now)
+            return gone not in peers and len(peers) == 3 and all(r.current for r in now.cluster.replicas)
+        await until(moved, 30, f"ORDERS off {gone}")
+        now = await js.stream_info("ORDERS")
+        assert sorted(ZONES[m] for m in members(now)) == ["a", "b", "c"]
+        jsz = cluster.servers[si.cluster.leader].monitor("/jsz")["meta_cluster"]
+        assert jsz["cluster_size"] == 4
+        await sysc.close()
+        await nc.close()
+    run(scenario)
 
 
 def test_r5_without_unique_tag_is_placed_on_every_server(tmp_path):

@@ -227,11 +227,12 @@ class JetStreamService:
             self._queued.set()
 
     def handle(self, account: str, subject: str, reply: str | None, headers: bytes | None,
-               payload: bytes) -> bool:
+               payload: bytes, *, routed: bool = False) -> bool:
         """Give JetStream an inbound message. Returns True if JetStream answers it (an API
-        or ack subject, or a stream's subject), so a request is not a no-responders case."""
+        or ack subject, or a stream's subject), so a request is not a no-responders case.
+        ``routed``: it came from another server (which routes nothing twice)."""
         if self.cluster is not None and self.failed is None:
-            return self.cluster.handle(account, subject, reply, headers, payload)
+            return self.cluster.handle(account, subject, reply, headers, payload, routed=routed)
         acc = self.accounts.get(account)
         if acc is None or self.failed is not None:
             return False

@@ -46,6 +46,7 @@ from jetraft.jetstream.meta import (
     StreamAssignment,
     encode_assign_stream,
     encode_remove_stream,
+    encode_remove_server,
     encode_replace_stream_peer,
     encode_update_stream,
     group_name,
@@ -83,6 +84,19 @@ MAX_HOPS = 3
 MAX_ORIGINS = 10_000
 #: Seconds between expiry ticks of a stream with a max_age.
 EXPIRY_CHECK_S = 0.25
+
+#: API subjects the stream's leader holds interest in (``{}``: the stream), so that requests
+#: from any server reach it along the same route as the publishes and acks. Meta requests
+#: (create, delete, update) are not among them: they go to the meta leader.
+_LEADER_API_SUBJECTS = (
+    "$JS.API.STREAM.INFO.{}", "$JS.API.STREAM.PURGE.{}", "$JS.API.STREAM.MSG.GET.{}",
+    "$JS.API.STREAM.MSG.DELETE.{}", "$JS.API.STREAM.LEADER.STEPDOWN.{}",
+    "$JS.API.CONSUMER.CREATE.{}", "$JS.API.CONSUMER.CREATE.{}.>",
+    "$JS.API.CONSUMER.DURABLE.CREATE.{}.>", "$JS.API.CONSUMER.NAMES.{}",
+    "$JS.API.CONSUMER.LIST.{}", "$JS.API.CONSUMER.INFO.{}.>", "$JS.API.CONSUMER.DELETE.{}.>",
+    "$JS.API.CONSUMER.MSG.NEXT.{}.>", "$JS.API.CONSUMER.LEADER.STEPDOWN.{}.>",
+    "$JS.API.DIRECT.GET.{}", "$JS.API.DIRECT.GET.{}.>",
+)
 
 #: API requests about one stream that change it: replicated as an "A" entry.
 _STREAM_WRITES = {"STREAM.PURGE", "STREAM.MSG.DELETE", "CONSUMER.CREATE", "CONSUMER.DURABLE",
@@ -160,6 +174,7 @@ class ClusterJetStream:
         self.replicas: dict[tuple[str, str], StreamReplica] = {}
         self.groups: dict[tuple[str, str], RaftGroup] = {}
         self._meta_replies: dict[tuple[str, str, str], tuple[str, str]] = {}
+        self._meta_reply_accounts: dict[tuple[str, str, str], str] = {}
         self._interest: dict[tuple[str, str], list[str]] = {}
         self._last_tick: dict[tuple[str, str], float] = {}
         #: reply subject -> the server a forwarded request came from (bounded, oldest out)
@@ -336,7 +351,47 @@ class ClusterJetStream:
                 self._drop_replica((sa.account, sa.name), delete=True)
                 self._answer_meta("delete", sa.account, sa.name, {"success": True})
             elif kind == "server_removed":
-                pass
+                self._server_removed(change)
+
+    def _server_removed(self, change: Any) -> None:
+        """A server left for good: answer SERVER.REMOVE, and (meta leader) give each of its
+        streams a replacement replica under the same placement rules."""
+        if change.assignment is None:
+            key = ("server-remove", "", change.server)
+            account = self._meta_reply_accounts.pop(key, None)
+            if account is not None:
+                self._answer_meta("server-remove", "", change.server, {"success": True}, account)
+            return
+        sa = change.assignment
+        if not isinstance(sa, StreamAssignment) or self._meta_leader() != self.server.server_name:
+            return
+        remaining = tuple(p for p in sa.peers if p != change.server)
+        try:
+            new = self._place(sa, exclude=(change.server,), existing=remaining)
+        except PlacementError as exc:
+            self.events.emit("jetstream_placement_failed", account=sa.account, stream=sa.name,
+                             replicas=len(sa.peers), reason=str(exc))
+            return
+        added = [p for p in new if p not in remaining]
+        if added:
+            self._propose_meta(encode_replace_stream_peer(sa.account, sa.name, change.server, added[0]))
+            self.events.emit("jetstream_peer_removed", account=sa.account, stream=sa.name,
+                             group=sa.group, peer=change.server, replacement=added[0])
+
+    def _propose_meta(self, data: bytes) -> None:
+        try:
+            self.meta_group.propose(data)
+        except RaftError:
+            pass    # no longer the meta leader: the new one decides
+
+    def _place(self, sa: StreamAssignment, *, exclude: tuple[str, ...] = (),
+               existing: tuple[str, ...] = ()) -> list[str]:
+        """Peers for ``sa``'s replicas under its placement (PlacementError if impossible)."""
+        placement = StreamConfig.from_json(sa.config).placement
+        return select_peers(
+            self._peer_infos(), len(sa.peers), unique_tag=self.unique_tag,
+            placement_tags=tuple(getattr(placement, "tags", None) or ()) if placement else (),
+            exclude=exclude, existing=existing, load=self.meta.load())
 
     def _ensure_replica(self, sa: StreamAssignment, kind: str) -> None:
         key = (sa.account, sa.name)
@@ -457,7 +512,8 @@ class ClusterJetStream:
         entry = acc.streams.get(stream) if acc else None
         if entry is None:
             return
-        subjects = [*entry.stream.config.subjects, f"$JS.ACK.{stream}.>", f"$JS.FC.{stream}.>"]
+        subjects = [*entry.stream.config.subjects, f"$JS.ACK.{stream}.>", f"$JS.FC.{stream}.>",
+                    *(s.format(stream) for s in _LEADER_API_SUBJECTS)]
         for subject in subjects:
             self.routes.add_internal_interest(account, subject)
         self._interest[key] = subjects
@@ -471,12 +527,13 @@ class ClusterJetStream:
                 "did_create": True}
         self._send(key[0], Outbound(reply, None, None, _json_bytes(body)))
 
-    def _answer_meta(self, op: str, account: str, stream: str, body: dict[str, Any]) -> None:
+    def _answer_meta(self, op: str, account: str, stream: str, body: dict[str, Any],
+                     reply_account: str | None = None) -> None:
         pending = self._meta_replies.pop((op, account, stream), None)
         if pending is None:
             return
         reply, rtype = pending
-        self._respond(account, reply, {"type": rtype, **body})
+        self._respond(reply_account or account, reply, {"type": rtype, **body})
 
     def _respond(self, account: str, reply: str | None, body: dict[str, Any]) -> None:
         if reply:
@@ -551,7 +608,7 @@ class ClusterJetStream:
 
     def handle(self, account: str, subject: str, reply: str | None, headers: bytes | None,
                payload: bytes, *, hops: int = 0, via_meta: bool = False,
-               origin: str | None = None) -> bool:
+               origin: str | None = None, routed: bool = False) -> bool:
         """Give the cluster an inbound message (see JetStreamService.handle). Returns True
         when it was taken (answered now or later)."""
         self._origin = origin
@@ -561,7 +618,7 @@ class ClusterJetStream:
                 return self._system_api(account, subject, reply, headers, payload, hops)
             return False
         if subject.startswith(API_PREFIX):
-            return self._api(acc, subject, reply, headers, payload, hops, via_meta)
+            return self._api(acc, subject, reply, headers, payload, hops, via_meta, routed)
         if subject.startswith("$JS.ACK.") or subject.startswith("$JS.FC."):
             stream = _ack_stream(subject)
             key = (account, stream)
@@ -632,7 +689,7 @@ class ClusterJetStream:
     # ------------------------------------------------------------------ the API
 
     def _api(self, acc: JetStreamAccount, subject: str, reply: str | None, headers: bytes | None,
-             payload: bytes, hops: int, via_meta: bool = False) -> bool:
+             payload: bytes, hops: int, via_meta: bool = False, routed: bool = False) -> bool:
         tokens = subject.split(".")
         kind = _api_kind(tokens)
         if kind == "STREAM.UPDATE" and not via_meta and len(tokens) == 5:
@@ -643,14 +700,25 @@ class ClusterJetStream:
             return self._meta_api(acc, tokens, kind, subject, reply, headers, payload, hops)
         if stream is None:
             return acc.handle_api(subject, reply, headers, payload, time.time_ns()) is not None
-        return self._stream_api(acc, stream, tokens, kind, subject, reply, headers, payload, hops)
+        if routed and not self._led(acc.name, stream):
+            return True     # a meta request seen through stale interest: not ours
+        return self._stream_api(acc, stream, tokens, kind, subject, reply, headers, payload, hops,
+                                routed=routed)
+
+    def _led(self, account: str, stream: str) -> bool:
+        group = self.groups.get((account, stream))
+        return group is not None and group.is_leader
 
     def _meta_leader(self) -> str | None:
         return self.meta_group.leader if self.meta_group is not None else None
 
     def _stream_api(self, acc: JetStreamAccount, stream: str, tokens: list[str], kind: str,
                     subject: str, reply: str | None, headers: bytes | None, payload: bytes,
-                    hops: int, via_meta: bool = False) -> bool:
+                    hops: int, via_meta: bool = False, routed: bool = False) -> bool:
+        """A request about one stream. Its leader answers (reads at once, writes once
+        replicated). Elsewhere it travels on the leader's subject interest, like the
+        publishes and acks before it on the same route, so a pull request never overtakes
+        an ack; one that reached a former leader is dropped, as nats-server drops it."""
         key = (acc.name, stream)
         rtype = _response_type(tokens)
         sa = self.meta.streams.get(key)
@@ -664,12 +732,18 @@ class ClusterJetStream:
             return True
         group = self.groups.get(key)
         if group is None or not group.is_leader:
-            target = group.leader if group is not None else self._reachable(sa.peers)
-            if target is None and kind in ("CONSUMER.MSG", "DIRECT.GET"):
-                # a pull request or direct get is not an API call with a JSON answer: with
-                # no leader the requester gets no-responders (here) or a timeout (forwarded)
-                return hops > 0
-            return self._forward(target, acc.name, subject, reply, headers, payload, hops, rtype, via_meta)
+            if hops > 0 or via_meta:    # sent here by the meta leader or another server
+                target = group.leader if group is not None else self._reachable(sa.peers)
+                return self._forward(target, acc.name, subject, reply, headers, payload, hops,
+                                     rtype, via_meta)
+            if routed:      # our leader interest was stale: the client asks again
+                return True
+            if self.routes.has_remote_interest(acc.name, subject):
+                return False    # the route layer takes it to the leader, behind the acks
+            if kind in ("CONSUMER.MSG", "DIRECT.GET"):
+                return False    # not a JSON API call: no leader means no-responders
+            self._error(acc.name, reply, rtype, E.cluster_not_available())
+            return True
         now = time.time_ns()
         if kind == "STREAM.LEADER" or kind == "CONSUMER.LEADER":
             self._step_down(group, "stream" if kind == "STREAM.LEADER" else "consumer",
@@ -723,12 +797,14 @@ class ClusterJetStream:
         me = self.server
         out = [PeerInfo(me.server_name, tuple(me.config.server_tags), True, True, self.cluster_name)]
         online = set()
+        removed = self.meta.removed_servers
         for name, peer in self.routes.peers.items():
             online.add(name)
-            out.append(PeerInfo(name, tuple(peer.tags), True, peer.jetstream, peer.cluster))
+            if name not in removed:
+                out.append(PeerInfo(name, tuple(peer.tags), True, peer.jetstream, peer.cluster))
         if self.meta_group is not None:
             for name in self.meta_group.peers:
-                if name not in online and name != me.server_name:
+                if name not in online and name != me.server_name and name not in removed:
                     out.append(PeerInfo(name, (), False, True, self.cluster_name))
         return out
 
@@ -857,12 +933,7 @@ class ClusterJetStream:
             raise E.cluster_peer_not_member()
         remaining = tuple(p for p in sa.peers if p != peer)
         try:
-            cfg = StreamConfig.from_json(sa.config)
-            placement = cfg.placement
-            new = select_peers(
-                self._peer_infos(), len(sa.peers), unique_tag=self.unique_tag,
-                placement_tags=tuple(getattr(placement, "tags", None) or ()) if placement else (),
-                exclude=(peer,), existing=remaining, load=self.meta.load())
+            new = self._place(sa, exclude=(peer,), existing=remaining)
         except PlacementError as exc:
             raise E.cluster_no_peers(str(exc)) from None
         added = [p for p in new if p not in remaining]
@@ -877,16 +948,47 @@ class ClusterJetStream:
 
     def _system_api(self, account: str, subject: str, reply: str | None, headers: bytes | None,
                     payload: bytes, hops: int) -> bool:
-        """``$JS.API.META.LEADER.STEPDOWN`` from the system account (nats-server
-        jetstream_api.go jsLeaderStepDownRequest): answered by the meta leader."""
-        if subject != "$JS.API.META.LEADER.STEPDOWN":
+        """``$JS.API.META.LEADER.STEPDOWN`` and ``$JS.API.SERVER.REMOVE`` from the system
+        account (nats-server jetstream_api.go jsLeaderStepDownRequest,
+        jsLeaderServerRemoveRequest): answered by the meta leader."""
+        if subject not in ("$JS.API.META.LEADER.STEPDOWN", "$JS.API.SERVER.REMOVE"):
             return False
-        rtype = E.META_LEADER_STEPDOWN_RESPONSE
+        remove = subject == "$JS.API.SERVER.REMOVE"
+        rtype = E.META_SERVER_REMOVE_RESPONSE if remove else E.META_LEADER_STEPDOWN_RESPONSE
         leader = self._meta_leader()
         if leader != self.server.server_name:
             return self._forward(leader, account, subject, reply, headers, payload, hops, rtype)
+        if remove:
+            try:
+                self._remove_server(account, reply, payload, rtype)
+            except E.JSApiError as err:
+                self._error(account, reply, rtype, err)
+            return True
         self._step_down(self.meta_group, "meta", account, reply, rtype)
         return True
+
+    def _remove_server(self, account: str, reply: str | None, payload: bytes, rtype: str) -> None:
+        """SERVER.REMOVE on the meta leader: take the server out of the meta group (a
+        configuration change), then record it removed; once that entry is applied every
+        stream it held gets a replacement replica (see :meth:`meta_applied`)."""
+        req = decode_request(payload, "JSApiMetaServerRemoveRequest") or {}
+        name, peer_id = req.get("peer") or "", req.get("peer_id") or ""
+        found = next((p for p in self.meta_group.peers
+                      if (peer_id and _peer_hash(p) == peer_id) or (not peer_id and p == name)), None)
+        if found is None:
+            raise E.cluster_server_not_member()
+        try:
+            if found == self.server.server_name:
+                raise E.cluster_member_change_inflight()   # step down first, as nats-server
+            self.meta_group.remove_peer(found)
+            self.meta_group.propose(encode_remove_server(found))
+        except (ProposalDroppedError, ValueError):
+            raise E.cluster_member_change_inflight() from None
+        except NotLeaderError:
+            raise E.cluster_not_available() from None
+        self._meta_replies[("server-remove", "", found)] = (reply or "", rtype)
+        self._meta_reply_accounts[("server-remove", "", found)] = account
+        self.events.emit("jetstream_server_removed", peer=found)
 
     def _step_down(self, group: RaftGroup, kind: str, account: str, reply: str | None,
                    rtype: str) -> None:

@@ -40,7 +40,14 @@ import msgpack
 import trio
 
 from jetraft.jetstream import errors as E
-from jetraft.jetstream.api import API_PREFIX, JetStreamAccount, Reply, _json_bytes, decode_request
+from jetraft.jetstream.api import (
+    _ERROR_EXTRAS,
+    API_PREFIX,
+    JetStreamAccount,
+    Reply,
+    _json_bytes,
+    decode_request,
+)
 from jetraft.jetstream.meta import (
     MetaState,
     StreamAssignment,
@@ -51,7 +58,7 @@ from jetraft.jetstream.meta import (
     encode_update_stream,
     group_name,
 )
-from jetraft.jetstream.model import StreamConfig, StreamInfo, StreamState
+from jetraft.jetstream.model import StreamConfig, StreamInfo, StreamState, format_time
 from jetraft.jetstream.consumer import Delivery
 from jetraft.jetstream.outbound import Outbound
 from jetraft.jetstream.placement import PeerInfo, PlacementError, select_peers
@@ -175,6 +182,7 @@ class ClusterJetStream:
         self.groups: dict[tuple[str, str], RaftGroup] = {}
         self._meta_replies: dict[tuple[str, str, str], tuple[str, str]] = {}
         self._meta_reply_accounts: dict[tuple[str, str, str], str] = {}
+        self._meta_snapshot_ns = 0          # when the meta state was last snapshotted
         self._interest: dict[tuple[str, str], list[str]] = {}
         self._last_tick: dict[tuple[str, str], float] = {}
         #: reply subject -> the server a forwarded request came from (bounded, oldest out)
@@ -527,6 +535,16 @@ class ClusterJetStream:
                 "did_create": True}
         self._send(key[0], Outbound(reply, None, None, _json_bytes(body)))
 
+    def _answer_existing(self, acc: JetStreamAccount, stream: str, reply: str | None) -> None:
+        """STREAM.CREATE of a stream that exists with the same config: its info, without
+        ``did_create`` (what a nats-server cluster answers)."""
+        entry = acc.streams.get(stream)
+        if entry is None:
+            self._error(acc.name, reply, E.STREAM_CREATE_RESPONSE, E.cluster_not_available())
+            return
+        self._respond(acc.name, reply, {"type": E.STREAM_CREATE_RESPONSE,
+                                        **acc._stream_info(entry, time.time_ns())})
+
     def _answer_meta(self, op: str, account: str, stream: str, body: dict[str, Any],
                      reply_account: str | None = None) -> None:
         pending = self._meta_replies.pop((op, account, stream), None)
@@ -540,7 +558,8 @@ class ClusterJetStream:
             self._send(account, Outbound(reply, None, None, _json_bytes(body)))
 
     def _error(self, account: str, reply: str | None, rtype: str, err: E.JSApiError) -> None:
-        self._respond(account, reply, E.error_response(rtype, err))
+        """An error reply with the fields nats-server keeps in its error responses."""
+        self._respond(account, reply, {**E.error_response(rtype, err), **_ERROR_EXTRAS.get(rtype, {})})
 
     # ------------------------------------------------------------------ cluster info
 
@@ -559,8 +578,10 @@ class ClusterJetStream:
         if group.leader:
             out["leader"] = group.leader
         if group.leader_since_ns:
-            from jetraft.jetstream.model import format_time
             out["leader_since"] = format_time(group.leader_since_ns)
+        # RAFT traffic travels in the system account (nats-server 2.12+ reports it so)
+        out["system_account"] = True
+        out["traffic_account"] = self.server.config.system_account
         replicas = []
         if group.is_leader:
             for r in group.replicas(now):
@@ -602,6 +623,10 @@ class ClusterJetStream:
             out["replicas"] = info["replicas"]
         out.update({"cluster_size": len(group.peers), "quorum_needed": len(group.peers) // 2 + 1,
                     "pending": 0, "pending_requests": 0, "pending_infos": 0})
+        snap = group.log.snapshot()
+        out["snapshot"] = {"pending_entries": max(0, group.applied_index - snap.index),
+                           "pending_size": 0, "last_time": format_time(self._meta_snapshot_ns)
+                           if self._meta_snapshot_ns else "0001-01-01T00:00:00Z"}
         return out
 
     # ------------------------------------------------------------------ inbound messages
@@ -694,6 +719,14 @@ class ClusterJetStream:
         kind = _api_kind(tokens)
         if kind == "STREAM.UPDATE" and not via_meta and len(tokens) == 5:
             return self._meta_api(acc, tokens, kind, subject, reply, headers, payload, hops)
+        if kind == "STREAM.CREATE" and via_meta and len(tokens) == 5:
+            # the meta leader found the stream exists with this config: its leader answers
+            if self._led(acc.name, tokens[4]):
+                self._answer_existing(acc, tokens[4], reply)
+                return True
+            group = self.groups.get((acc.name, tokens[4]))
+            return self._forward(group.leader if group else None, acc.name, subject, reply,
+                                 headers, payload, hops, E.STREAM_CREATE_RESPONSE, via_meta=True)
         stream = _stream_of(tokens)
         if kind in ("STREAM.CREATE", "STREAM.DELETE", "STREAM.NAMES", "STREAM.LIST",
                     "STREAM.PEER") or subject == "$JS.API.INFO":
@@ -893,11 +926,10 @@ class ClusterJetStream:
             group = self.groups.get(key)
             target = group.leader if group is not None else self._reachable(existing.peers)
             if target == self.server.server_name:
-                out = acc.handle_api(subject, reply, headers, payload, now) or []
-                self._emitter(acc.name)(out)
+                self._answer_existing(acc, cfg.name, reply)
                 return True
             return self._forward(target, acc.name, subject, reply, headers, payload, hops,
-                                 E.STREAM_CREATE_RESPONSE)
+                                 E.STREAM_CREATE_RESPONSE, via_meta=True)
         for (account, name), other in self.meta.streams.items():
             if account == acc.name and any(subjects_overlap(a, b) for a in cfg.subjects
                                            for b in other.config.get("subjects") or [name]):
@@ -926,20 +958,22 @@ class ClusterJetStream:
                      rtype: str) -> bool:
         req = decode_request(payload, "JSApiStreamRemovePeerRequest") or {}
         peer = req.get("peer") or ""
+        if not peer:
+            raise E.bad_request()
         sa = self.meta.streams.get((acc.name, stream))
         if sa is None:
             raise E.stream_not_found()
-        if not peer or peer not in sa.peers:
+        if peer not in sa.peers:
             raise E.cluster_peer_not_member()
         remaining = tuple(p for p in sa.peers if p != peer)
         try:
             new = self._place(sa, exclude=(peer,), existing=remaining)
-        except PlacementError as exc:
-            raise E.cluster_no_peers(str(exc)) from None
+        except PlacementError:
+            raise E.peer_remap() from None
         added = [p for p in new if p not in remaining]
         replacement = added[0] if added else None
         if replacement is None:
-            raise E.cluster_no_peers("no suitable peers for placement")
+            raise E.peer_remap()
         self.meta_group.propose(encode_replace_stream_peer(acc.name, stream, peer, replacement))
         self._meta_replies[("peer-remove", acc.name, stream)] = (reply, rtype)
         self.events.emit("jetstream_peer_removed", account=acc.name, stream=stream, group=sa.group,
@@ -1048,6 +1082,7 @@ class _MetaMachine:
             self.cluster.meta_applied(changes)
 
     def snapshot(self) -> bytes:
+        self.cluster._meta_snapshot_ns = time.time_ns()
         return self.cluster.meta.snapshot()
 
     def restore(self, data: bytes) -> None:

@@ -263,6 +263,30 @@ def test_a_pull_consumer_redelivers_correctly_after_a_leader_change(cluster):
     run(scenario)
 
 
+def test_streams_are_found_by_subject_and_kv_buckets_replicate(cluster):
+    async def scenario():
+        nc = await connect(cluster)
+        js = nc.jetstream(timeout=5)
+        await create(js, name="AUDIT", subjects=["audit.>"], num_replicas=3)
+        names = await nc.request("$JS.API.STREAM.NAMES", json.dumps({"subject": "audit.x"}).encode(),
+                                 timeout=5)
+        assert json.loads(names.data)["streams"] == ["AUDIT"]
+        await js.publish("audit.x", b"1")
+        sub = await js.pull_subscribe("audit.>", "auditor")          # stream found by subject
+        assert [m.data for m in await sub.fetch(1, timeout=5)] == [b"1"]
+        kv = await retry(lambda: js.create_key_value(bucket="settings", history=2, replicas=3), 20, "kv")
+        await kv.put("region", b"eu-west")
+        await kv.put("region", b"eu-north")
+        assert (await kv.get("region")).value == b"eu-north"
+        other = await connect(cluster, ["n5"])
+        kv5 = await other.jetstream(timeout=5).key_value("settings")
+        assert (await kv5.get("region")).value == b"eu-north"
+        assert len(await kv5.history("region")) == 2
+        await other.close()
+        await nc.close()
+    run(scenario)
+
+
 def test_peer_remove_re_replicates_in_the_same_zone(cluster):
     async def scenario():
         nc = await connect(cluster)

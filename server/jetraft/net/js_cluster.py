@@ -43,9 +43,13 @@ from jetraft.jetstream import errors as E
 from jetraft.jetstream.api import (
     _ERROR_EXTRAS,
     API_PREFIX,
+    LIST_LIMIT,
+    NAMES_LIMIT,
     JetStreamAccount,
     Reply,
+    _int_field,
     _json_bytes,
+    _str_field,
     decode_request,
 )
 from jetraft.jetstream.meta import (
@@ -886,20 +890,27 @@ class ClusterJetStream:
 
     def _meta_read(self, acc: JetStreamAccount, kind: str, subject: str, payload: bytes,
                    now: int) -> dict[str, Any]:
-        """NAMES, LIST and account INFO from the meta leader: the assignments, with state
-        from this server's replicas where it holds one."""
-        names = sorted(name for (account, name) in self.meta.streams if account == acc.name)
+        """NAMES, LIST and account INFO from the meta leader: the assignments (with the
+        request's ``subject`` filter and ``offset``, as a single server pages them), with
+        state from this server's replicas where it holds one. Raises JSApiError for a bad
+        request."""
         if subject == "$JS.API.INFO":
-            body = acc.handle_api(subject, "_", None, payload, now)[0].out.data
-            import json
-            info = json.loads(body)
-            info.pop("type", None)
-            info["streams"] = len(names)
+            info = acc._api_info([], payload, now)
+            info["streams"] = sum(1 for (account, _name) in self.meta.streams if account == acc.name)
             return info
+        go_type = "JSApiStreamNamesRequest" if kind == "STREAM.NAMES" else "JSApiStreamListRequest"
+        req = acc._names_request(payload, go_type, ("offset", "subject"))
+        filt = _str_field(req, "subject", go_type)
+        offset = max(_int_field(req, "offset", go_type, "int"), 0)
+        names = sorted(name for (account, name), sa in self.meta.streams.items()
+                       if account == acc.name and (not filt or any(
+                           subjects_overlap(filt, s) for s in sa.config.get("subjects") or [name])))
+        offset = min(offset, len(names))
         if kind == "STREAM.NAMES":
-            return {"total": len(names), "offset": 0, "limit": 1024, "streams": names or None}
+            page = names[offset:offset + NAMES_LIMIT]
+            return {"total": len(names), "offset": offset, "limit": NAMES_LIMIT, "streams": page or None}
         infos = []
-        for name in names:
+        for name in names[offset:offset + LIST_LIMIT]:
             entry = acc.streams.get(name)
             if entry is not None:
                 infos.append(acc._stream_info(entry, now, dynamic=False))
@@ -909,7 +920,7 @@ class ClusterJetStream:
                                   created=sa.created_ns, state=StreamState(), ts=now).to_json()
                 info["cluster"] = {"name": self.cluster_name}
                 infos.append(info)
-        return {"total": len(names), "offset": 0, "limit": 256, "streams": infos}
+        return {"total": len(names), "offset": offset, "limit": LIST_LIMIT, "streams": infos}
 
     def _create_stream(self, acc: JetStreamAccount, tokens: list[str], subject: str, reply: str,
                        headers: bytes | None, payload: bytes, hops: int, now: int) -> bool:

@@ -444,6 +444,39 @@ def test_server_remove_moves_its_replicas_within_its_zone(cluster):
     run(scenario)
 
 
+def test_a_restart_of_every_server_pushes_nothing_twice(cluster):
+    async def scenario():
+        nc = await connect(cluster)
+        js = nc.jetstream(timeout=5)
+        await create(js, name="PUSHED", subjects=["pushed.>"], num_replicas=3)
+        got: list[bytes] = []
+        sub = await js.subscribe("pushed.>", durable="pusher", manual_ack=True, stream="PUSHED")
+        for i in range(5):
+            await js.publish("pushed.x", b"old-%d" % i)
+        for _ in range(5):
+            msg = await sub.next_msg(timeout=10)
+            got.append(msg.data)
+            await msg.ack_sync()
+        await nc.close()
+        for name in ZONES:
+            cluster.kill(name)
+        cluster.start()
+        cluster.wait_formed(timeout=30)
+        nc = await connect(cluster)
+        js = nc.jetstream(timeout=5)
+        await until(lambda: all_current(js, "PUSHED", 3), 60, "PUSHED current after a full restart")
+        sub = await retry(lambda: js.subscribe("pushed.>", durable="pusher", manual_ack=True,
+                                               stream="PUSHED"), 20, "re-bind the push consumer")
+        await retry(lambda: js.publish("pushed.x", b"new", timeout=1), 20, "publish after restart")
+        after = []
+        while not after or after[-1] != b"new":
+            after.append((await sub.next_msg(timeout=10)).data)
+        assert got == [b"old-%d" % i for i in range(5)]
+        assert after == [b"new"], f"delivered again after the restart: {after}"
+        await nc.close()
+    run(scenario, timeout=180)
+
+
 def test_r5_without_unique_tag_is_placed_on_every_server(tmp_path):
     c = make_cluster(tmp_path, unique_tag=None)
     c.start()

@@ -11,9 +11,13 @@ leader holds exactly the state its predecessor had, and redelivers what was pend
 its ack wait expires (nats-server replicates consumer state through consumer groups for the
 same reason, server/jetstream_cluster.go applyConsumerEntries).
 
-Only the leader sends what applying produces (PubAcks, API responses, deliveries): every
-entry was on a quorum of disks (fsynced) before it was committed and applied, so an
-acknowledgement is never sent for a message a majority could lose.
+Only the leader sends what applying produces (PubAcks, API responses, deliveries), and only
+for entries of its own term: every entry was on a quorum of disks (fsynced) before it was
+committed and applied, so an acknowledgement is never sent for a message a majority could
+lose; and a new leader replaying its predecessors' entries (after a restart of the whole
+group, say) does not send their deliveries again. What a former leader did not send is
+not lost: its PubAck's publisher retries (``Nats-Msg-Id`` dedupes), and its deliveries are
+pending in the consumer state, redelivered after ``ack_wait``.
 
 Entries (msgpack arrays, see :func:`encode_entry`)::
 
@@ -119,6 +123,7 @@ class StreamReplica:
         self.on_problem = on_problem
         self.on_leader = on_leader
         self.is_leader = False
+        self.term = 0                # the term this replica leads in (when is_leader)
         self.last_ts = 0             # the largest entry ts applied
         self.applied_index = 0
         self._proposed_ts = 0
@@ -145,7 +150,7 @@ class StreamReplica:
                     self.on_problem(f"entry {e.index}: {exc}")
                 continue
             replies = self._apply_one(item)
-            if self.is_leader:
+            if self.is_leader and e.term == self.term:
                 out.extend(replies)
         if out:
             self.emit(out)
@@ -178,5 +183,6 @@ class StreamReplica:
         """Nothing to restore: this group never takes a snapshot (see the class docstring)."""
 
     def leader_changed(self, leader: str | None, term: int) -> None:
+        self.term = term
         if self.on_leader is not None:
             self.on_leader(leader, term)

@@ -54,6 +54,7 @@ def trio_of_replicas(tmp_path):
               "retention": "limits", "duplicate_window": 120_000_000_000}
     sent: dict[str, list] = {n: [] for n in ("n1", "n2", "n3")}
     replicas = {n: _replica(tmp_path, n, config, sent[n]) for n in sent}
+    replicas["n1"].leader_changed("n1", 1)     # the entries below are of term 1
     replicas["n1"].is_leader = True
     return replicas, sent
 
@@ -133,10 +134,31 @@ def test_a_follower_that_becomes_leader_answers_from_then_on(trio_of_replicas):
     replicas, sent = trio_of_replicas
     _apply_all(replicas, [encode_entry(PUBLISH, T0 + 1, set(), "orders.a", "_INBOX.1", None, b"a")])
     replicas["n1"].is_leader = False
+    replicas["n2"].leader_changed("n2", 1)
     replicas["n2"].is_leader = True
     _apply_all(replicas, [encode_entry(PUBLISH, T0 + 2, set(), "orders.a", "_INBOX.2", None, b"b")], start=2)
     assert [r.out.subject for r in sent["n1"]] == ["_INBOX.1"]
     assert [r.out.subject for r in sent["n2"]] == ["_INBOX.2"]
+
+
+def test_a_new_leader_does_not_resend_what_earlier_terms_produced(trio_of_replicas):
+    """A whole group restarted: the new leader replays term-1 entries (a push delivery
+    among them) without sending them again; its own term's entries are answered."""
+    replicas, sent = trio_of_replicas
+    n2 = replicas["n2"]
+    n2.leader_changed("n2", 2)
+    n2.is_leader = True
+    create = json.dumps({"stream_name": "ORDERS", "config": {
+        "durable_name": "P", "deliver_subject": "push.out", "ack_policy": "explicit"}}).encode()
+    old = [encode_entry(API, T0 + 1, {"push.out"}, "$JS.API.CONSUMER.CREATE.ORDERS.P", "_INBOX.c", None, create),
+           encode_entry(PUBLISH, T0 + 2, {"push.out"}, "orders.a", "_INBOX.1", None, b"a")]
+    n2.apply([Entry(1, i + 1, EntryType.NORMAL, d) for i, d in enumerate(old)])
+    assert sent["n2"] == []
+    n2.apply([Entry(2, 3, EntryType.NORMAL,
+                    encode_entry(PUBLISH, T0 + 3, {"push.out"}, "orders.a", "_INBOX.2", None, b"b"))])
+    subjects = [r.out.subject for r in sent["n2"]]
+    assert "_INBOX.2" in subjects and "_INBOX.1" not in subjects
+    assert subjects.count("push.out") == 1          # only the new message is pushed
 
 
 def test_next_ts_strictly_increases_past_applied_entries(trio_of_replicas):

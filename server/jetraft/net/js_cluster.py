@@ -17,10 +17,13 @@ the server has a ``cluster`` block. Its parts, and where nats-server does the sa
   subscribeToStream), proposes every input and answers once it is committed and applied.
   With no leader nobody has interest, so a publish gets a 503 no-responders status rather
   than a silent drop.
-- **API routing**: the server a request arrives on sends it to the server that can answer
-  (route APP frame ``"jsapi"``): the meta leader for stream create/delete/update/list,
-  peer-remove and meta step-down; the stream's leader for everything about one stream and
-  its consumers. Replies travel back as ordinary messages to the requester's inbox.
+- **API routing**: requests about one stream and its consumers travel on the stream
+  leader's interest in those API subjects (on the same route as the publishes and acks
+  before them, so a pull request never overtakes an ack). Stream create/delete/update/list,
+  peer-remove, SERVER.REMOVE and meta step-down go to the meta leader in route APP frames
+  (``"jsapi"``). Replies travel back as ordinary messages to the requester's inbox, or
+  through the server the request came from (``"jsreply"``) while the inbox's interest has
+  not reached the answering server yet.
 - **Placement** (:mod:`jetraft.jetstream.placement`): replicas on online JetStream servers,
   honouring ``unique_tag`` and placement tags; error 10005 when impossible.
 - **Reconciliation**: every stream leader drives its group's membership towards the

@@ -765,7 +765,13 @@ class ClusterJetStream:
         if sa is None:
             if kind in ("DIRECT.GET", "CONSUMER.MSG"):
                 return False
-            if self.meta_group is None or self.meta_group.leader is None:
+            leader = self._meta_leader()
+            if leader is not None and leader != self.server.server_name:
+                # this server may not have applied a just-made assignment yet: only the
+                # meta leader says "stream not found" (as in nats-server)
+                return self._forward(leader, acc.name, subject, reply, headers, payload, hops,
+                                     rtype, via_meta)
+            if leader is None:
                 self._error(acc.name, reply, rtype, E.cluster_not_available())
             else:
                 self._error(acc.name, reply, rtype, E.stream_not_found())

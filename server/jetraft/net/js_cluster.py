@@ -439,7 +439,9 @@ class ClusterJetStream:
         # every membership change, each a no-op or a step towards the current peers.
         joining = kind == "stream_peers_changed"
         bootstrap = tuple(p for p in sa.peers if p != me) if joining else tuple(sa.peers)
-        group = self.host.open_group(sa.group, bootstrap, replica)
+        # Followers learn a stream's commit index from the next AppendEntries or heartbeat:
+        # one message per publish per follower instead of two (see Config.commit_broadcast).
+        group = self.host.open_group(sa.group, bootstrap, replica, commit_broadcast=False)
         self.groups[key] = group
         if not joining and group.node.last_index == 0 and sa.peers and sa.peers[0] == me:
             group.campaign()       # a brand-new group: the first peer need not wait a timeout

@@ -385,11 +385,14 @@ class RaftHost:
 
     # -- groups --------------------------------------------------------------------------
 
-    def open_group(self, group: str, peers: tuple[str, ...], sm: StateMachine) -> RaftGroup:
+    def open_group(self, group: str, peers: tuple[str, ...], sm: StateMachine, *,
+                   commit_broadcast: bool = True) -> RaftGroup:
         """Start hosting ``group``: open (or create, with ``peers``) its log, restore ``sm``
         from the stored snapshot if there is one, and start its node. Committed entries
         after the snapshot reach ``sm.apply`` again from the first pass on. Problems that
         opening the log found and repaired are reported as ``raft_log_recovered``.
+        ``commit_broadcast`` is the node's :class:`~jetraft.raft.types.Config` setting (False:
+        followers learn a new commit index from the next AppendEntries or heartbeat).
         ValueError if the group is open already."""
         if self._closed:
             raise RuntimeError("the RAFT host has stopped")
@@ -405,7 +408,7 @@ class RaftHost:
         cfg = Config(id=self.server_name, group=group, peers=tuple(peers),
                      election_ticks=self.election_ticks, heartbeat_ticks=self.heartbeat_ticks,
                      pre_vote=True, check_quorum=True, max_bytes_per_message=MAX_BYTES_PER_MESSAGE,
-                     max_inflight=MAX_INFLIGHT)
+                     max_inflight=MAX_INFLIGHT, commit_broadcast=commit_broadcast)
         g.node = RaftNode(cfg, log, on_event=lambda name, fields: self._on_event(g, name, fields))
         self.groups[group] = g
         self._touch(g)

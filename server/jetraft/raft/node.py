@@ -720,7 +720,8 @@ class RaftNode:
         if n <= log.committed or not self._may_commit(n):
             return False
         log.commit_to(n)
-        self._bcast = self._bcast_empty = True
+        if self._cfg.commit_broadcast:
+            self._bcast = self._bcast_empty = True
         self._committed()
         if self._reads_waiting and self._committed_in_term():
             waiting, self._reads_waiting = self._reads_waiting, []

@@ -189,7 +189,12 @@ class Config:
     ``heartbeat_ticks``: the leader's heartbeat period. ``max_entries_per_message`` and
     ``max_bytes_per_message`` bound one AppendEntries; ``max_inflight`` bounds the
     AppendEntries in flight per follower (flow control). ``seed`` seeds the node's own RNG
-    for election timeouts (deterministic in the simulator).
+    for election timeouts (deterministic in the simulator). ``commit_broadcast``: when the
+    leader's commit index advances, send every follower an AppendEntries carrying it at once
+    (etcd raft.go ``bcastAppend`` after ``maybeCommit``); False: followers learn it from the
+    next AppendEntries or heartbeat (as nats-server's appendEntry does), which halves the
+    messages per commit when entries are proposed one at a time, and delays followers'
+    apply by up to one heartbeat period.
     """
 
     id: str
@@ -203,6 +208,7 @@ class Config:
     max_bytes_per_message: int = 1 << 20
     max_inflight: int = 256
     seed: int | None = None
+    commit_broadcast: bool = True
 
 
 class Storage(Protocol):

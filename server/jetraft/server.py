@@ -102,6 +102,8 @@ class Server:
             self.account(name)
         self.account(GLOBAL_ACCOUNT)
         self.clients: dict[int, ClientConnection] = {}
+        #: connections (clients and routes) with output queued since the last flush_outbound
+        self.outbound_queued: set = set()
         self.stats = Stats()
         self.start_ns = time.time_ns()
         self.config_load_ns = self.start_ns
@@ -276,6 +278,16 @@ class Server:
         return info
 
     # ------------------------------------------------------------------ routing
+
+    def flush_outbound(self) -> None:
+        """Write every connection's queued output to its socket now, non-blocking (see
+        :meth:`jetraft.net.client.StreamConnection.flush_now`). For code about to block the
+        event loop, or whose output is latency-critical."""
+        queued = self.outbound_queued
+        if queued:
+            self.outbound_queued = set()
+            for conn in queued:
+                conn.flush_now()
 
     def publish(self, client: ClientConnection, subject: str, reply: str | None,
                 headers: bytes | None, payload: bytes) -> None:

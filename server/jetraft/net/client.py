@@ -6,6 +6,13 @@ to the server; the writer drains the outbound buffer to the socket; the pinger s
 every ``ping_interval`` seconds and closes a connection that leaves ``ping_max`` of them
 unanswered ("Stale Connection", nats-server server/client.go processPingTimer).
 
+Writes that cannot wait: code about to block the event loop (the RAFT host's fsync) or
+whose output is latency-critical (an AppendEntries, a PubAck) calls
+:meth:`Server.flush_outbound`, which writes every connection's queued bytes to its socket at
+once, non-blocking, instead of waiting for the writer tasks to be scheduled; what the
+socket does not take stays queued for the writer (nats-server flushes the same way at the
+end of a read loop, server/client.go flushClients).
+
 Slow consumers (nats-server server/client.go queueOutbound / flushOutbound): the outbound
 buffer is bounded by ``max_pending`` bytes and a write may take at most ``write_deadline``
 seconds; past either, the connection is closed without waiting for it and every other
@@ -19,6 +26,7 @@ connections (:mod:`jetraft.net.route`).
 from __future__ import annotations
 
 import json
+import os
 import time
 import socket
 from collections.abc import Awaitable, Callable
@@ -107,6 +115,7 @@ class StreamConnection:
     def __init__(self) -> None:
         self.close_reason: str | None = None
         self._writer_parked = False
+        self._writing = False           # the writer holds taken bytes (inside send_all)
         self._lot = trio.lowlevel.ParkingLot()
         self._flush_then_close = False
         self._scope: trio.CancelScope | None = None
@@ -171,6 +180,35 @@ class StreamConnection:
         """Everything queued (emptying the queue); empty when nothing is."""
         raise NotImplementedError
 
+    def _put_back(self, rest: bytes) -> None:
+        """Queue ``rest`` (bytes a direct write left unsent) ahead of anything queued."""
+        raise NotImplementedError
+
+    def _queued(self) -> None:
+        """Output was queued: wake the writer, and have the next
+        :meth:`Server.flush_outbound` write it at once."""
+        self.server.outbound_queued.add(self)
+        if self._writer_parked:
+            self._wake_writer()
+
+    def flush_now(self) -> None:
+        """Write what is queued to the socket now, without blocking, unless the writer
+        task is in the middle of a write (order is kept: its bytes go first). What the socket
+        does not take stays queued for the writer; a socket error is left for the writer to
+        find. Never raises."""
+        if self._writing or self.close_reason is not None:
+            return
+        data = self._take()
+        if not data:
+            return
+        try:
+            n = os.write(self.stream.socket.fileno(), data)
+        except OSError:                 # EAGAIN, or an error the writer will meet too
+            n = 0
+        if n < len(data):
+            self._put_back(bytes(memoryview(data)[n:]))
+            self._wake_writer()
+
     def _write_timed_out(self, size: int) -> None:
         """A write of ``size`` bytes took longer than ``write_deadline``."""
         raise NotImplementedError
@@ -186,12 +224,16 @@ class StreamConnection:
                 self._writer_parked = True
                 await self._lot.park()
                 continue
+            self._writing = True
+            self.server.outbound_queued.discard(self)
             with trio.move_on_after(deadline) as cs:
                 try:
                     await self.stream.send_all(data)
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                     self.close("Write Error", flush=False)
                     return
+                finally:
+                    self._writing = False
             if cs.cancelled_caught:
                 self._write_timed_out(len(data))
                 return
@@ -252,8 +294,7 @@ class ClientConnection(StreamConnection):
         if len(out) > self.server.config.max_pending:
             self._slow_consumer("max_pending exceeded", len(out))
             return
-        if self._writer_parked:
-            self._wake_writer()
+        self._queued()
 
     def _slow_consumer(self, why: str, pending: int) -> None:
         self.server.stats.slow_consumers += 1
@@ -268,6 +309,9 @@ class ClientConnection(StreamConnection):
         if data:
             self._out = bytearray()
         return data
+
+    def _put_back(self, rest: bytes) -> None:
+        self._out[:0] = rest
 
     def _write_timed_out(self, size: int) -> None:
         self._slow_consumer("write_deadline exceeded", size + len(self._out))

@@ -199,7 +199,8 @@ class ClusterJetStream:
         self._last_peer_change = time.monotonic()
         raft_dir = os.path.join(service.store_dir, "jetstream", "_raft")
         self.host = RaftHost(server.server_name, raft_dir, self._send_raft, events=server.events,
-                             zone=self.zone, sync=service.commit)
+                             zone=self.zone, sync=service.commit,
+                             flush=server.flush_outbound)
         self.routes.on_app("raft", self.host.receive)
         self.routes.on_app("jsapi", self._on_forwarded_api)
         self.routes.on_app("jsreply", self._on_reply)

@@ -347,7 +347,10 @@ class RaftHost:
     through ``send``. ``events``: a :class:`jetraft.events.EventLog` or None; ``zone``: this
     server's ``unique_tag`` value, added to every RAFT event. ``sync``: the server's
     :class:`GroupCommit` when shared with other stores (one is made otherwise).
-    ``snapshot_entries``: applied entries between two snapshots of a group.
+    ``snapshot_entries``: applied entries between two snapshots of a group. ``flush``
+    (optional) writes what ``send`` and the state machines queued to the sockets at once
+    (``Server.flush_outbound``); a pass calls it before its fsync, before applying and at
+    its end, so AppendEntries overlap the leader's fsync and answers leave before apply.
 
     Run :meth:`run` in a nursery; open groups before or after it starts.
     """
@@ -356,7 +359,8 @@ class RaftHost:
                  send: Callable[[str, bytes], bool], *, events: EventLog | None = None,
                  zone: str | None = None, tick_s: float = 0.05, election_ticks: int = 10,
                  heartbeat_ticks: int = 2, snapshot_entries: int = 8192,
-                 sync: GroupCommit | None = None) -> None:
+                 sync: GroupCommit | None = None,
+                 flush: Callable[[], None] | None = None) -> None:
         if tick_s <= 0 or snapshot_entries < 1:
             raise ValueError("need tick_s > 0 and snapshot_entries >= 1")
         if not 1 <= heartbeat_ticks < election_ticks:
@@ -378,6 +382,7 @@ class RaftHost:
         self.stats = {"passes": 0, "syncs": 0, "batches_sent": 0, "batches_unsent": 0,
                       "batches_dropped": 0, "messages_dropped": 0}
         self._send = send
+        self._flush = flush if flush is not None else (lambda: None)
         self._pending: dict[str, RaftGroup] = {}      # groups that may have a Ready
         self._wake = trio.Event()
         self._fatal: BaseException | None = None     # a storage error met outside run()
@@ -538,9 +543,11 @@ class RaftHost:
                     (early if m.type in _LEADER_EARLY else late).append(m)
             if early:
                 self._send_all(early)
+                self._flush()
             self.sync.sync()
             self.stats["syncs"] += 1
             self._send_all(late)
+            self._flush()
             every = self.snapshot_entries
             for g, rd in work:
                 if g.closed:                    # closed by a state machine earlier in this pass
@@ -554,6 +561,7 @@ class RaftHost:
                     self._pending[g.name] = g
             if self._pending:
                 self._wake.set()
+            self._flush()
         for g in groups:
             if not g.closed:
                 g._check_leader()

@@ -271,8 +271,7 @@ class RouteConnection(StreamConnection):
         if self._pending > limit:
             self._slow(f"{self._pending} bytes pending exceed max_pending {limit}")
             return False
-        if self._writer_parked:
-            self._wake_writer()
+        self._queued()
         return True
 
     def _slow(self, why: str) -> None:
@@ -288,6 +287,10 @@ class RouteConnection(StreamConnection):
         self._out = []
         self._pending = 0
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def _put_back(self, rest: bytes) -> None:
+        self._out.insert(0, rest)
+        self._pending += len(rest)
 
     def _write_timed_out(self, size: int) -> None:
         self._slow(f"a write of {size} bytes took longer than write_deadline "

@@ -1,0 +1,119 @@
+"""Server.flush_outbound / StreamConnection.flush_now: queued output written to the socket
+at once, in order, with what the socket does not take left for the writer task."""
+
+from __future__ import annotations
+
+import socket
+from types import SimpleNamespace
+
+import pytest
+import trio
+import trio.testing
+
+from jetraft.net.client import StreamConnection
+from jetraft.server import Server
+
+
+class Conn(StreamConnection):
+    """The smallest StreamConnection: a byte queue, no protocol."""
+
+    def __init__(self, server, stream) -> None:
+        super().__init__()
+        self.server = server
+        self.stream = stream
+        self._out = bytearray()
+
+    def send(self, data: bytes) -> None:
+        self._out += data
+        self._queued()
+
+    def _take(self):
+        data, self._out = self._out, bytearray()
+        return data
+
+    def _put_back(self, rest: bytes) -> None:
+        self._out[:0] = rest
+
+    def _write_timed_out(self, size: int) -> None:
+        raise AssertionError("write timed out")
+
+    async def _reader(self) -> None:
+        await trio.sleep_forever()
+
+
+def fake_server():
+    s = SimpleNamespace(outbound_queued=set(),
+                        config=SimpleNamespace(write_deadline=10.0))
+    s.flush_outbound = lambda: Server.flush_outbound(s)
+    return s
+
+
+async def read_exactly(sock: trio.socket.SocketType, n: int) -> bytes:
+    buf = bytearray()
+    with trio.fail_after(20):
+        while len(buf) < n:
+            chunk = await sock.recv(1 << 20)
+            assert chunk, "peer closed early"
+            buf += chunk
+    return bytes(buf)
+
+
+def pattern(n: int, start: int = 0) -> bytes:
+    return bytes((start + i) % 251 for i in range(n))
+
+
+@pytest.mark.trio
+async def test_flush_writes_without_the_writer_task():
+    a, b = trio.socket.socketpair()
+    server = fake_server()
+    conn = Conn(server, trio.SocketStream(a))
+    conn.send(b"hello ")
+    conn.send(b"world")
+    assert conn in server.outbound_queued
+    server.flush_outbound()                  # no checkpoint: the writer never ran
+    assert server.outbound_queued == set()
+    assert conn._out == b""
+    assert await read_exactly(b, 11) == b"hello world"
+    a.close(); b.close()
+
+
+@pytest.mark.trio
+async def test_what_the_socket_does_not_take_is_sent_by_the_writer_in_order():
+    a, b = trio.socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
+    server = fake_server()
+    conn = Conn(server, trio.SocketStream(a))
+    big = pattern(4 << 20)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn._writer)
+        await trio.testing.wait_all_tasks_blocked()
+        conn.send(big)
+        server.flush_outbound()              # writes what fits, puts the rest back
+        assert 0 < len(conn._out) < len(big)
+        conn.send(b"tail")                   # queued behind the rest
+        got = await read_exactly(b, len(big) + 4)
+        assert got == big + b"tail"
+        nursery.cancel_scope.cancel()
+    a.close(); b.close()
+
+
+@pytest.mark.trio
+async def test_no_direct_write_while_the_writer_is_mid_write():
+    a, b = trio.socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
+    server = fake_server()
+    conn = Conn(server, trio.SocketStream(a))
+    first = pattern(2 << 20)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn._writer)
+        await trio.testing.wait_all_tasks_blocked()
+        conn.send(first)
+        await trio.testing.wait_all_tasks_blocked()   # the writer took it; the socket is full
+        assert conn._writing
+        conn.send(b"second")
+        server.flush_outbound()              # must not jump ahead of the writer's bytes
+        assert conn._out == b"second"
+        got = await read_exactly(b, len(first) + 6)
+        assert got == first + b"second"
+        nursery.cancel_scope.cancel()
+    a.close(); b.close()

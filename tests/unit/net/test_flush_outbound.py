@@ -77,10 +77,16 @@ async def test_flush_writes_without_the_writer_task():
     a.close(); b.close()
 
 
-@pytest.mark.trio
-async def test_what_the_socket_does_not_take_is_sent_by_the_writer_in_order():
+def small_buffer_pair():
+    """A socket pair whose sending side has a small send buffer (fills quickly)."""
     a, b = trio.socket.socketpair()
     a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
+    return a, b
+
+
+@pytest.mark.trio
+async def test_what_the_socket_does_not_take_is_sent_by_the_writer_in_order():
+    a, b = small_buffer_pair()
     server = fake_server()
     conn = Conn(server, trio.SocketStream(a))
     big = pattern(4 << 20)
@@ -91,16 +97,13 @@ async def test_what_the_socket_does_not_take_is_sent_by_the_writer_in_order():
         server.flush_outbound()              # writes what fits, puts the rest back
         assert 0 < len(conn._out) < len(big)
         conn.send(b"tail")                   # queued behind the rest
-        got = await read_exactly(b, len(big) + 4)
-        assert got == big + b"tail"
+        assert await read_exactly(b, len(big) + 4) == big + b"tail"
         nursery.cancel_scope.cancel()
-    a.close(); b.close()
 
 
 @pytest.mark.trio
 async def test_no_direct_write_while_the_writer_is_mid_write():
-    a, b = trio.socket.socketpair()
-    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
+    a, b = small_buffer_pair()
     server = fake_server()
     conn = Conn(server, trio.SocketStream(a))
     first = pattern(2 << 20)
@@ -113,7 +116,5 @@ async def test_no_direct_write_while_the_writer_is_mid_write():
         conn.send(b"second")
         server.flush_outbound()              # must not jump ahead of the writer's bytes
         assert conn._out == b"second"
-        got = await read_exactly(b, len(first) + 6)
-        assert got == first + b"second"
+        assert await read_exactly(b, len(first) + 6) == first + b"second"
         nursery.cancel_scope.cancel()
-    a.close(); b.close()

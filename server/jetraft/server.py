@@ -104,6 +104,8 @@ class Server:
         self.clients: dict[int, ClientConnection] = {}
         #: connections (clients and routes) with output queued since the last flush_outbound
         self.outbound_queued: set = set()
+        #: called by after_read() before flushing (the RAFT host's pass_now)
+        self.after_read_hooks: list[Callable[[], None]] = []
         self.stats = Stats()
         self.start_ns = time.time_ns()
         self.config_load_ns = self.start_ns
@@ -288,6 +290,14 @@ class Server:
             self.outbound_queued = set()
             for conn in queued:
                 conn.flush_now()
+
+    def after_read(self) -> None:
+        """End of one read's processing (a client's or a route's): run the hooks (a RAFT pass
+        for what the read proposed or delivered), then flush_outbound, so that what the read
+        caused leaves in one write per connection without waiting for other tasks."""
+        for hook in self.after_read_hooks:
+            hook()
+        self.flush_outbound()
 
     def publish(self, client: ClientConnection, subject: str, reply: str | None,
                 headers: bytes | None, payload: bytes) -> None:

@@ -339,7 +339,7 @@ class ClientConnection(StreamConnection):
                     self.server.publish(self, op.subject, op.reply, op.headers, op.payload)
                 else:
                     await self._control(op)
-            self.server.flush_outbound()    # what this read produced leaves now, in one write each
+            self.server.after_read()        # RAFT work and output of this read, at once
 
     async def _control(self, op: object) -> None:
         if type(op) is Connect:

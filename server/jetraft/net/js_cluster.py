@@ -201,6 +201,7 @@ class ClusterJetStream:
         self.host = RaftHost(server.server_name, raft_dir, self._send_raft, events=server.events,
                              zone=self.zone, sync=service.commit,
                              flush=server.flush_outbound)
+        server.after_read_hooks.append(self.host.pass_now)
         self.routes.on_app("raft", self.host.receive)
         self.routes.on_app("jsapi", self._on_forwarded_api)
         self.routes.on_app("jsreply", self._on_reply)

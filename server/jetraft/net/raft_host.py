@@ -124,6 +124,7 @@ class RaftGroup:
         self.leader_since_ns: int | None = None
         snap = log.snapshot()
         self._applied = snap.index
+        self._applied_term = snap.term                # the term of the entry at _applied
         self._applied_peers = tuple(snap.peers)       # the configuration at _applied
         self._snapshot_retry = 0                      # applied index to ask for one again
         self._seen: tuple[str | None, int] = (None, 0)  # (leader, term) last reported
@@ -287,6 +288,7 @@ class RaftGroup:
         if snap is not None and snap.index > self._applied:
             self.sm.restore(snap.data)
             self._applied = snap.index
+            self._applied_term = snap.term
             self._applied_peers = tuple(snap.peers)
         ents = rd.committed_entries
         if ents and ents[0].index <= self._applied:
@@ -299,6 +301,7 @@ class RaftGroup:
                     peers = apply_config_entry(peers, e)
             self._applied_peers = peers
             self._applied = ents[-1].index
+            self._applied_term = ents[-1].term
         elif snap is None:
             return
         ev, self._applied_event = self._applied_event, None
@@ -326,6 +329,11 @@ class RaftGroup:
         machine (after the pass applied what it could)."""
         node = self.node
         leader, term = node.leader, node.term
+        if leader == self.host.server_name and self._applied_term != term:
+            # A new leader is reported once it applied its own term's first entry (the empty
+            # entry of Raft §8), so everything committed before is applied: what it answers
+            # from its state is never older than what its predecessors acknowledged.
+            leader = None
         last_leader, last_term = self._seen
         if leader == last_leader and (leader is None or term == last_term):
             return
@@ -387,6 +395,8 @@ class RaftHost:
         self._wake = trio.Event()
         self._fatal: BaseException | None = None     # a storage error met outside run()
         self._closed = False
+        self._running = False                        # run() started and not ended
+        self._in_pass = False
 
     # -- groups --------------------------------------------------------------------------
 
@@ -489,6 +499,7 @@ class RaftHost:
         Returns only by cancellation (then every log is closed, durably) or raises the
         StorageError of a failed write or fsync (logged as ``jetstream_storage_failed``)."""
         try:
+            self._running = True
             task_status.started()
             next_tick = trio.current_time() + self.tick_s
             while True:
@@ -509,8 +520,22 @@ class RaftHost:
             self._emit("jetstream_storage_failed", {"error": str(exc)})
             raise
         finally:
+            self._running = False
             with trio.CancelScope(shield=True):
                 self._shutdown()
+
+    def pass_now(self) -> None:
+        """Run a pass at once if a group may be ready: for code that just delivered RAFT
+        messages or proposed (the end of a route's or client's read), so the pass need not
+        wait for :meth:`run`'s task to be scheduled. A storage error is handed to run().
+        Does nothing before run() started, after it ended, or inside a pass."""
+        if not self._pending or not self._running or self._in_pass or self._fatal is not None:
+            return
+        try:
+            self._pass()
+        except (StorageError, OSError) as exc:
+            self._fatal = exc
+            self._wake.set()
 
     def _tick(self) -> None:
         for g in self.groups.values():
@@ -523,6 +548,13 @@ class RaftHost:
 
     def _pass(self) -> None:
         """One pass over every group that may be ready (see the module docstring)."""
+        self._in_pass = True
+        try:
+            self._pass_once()
+        finally:
+            self._in_pass = False
+
+    def _pass_once(self) -> None:
         groups = list(self._pending.values())
         self._pending.clear()
         work: list[tuple[RaftGroup, Ready]] = []

@@ -330,7 +330,7 @@ class RouteConnection(StreamConnection):
                     await self._on_connect(frame)
                 else:
                     self._control(frame)
-            server.flush_outbound()         # what this read produced leaves now, in one write each
+            server.after_read()             # RAFT work and output of this read, at once
 
     def _control(self, frame: rp.Frame) -> None:
         kind = type(frame)

@@ -1,7 +1,7 @@
 """Helpers for the jetraft log storage tests: a crash simulator and a model of the log.
 
-``CrashFS`` wraps ``os.fsync`` (through pytest's monkeypatch) and remembers what each
-fsync made durable: a file's bytes (by inode) and a directory's names. ``crash(dir)``
+``CrashFS`` wraps ``os.fsync`` and ``os.fdatasync`` (through pytest's monkeypatch) and
+remembers what each made durable: a file's bytes (by inode) and a directory's names. ``crash(dir)``
 then puts the directory back to exactly that: names never made durable vanish, removed
 names whose removal was not made durable come back, and every file holds the bytes of its
 last fsync (what a power loss may leave, Jepsen's ``--lazyfs``).
@@ -26,16 +26,21 @@ class CrashFS:
 
         def fsync(fd: int) -> None:
             real(fd)
-            st = os.fstat(fd)
-            path = os.readlink(f"/proc/self/fd/{fd}")
-            self.calls.append(path)
-            if stat.S_ISDIR(st.st_mode):
-                self.listing[path] = {e.name: e.inode() for e in os.scandir(path)}
-            else:
-                with open(f"/proc/self/fd/{fd}", "rb") as f:   # fd may be write-only
-                    self.content[st.st_ino] = f.read()
+            self._durable(fd)
 
         monkeypatch.setattr(os, "fsync", fsync)
+        monkeypatch.setattr(os, "fdatasync", fsync)
+
+    def _durable(self, fd: int) -> None:
+        """Record what an fsync or fdatasync of ``fd`` made durable."""
+        st = os.fstat(fd)
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        self.calls.append(path)
+        if stat.S_ISDIR(st.st_mode):
+            self.listing[path] = {e.name: e.inode() for e in os.scandir(path)}
+        else:
+            with open(f"/proc/self/fd/{fd}", "rb") as f:   # fd may be write-only
+                self.content[st.st_ino] = f.read()
 
     def crash(self, directory) -> None:
         """Put ``directory`` back to its last durable state (close its logs first)."""

@@ -60,6 +60,7 @@ def test_failed_fsync_is_fatal(tmp_path, monkeypatch):
     def eio(fd):
         raise OSError(5, "Input/output error")
     monkeypatch.setattr(os, "fsync", eio)
+    monkeypatch.setattr(os, "fdatasync", eio)
     with pytest.raises(StorageError):
         sync.sync()
     monkeypatch.undo()

@@ -106,6 +106,8 @@ class Server:
         self.outbound_queued: set = set()
         #: called by after_read() before flushing (the RAFT host's pass_now)
         self.after_read_hooks: list[Callable[[], None]] = []
+        #: a read is being processed (no await until after_read): writers are not woken
+        self.in_read = False
         self.stats = Stats()
         self.start_ns = time.time_ns()
         self.config_load_ns = self.start_ns
@@ -295,9 +297,13 @@ class Server:
         """End of one read's processing (a client's or a route's): run the hooks (a RAFT pass
         for what the read proposed or delivered), then flush_outbound, so that what the read
         caused leaves in one write per connection without waiting for other tasks."""
-        for hook in self.after_read_hooks:
-            hook()
-        self.flush_outbound()
+        self.in_read = True
+        try:
+            for hook in self.after_read_hooks:
+                hook()
+            self.flush_outbound()
+        finally:
+            self.in_read = False
 
     def publish(self, client: ClientConnection, subject: str, reply: str | None,
                 headers: bytes | None, payload: bytes) -> None:

@@ -185,10 +185,13 @@ class StreamConnection:
         raise NotImplementedError
 
     def _queued(self) -> None:
-        """Output was queued: wake the writer, and have the next
-        :meth:`Server.flush_outbound` write it at once."""
-        self.server.outbound_queued.add(self)
-        if self._writer_parked:
+        """Output was queued: have the next :meth:`Server.flush_outbound` write it at once,
+        and wake the writer unless a read is being processed (``Server.in_read``: its
+        :meth:`Server.after_read` flushes, and wakes a writer only for what a socket did not
+        take)."""
+        server = self.server
+        server.outbound_queued.add(self)
+        if self._writer_parked and not server.in_read:
             self._wake_writer()
 
     def flush_now(self) -> None:
@@ -325,21 +328,27 @@ class ClientConnection(StreamConnection):
             if not data:
                 return
             self.last_activity = time.time_ns()
-            for op in parser.feed(data):
-                if self.close_reason is not None:
-                    return
-                if type(op) is Pub:
-                    if not self.connected and self.server.auth.required:
-                        self._auth_violation("command before CONNECT")
+            server = self.server
+            server.in_read = True           # output is flushed by after_read, not by writers
+            try:
+                for op in parser.feed(data):
+                    if self.close_reason is not None:
                         return
-                    self.in_msgs += 1
-                    self.in_bytes += len(op.payload) + (len(op.headers) if op.headers else 0)
-                    if self.verbose:  # +OK precedes delivery (nats-server client.go processPub)
-                        self.send(OK)
-                    self.server.publish(self, op.subject, op.reply, op.headers, op.payload)
-                else:
-                    await self._control(op)
-            self.server.after_read()        # RAFT work and output of this read, at once
+                    if type(op) is Pub:
+                        if not self.connected and server.auth.required:
+                            self._auth_violation("command before CONNECT")
+                            return
+                        self.in_msgs += 1
+                        self.in_bytes += len(op.payload) + (len(op.headers) if op.headers else 0)
+                        if self.verbose:  # +OK precedes delivery (nats-server client.go processPub)
+                            self.send(OK)
+                        server.publish(self, op.subject, op.reply, op.headers, op.payload)
+                    else:
+                        server.after_read()             # before yielding to other tasks
+                        await self._control(op)
+                        server.in_read = True
+            finally:
+                server.after_read()         # RAFT work and output of this read, at once
 
     async def _control(self, op: object) -> None:
         if type(op) is Connect:

@@ -316,21 +316,26 @@ class RouteConnection(StreamConnection):
                     reason = "the remote speaks nats-server's text route protocol, not jetraft's"
                 self.refuse(rp.ERR_PROTOCOL, reason)
                 return
-            for frame in frames:
-                if self.close_reason is not None:
-                    return
-                kind = type(frame)
-                if kind is rp.RouteMsg and self.registered:
-                    self.in_msgs += 1
-                    self.in_bytes += len(frame.payload) + (len(frame.headers) if frame.headers else 0)
-                    server.publish_from_route(
-                        self.peer.server_name, frame.account, frame.subject, frame.reply,
-                        frame.headers, frame.payload, frame.queues, deliver_as=frame.deliver_as)
-                elif kind is rp.RouteConnect:
-                    await self._on_connect(frame)
-                else:
-                    self._control(frame)
-            server.after_read()             # RAFT work and output of this read, at once
+            server.in_read = True           # output is flushed by after_read, not by writers
+            try:
+                for frame in frames:
+                    if self.close_reason is not None:
+                        return
+                    kind = type(frame)
+                    if kind is rp.RouteMsg and self.registered:
+                        self.in_msgs += 1
+                        self.in_bytes += len(frame.payload) + (len(frame.headers) if frame.headers else 0)
+                        server.publish_from_route(
+                            self.peer.server_name, frame.account, frame.subject, frame.reply,
+                            frame.headers, frame.payload, frame.queues, deliver_as=frame.deliver_as)
+                    elif kind is rp.RouteConnect:
+                        server.after_read()             # before yielding to other tasks
+                        await self._on_connect(frame)
+                        server.in_read = True
+                    else:
+                        self._control(frame)
+            finally:
+                server.after_read()         # RAFT work and output of this read, at once
 
     def _control(self, frame: rp.Frame) -> None:
         kind = type(frame)

@@ -42,7 +42,7 @@ class Conn(StreamConnection):
 
 
 def fake_server():
-    s = SimpleNamespace(outbound_queued=set(),
+    s = SimpleNamespace(outbound_queued=set(), in_read=False,
                         config=SimpleNamespace(write_deadline=10.0))
     s.flush_outbound = lambda: Server.flush_outbound(s)
     return s
@@ -117,4 +117,24 @@ async def test_no_direct_write_while_the_writer_is_mid_write():
         server.flush_outbound()              # must not jump ahead of the writer's bytes
         assert conn._out == b"second"
         assert await read_exactly(b, len(first) + 6) == first + b"second"
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.trio
+async def test_during_a_read_writers_stay_parked_and_the_flush_sends():
+    a, b = trio.socket.socketpair()
+    server = fake_server()
+    conn = Conn(server, trio.SocketStream(a))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn._writer)
+        await trio.testing.wait_all_tasks_blocked()
+        server.in_read = True
+        conn.send(b"ack")
+        assert conn._writer_parked           # not woken: the end of the read flushes
+        server.in_read = False
+        server.flush_outbound()
+        assert await read_exactly(b, 3) == b"ack"
+        conn.send(b"later")                  # outside a read the writer sends it
+        assert not conn._writer_parked
+        assert await read_exactly(b, 5) == b"later"
         nursery.cancel_scope.cancel()

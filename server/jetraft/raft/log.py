@@ -219,14 +219,16 @@ class RaftLog:
     def has_next_committed(self) -> bool:
         return self._applying < self.committed
 
-    def take_committed(self) -> list[Entry]:
-        """Committed entries not yet handed out for application, in order."""
+    def take_committed(self, max_bytes: int | None = None) -> list[Entry]:
+        """Committed entries not yet handed out for application, in order: at least one
+        if any, at most ``max_bytes`` of entry data in all (None: no limit). The rest follow
+        in later calls (etcd raft ``MaxCommittedSizePerReady``)."""
         lo = self._applying + 1
         hi = self.committed + 1
         if lo >= hi:
             return []
-        out = self.slice(lo, hi)
-        self._applying = self.committed
+        out = self.slice(lo, hi, max_bytes)
+        self._applying = out[-1].index
         return out
 
     def stable_to(self, index: int, term: int) -> None:

@@ -1035,7 +1035,7 @@ class RaftNode:
             rd.hard_state = self._prev_hs = hs
         rd.must_sync = rd.must_sync or bool(rd.entries) or rd.snapshot is not None
         rd.messages, self._msgs = self._msgs, []
-        rd.committed_entries = log.take_committed()
+        rd.committed_entries = log.take_committed(self._cfg.max_committed_bytes_per_ready)
         rd.read_states, self._read_states = self._read_states, []
         return rd
 

@@ -189,7 +189,9 @@ class Config:
     ``heartbeat_ticks``: the leader's heartbeat period. ``max_entries_per_message`` and
     ``max_bytes_per_message`` bound one AppendEntries; ``max_inflight`` bounds the
     AppendEntries in flight per follower (flow control). ``seed`` seeds the node's own RNG
-    for election timeouts (deterministic in the simulator). ``commit_broadcast``: when the
+    for election timeouts (deterministic in the simulator). ``max_committed_bytes_per_ready``
+    bounds the entry bytes one Ready hands over for application (a restarted replica
+    replaying a long log does so in steps, in bounded memory). ``commit_broadcast``: when the
     leader's commit index advances, send every follower an AppendEntries carrying it at once
     (etcd raft.go ``bcastAppend`` after ``maybeCommit``); False: followers learn it from the
     next AppendEntries or heartbeat (as nats-server's appendEntry does), which halves the
@@ -209,6 +211,7 @@ class Config:
     max_inflight: int = 256
     seed: int | None = None
     commit_broadcast: bool = True
+    max_committed_bytes_per_ready: int = 8 << 20
 
 
 class Storage(Protocol):

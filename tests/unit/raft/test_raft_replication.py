@@ -52,6 +52,17 @@ def test_bytes_per_message_bound():
     assert c.data("b") == [b"y" * 300] * 20
 
 
+def test_committed_entries_are_handed_over_in_bounded_steps():
+    c = Cluster("abc", max_committed_bytes_per_ready=1000)
+    c.elect("a")
+    c.commit("a", 20, b"z" * 295)                    # about 297 bytes each
+    for i in "abc":
+        handed = [rd.committed_entries for rd in c.readies[i] if rd.committed_entries]
+        assert all(sum(len(e.data) for e in batch) <= 1000 for batch in handed)
+        assert len(handed) >= 6
+        assert c.data(i) == [b"z" * 295 + b"%d" % k for k in range(20)]
+
+
 def test_commit_needs_quorum():
     c = Cluster("abc")
     a = c.elect("a")

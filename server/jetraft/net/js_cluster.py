@@ -200,7 +200,8 @@ class ClusterJetStream:
         raft_dir = os.path.join(service.store_dir, "jetstream", "_raft")
         self.host = RaftHost(server.server_name, raft_dir, self._send_raft, events=server.events,
                              zone=self.zone, sync=service.commit,
-                             flush=server.flush_outbound)
+                             flush=server.flush_outbound,
+                             pass_follows=lambda: server.in_read)
         server.after_read_hooks.append(self.host.pass_now)
         self.routes.on_app("raft", self.host.receive)
         self.routes.on_app("jsapi", self._on_forwarded_api)

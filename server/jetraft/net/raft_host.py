@@ -359,6 +359,9 @@ class RaftHost:
     (optional) writes what ``send`` and the state machines queued to the sockets at once
     (``Server.flush_outbound``); a pass calls it before its fsync, before applying and at
     its end, so AppendEntries overlap the leader's fsync and answers leave before apply.
+    ``pass_follows`` (optional) tells whether the caller's code is certain to call
+    :meth:`pass_now` before it yields (``Server.in_read``); then :meth:`receive` and proposals
+    leave the pass to it instead of waking :meth:`run`'s task.
 
     Run :meth:`run` in a nursery; open groups before or after it starts.
     """
@@ -368,7 +371,8 @@ class RaftHost:
                  zone: str | None = None, tick_s: float = 0.05, election_ticks: int = 10,
                  heartbeat_ticks: int = 2, snapshot_entries: int = 8192,
                  sync: GroupCommit | None = None,
-                 flush: Callable[[], None] | None = None) -> None:
+                 flush: Callable[[], None] | None = None,
+                 pass_follows: Callable[[], bool] | None = None) -> None:
         if tick_s <= 0 or snapshot_entries < 1:
             raise ValueError("need tick_s > 0 and snapshot_entries >= 1")
         if not 1 <= heartbeat_ticks < election_ticks:
@@ -391,6 +395,7 @@ class RaftHost:
                       "batches_dropped": 0, "messages_dropped": 0}
         self._send = send
         self._flush = flush if flush is not None else (lambda: None)
+        self._pass_follows = pass_follows if pass_follows is not None else (lambda: False)
         self._pending: dict[str, RaftGroup] = {}      # groups that may have a Ready
         self._wake = trio.Event()
         self._fatal: BaseException | None = None     # a storage error met outside run()
@@ -479,7 +484,7 @@ class RaftHost:
             pending[m.group] = g
         if dropped:
             self.stats["messages_dropped"] += dropped
-        if pending:
+        if pending and not self._pass_follows():
             self._wake.set()
 
     def peer_down(self, peer: str) -> None:
@@ -536,6 +541,9 @@ class RaftHost:
         except (StorageError, OSError) as exc:
             self._fatal = exc
             self._wake.set()
+            return
+        if self._pending:               # proposed while the pass ran: run() takes it
+            self._wake.set()
 
     def _tick(self) -> None:
         for g in self.groups.values():
@@ -544,7 +552,8 @@ class RaftHost:
 
     def _touch(self, g: RaftGroup) -> None:
         self._pending[g.name] = g
-        self._wake.set()
+        if not self._pass_follows():
+            self._wake.set()
 
     def _pass(self) -> None:
         """One pass over every group that may be ready (see the module docstring)."""

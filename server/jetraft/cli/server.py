@@ -10,6 +10,7 @@ running server (nats-server server/signal.go mapping).
 from __future__ import annotations
 
 import dataclasses
+import gc
 import os
 import signal
 import sys
@@ -168,6 +169,12 @@ def run_server(cfg: ServerConfig, overrides: Callable[[ServerConfig], ServerConf
         events.open_file(cfg.logging.log_file)
     if cfg.pid_file:
         Path(cfg.pid_file).write_text(f"{os.getpid()}\n")
+    # Everything loaded so far lives as long as the process: keep it out of the cyclic
+    # collector's scans (gc.freeze), and collect the youngest generation every 20,000
+    # allocations instead of 700: the hot paths allocate many short-lived objects that
+    # reference counting frees anyway (a few percent of sync-publish latency).
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 50)
     try:
         trio.run(server.serve)
     except OSError as exc:

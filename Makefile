@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.jetraft-installed
 
-.PHONY: setup test bench lab clean
+.PHONY: setup test bench lab clean wheelhouse
 
 setup: $(STAMP)
 
@@ -13,6 +13,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+# jetraft's wheel and every dependency, for hosts with no route to a package index
+wheelhouse: setup
+	$(BIN)/python -m pip wheel --quiet --wheel-dir build/wheelhouse .
 
 test: setup
 	$(BIN)/python -m pytest

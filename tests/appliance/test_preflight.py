@@ -14,10 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-ROOT = Path(__file__).resolve().parents[2]
-PLAYBOOK = ROOT / "playbooks" / "preflight.yml"
-ANSIBLE_PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
+from playbook import flat, run_playbook
 
 
 def inventory(tmp_path: Path, zones: dict[str, list[str]], host_vars: dict | None = None,
@@ -34,16 +31,11 @@ def inventory(tmp_path: Path, zones: dict[str, list[str]], host_vars: dict | Non
 
 
 def preflight(inv: Path, *tags: str) -> subprocess.CompletedProcess:
-    cmd = [str(ANSIBLE_PLAYBOOK), "-i", str(inv), str(PLAYBOOK)]
-    if tags:
-        cmd += ["--tags", ",".join(tags)]
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-           "ANSIBLE_FORCE_COLOR": "0"}
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return run_playbook("preflight", inv, *tags)
 
 
 def fails_with(result: subprocess.CompletedProcess, text: str) -> None:
-    out = " ".join((result.stdout + result.stderr).split())
+    out = flat(result)
     assert result.returncode != 0, out[-2000:]
     assert text in out, out[-3000:]
 

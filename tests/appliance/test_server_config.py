@@ -15,11 +15,9 @@ from pathlib import Path
 import bcrypt
 import pytest
 import yaml
+from playbook import flat, run_playbook
 from servers import binary
 
-ROOT = Path(__file__).resolve().parents[2]
-PLAYBOOK = ROOT / "playbooks" / "deploy.yml"
-ANSIBLE_PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
 JETRAFT_SERVER = Path(sys.executable).with_name("jetraft-server")
 HOSTS = {"n1": "a", "n2": "a", "n3": "b", "n4": "b", "n5": "c"}
 SYS_PASSWORD = "a very long s3cr3t! password"
@@ -51,10 +49,7 @@ def write_inventory(tmp_path: Path, **extra) -> Path:
 
 
 def deploy(inv: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    return subprocess.run([str(ANSIBLE_PLAYBOOK), "-i", str(inv), str(PLAYBOOK),
-                           "--tags", "jetraft_server_config"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    return run_playbook("deploy", inv, "jetraft_server_config")
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +123,7 @@ def test_a_configuration_the_server_refuses_is_not_put_in_place(deployed, tmp_pa
     before = conf(tmp, "n1")
     bad = write_inventory(tmp, jetraft_server_client_port=99999)
     result = deploy(bad)
-    out = " ".join(result.stdout.split())
+    out = flat(result)
     assert result.returncode != 0
     assert "failed to validate" in out and "listen: 99999 is out of range" in out, out[-3000:]
     assert conf(tmp, "n1") == before
@@ -141,6 +136,6 @@ def test_missing_secrets_are_named(tmp_path):
     del data["jetraft"]["vars"]["jetraft_server_sys_password"]
     inv.write_text(yaml.safe_dump(data))
     result = deploy(inv)
-    out = " ".join(result.stdout.split())
+    out = flat(result)
     assert result.returncode != 0
     assert "set jetraft_server_sys_password (the $SYS user's password)" in out, out[-2000:]

@@ -1,0 +1,31 @@
+"""Run one of the project's playbooks the way an operator does, for the appliance tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+ANSIBLE_PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
+
+
+def run_playbook(name: str, inventory: Path, *tags: str, env: dict[str, str] | None = None,
+                 drop_env_prefix: str | None = None) -> subprocess.CompletedProcess:
+    """``ansible-playbook -i inventory playbooks/<name>.yml [--tags ...]`` from the project
+    root with its ansible.cfg; ``env`` adds variables, ``drop_env_prefix`` removes those
+    starting with it. Output is text, colourless."""
+    base = {k: v for k, v in os.environ.items()
+            if not (drop_env_prefix and k.startswith(drop_env_prefix))}
+    base.update(ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+                ANSIBLE_FORCE_COLOR="0", **(env or {}))
+    cmd = [str(ANSIBLE_PLAYBOOK), "-i", str(inventory), str(ROOT / "playbooks" / f"{name}.yml")]
+    if tags:
+        cmd += ["--tags", ",".join(tags)]
+    return subprocess.run(cmd, cwd=ROOT, env=base, capture_output=True, text=True, timeout=600)
+
+
+def flat(result: subprocess.CompletedProcess) -> str:
+    """stdout and stderr with all whitespace runs made single spaces (messages wrap)."""
+    return " ".join((result.stdout + result.stderr).split())

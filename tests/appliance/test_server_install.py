@@ -1,0 +1,65 @@
+"""playbooks/deploy.yml, tag jetraft_server_install: jetraft installed on a host from the
+controller's wheelhouse with no package index (the host here is this machine, into a
+temporary virtualenv; pip is pointed at an index that does not exist, so any attempt to
+reach one fails the run)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from playbook import flat, run_playbook
+
+from jetraft import __version__
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_inventory(tmp: Path, wheelhouse: Path) -> Path:
+    host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+            "jetraft_server_venv": str(tmp / "opt" / "jetraft"),
+            "jetraft_server_python": sys.executable,
+            "jetraft_server_wheelhouse": str(wheelhouse),
+            "jetraft_server_wheelhouse_dest": str(tmp / "cache" / "wheelhouse")}
+    path = tmp / "hosts.yml"
+    path.write_text(yaml.safe_dump({"jetraft": {"hosts": {"h1": host}}}))
+    return path
+
+
+def install(inv: Path) -> subprocess.CompletedProcess:
+    return run_playbook("deploy", inv, "jetraft_server_install", drop_env_prefix="PIP_",
+                        env={"PIP_INDEX_URL": "http://127.0.0.1:9/no-index-here/",
+                             "PIP_RETRIES": "0", "PIP_TIMEOUT": "2"})
+
+
+@pytest.fixture(scope="module")
+def wheelhouse(tmp_path_factory):
+    """`make wheelhouse`'s command, into a temporary directory."""
+    out = tmp_path_factory.mktemp("wheelhouse")
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir",
+                            str(out), str(ROOT)], capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stderr[-3000:]
+    return out
+
+
+def test_installed_from_the_wheelhouse_with_no_index_and_a_rerun_changes_nothing(wheelhouse, tmp_path):
+    inv = write_inventory(tmp_path, wheelhouse)
+    first = install(inv)
+    assert first.returncode == 0, first.stdout[-4000:]
+    server = tmp_path / "opt" / "jetraft" / "bin" / "jetraft-server"
+    shown = subprocess.run([str(server), "--version"], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0 and __version__ in shown.stdout + shown.stderr
+    again = install(inv)
+    assert again.returncode == 0, again.stdout[-4000:]
+    assert "changed=0" in again.stdout.split("PLAY RECAP")[-1], again.stdout[-3000:]
+
+
+def test_a_missing_wheelhouse_says_how_to_make_one(tmp_path):
+    result = install(write_inventory(tmp_path, tmp_path / "nowhere"))
+    out = flat(result)
+    assert result.returncode != 0
+    assert "run `make wheelhouse` on the controller" in out, out[-2000:]

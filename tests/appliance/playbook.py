@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[2]
 ANSIBLE_PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
 
@@ -29,3 +31,18 @@ def run_playbook(name: str, inventory: Path, *tags: str, env: dict[str, str] | N
 def flat(result: subprocess.CompletedProcess) -> str:
     """stdout and stderr with all whitespace runs made single spaces (messages wrap)."""
     return " ".join((result.stdout + result.stderr).split())
+
+
+def local_inventory(path: Path, *, hosts: dict | None = None, children: dict | None = None,
+                    **group_vars) -> Path:
+    """Write an inventory whose group ``jetraft`` holds ``hosts`` and/or ``children`` (zone
+    groups), every host reached with ``ansible_connection: local`` and this interpreter;
+    ``group_vars`` are the group's vars. Returns ``path``."""
+    group: dict = {"vars": {"ansible_connection": "local",
+                            "ansible_python_interpreter": sys.executable, **group_vars}}
+    if hosts is not None:
+        group["hosts"] = hosts
+    if children is not None:
+        group["children"] = children
+    path.write_text(yaml.safe_dump({"jetraft": group}))
+    return path

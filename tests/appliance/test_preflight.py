@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from playbook import flat, run_playbook
+from playbook import flat, local_inventory, run_playbook
 
 
 def inventory(tmp_path: Path, zones: dict[str, list[str]], host_vars: dict | None = None,
@@ -22,12 +22,7 @@ def inventory(tmp_path: Path, zones: dict[str, list[str]], host_vars: dict | Non
     """An inventory of local hosts: ``zones`` maps a zone letter to its hosts."""
     children = {f"zone_{z}": {"hosts": {h: dict((host_vars or {}).get(h, {})) for h in hosts},
                               "vars": {"jetraft_zone": z}} for z, hosts in zones.items()}
-    data = {"jetraft": {"vars": {"ansible_connection": "local",
-                                 "ansible_python_interpreter": sys.executable, **group_vars},
-                        "children": children}}
-    path = tmp_path / "hosts.yml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+    return local_inventory(tmp_path / "hosts.yml", children=children, **group_vars)
 
 
 def preflight(inv: Path, *tags: str) -> subprocess.CompletedProcess:

@@ -1,0 +1,35 @@
+"""playbooks/verify.yml against running five-server clusters (zones 2/2/1) of both kinds:
+it passes on a healthy cluster and names the server that is down otherwise."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cluster import Cluster
+from playbook import flat, local_inventory, run_playbook
+from servers import KINDS
+
+TAGS = [["az:a"], ["az:a"], ["az:b"], ["az:b"], ["az:c"]]
+
+
+def write_inventory(tmp: Path, c: Cluster, **extra) -> Path:
+    hosts = {name: {"jetraft_server_http_port": m.http_port, "jetraft_server_name": name}
+             for name, m in c.members.items()}
+    return local_inventory(tmp / "hosts.yml", hosts=hosts, **extra)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_healthy_cluster_passes_and_a_stopped_server_is_named(kind, tmp_path):
+    with Cluster(kind, tmp_path / "c", 5, jetstream=True, unique_tag="az:", tags=TAGS) as c:
+        c.start()
+        c.wait_formed(60)
+        healthy = run_playbook("verify", write_inventory(tmp_path, c))
+        assert healthy.returncode == 0, healthy.stdout[-4000:]
+        assert "failed=0" in healthy.stdout
+        c.kill("n4")
+        broken = run_playbook("verify", write_inventory(tmp_path, c, jetraft_server_verify_retries=2,
+                                                        jetraft_server_verify_delay=1))
+        out = flat(broken)
+        assert broken.returncode != 0
+        assert "fatal: [n4]" in out and "Connection refused" in out, out[-3000:]

@@ -1,0 +1,5 @@
+"""``python -m lab``: the lab's command line."""
+
+from lab.cli import main
+
+main()

@@ -1,0 +1,114 @@
+"""``python -m lab``: up, down, status, kill, start, stop, pause, resume, partition, heal, ssh.
+
+Over the nspawn provider (the one that runs on a machine without a hypervisor); with a
+hypervisor, use lab/Vagrantfile (``vagrant up``), which writes the same inventory.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from lab import topology
+from lab.nspawn import LabError, NspawnLab
+
+console = Console(stderr=True)
+
+
+def _lab() -> NspawnLab:
+    return NspawnLab(progress=lambda message: console.print(f"[bold]lab:[/] {message}"))
+
+
+def _names(targets: tuple[str, ...]) -> list[str]:
+    """Host names from arguments that are host names or ``zone:<a|b|c>``."""
+    names: list[str] = []
+    for target in targets:
+        if target.startswith("zone:"):
+            names += [h.name for h in topology.zone_hosts(target[5:])]
+        else:
+            names.append(topology.host(target).name)
+    return names
+
+
+class _LabGroup(click.Group):
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except (LabError, KeyError) as exc:
+            message = exc.args[0] if isinstance(exc, KeyError) else str(exc)
+            console.print(f"[red]lab: {message}[/]")
+            sys.exit(1)
+
+
+@click.group(cls=_LabGroup)
+def main() -> None:
+    """The jetraft lab: five hosts in zones a, a, b, b, c (systemd-nspawn on a bridge)."""
+
+
+@main.command()
+def up() -> None:
+    """Build and boot the five hosts and write inventories/lab/ (replaces a running lab)."""
+    started = time.monotonic()
+    inventory = _lab().up()
+    console.print(f"lab: five hosts up in {time.monotonic() - started:.1f} s; "
+                  f"inventory {inventory.relative_to(topology.ROOT)}")
+
+
+@main.command()
+def down() -> None:
+    """Stop every host and remove the lab's bridge, loop devices and cgroups."""
+    _lab().down()
+    console.print("lab: down")
+
+
+@main.command()
+def status() -> None:
+    """A table of the hosts: running, paused, link, SSH, data disk."""
+    table = Table("host", "zone", "address", "running", "PID 1", "paused", "link", "ssh", "disk")
+    for s in _lab().status():
+        table.add_row(s.host.name, s.host.zone, s.host.address, _yn(s.running),
+                      str(s.pid1 or "-"), _yn(s.paused), _yn(s.link_up), _yn(s.ssh),
+                      s.data_disk or "-")
+    Console(width=max(Console().width, 110)).print(table)
+
+
+def _yn(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _fault(name: str, help_text: str, action):
+    @main.command(name=name, help=help_text)
+    @click.argument("targets", nargs=-1, required=True)
+    def command(targets: tuple[str, ...]) -> None:
+        lab = _lab()
+        for host_name in _names(targets):
+            action(lab, host_name)
+            console.print(f"lab: {name} {host_name}")
+    return command
+
+
+_fault("kill", "Power-cut hosts (HOST... or zone:a|b|c): SIGKILL to their PID 1.",
+       lambda lab, n: lab.kill(n))
+_fault("stop", "Halt hosts cleanly (jetraft stops in lame duck mode).",
+       lambda lab, n: lab.stop(n))
+_fault("start", "Boot stopped or killed hosts again, on their kept disks.",
+       lambda lab, n: lab.start(n))
+_fault("pause", "Freeze every process of the hosts.", lambda lab, n: lab.pause(n, True))
+_fault("resume", "Thaw paused hosts.", lambda lab, n: lab.pause(n, False))
+_fault("partition", "Cut the hosts' network links (SSH too).",
+       lambda lab, n: lab.partition(n, True))
+_fault("heal", "Restore the hosts' network links.", lambda lab, n: lab.partition(n, False))
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@click.argument("host")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def ssh(host: str, command: tuple[str, ...]) -> None:
+    """SSH into HOST as root (optionally running COMMAND)."""
+    argv = _lab().ssh_argv(host, *command)
+    os.execvp(argv[0], argv)

@@ -1,0 +1,100 @@
+"""The lab's five hosts in three zones, and the Ansible inventory every provider writes.
+
+Both providers (systemd-nspawn here, Vagrant with a hypervisor) build the same hosts with
+the same names, zones and addresses, and write the same inventory, so that site.yml, the
+testinfra suite and the drills cannot tell them apart.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+INVENTORY_DIR = ROOT / "inventories" / "lab"
+ARTIFACTS_DIR = ROOT / "lab" / "artifacts"
+
+#: The lab's private network: the controller is .1 on the lab's bridge, hosts .11 upwards.
+NETWORK = ipaddress.ip_network("10.213.0.0/24")
+CONTROLLER_ADDRESS = ipaddress.ip_address("10.213.0.1")
+
+
+@dataclass(frozen=True)
+class LabHost:
+    """One lab host: its name (also its server_name), its zone (a, b or c) and address."""
+
+    name: str
+    zone: str
+    address: str
+
+
+#: Zones a, a, b, b, c: losing any one zone leaves three of five servers (a quorum).
+HOSTS: tuple[LabHost, ...] = (
+    LabHost("jr-a1", "a", "10.213.0.11"),
+    LabHost("jr-a2", "a", "10.213.0.12"),
+    LabHost("jr-b1", "b", "10.213.0.13"),
+    LabHost("jr-b2", "b", "10.213.0.14"),
+    LabHost("jr-c1", "c", "10.213.0.15"),
+)
+ZONES: tuple[str, ...] = ("a", "b", "c")
+
+
+def host(name: str) -> LabHost:
+    """The lab host called ``name``; raises KeyError naming the known hosts."""
+    for h in HOSTS:
+        if h.name == name:
+            return h
+    raise KeyError(f"no lab host {name!r}; the hosts are {', '.join(h.name for h in HOSTS)}")
+
+
+def zone_hosts(zone: str) -> list[LabHost]:
+    """The hosts of ``zone``; raises KeyError for an unknown zone."""
+    if zone not in ZONES:
+        raise KeyError(f"no zone {zone!r}; the zones are {', '.join(ZONES)}")
+    return [h for h in HOSTS if h.zone == zone]
+
+
+def write_inventory(*, data_disks: dict[str, str], ssh_key: Path, known_hosts: Path,
+                    directory: Path = INVENTORY_DIR) -> Path:
+    """Write ``directory``/hosts.yml and group_vars for the lab and return hosts.yml's path.
+
+    ``data_disks`` maps host name to its data disk's device path (``jetraft_storage_device``).
+    Hosts are reached as root with ``ssh_key``; their host keys are pinned in
+    ``known_hosts``. The lab's `$SYS` and route passwords are made once per inventory
+    directory (kept across ``up``/``down``) and are lab-only secrets.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    group_vars = directory / "group_vars"
+    group_vars.mkdir(exist_ok=True)
+    children = {
+        f"zone_{zone}": {"hosts": {h.name: {"ansible_host": h.address,
+                                            "jetraft_storage_device": data_disks[h.name]}
+                                   for h in zone_hosts(zone)}}
+        for zone in ZONES
+    }
+    inventory = {"jetraft": {"children": children, "vars": {
+        "ansible_user": "root",
+        "ansible_ssh_private_key_file": str(ssh_key),
+        "ansible_ssh_common_args": (f"-o UserKnownHostsFile={known_hosts} "
+                                    "-o StrictHostKeyChecking=yes -o ConnectTimeout=5"),
+        "ansible_python_interpreter": "/usr/bin/python3",
+    }}}
+    hosts_file = directory / "hosts.yml"
+    hosts_file.write_text("# Written by the lab (python -m lab up); do not edit.\n"
+                          + yaml.safe_dump(inventory, sort_keys=False))
+    for zone in ZONES:
+        (group_vars / f"zone_{zone}.yml").write_text(f"---\njetraft_zone: {zone}\n")
+    secrets_file = group_vars / "jetraft.yml"
+    if not secrets_file.exists():
+        secrets_file.write_text(
+            "---\n# The lab's cluster and its lab-only secrets (made by the lab, not in git).\n"
+            + yaml.safe_dump({"jetraft_cluster_name": "jetraft-lab",
+                              "jetraft_server_sys_password": secrets.token_urlsafe(18),
+                              "jetraft_server_route_password": secrets.token_urlsafe(18)},
+                             sort_keys=False))
+        secrets_file.chmod(0o600)
+    return hosts_file

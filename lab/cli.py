@@ -6,9 +6,11 @@ hypervisor, use lab/Vagrantfile (``vagrant up``), which writes the same inventor
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import time
+from pathlib import Path
 
 import click
 from rich.console import Console
@@ -112,3 +114,36 @@ def ssh(host: str, command: tuple[str, ...]) -> None:
     """SSH into HOST as root (optionally running COMMAND)."""
     argv = _lab().ssh_argv(host, *command)
     os.execvp(argv[0], argv)
+
+
+def _inventory_option(f):
+    return click.option("-i", "--inventory", type=click.Path(exists=True, path_type=Path),
+                        default=topology.INVENTORY_DIR / "hosts.yml", show_default=True,
+                        help="The Ansible inventory of the cluster (any provider, or real hosts).")(f)
+
+
+@main.command()
+@_inventory_option
+@click.option("--run", "run_id", default=None, help="Artifacts go to lab/artifacts/<run>/.")
+def drills(inventory: Path, run_id: str | None) -> None:
+    """Zone-loss drills over SSH: kill each zone, lose two zones, partition a zone."""
+    from lab.drills import Drills, Target
+
+    run_dir = topology.ARTIFACTS_DIR / (run_id or time.strftime("%Y%m%d-%H%M%S"))
+    results = asyncio.run(Drills(Target.from_inventory(inventory), run_dir,
+                                 log=lambda m: console.print(f"[bold]lab:[/] {m}")).all())
+    Console(width=max(Console().width, 110)).print(drill_table(results))
+    if any(r.lost or r.acked_during_outage for r in results):
+        sys.exit(1)
+
+
+def drill_table(results) -> Table:
+    """The drills' results as a rich table."""
+    table = Table("drill", "attempted", "acknowledged", "lost", "s without writes",
+                  "acked while down", "meta API", "replicas current", "s")
+    for r in results:
+        table.add_row(r.name, str(r.attempted), str(r.acknowledged), str(len(r.lost)),
+                      f"{r.seconds_without_writes:.2f}", str(r.acked_during_outage),
+                      "-" if r.meta_answered is None else _yn(r.meta_answered),
+                      _yn(r.replicas_current), f"{r.duration_s:.1f}")
+    return table

@@ -64,8 +64,9 @@ def write_inventory(*, data_disks: dict[str, str], ssh_key: Path, known_hosts: P
 
     ``data_disks`` maps host name to its data disk's device path (``jetraft_storage_device``).
     Hosts are reached as root with ``ssh_key``; their host keys are pinned in
-    ``known_hosts``. The lab's `$SYS` and route passwords are made once per inventory
-    directory (kept across ``up``/``down``) and are lab-only secrets.
+    ``known_hosts``. The lab's secrets (the `$SYS` and route passwords, and the APP
+    account's user ``app`` that clients and drills use) are made once per inventory
+    directory (kept across ``up``/``down``) and are lab-only.
     """
     directory.mkdir(parents=True, exist_ok=True)
     group_vars = directory / "group_vars"
@@ -88,13 +89,20 @@ def write_inventory(*, data_disks: dict[str, str], ssh_key: Path, known_hosts: P
                           + yaml.safe_dump(inventory, sort_keys=False))
     for zone in ZONES:
         (group_vars / f"zone_{zone}.yml").write_text(f"---\njetraft_zone: {zone}\n")
-    secrets_file = group_vars / "jetraft.yml"
+    jetraft_vars = group_vars / "jetraft"
+    jetraft_vars.mkdir(exist_ok=True)
+    (jetraft_vars / "lab.yml").write_text(
+        "---\n# The lab's cluster (written by the lab on every up).\n"
+        + yaml.safe_dump({"jetraft_cluster_name": "jetraft-lab"}, sort_keys=False))
+    secrets_file = jetraft_vars / "secrets.yml"
     if not secrets_file.exists():
         secrets_file.write_text(
-            "---\n# The lab's cluster and its lab-only secrets (made by the lab, not in git).\n"
-            + yaml.safe_dump({"jetraft_cluster_name": "jetraft-lab",
-                              "jetraft_server_sys_password": secrets.token_urlsafe(18),
-                              "jetraft_server_route_password": secrets.token_urlsafe(18)},
-                             sort_keys=False))
+            "---\n# The lab's own secrets, made once per inventory directory (not in git).\n"
+            + yaml.safe_dump({
+                "jetraft_server_sys_password": secrets.token_urlsafe(18),
+                "jetraft_server_route_password": secrets.token_urlsafe(18),
+                "jetraft_server_accounts": {"APP": {"jetstream": True, "users": [
+                    {"user": "app", "password": secrets.token_urlsafe(18)}]}},
+            }, sort_keys=False))
         secrets_file.chmod(0o600)
     return hosts_file

@@ -849,10 +849,16 @@ class ClusterJetStream:
         out = [PeerInfo(me.server_name, tuple(me.config.server_tags), True, True, self.cluster_name)]
         online = set()
         removed = self.meta.removed_servers
+        # A peer with a route but silent in the meta group past an election timeout (a
+        # partition keeps TCP routes open) is offline: placed last, as one gone away.
+        now = time.time_ns()
+        silent = ({r["name"] for r in self.meta_group.replicas(now) if r["offline"]}
+                  if self.meta_group is not None else set())
         for name, peer in self.routes.peers.items():
             online.add(name)
             if name not in removed:
-                out.append(PeerInfo(name, tuple(peer.tags), True, peer.jetstream, peer.cluster))
+                out.append(PeerInfo(name, tuple(peer.tags), name not in silent, peer.jetstream,
+                                    peer.cluster, now if name in silent else None))
         if self.meta_group is not None:
             for name in self.meta_group.peers:
                 if name not in online and name != me.server_name and name not in removed:

@@ -1,0 +1,515 @@
+"""Zone-loss drills: faults through pyinfra over SSH while a client publishes and reads back.
+
+The same drills run on the nspawn lab, on Vagrant machines and on real hosts: they read
+the Ansible inventory (``ansible-inventory --list``) and touch hosts only over SSH, with
+pyinfra's Python API:
+
+- a crash is ``systemctl kill --signal=SIGKILL`` of jetraft.service followed by a stop
+  (so that Restart=on-failure does not bring it back during the drill);
+- a partition is an nftables table on each host of the zone that drops traffic to and
+  from the other servers (SSH from the controller keeps working);
+- healing deletes that table and starts the servers again.
+
+A client (nats-py) publishes to an R3 stream (one replica per zone through unique_tag)
+with a unique ``Nats-Msg-Id`` per attempt throughout. Every attempt goes to a ledger
+(``lab/artifacts/<run>/<drill>.ledger.jsonl``): sent and acknowledged times in
+nanoseconds since the epoch, the stream sequence or the error. At the end the stream is
+read back and every acknowledged message must be in it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shlex
+import subprocess
+import sys
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.js.api import StreamConfig
+
+UNIT = "jetraft.service"
+NFT_TABLE = "jetraft_drill"
+#: Bounds: a drill never publishes more than this many messages, nor waits longer than
+#: this many seconds for a condition.
+MAX_MESSAGES = 20_000
+DEADLINE_S = 120.0
+
+
+class DrillError(Exception):
+    """A drill could not run (a host unreachable, a fault not applied, a deadline missed)."""
+
+
+@dataclass(frozen=True)
+class Server:
+    """One server of the cluster as the inventory gives it."""
+
+    name: str
+    address: str
+    zone: str
+
+
+@dataclass
+class Target:
+    """The cluster under drill, read from an Ansible inventory."""
+
+    servers: list[Server]
+    ssh_user: str
+    ssh_key: str | None
+    known_hosts: str | None
+    app_user: str
+    app_password: str
+    client_port: int = 4222
+    http_port: int = 8222
+
+    @classmethod
+    def from_inventory(cls, inventory: Path, group: str = "jetraft") -> "Target":
+        """Read ``inventory`` with ``ansible-inventory --list``. The client account is the
+        first user of the first JetStream account in ``jetraft_server_accounts``. Raises
+        DrillError when the inventory has no such group or no such user."""
+        tool = Path(sys.executable).with_name("ansible-inventory")
+        result = subprocess.run([str(tool), "-i", str(inventory), "--list"],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            raise DrillError(f"ansible-inventory -i {inventory} failed: {result.stderr.strip()}")
+        data = json.loads(result.stdout)
+        hostvars = data.get("_meta", {}).get("hostvars", {})
+        names = _group_hosts(data, group)
+        if not names:
+            raise DrillError(f"the inventory {inventory} has no hosts in group {group!r}")
+        servers = [Server(n, hostvars[n].get("ansible_host", n),
+                          str(hostvars[n].get("jetraft_zone", "?"))) for n in names]
+        first = hostvars[names[0]]
+        accounts = first.get("jetraft_server_accounts") or {}
+        users = [u for a in accounts.values() if a.get("jetstream") for u in a.get("users", [])]
+        if not users:
+            raise DrillError("no JetStream account with a user in jetraft_server_accounts: "
+                             "the drills' client needs one")
+        known = None
+        for word in shlex.split(first.get("ansible_ssh_common_args", "")):
+            if word.startswith("UserKnownHostsFile="):
+                known = word.split("=", 1)[1]
+        return cls(servers=servers, ssh_user=first.get("ansible_user", "root"),
+                   ssh_key=first.get("ansible_ssh_private_key_file"), known_hosts=known,
+                   app_user=users[0]["user"], app_password=users[0]["password"],
+                   client_port=int(first.get("jetraft_server_client_port", 4222)),
+                   http_port=int(first.get("jetraft_server_http_port", 8222)))
+
+    def zone(self, zone: str) -> list[Server]:
+        return [s for s in self.servers if s.zone == zone]
+
+    def zones(self) -> list[str]:
+        return sorted({s.zone for s in self.servers})
+
+    def urls(self, exclude: list[Server] = ()) -> list[str]:
+        return [f"nats://{s.address}:{self.client_port}" for s in self.servers if s not in exclude]
+
+
+def _group_hosts(data: dict, group: str) -> list[str]:
+    entry = data.get(group, {})
+    names = list(entry.get("hosts", []))
+    for child in entry.get("children", []):
+        names += [n for n in _group_hosts(data, child) if n not in names]
+    return names
+
+
+class Nemesis:
+    """Faults on the target's hosts through pyinfra over SSH. pyinfra (gevent) runs in one
+    worker thread of its own; the coroutines here wait for it without blocking the client."""
+
+    def __init__(self, target: Target):
+        self.target = target
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="nemesis")
+        self._hosts = self._pool.submit(self._connect).result()
+
+    def _connect(self) -> dict:
+        from pyinfra.api import Config, Inventory, State
+        from pyinfra.api.connect import connect_all
+
+        data = {"ssh_user": self.target.ssh_user}
+        if self.target.ssh_key:
+            data["ssh_key"] = self.target.ssh_key
+        if self.target.known_hosts:
+            data.update(ssh_known_hosts_file=self.target.known_hosts,
+                        ssh_strict_host_key_checking="yes")
+        inventory = Inventory(([(s.address, dict(data)) for s in self.target.servers], {}))
+        state = State(inventory, Config(CONNECT_TIMEOUT=5))
+        connect_all(state)
+        hosts = {h.name: h for h in inventory.iter_activated_hosts()}
+        missing = [s.name for s in self.target.servers if s.address not in hosts]
+        if missing:
+            raise DrillError(f"cannot reach {', '.join(missing)} over SSH")
+        return {s.name: hosts[s.address] for s in self.target.servers}
+
+    def _run(self, servers: list[Server], command: str) -> None:
+        from pyinfra.api.command import StringCommand
+
+        for s in servers:
+            ok, output = self._hosts[s.name].run_shell_command(StringCommand(command))
+            if not ok:
+                raise DrillError(f"{s.name}: `{command}` failed: "
+                                 f"{' '.join(getattr(output, 'stderr_lines', []) or [])}")
+
+    async def _do(self, servers: list[Server], command: str) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._pool, self._run, servers, command)
+
+    async def crash(self, servers: list[Server]) -> None:
+        """SIGKILL the servers (no lame duck, nothing flushed), and keep them down."""
+        await self._do(servers, f"systemctl kill --signal=SIGKILL {UNIT}; systemctl stop {UNIT}")
+
+    async def start(self, servers: list[Server]) -> None:
+        await self._do(servers, f"systemctl start {UNIT}")
+
+    async def partition(self, servers: list[Server]) -> None:
+        """Drop traffic between ``servers`` and every other server, both ways."""
+        others = ", ".join(s.address for s in self.target.servers if s not in servers)
+        rules = (f"table inet {NFT_TABLE} {{\n"
+                 f" chain input {{ type filter hook input priority -10; ip saddr {{ {others} }} drop; }}\n"
+                 f" chain output {{ type filter hook output priority -10; ip daddr {{ {others} }} drop; }}\n"
+                 "}\n")
+        await self._do(servers, f"printf %s {shlex.quote(rules)} | nft -f -")
+
+    async def heal(self, servers: list[Server]) -> None:
+        await self._do(servers, f"nft delete table inet {NFT_TABLE} 2>/dev/null || true")
+
+    def close(self) -> None:
+        def disconnect():
+            for h in self._hosts.values():
+                h.disconnect()
+        self._pool.submit(disconnect).result()
+        self._pool.shutdown()
+
+
+@dataclass
+class Attempt:
+    """One publish: ``sent_ns``/``acked_ns`` are nanoseconds since the epoch."""
+
+    msg_id: str
+    sent_ns: int
+    acked_ns: int | None = None
+    stream_seq: int | None = None
+    error: str | None = None
+
+
+@dataclass
+class DrillResult:
+    """What a drill measured; ``lost`` lists acknowledged message ids missing from the stream."""
+
+    name: str
+    attempted: int = 0
+    acknowledged: int = 0
+    lost: list[str] = field(default_factory=list)
+    seconds_without_writes: float = 0.0
+    acked_during_outage: int = 0
+    meta_answered: bool | None = None
+    replicas_current: bool = False
+    duration_s: float = 0.0
+    ledger: str = ""
+
+    def summary(self) -> dict:
+        d = asdict(self)
+        d["lost"] = len(self.lost)
+        return d
+
+
+class Workload:
+    """Publishes ``<subject>`` messages with unique Nats-Msg-Ids until stopped."""
+
+    def __init__(self, js, subject: str, run_id: str, pause_s: float = 0.005):
+        self.js, self.subject, self.run_id, self.pause_s = js, subject, run_id, pause_s
+        self.attempts: list[Attempt] = []
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop())
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._task:
+            await self._task
+
+    async def _loop(self) -> None:
+        while not self._stop.is_set() and len(self.attempts) < MAX_MESSAGES:
+            a = Attempt(f"{self.run_id}-{len(self.attempts) + 1}", time.time_ns())
+            self.attempts.append(a)
+            try:
+                ack = await self.js.publish(self.subject, a.msg_id.encode(), timeout=1.0,
+                                            headers={"Nats-Msg-Id": a.msg_id})
+                a.acked_ns, a.stream_seq = time.time_ns(), ack.seq
+            except Exception as exc:          # every failure is recorded, none is fatal
+                a.error = f"{type(exc).__name__}: {exc}"
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(self.pause_s)
+
+    def acked(self) -> list[Attempt]:
+        return [a for a in self.attempts if a.acked_ns is not None]
+
+    async def wait_acks(self, after_ns: int, count: int, what: str) -> None:
+        """Wait until ``count`` publishes sent after ``after_ns`` are acknowledged."""
+        await until(lambda: sum(1 for a in self.acked() if a.sent_ns > after_ns) >= count,
+                    what)
+
+    def longest_gap_s(self, start_ns: int, end_ns: int) -> float:
+        """The longest time between acknowledgements in [start_ns, end_ns], in seconds."""
+        marks = [start_ns] + sorted(a.acked_ns for a in self.acked()
+                                    if start_ns <= a.acked_ns <= end_ns) + [end_ns]
+        return max(b - a for a, b in zip(marks, marks[1:])) / 1e9
+
+
+async def until(predicate, what: str, timeout_s: float = DEADLINE_S) -> None:
+    """Poll ``predicate`` (sync or async) every 0.2 s until true; DrillError past the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if asyncio.iscoroutine(value):
+            try:
+                value = await value
+            except Exception:
+                value = False
+        if value:
+            return
+        await asyncio.sleep(0.2)
+    raise DrillError(f"not within {timeout_s:.0f} s: {what}")
+
+
+class Drills:
+    """Runs the drills against ``target``, writing ledgers into ``artifacts``."""
+
+    def __init__(self, target: Target, artifacts: Path, log=print):
+        self.target, self.artifacts, self.log = target, artifacts, log
+        artifacts.mkdir(parents=True, exist_ok=True)
+        self.run_id = artifacts.name
+
+    async def _connect(self, exclude: list[Server] = ()):
+        nc = await nats.connect(servers=self.target.urls(exclude), user=self.target.app_user,
+                                password=self.target.app_password, connect_timeout=2,
+                                reconnect_time_wait=0.2, max_reconnect_attempts=-1,
+                                allow_reconnect=True, error_cb=_quiet, disconnected_cb=_quiet_cb,
+                                reconnected_cb=_quiet_cb, closed_cb=_quiet_cb)
+        return nc, nc.jetstream(timeout=2.0)
+
+    async def _stream(self, js, name: str) -> str:
+        subject = f"drill.{name.lower()}"
+        config = StreamConfig(name=name, subjects=[subject], num_replicas=3,
+                              duplicate_window=120.0)
+
+        async def create():
+            try:
+                await js.delete_stream(name)
+            except Exception:
+                pass
+            await js.add_stream(config)
+            return True
+        await until(create, f"stream {name} created (R3, one replica per zone)")
+        return subject
+
+    async def _all_current(self, js, stream: str) -> bool:
+        info = await js.stream_info(stream)
+        replicas = info.cluster.replicas or [] if info.cluster else []
+        if not info.cluster or not info.cluster.leader or len(replicas) != 2:
+            return False
+        if not all(r.current and not r.offline for r in replicas):
+            return False
+        return all(self._meta_current(s) for s in self.target.servers[:1])
+
+    def _meta_current(self, server: Server) -> bool:
+        """The meta group, as ``server``'s /jsz reports it: a leader, every peer current."""
+        jsz = _get_json(f"http://{server.address}:{self.target.http_port}/jsz")
+        meta = jsz.get("meta_cluster", {})
+        if not meta.get("leader"):
+            return False
+        if meta["leader"] != server.name:
+            leader = next((s for s in self.target.servers if s.name == meta["leader"]), None)
+            if leader is None:
+                return False
+            meta = _get_json(f"http://{leader.address}:{self.target.http_port}/jsz").get(
+                "meta_cluster", {})
+        replicas = meta.get("replicas", [])
+        return len(replicas) == len(self.target.servers) - 1 and all(
+            r.get("current") for r in replicas)
+
+    async def _read_back(self, js, stream: str, subject: str) -> set[str]:
+        sub = await js.pull_subscribe(subject, stream=stream)
+        seen: set[str] = set()
+        try:
+            while True:
+                try:
+                    msgs = await sub.fetch(500, timeout=2.0)
+                except nats.errors.TimeoutError:
+                    break
+                for m in msgs:
+                    seen.add(m.headers.get("Nats-Msg-Id") if m.headers else m.data.decode())
+                    await m.ack()
+        finally:
+            await sub.unsubscribe()
+        return seen
+
+    async def _meta_answers(self, js, stream: str, probes: list[str]) -> bool:
+        """Stream info of ``stream``, and a new (R1) stream created. Each attempt uses a new
+        name (appended to ``probes`` for deletion after the repair): right after a fault,
+        the meta leader may still place an attempt on a server it has not yet noticed is
+        gone, and that stream answers only once that server is back."""
+        await until(lambda: js.stream_info(stream), f"stream info of {stream}")
+
+        async def create():
+            probe = f"{stream}_META{len(probes) + 1}"
+            probes.append(probe)
+            await js.add_stream(StreamConfig(name=probe, subjects=[f"drill.{probe.lower()}"],
+                                             num_replicas=1))
+            return True
+        await until(create, f"a new stream created through the meta group ({stream}_META*)")
+        return True
+
+    async def _delete(self, js, names: list[str]) -> None:
+        for name in names:
+            await until(lambda: _deleted(js, name), f"stream {name} deleted", timeout_s=30)
+
+    def _finish(self, result: DrillResult, work: Workload, seen: set[str],
+                started: float) -> DrillResult:
+        ledger = self.artifacts / f"{result.name}.ledger.jsonl"
+        with ledger.open("w") as f:
+            for a in work.attempts:
+                f.write(json.dumps({"drill": result.name, **asdict(a),
+                                    "present": a.msg_id in seen}) + "\n")
+        result.ledger = str(ledger)
+        result.attempted = len(work.attempts)
+        result.acknowledged = len(work.acked())
+        result.lost = [a.msg_id for a in work.acked() if a.msg_id not in seen]
+        result.duration_s = round(time.monotonic() - started, 1)
+        (self.artifacts / f"{result.name}.json").write_text(json.dumps(result.summary(), indent=2))
+        self.log(f"drill {result.name}: {result.attempted} attempted, {result.acknowledged} "
+                 f"acknowledged, {len(result.lost)} lost, "
+                 f"{result.seconds_without_writes:.2f} s without writes")
+        return result
+
+    async def kill_zone(self, zone: str, nemesis: Nemesis) -> DrillResult:
+        """Crash every server of ``zone`` under load: writes resume on the other zones, the
+        meta group answers, and after a restart every replica is current again."""
+        return await self._outage(f"kill-zone-{zone}", self.target.zone(zone), nemesis,
+                                  fault=nemesis.crash, repair=nemesis.start)
+
+    async def partition_zone(self, zone: str, nemesis: Nemesis) -> DrillResult:
+        """Cut ``zone`` off from the other servers (the client stays on the others)."""
+        servers = self.target.zone(zone)
+        return await self._outage(f"partition-zone-{zone}", servers, nemesis,
+                                  fault=nemesis.partition, repair=nemesis.heal,
+                                  client_excludes=servers)
+
+    async def _begin(self, js, name: str, servers: list[Server]):
+        """Log the drill, make its stream and start the workload; returns (stream, subject,
+        workload) once 50 publishes are acknowledged."""
+        self.log(f"drill {name}: {', '.join(s.name for s in servers)}")
+        stream = name.upper().replace("-", "_")
+        subject = await self._stream(js, stream)
+        work = Workload(js, subject, f"{self.run_id}-{name}")
+        work.start()
+        await work.wait_acks(0, 50, "50 acknowledged publishes before the fault")
+        return stream, subject, work
+
+    async def _outage(self, name: str, servers: list[Server], nemesis: Nemesis, *, fault,
+                      repair, client_excludes: list[Server] = ()) -> DrillResult:
+        started, result = time.monotonic(), DrillResult(name)
+        nc, js = await self._connect(client_excludes)
+        try:
+            stream, subject, work = await self._begin(js, name, servers)
+            fault_ns = time.time_ns()
+            repaired = False
+            probes: list[str] = []
+            try:
+                await fault(servers)
+                done_ns = time.time_ns()
+                await work.wait_acks(done_ns, 50, f"writes acknowledged again after {name}")
+                result.meta_answered = await self._meta_answers(js, stream, probes)
+                await work.wait_acks(time.time_ns(), 50, "more writes during the outage")
+                repair_ns = time.time_ns()
+                result.seconds_without_writes = round(work.longest_gap_s(fault_ns, repair_ns), 3)
+                await repair(servers)
+                repaired = True
+            finally:
+                if not repaired:              # never leave the cluster broken
+                    await repair(servers)
+            await until(lambda: self._all_current(js, stream), "every replica current again")
+            result.replicas_current = True
+            await work.wait_acks(time.time_ns(), 20, "writes after healing")
+            await work.stop()
+            await self._delete(js, probes)
+            seen = await self._read_back(js, stream, subject)
+            return self._finish(result, work, seen, started)
+        finally:
+            await nc.close()
+
+    async def lose_two_zones(self, zones: list[str], nemesis: Nemesis) -> DrillResult:
+        """Crash two zones: no publish may be acknowledged while they are down; after a
+        restart writes resume, every replica is current and nothing acknowledged is lost."""
+        name = "lose-zones-" + "-".join(zones)
+        started, result = time.monotonic(), DrillResult(name)
+        servers = [s for z in zones for s in self.target.zone(z)]
+        nc, js = await self._connect()
+        try:
+            stream, subject, work = await self._begin(js, name, servers)
+            fault_ns = time.time_ns()
+            try:
+                await nemesis.crash(servers)
+                down_ns = time.time_ns()
+                # hold the outage until the client has had several attempts refused
+                await until(lambda: sum(1 for a in work.attempts
+                                        if a.sent_ns > down_ns and a.error) >= 5,
+                            "publishes refused with an error while two zones are down")
+                repair_ns = time.time_ns()
+                result.acked_during_outage = sum(1 for a in work.acked()
+                                                 if down_ns < a.sent_ns and a.acked_ns < repair_ns)
+            finally:
+                await nemesis.start(servers)
+            await work.wait_acks(time.time_ns(), 50, "writes acknowledged again after the restart")
+            result.seconds_without_writes = round(
+                work.longest_gap_s(fault_ns, time.time_ns()), 3)
+            await until(lambda: self._all_current(js, stream), "every replica current again")
+            result.replicas_current = True
+            await work.stop()
+            seen = await self._read_back(js, stream, subject)
+            return self._finish(result, work, seen, started)
+        finally:
+            await nc.close()
+
+    async def all(self) -> list[DrillResult]:
+        """Each zone killed in turn, two zones lost, one zone partitioned."""
+        nemesis = Nemesis(self.target)
+        try:
+            zones = self.target.zones()
+            results = [await self.kill_zone(z, nemesis) for z in zones]
+            results.append(await self.lose_two_zones(zones[:2], nemesis))
+            results.append(await self.partition_zone(zones[0], nemesis))
+        finally:
+            nemesis.close()
+        (self.artifacts / "drills.json").write_text(
+            json.dumps([r.summary() for r in results], indent=2))
+        return results
+
+
+async def _deleted(js, name: str) -> bool:
+    try:
+        await js.delete_stream(name)
+    except nats.js.errors.NotFoundError:
+        pass
+    return True
+
+
+def _get_json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=2) as response:
+        return json.load(response)
+
+
+async def _quiet(_exc: Exception) -> None:
+    """The client's connection errors are expected during a drill; the ledger has them."""
+
+
+async def _quiet_cb() -> None:
+    return None

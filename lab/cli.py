@@ -147,3 +147,14 @@ def drill_table(results) -> Table:
                       "-" if r.meta_answered is None else _yn(r.meta_answered),
                       _yn(r.replicas_current), f"{r.duration_s:.1f}")
     return table
+
+
+@main.command(name="run")
+@click.option("--keep", is_flag=True, help="Leave the lab up at the end.")
+@click.option("--no-drills", is_flag=True, help="Skip the (destructive) drills.")
+def run_command(keep: bool, no_drills: bool) -> None:
+    """The main job end to end: lab up, site.yml twice, testinfra, drills, logs, summary."""
+    from lab.run import run
+
+    if not run(keep=keep, drills=not no_drills).ok:
+        sys.exit(1)

@@ -273,6 +273,13 @@ class NspawnLab:
         state["hosts"][name] = host_state
         self._save(state)
         self._wait_ssh(h)
+        # A container has no udev, so systemd waits in vain for the data disk's device
+        # unit at boot; mounting fstab's entries by hand stands in for it (the mount unit
+        # then becomes active and jetraft, which requires it, starts).
+        result = subprocess.run(self.ssh_argv(name, "mount", "-a"), capture_output=True,
+                                text=True, timeout=60)
+        if result.returncode != 0:
+            raise LabError(f"{name}: mount -a failed: {result.stderr.strip()}")
 
     def pause(self, name: str, paused: bool = True) -> None:
         """Freeze (or thaw) every process of ``name``: it stops answering without dying."""

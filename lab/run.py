@@ -1,0 +1,159 @@
+"""The main job end to end: lab up, site.yml (twice: the second must change nothing),
+testinfra, the drills, log collection, lab down; a summary at the end.
+
+Each step's output streams to the terminal as it runs; the summary (steps, seconds, the
+drills' numbers) is printed and written to lab/artifacts/<run>/summary.json. The first
+failing step stops the run (the lab is still taken down unless ``keep``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from lab import topology
+from lab.nspawn import NspawnLab
+
+BIN = Path(sys.executable).parent
+
+
+@dataclass
+class Step:
+    name: str
+    seconds: float = 0.0
+    ok: bool = False
+    detail: str = ""
+
+
+@dataclass
+class Summary:
+    run: str
+    steps: list[Step] = field(default_factory=list)
+    drills: list[dict] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.steps) and all(s.ok for s in self.steps)
+
+
+class StepFailed(Exception):
+    pass
+
+
+def _stream(argv: list[str], env: dict | None = None) -> str:
+    """Run ``argv`` from the project root, echoing its output live; returns the output.
+    Raises StepFailed on a non-zero exit."""
+    proc = subprocess.Popen(argv, cwd=topology.ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, **(env or {})})
+    lines = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        sys.stdout.write(line)
+        sys.stdout.flush()
+        lines.append(line)
+    if proc.wait() != 0:
+        raise StepFailed(f"{' '.join(argv[:3])}... exited {proc.returncode}")
+    return "".join(lines)
+
+
+def _recap(output: str) -> dict[str, dict[str, int]]:
+    """PLAY RECAP counters per host from ansible-playbook's output."""
+    recap = output.rsplit("PLAY RECAP", 1)[-1]
+    out = {}
+    for m in re.finditer(r"^(\S+)\s*:\s*((?:\w+=\d+\s*)+)$", recap, re.M):
+        out[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
+    return out
+
+
+def run(*, keep: bool = False, drills: bool = True, console: Console | None = None) -> Summary:
+    """Run the main job; returns its Summary (``ok`` false if a step failed)."""
+    console = console or Console()
+    run_id = time.strftime("%Y%m%d-%H%M%S")
+    run_dir = topology.ARTIFACTS_DIR / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    summary = Summary(run_id)
+    lab = NspawnLab(progress=lambda m: console.print(f"[bold]lab:[/] {m}"))
+    env = {"ANSIBLE_CONFIG": str(topology.ROOT / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
+           "JETRAFT_LAB_RUN": str(run_dir), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    playbook = [str(BIN / "ansible-playbook")]
+
+    def step(name: str, action) -> None:
+        console.rule(f"[bold]{name}")
+        s = Step(name)
+        summary.steps.append(s)
+        started = time.monotonic()
+        try:
+            s.detail = action() or ""
+            s.ok = True
+        finally:
+            s.seconds = round(time.monotonic() - started, 1)
+
+    def site(second: bool) -> str:
+        recap = _recap(_stream(playbook + ["site.yml"], env))
+        changed = {h: c.get("changed", 0) for h, c in recap.items()}
+        if second and any(changed.values()):
+            raise StepFailed(f"the second site.yml changed something: {changed}")
+        return ", ".join(f"{h} changed={n}" for h, n in changed.items())
+
+    try:
+        if not (topology.ROOT / "build" / "wheelhouse").is_dir():
+            step("wheelhouse", lambda: _stream(["make", "wheelhouse"]) and "")
+        step("lab up", lambda: str(lab.up().relative_to(topology.ROOT)))
+        step("site.yml (first)", lambda: site(False))
+        step("site.yml (second, changed=0)", lambda: site(True))
+        step("testinfra", lambda: _tail(_stream([str(BIN / "python"), "-m", "pytest", "-p",
+                                                  "no:cacheprovider", "tests/infra", "-m",
+                                                  "not drill", "-q"], env)))
+        if drills:
+            step("drills", lambda: _tail(_stream([str(BIN / "python"), "-m", "pytest", "-p",
+                                                   "no:cacheprovider", "tests/infra", "-m",
+                                                   "drill", "-q"], env)))
+        step("collect logs", lambda: _stream(playbook + ["playbooks/collect_logs.yml"], env)
+             and str((run_dir / "logs").relative_to(topology.ROOT)))
+    except (StepFailed, Exception) as exc:        # the summary names the failing step
+        summary.steps[-1].detail = str(exc)
+    finally:
+        drills_file = run_dir / "drills.json"
+        if drills_file.exists():
+            summary.drills = json.loads(drills_file.read_text())
+        if not keep:
+            console.rule("[bold]lab down")
+            lab.down()
+        (run_dir / "summary.json").write_text(json.dumps(
+            {"run": run_id, "ok": summary.ok, "steps": [asdict(s) for s in summary.steps],
+             "drills": summary.drills}, indent=2))
+        _print(console, summary, run_dir)
+    return summary
+
+
+def _tail(output: str) -> str:
+    lines = [line for line in output.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def _print(console: Console, summary: Summary, run_dir: Path) -> None:
+    steps = Table("step", "seconds", "result", "detail", title=f"run {summary.run}")
+    for s in summary.steps:
+        steps.add_row(s.name, f"{s.seconds:.1f}", "[green]ok[/]" if s.ok else "[red]FAILED[/]",
+                      s.detail[:120])
+    console.print(steps)
+    if summary.drills:
+        table = Table("drill", "attempted", "acknowledged", "lost", "s without writes",
+                      "acked while down", title="drills")
+        for d in summary.drills:
+            table.add_row(d["name"], str(d["attempted"]), str(d["acknowledged"]),
+                          str(d["lost"]), f"{d['seconds_without_writes']:.2f}",
+                          str(d["acked_during_outage"]))
+        console.print(table)
+    console.print(f"artifacts: {run_dir.relative_to(topology.ROOT)}  "
+                  f"{'[green]PASSED[/]' if summary.ok else '[red]FAILED[/]'}")

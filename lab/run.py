@@ -77,7 +77,7 @@ def _recap(output: str) -> dict[str, dict[str, int]]:
 
 def run(*, keep: bool = False, drills: bool = True, console: Console | None = None) -> Summary:
     """Run the main job; returns its Summary (``ok`` false if a step failed)."""
-    console = console or Console()
+    console = console or Console(width=max(Console().width, 120))
     run_id = time.strftime("%Y%m%d-%H%M%S")
     run_dir = topology.ARTIFACTS_DIR / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -103,6 +103,9 @@ def run(*, keep: bool = False, drills: bool = True, console: Console | None = No
         changed = {h: c.get("changed", 0) for h, c in recap.items()}
         if second and any(changed.values()):
             raise StepFailed(f"the second site.yml changed something: {changed}")
+        values = set(changed.values())
+        if len(values) == 1:
+            return f"changed={values.pop()} on each of {len(changed)} hosts"
         return ", ".join(f"{h} changed={n}" for h, n in changed.items())
 
     try:

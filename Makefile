@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.jetraft-installed
 .PHONY: setup test bench lab lab-deps clean wheelhouse
 
 # Debian packages the lab needs on this machine (systemd-nspawn, debootstrap, ...).
-LAB_DEBS := debootstrap systemd-container xfsprogs openssh-client iproute2
+LAB_DEBS := debootstrap systemd-container xfsprogs openssh-client iproute2 vagrant vagrant-libvirt
 
 setup: $(STAMP)
 

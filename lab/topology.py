@@ -58,32 +58,40 @@ def zone_hosts(zone: str) -> list[LabHost]:
     return [h for h in HOSTS if h.zone == zone]
 
 
-def write_inventory(*, data_disks: dict[str, str], ssh_key: Path, known_hosts: Path,
-                    directory: Path = INVENTORY_DIR) -> Path:
+def write_inventory(*, data_disks: dict[str, str], ssh_key: Path | None, known_hosts: Path | None,
+                    directory: Path = INVENTORY_DIR, ssh_user: str = "root",
+                    host_vars: dict[str, dict] | None = None,
+                    lab_secrets: dict | None = None) -> Path:
     """Write ``directory``/hosts.yml and group_vars for the lab and return hosts.yml's path.
 
     ``data_disks`` maps host name to its data disk's device path (``jetraft_storage_device``).
-    Hosts are reached as root with ``ssh_key``; their host keys are pinned in
-    ``known_hosts``. The lab's secrets (the `$SYS` and route passwords, and the APP
-    account's user ``app`` that clients and drills use) are made once per inventory
-    directory (kept across ``up``/``down``) and are lab-only.
+    Hosts are reached as ``ssh_user`` (with become when not root) with ``ssh_key``;
+    their host keys are pinned in ``known_hosts`` (None: not checked, for Vagrant boxes);
+    ``host_vars`` adds variables per host. The lab's secrets (the `$SYS` and route passwords, and the APP
+    account's user ``app`` that clients and drills use) are ``lab_secrets`` when given,
+    else made once per inventory directory (kept across ``up``/``down``); lab-only.
     """
     directory.mkdir(parents=True, exist_ok=True)
     group_vars = directory / "group_vars"
     group_vars.mkdir(exist_ok=True)
     children = {
         f"zone_{zone}": {"hosts": {h.name: {"ansible_host": h.address,
-                                            "jetraft_storage_device": data_disks[h.name]}
+                                            "jetraft_storage_device": data_disks[h.name],
+                                            **(host_vars or {}).get(h.name, {})}
                                    for h in zone_hosts(zone)}}
         for zone in ZONES
     }
+    group_vars_ssh = {"ansible_user": ssh_user}
+    if ssh_key is not None:
+        group_vars_ssh["ansible_ssh_private_key_file"] = str(ssh_key)
+    group_vars_ssh["ansible_ssh_common_args"] = (
+        f"-o UserKnownHostsFile={known_hosts} -o StrictHostKeyChecking=yes -o ConnectTimeout=5"
+        if known_hosts is not None else
+        "-o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=no -o ConnectTimeout=5")
+    if ssh_user != "root":
+        group_vars_ssh["ansible_become"] = True
     inventory = {"jetraft": {"children": children, "vars": {
-        "ansible_user": "root",
-        "ansible_ssh_private_key_file": str(ssh_key),
-        "ansible_ssh_common_args": (f"-o UserKnownHostsFile={known_hosts} "
-                                    "-o StrictHostKeyChecking=yes -o ConnectTimeout=5"),
-        "ansible_python_interpreter": "/usr/bin/python3",
-    }}}
+        **group_vars_ssh, "ansible_python_interpreter": "/usr/bin/python3"}}}
     hosts_file = directory / "hosts.yml"
     hosts_file.write_text("# Written by the lab (python -m lab up); do not edit.\n"
                           + yaml.safe_dump(inventory, sort_keys=False))
@@ -95,7 +103,11 @@ def write_inventory(*, data_disks: dict[str, str], ssh_key: Path, known_hosts: P
         "---\n# The lab's cluster (written by the lab on every up).\n"
         + yaml.safe_dump({"jetraft_cluster_name": "jetraft-lab"}, sort_keys=False))
     secrets_file = jetraft_vars / "secrets.yml"
-    if not secrets_file.exists():
+    if lab_secrets is not None:
+        secrets_file.write_text("---\n# The lab's own secrets (not in git).\n"
+                                + yaml.safe_dump(lab_secrets, sort_keys=False))
+        secrets_file.chmod(0o600)
+    elif not secrets_file.exists():
         secrets_file.write_text(
             "---\n# The lab's own secrets, made once per inventory directory (not in git).\n"
             + yaml.safe_dump({

@@ -1,0 +1,41 @@
+"""The lab's command line says what is wrong, without touching anything, when a host or
+zone does not exist or the lab is not up (state in a directory of the test's own)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from playbook import ROOT
+
+
+def lab(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "JETRAFT_LAB_STATE": str(tmp_path / "state"), "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "lab", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_an_unknown_host_is_named_with_the_known_ones(tmp_path):
+    result = lab(tmp_path, "kill", "jr-z9")
+    assert result.returncode == 1
+    assert "no lab host 'jr-z9'; the hosts are jr-a1, jr-a2, jr-b1, jr-b2, jr-c1" in result.stderr
+
+
+def test_an_unknown_zone_is_named(tmp_path):
+    result = lab(tmp_path, "partition", "zone:q")
+    assert result.returncode == 1
+    assert "no zone 'q'; the zones are a, b, c" in result.stderr
+
+
+def test_a_fault_on_a_lab_that_is_not_up_says_how_to_bring_it_up(tmp_path):
+    result = lab(tmp_path, "kill", "zone:a")
+    assert result.returncode == 1
+    assert "the lab is not up (no jr-a1): run `python -m lab up`" in " ".join(result.stderr.split())
+
+
+def test_status_of_a_lab_that_is_not_up_lists_every_host_stopped(tmp_path):
+    result = lab(tmp_path, "status")
+    assert result.returncode == 0, result.stderr
+    rows = [line for line in result.stdout.splitlines() if "jr-" in line]
+    assert len(rows) == 5 and all(" no " in row for row in rows)

@@ -1,0 +1,53 @@
+"""Both lab providers write the same inventory: five hosts in zone groups a, a, b, b, c at
+the same addresses, each with its data disk, the zone variable and the lab's secrets, as
+Ansible itself reads them (ansible-inventory --list)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from lab import topology, vagrant_inventory
+
+INVENTORY_TOOL = Path(sys.executable).with_name("ansible-inventory")
+
+
+def listed(directory: Path) -> dict:
+    out = subprocess.run([str(INVENTORY_TOOL), "-i", str(directory / "hosts.yml"), "--list"],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
+def shape(data: dict) -> dict:
+    hostvars = data["_meta"]["hostvars"]
+    return {
+        "groups": {g: sorted(data[g].get("hosts", [])) for g in ("zone_a", "zone_b", "zone_c")},
+        "children": sorted(data["jetraft"]["children"]),
+        "hosts": {h: (v["ansible_host"], v["jetraft_zone"], bool(v["jetraft_storage_device"]),
+                      bool(v["jetraft_server_sys_password"]), bool(v["jetraft_server_accounts"]))
+                  for h, v in hostvars.items()},
+    }
+
+
+def test_nspawn_and_vagrant_write_the_same_inventory(tmp_path):
+    nspawn_dir, vagrant_dir = tmp_path / "nspawn", tmp_path / "vagrant"
+    topology.write_inventory(data_disks={h.name: f"/dev/loop{i}" for i, h in enumerate(topology.HOSTS)},
+                             ssh_key=tmp_path / "key", known_hosts=tmp_path / "known_hosts",
+                             directory=nspawn_dir)
+    dot_vagrant = tmp_path / ".vagrant"
+    dot_vagrant.mkdir()
+    (dot_vagrant / "jetraft-secrets.yml").write_text(yaml.safe_dump({
+        "jetraft_server_sys_password": "s", "jetraft_server_route_password": "r",
+        "jetraft_server_accounts": {"APP": {"jetstream": True, "users": [{"user": "app", "password": "p"}]}}}))
+    vagrant_inventory.write(directory=vagrant_dir, vagrant_dir=dot_vagrant)
+    nspawn, vagrant = listed(nspawn_dir), listed(vagrant_dir)
+    assert shape(nspawn) == shape(vagrant)
+    assert shape(nspawn)["groups"] == {"zone_a": ["jr-a1", "jr-a2"], "zone_b": ["jr-b1", "jr-b2"],
+                                       "zone_c": ["jr-c1"]}
+    assert vagrant["_meta"]["hostvars"]["jr-a1"]["ansible_user"] == "vagrant"
+    assert vagrant["_meta"]["hostvars"]["jr-a1"]["ansible_become"] is True
+    assert nspawn["_meta"]["hostvars"]["jr-a1"]["ansible_user"] == "root"

@@ -1,40 +1,71 @@
-"""Write inventories/lab/ for the Vagrant lab (run by lab/Vagrantfile after ``vagrant up``).
+"""Write inventories/lab/ for the Vagrant lab (lab/Vagrantfile runs it before site.yml).
 
-The same inventory the nspawn lab writes: the five hosts at their private-network
-addresses in zone groups, each host's Vagrant SSH key (user vagrant, with become), the
-data disk, and the secrets the provisioner used (.vagrant/jetraft-secrets.yml).
+The same inventory the nspawn lab writes (lab/topology.py's write_inventory): the five hosts
+at their private-network addresses in zone groups, each with its data disk, reached as root
+with the lab's one SSH key (the drills log in as root with the first host's key, as on the
+nspawn lab), their host keys pinned (the Vagrantfile makes them and installs them), and the
+secrets the Vagrantfile gave site.yml. From the repository's root:
+
+    python -m lab.vagrant_inventory --data-disk /dev/vdb    # VirtualBox: /dev/sdb
 """
 
 from __future__ import annotations
 
-import os
+import argparse
 import sys
 from pathlib import Path
 
 import yaml
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+if str(HERE.parent) not in sys.path:       # also runnable as lab/vagrant_inventory.py
+    sys.path.insert(0, str(HERE.parent))
 
-from lab import topology  # noqa: E402  (after the path is set for a run from lab/)
+from lab import topology  # noqa: E402
 
-
-def write(directory: Path = topology.INVENTORY_DIR, vagrant_dir: Path = HERE / ".vagrant") -> Path:
-    """Write the inventory into ``directory`` from ``vagrant_dir`` (keys, secrets)."""
-    provider = os.environ.get("VAGRANT_DEFAULT_PROVIDER", "libvirt")
-    disk = os.environ.get("JETRAFT_VAGRANT_DISK", "/dev/vdb" if provider == "libvirt" else "/dev/sdb")
-    keys = {h.name: vagrant_dir / "machines" / h.name / provider / "private_key"
-            for h in topology.HOSTS}
-    secrets = yaml.safe_load((vagrant_dir / "jetraft-secrets.yml").read_text())
-    return topology.write_inventory(directory=directory, 
-        data_disks={h.name: disk for h in topology.HOSTS}, ssh_key=None, known_hosts=None,
-        ssh_user="vagrant", lab_secrets=secrets,
-        host_vars={name: {"ansible_ssh_private_key_file": str(key)} for name, key in keys.items()})
+#: What lab/Vagrantfile keeps in Vagrant's directory (.vagrant/ or VAGRANT_DOTFILE_PATH).
+SSH_KEY = "jetraft-lab-key"
+KNOWN_HOSTS = "jetraft-known-hosts"
+SECRETS = "jetraft-secrets.yml"
+SECRET_KEYS = ("jetraft_server_sys_password", "jetraft_server_route_password",
+               "jetraft_server_accounts")
 
 
-def main() -> None:
-    print(f"inventory written to {write()}")
+def write(directory: Path = topology.INVENTORY_DIR, vagrant_dir: Path = HERE / ".vagrant",
+          data_disk: str = "/dev/vdb") -> Path:
+    """Write the inventory into ``directory`` from the lab's key, known_hosts and secrets in
+    ``vagrant_dir``; every host's data disk is ``data_disk``. Returns hosts.yml's path.
+    Raises ValueError when the secrets file lacks one of SECRET_KEYS."""
+    secrets_file = vagrant_dir / SECRETS
+    lab_secrets = yaml.safe_load(secrets_file.read_text()) or {}
+    missing = [k for k in SECRET_KEYS if k not in lab_secrets]
+    if missing:
+        raise ValueError(f"{secrets_file} has no {', '.join(missing)}")
+    return topology.write_inventory(
+        directory=directory, data_disks={h.name: data_disk for h in topology.HOSTS},
+        ssh_key=(vagrant_dir / SSH_KEY).resolve(),
+        known_hosts=(vagrant_dir / KNOWN_HOSTS).resolve(), ssh_user="root",
+        lab_secrets={k: lab_secrets[k] for k in SECRET_KEYS})
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lab.vagrant_inventory", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-disk", default="/dev/vdb",
+                        help="every host's data disk as the guest names it (default: %(default)s)")
+    parser.add_argument("--vagrant-dir", type=Path, default=HERE / ".vagrant",
+                        help=f"where the Vagrantfile keeps {SSH_KEY}, {KNOWN_HOSTS} and {SECRETS} "
+                             "(default: %(default)s)")
+    parser.add_argument("--directory", type=Path, default=topology.INVENTORY_DIR,
+                        help="where to write (default: %(default)s)")
+    args = parser.parse_args(argv)
+    try:
+        hosts_file = write(args.directory, args.vagrant_dir, args.data_disk)
+    except (OSError, ValueError) as e:
+        parser.exit(1, f"lab.vagrant_inventory: {e}\n")
+    print(f"inventory written to {hosts_file}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

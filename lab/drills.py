@@ -176,6 +176,13 @@ class Nemesis:
                  "}\n")
         await self._do(servers, f"printf %s {shlex.quote(rules)} | nft -f -")
 
+    async def pause(self, servers: list[Server]) -> None:
+        """SIGSTOP the servers: alive, connections open, silent (a stalled host)."""
+        await self._do(servers, f"systemctl kill --signal=SIGSTOP {UNIT}")
+
+    async def resume(self, servers: list[Server]) -> None:
+        await self._do(servers, f"systemctl kill --signal=SIGCONT {UNIT}")
+
     async def heal(self, servers: list[Server]) -> None:
         await self._do(servers, f"nft delete table inet {NFT_TABLE} 2>/dev/null || true")
 
@@ -291,6 +298,9 @@ class Drills:
     async def _connect(self, exclude: list[Server] = ()):
         nc = await nats.connect(servers=self.target.urls(exclude), user=self.target.app_user,
                                 password=self.target.app_password, connect_timeout=2,
+                                # a silent server is left after about 2 s (as a client
+                                # that must ride out a stalled host would be set up)
+                                ping_interval=1, max_outstanding_pings=2,
                                 reconnect_time_wait=0.2, max_reconnect_attempts=-1,
                                 allow_reconnect=True, error_cb=_quiet, disconnected_cb=_quiet_cb,
                                 reconnected_cb=_quiet_cb, closed_cb=_quiet_cb)
@@ -403,10 +413,24 @@ class Drills:
                                   fault=nemesis.partition, repair=nemesis.heal,
                                   client_excludes=servers)
 
-    async def _begin(self, js, name: str, servers: list[Server]):
+    async def pause_leader(self, nemesis: Nemesis) -> DrillResult:
+        """Stall the stream's leader (SIGSTOP): a new leader must take over and the client
+        move on; after SIGCONT the old leader must catch up and lose nothing."""
+        return await self._outage("pause-leader", None, nemesis, fault=nemesis.pause,
+                                  repair=nemesis.resume)
+
+    async def _leader(self, js, stream: str) -> list[Server]:
+        info = await js.stream_info(stream)
+        leader = info.cluster.leader if info.cluster else None
+        found = [s for s in self.target.servers if s.name == leader]
+        if not found:
+            raise DrillError(f"stream {stream} has no known leader ({leader!r})")
+        return found
+
+    async def _begin(self, js, name: str, servers: list[Server] | None):
         """Log the drill, make its stream and start the workload; returns (stream, subject,
         workload) once 50 publishes are acknowledged."""
-        self.log(f"drill {name}: {', '.join(s.name for s in servers)}")
+        self.log(f"drill {name}: {', '.join(s.name for s in servers or []) or 'the stream leader'}")
         stream = name.upper().replace("-", "_")
         subject = await self._stream(js, stream)
         work = Workload(js, subject, f"{self.run_id}-{name}")
@@ -414,12 +438,15 @@ class Drills:
         await work.wait_acks(0, 50, "50 acknowledged publishes before the fault")
         return stream, subject, work
 
-    async def _outage(self, name: str, servers: list[Server], nemesis: Nemesis, *, fault,
+    async def _outage(self, name: str, servers: list[Server] | None, nemesis: Nemesis, *, fault,
                       repair, client_excludes: list[Server] = ()) -> DrillResult:
         started, result = time.monotonic(), DrillResult(name)
         nc, js = await self._connect(client_excludes)
         try:
             stream, subject, work = await self._begin(js, name, servers)
+            if servers is None:
+                servers = await self._leader(js, stream)
+                self.log(f"drill {name}: the stream leader is {servers[0].name}")
             fault_ns = time.time_ns()
             repaired = False
             probes: list[str] = []
@@ -480,13 +507,14 @@ class Drills:
             await nc.close()
 
     async def all(self) -> list[DrillResult]:
-        """Each zone killed in turn, two zones lost, one zone partitioned."""
+        """Each zone killed in turn, two zones lost, one zone partitioned, a leader paused."""
         nemesis = Nemesis(self.target)
         try:
             zones = self.target.zones()
             results = [await self.kill_zone(z, nemesis) for z in zones]
             results.append(await self.lose_two_zones(zones[:2], nemesis))
             results.append(await self.partition_zone(zones[0], nemesis))
+            results.append(await self.pause_leader(nemesis))
         finally:
             nemesis.close()
         (self.artifacts / "drills.json").write_text(

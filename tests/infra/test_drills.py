@@ -68,3 +68,11 @@ def test_partitioning_a_zone_keeps_writes_and_healing_loses_nothing(drills, targ
     assert r.meta_answered
     assert r.replicas_current
     assert r.lost == [], f"acknowledged but missing: {r.lost[:10]} (ledger {r.ledger})"
+
+
+def test_pausing_the_stream_leader_moves_the_leadership_and_loses_nothing(drills, target, results):
+    r = _run(drills, target, results, "pause_leader")
+    assert r.acknowledged > 150
+    assert r.meta_answered
+    assert r.replicas_current
+    assert r.lost == [], f"acknowledged but missing: {r.lost[:10]} (ledger {r.ledger})"

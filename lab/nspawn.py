@@ -248,8 +248,10 @@ class NspawnLab:
     # ---- faults -------------------------------------------------------------------------
 
     def kill(self, name: str) -> None:
-        """Power-cut ``name``: SIGKILL to its PID 1 (every process of the host dies at once;
-        nothing unsynced reaches the disk file... what the kernel has is kept)."""
+        """Power-cut ``name``: SIGKILL to its PID 1, so every process of the host dies at once
+        with no shutdown. (The data disk is a file on the machine: writes already in the
+        machine's page cache survive, unlike on real hardware; jetraft's fsync before each
+        acknowledgement is what the drills rely on either way.)"""
         host_state = self._host_state(name)
         pid1 = _pid1(host_state.get("nspawn_pid"))
         if pid1 is None:

@@ -116,11 +116,11 @@ def run(*, keep: bool = False, drills: bool = True, console: Console | None = No
         step("site.yml (second, changed=0)", lambda: site(True))
         step("testinfra", lambda: _tail(_stream([str(BIN / "python"), "-m", "pytest", "-p",
                                                   "no:cacheprovider", "tests/infra", "-m",
-                                                  "not drill", "-q"], env)))
+                                                  "not drill", "-v"], env)))
         if drills:
             step("drills", lambda: _tail(_stream([str(BIN / "python"), "-m", "pytest", "-p",
                                                    "no:cacheprovider", "tests/infra", "-m",
-                                                   "drill", "-q"], env)))
+                                                   "drill", "-v"], env)))
         step("collect logs", lambda: _stream(playbook + ["playbooks/collect_logs.yml"], env)
              and str((run_dir / "logs").relative_to(topology.ROOT)))
     except (StepFailed, Exception) as exc:        # the summary names the failing step
@@ -141,7 +141,7 @@ def run(*, keep: bool = False, drills: bool = True, console: Console | None = No
 
 def _tail(output: str) -> str:
     lines = [line for line in output.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else ""
+    return lines[-1].strip("= ") if lines else ""
 
 
 def _print(console: Console, summary: Summary, run_dir: Path) -> None:

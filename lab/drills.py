@@ -207,12 +207,17 @@ class Attempt:
 
 @dataclass
 class DrillResult:
-    """What a drill measured; ``lost`` lists acknowledged message ids missing from the stream."""
+    """What a drill measured. ``lost``: acknowledged message ids missing from the stream;
+    ``duplicates``: ids stored more than once; ``unexpected``: stored ids never attempted;
+    ``misplaced``: acknowledged ids stored at another stream sequence than acknowledged."""
 
     name: str
     attempted: int = 0
     acknowledged: int = 0
     lost: list[str] = field(default_factory=list)
+    duplicates: list[str] = field(default_factory=list)
+    unexpected: list[str] = field(default_factory=list)
+    misplaced: list[str] = field(default_factory=list)
     seconds_without_writes: float = 0.0
     acked_during_outage: int = 0
     meta_answered: bool | None = None
@@ -222,7 +227,8 @@ class DrillResult:
 
     def summary(self) -> dict:
         d = asdict(self)
-        d["lost"] = len(self.lost)
+        for key in ("lost", "duplicates", "unexpected", "misplaced"):
+            d[key] = len(getattr(self, key))
         return d
 
 
@@ -346,9 +352,10 @@ class Drills:
         return len(replicas) == len(self.target.servers) - 1 and all(
             r.get("current") for r in replicas)
 
-    async def _read_back(self, js, stream: str, subject: str) -> set[str]:
+    async def _read_back(self, js, stream: str, subject: str) -> list[tuple[int, str]]:
+        """Drain ``stream``: (stream sequence, Nats-Msg-Id) of every message, in order."""
         sub = await js.pull_subscribe(subject, stream=stream)
-        seen: set[str] = set()
+        drained: list[tuple[int, str]] = []
         try:
             while True:
                 try:
@@ -356,11 +363,12 @@ class Drills:
                 except nats.errors.TimeoutError:
                     break
                 for m in msgs:
-                    seen.add(m.headers.get("Nats-Msg-Id") if m.headers else m.data.decode())
+                    msg_id = m.headers.get("Nats-Msg-Id") if m.headers else m.data.decode()
+                    drained.append((m.metadata.sequence.stream, msg_id))
                     await m.ack()
         finally:
             await sub.unsubscribe()
-        return seen
+        return drained
 
     async def _meta_answers(self, js, stream: str, probes: list[str]) -> bool:
         """Stream info of ``stream``, and a new (R1) stream created. Each attempt uses a new
@@ -382,17 +390,33 @@ class Drills:
         for name in names:
             await until(lambda: _deleted(js, name), f"stream {name} deleted", timeout_s=30)
 
-    def _finish(self, result: DrillResult, work: Workload, seen: set[str],
+    def _finish(self, result: DrillResult, work: Workload, drained: list[tuple[int, str]],
                 started: float) -> DrillResult:
+        """Write the ledger (every attempt, ``present`` in the drained stream or not) and the
+        drained stream (``<drill>.stream.jsonl``), and compare them: acknowledged but
+        missing (lost), stored twice (duplicates), stored but never attempted (unexpected),
+        stored at another sequence than its acknowledgement said (misplaced)."""
+        stored: dict[str, list[int]] = {}
+        for seq, msg_id in drained:
+            stored.setdefault(msg_id, []).append(seq)
         ledger = self.artifacts / f"{result.name}.ledger.jsonl"
         with ledger.open("w") as f:
             for a in work.attempts:
                 f.write(json.dumps({"drill": result.name, **asdict(a),
-                                    "present": a.msg_id in seen}) + "\n")
+                                    "present": a.msg_id in stored}) + "\n")
+        with (self.artifacts / f"{result.name}.stream.jsonl").open("w") as f:
+            for seq, msg_id in drained:
+                f.write(json.dumps({"drill": result.name, "stream_seq": seq,
+                                    "msg_id": msg_id}) + "\n")
+        attempted = {a.msg_id for a in work.attempts}
         result.ledger = str(ledger)
         result.attempted = len(work.attempts)
         result.acknowledged = len(work.acked())
-        result.lost = [a.msg_id for a in work.acked() if a.msg_id not in seen]
+        result.lost = [a.msg_id for a in work.acked() if a.msg_id not in stored]
+        result.duplicates = [m for m, seqs in stored.items() if len(seqs) > 1]
+        result.unexpected = [m for m in stored if m not in attempted]
+        result.misplaced = [a.msg_id for a in work.acked()
+                            if a.msg_id in stored and stored[a.msg_id] != [a.stream_seq]]
         result.duration_s = round(time.monotonic() - started, 1)
         (self.artifacts / f"{result.name}.json").write_text(json.dumps(result.summary(), indent=2))
         self.log(f"drill {result.name}: {result.attempted} attempted, {result.acknowledged} "
@@ -468,8 +492,8 @@ class Drills:
             await work.wait_acks(time.time_ns(), 20, "writes after healing")
             await work.stop()
             await self._delete(js, probes)
-            seen = await self._read_back(js, stream, subject)
-            return self._finish(result, work, seen, started)
+            drained = await self._read_back(js, stream, subject)
+            return self._finish(result, work, drained, started)
         finally:
             await nc.close()
 
@@ -501,8 +525,8 @@ class Drills:
             await until(lambda: self._all_current(js, stream), "every replica current again")
             result.replicas_current = True
             await work.stop()
-            seen = await self._read_back(js, stream, subject)
-            return self._finish(result, work, seen, started)
+            drained = await self._read_back(js, stream, subject)
+            return self._finish(result, work, drained, started)
         finally:
             await nc.close()
 

@@ -46,7 +46,13 @@ def _run(drills, target, results, method, *args):
 
 
 def assert_ledger(r) -> None:
-    """The ledger on disk holds every attempt; every acknowledged one is marked present."""
+    """The ledger on disk holds every attempt; every acknowledged one is marked present; the
+    drained stream holds each message once, at the sequence its acknowledgement gave, and
+    nothing that was never published."""
+    assert (r.duplicates, r.unexpected, r.misplaced) == ([], [], []), (
+        r.duplicates[:10], r.unexpected[:10], r.misplaced[:10])
+    drained = [json.loads(line) for line in open(r.ledger.replace(".ledger.", ".stream."))]
+    assert len({d["msg_id"] for d in drained}) == len(drained)
     rows = [json.loads(line) for line in open(r.ledger)]
     assert len(rows) == r.attempted
     acked = [row for row in rows if row["acked_ns"] is not None]

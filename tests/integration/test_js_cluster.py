@@ -138,6 +138,17 @@ def members(si) -> list[str]:
     return [si.cluster.leader, *(r.name for r in si.cluster.replicas)]
 
 
+async def leader_moved(nc: nats.NATS, stream: str, before: str) -> bool:
+    """Whether ``stream`` has a leader other than ``before``. Asked with a 1 s timeout: a
+    request in flight while the leadership moves can go unanswered (it is dropped, and
+    clients ask again), and one such request must not use up a whole wait."""
+    try:
+        leader = (await nc.jetstream(timeout=1).stream_info(stream)).cluster.leader
+    except Exception:  # noqa: BLE001 - no leader at this instant
+        return False
+    return leader is not None and leader != before
+
+
 async def publish_acked(js, subject: str, values: range, acked: list[int], timeout: float = 30) -> None:
     """Publish each value (with a Nats-Msg-Id) until it is acknowledged; record it."""
     for v in values:
@@ -225,14 +236,7 @@ def test_step_down_moves_the_leader(cluster):
         reply = await nc.request("$JS.API.STREAM.LEADER.STEPDOWN.ORDERS", b"", timeout=5)
         assert json.loads(reply.data) == {
             "type": "io.nats.jetstream.api.v1.stream_leader_stepdown_response", "success": True}
-
-        async def moved():
-            try:
-                leader = (await js.stream_info("ORDERS")).cluster.leader
-            except Exception:  # noqa: BLE001
-                return False
-            return leader is not None and leader != before
-        await until(moved, 10, "a new stream leader")
+        await until(lambda: leader_moved(nc, "ORDERS", before), 10, "a new stream leader")
         ack = await js.publish("orders.new", b"51", headers={"Nats-Msg-Id": "m-51"})
         assert ack.seq == 51
         sysc = await connect(cluster, user="admin", password=SYS_PASSWORD)
@@ -413,21 +417,17 @@ def test_lame_duck_hands_the_leadership_over_before_stopping(cluster):
         leader = (await js.stream_info("ORDERS")).cluster.leader
         proc = cluster.servers[leader].proc
         os.kill(proc.pid, signal.SIGUSR2)
-
-        async def moved():
-            try:
-                now = (await js.stream_info("ORDERS")).cluster.leader
-            except Exception:  # noqa: BLE001
-                return False
-            return now is not None and now != leader
-        await until(moved, 5, "a new leader while the old one is in lame duck mode")
-        assert proc.poll() is None or proc.returncode == 0      # handed over, not dead
-        await asyncio.get_running_loop().run_in_executor(None, proc.wait, 15)
-        events = cluster.events(leader)
-        handed = [e for e in events if e["event"] == "jetstream_stepdown_requested"
-                  and e.get("cause") == "lame_duck"]
-        assert handed, "no leadership hand-over in the event log"
-        cluster.restart(leader)
+        try:
+            await until(lambda: leader_moved(nc, "ORDERS", leader), 10,
+                        "a new leader while the old one is in lame duck mode")
+            assert proc.poll() is None or proc.returncode == 0      # handed over, not dead
+            await asyncio.get_running_loop().run_in_executor(None, proc.wait, 40)
+            events = cluster.events(leader)
+            handed = [e for e in events if e["event"] == "jetstream_stepdown_requested"
+                      and e.get("cause") == "lame_duck"]
+            assert handed, "no leadership hand-over in the event log"
+        finally:        # the later tests need all five servers, whatever happened here
+            cluster.restart(leader)
         cluster.wait_formed(timeout=30)
         await until(lambda: all_current(js, "ORDERS", 3), 30, "replicas current after the restart")
         await nc.close()

@@ -53,12 +53,17 @@ class EventSpec:
     fields: dict[str, str]
 
 
+_LEADER_INDEX = ("the new leader's last log index (int) when it won the election, before it appends "
+                 "its term's empty entry at index + 1 (Raft §5.4.1, §8)")
+
 #: Every event jetraft emits. The Spark jobs (jetraft.validation) read this schema.
 EVENTS: dict[str, EventSpec] = {
     "server_starting": EventSpec(
         "info", "The server process started and is about to bind its listeners.",
         {"server_id": "str", "version": "jetraft version", "nats_version": "advertised NATS version",
-         "config": "config file path or null", "pid": "int"},
+         "config": "config file path or null", "pid": "int",
+         "cluster": "the cluster name (cluster { name }), or null without a cluster block",
+         "tags": "the configured server_tags (list of str, [] when none)"},
     ),
     "listening": EventSpec(
         "info", "A listener is accepting connections.",
@@ -129,12 +134,17 @@ EVENTS: dict[str, EventSpec] = {
         "debug", "Connecting to a configured or discovered route failed; it is retried with backoff.",
         {"url": "route URL (no password)", "error": "str", "retry_in_s": "float"},
     ),
-    # RAFT (jetraft.raft.node on_event hook; one line per transition, per group)
+    # RAFT (jetraft.raft.node on_event hook; one line per transition, per group). Every raft_*
+    # event but raft_batch_dropped and raft_log_recovered also carries ``index`` (this server's
+    # last log index when no other meaning is given), ``peers`` (the group's latest
+    # configuration), ``leader`` (the leader this server knows, or null) and ``zone`` (this
+    # server's unique_tag value, or null); jetraft.net.raft_host adds those it lacks.
     **{
         f"raft_became_{role}": EventSpec(
             "info", f"This server became {role.replace('_', '-')} of a RAFT group.",
             {"group": "RAFT group name", "term": "int", "leader": "leader's id or null",
-             "index": "last log index (int)", "peers": "list of peer ids", "zone": "unique_tag value or null"},
+             "index": _LEADER_INDEX if role == "leader" else "this server's last log index (int)",
+             "peers": "list of peer ids", "zone": "unique_tag value or null"},
         )
         for role in ("follower", "pre_candidate", "candidate", "leader")
     },
@@ -145,6 +155,54 @@ EVENTS: dict[str, EventSpec] = {
     "raft_commit_advanced": EventSpec(
         "debug", "The group's commit index advanced on this server.",
         {"group": "str", "term": "int", "commit": "int (log index)"},
+    ),
+    "raft_applied": EventSpec(
+        "info", "This server applied newly committed entries of a group to its state machine: one line "
+        "per apply batch, entries in index order, each listed once per process lifetime (after a "
+        "restart, entries past the last snapshot are applied, and listed, again; entries restored "
+        "from a snapshot are not listed: see raft_snapshot_installed). For Raft log matching and "
+        "state machine safety (§5.3, §5.4.3): a (group, index) applied on several servers has one "
+        "term and one hash.",
+        {"group": "str", "term": "this server's current term (int)",
+         "first_index": "log index of the first entry applied (int)",
+         "last_index": "log index of the last entry applied (int); the batch is every index "
+                       "first_index..last_index",
+         "terms": "list of int: the term of each applied entry, in index order",
+         "hashes": "list of int: per applied entry, in index order, zlib.crc32(bytes([type]) + data) "
+                   "(unsigned 32-bit), type being the entry type's number (1 normal, 2 configuration "
+                   "change) and data the entry's bytes as replicated (b'' for a leader's empty entry)",
+         "index": "this server's last log index (int)", "peers": "list of peer ids",
+         "leader": "str or null", "zone": "str or null"},
+    ),
+    "raft_replica_current": EventSpec(
+        "info", "On a group's leader: a peer became current (online and at most CURRENT_LAG = 32 "
+        "entries behind the leader's last index, as in stream info cluster.replicas). Emitted on a "
+        "change, and for every peer in a new leader's first evaluation (its first tick as leader, "
+        "every tick_s = 0.05 s) or a peer's first after it joined, so the latest raft_replica_* line "
+        "of a (group, peer) in a term is its state.",
+        {"group": "str", "term": "the leader's term (int)", "peer": "str",
+         "lag": "entries behind the leader's last index (int)", "offline": "bool (false here)",
+         "behind_ns": "ns the peer had been lagging under this leader before it became current "
+                      "(int), or null when it was current when first evaluated",
+         "index": "the leader's last log index (int)", "peers": "list of peer ids",
+         "leader": "str", "zone": "str or null"},
+    ),
+    "raft_replica_lagging": EventSpec(
+        "info", "On a group's leader: a peer is not current (more than CURRENT_LAG = 32 entries behind "
+        "the leader's last index, or offline: not heard within an election timeout or reported down "
+        "by the transport). Emitted on a change and in a leader's first evaluation, as "
+        "raft_replica_current.",
+        {"group": "str", "term": "the leader's term (int)", "peer": "str",
+         "lag": "entries behind the leader's last index (int)", "offline": "bool",
+         "index": "the leader's last log index (int)", "peers": "list of peer ids",
+         "leader": "str", "zone": "str or null"},
+    ),
+    "raft_group_closed": EventSpec(
+        "info", "This server stopped hosting a group (its stream or consumer deleted or moved away); "
+        "not emitted when the whole server stops.",
+        {"group": "str", "deleted": "bool: the group's log files were removed too",
+         "index": "this server's last log index (int)", "peers": "list of peer ids",
+         "leader": "str or null", "zone": "str or null"},
     ),
     "raft_snapshot_taken": EventSpec(
         "info", "This server took a snapshot and may compact its log.",

@@ -145,7 +145,9 @@ class Server:
         """
         cfg = self.config
         self.events.emit("server_starting", server_id=self.server_id, version=__version__,
-                         nats_version=NATS_COMPAT_VERSION, config=cfg.source, pid=os.getpid())
+                         nats_version=NATS_COMPAT_VERSION, config=cfg.source, pid=os.getpid(),
+                         cluster=cfg.cluster.name if cfg.cluster is not None else None,
+                         tags=list(cfg.server_tags))
         for warning in cfg.warnings:
             self.events.emit("config_warning", message=warning)
         bind_error: OSError | None = None

@@ -7,17 +7,19 @@ a deadline; nothing sleeps to synchronise.
 
 from __future__ import annotations
 
+import calendar
 import io
 import os
 import json
 import time
+import zlib
 from collections import Counter
 
 import pytest
 import trio
 
 from jetraft.events import EventLog
-from jetraft.net.raft_host import RaftHost
+from jetraft.net.raft_host import RaftGroup, RaftHost
 from jetraft.protocol.raft_wire import decode_batch
 from jetraft.raft.storage import GroupCommit, StorageError
 from jetraft.raft.types import Entry, EntryType, MessageType, NotLeaderError
@@ -507,6 +509,10 @@ async def test_a_peer_is_added_then_another_removed(nursery, tmp_path):
     await until(lambda: all(cl.items(h, "g")[-1:] == [b"after"] for h in rest), 3.0,
                 "the new configuration commits")
     assert {r["name"] for r in lead.replicas(time.time_ns())} == {"c", "d"}
+    # the leader reported d's state once d joined, and forgets b's once b left
+    await until(lambda: latest_replica_state(cl, "a", "g").get("d", {}).get("event") == "raft_replica_current",
+                2.0, "a reports d current")
+    await until(lambda: lead._replica_state.keys() == {"c", "d"}, 1.0, "a drops b's replica state")
 
 
 class KeepLogSM(ListSM):
@@ -535,3 +541,153 @@ async def test_a_state_machine_may_decline_snapshots(nursery, tmp_path):
     assert 1 <= sm.asked <= 4, "asked again only after another snapshot_entries entries"
     assert grp.log.first_index() == 1 and grp.log.snapshot().index == 0
     assert not any(e["event"] == "raft_snapshot_taken" for e in cl.events("a"))
+
+
+# -- the events a validation job reads -------------------------------------------------------
+
+
+def applied_entries(cl: Cluster, host: str) -> dict[str, list[tuple[int, int, int]]]:
+    """Per group, the (index, term, hash) of every entry ``host``'s raft_applied events list,
+    in the order listed; checks each event's shape on the way."""
+    out: dict[str, list[tuple[int, int, int]]] = {}
+    for e in cl.events(host):
+        if e["event"] != "raft_applied":
+            continue
+        assert e["level"] == "info" and e["zone"] == f"az:{host}"
+        first, last = e["first_index"], e["last_index"]
+        assert 1 <= first <= last and last - first + 1 == len(e["terms"]) == len(e["hashes"]), e
+        assert all(t <= e["term"] for t in e["terms"]) and e["terms"] == sorted(e["terms"]), e
+        out.setdefault(e["group"], []).extend(zip(range(first, last + 1), e["terms"], e["hashes"]))
+    return out
+
+
+def entry_hash(e: Entry) -> int:
+    """raft_applied's hash, as documented in jetraft.events.EVENTS."""
+    return zlib.crc32(bytes([e.type]) + e.data)
+
+
+async def test_raft_applied_lists_every_entry_once_with_the_same_term_and_hash_everywhere(cluster):
+    cl = cluster
+    leaders = await elect_all(cl)
+    await propose_all(cl, "p", 10)
+    for g in GROUPS:
+        cl.hosts[leaders[g]].groups[g].step_down()        # a second term in every group
+    await until(lambda: all(cl.agreed_leader(g) not in (None, leaders[g]) for g in GROUPS), 5.0,
+                "every group led by another server")
+    await propose_all(cl, "q", 5)
+    listed = {h: applied_entries(cl, h) for h in HOSTS}
+    for g in GROUPS:
+        lead = cl.hosts[cl.agreed_leader(g)].groups[g]
+        log = lead.log.entries(1, lead.node.last_index + 1)
+        want = [(e.index, e.term, entry_hash(e)) for e in log]
+        assert len({t for _, t, _ in want}) >= 2, "entries of two terms"
+        assert {zlib.crc32(b"\x01" + f"{tag}-{g}-{k}".encode()) for tag, n in (("p", 10), ("q", 5))
+                for k in range(n)} <= {x for _, _, x in want}
+        for h in HOSTS:                                   # each once, in order, as the leader has them
+            assert listed[h][g] == want[:cl.hosts[h].groups[g].applied_index], (h, g)
+            assert cl.hosts[h].groups[g].applied_index == len(want)
+        # raft_became_leader's index: the new leader's last index, its empty entry right after
+        became = [e for e in cl.events(lead.host.server_name)
+                  if e["event"] == "raft_became_leader" and e["group"] == g][-1]
+        assert became["term"] == lead.term
+        assert want[became["index"]][1:] == (lead.term, zlib.crc32(b"\x01"))
+        assert want[became["index"] - 1][1] < lead.term
+
+
+async def test_raft_applied_is_not_built_when_info_is_off(nursery, tmp_path, monkeypatch):
+    def never(*args):
+        raise AssertionError("built an event nobody writes")
+
+    monkeypatch.setattr(RaftGroup, "_applied_event_log", never)
+    monkeypatch.setattr(RaftGroup, "_track_replicas", never)
+    out = io.StringIO()
+    host = RaftHost("a", str(tmp_path / "a"), Net().sender("a"), tick_s=0.01,
+                    events=EventLog("a", stream=out, threshold="warn"))
+    grp = host.open_group("solo", ("a",), ListSM())
+    await nursery.start(host.run)
+    grp.campaign()
+    await grp.wait_applied(1)
+    await grp.wait_applied(grp.propose(b"x"))
+    host.close_group("solo")
+    assert out.getvalue() == ""
+
+
+def replica_events(cl: Cluster, host: str, group: str) -> list[dict]:
+    return [e for e in cl.events(host)
+            if e["event"] in ("raft_replica_current", "raft_replica_lagging") and e["group"] == group]
+
+
+def latest_replica_state(cl: Cluster, host: str, group: str) -> dict[str, dict]:
+    """What a reader of ``host``'s log knows: the last raft_replica_* event per peer."""
+    return {e["peer"]: e for e in replica_events(cl, host, group)}
+
+
+async def test_the_leader_reports_each_replica_lagging_then_current(nursery, tmp_path):
+    cl = Cluster(nursery, tmp_path)
+    for name in HOSTS:
+        await cl.start(name, groups=("g",))
+    cl.hosts["a"].groups["g"].campaign()
+    await until(lambda: cl.agreed_leader("g") == "a", 3.0, "a leads g")
+    lead = cl.hosts["a"].groups["g"]
+    await until(lambda: latest_replica_state(cl, "a", "g").keys() == {"b", "c"}, 2.0,
+                "a's first evaluation as leader lists both peers")
+    first = replica_events(cl, "a", "g")
+    assert [(e["event"], e["term"], e["behind_ns"], e["offline"], e["leader"], e["zone"])
+            for e in first] == [("raft_replica_current", lead.term, None, False, "a", "az:a")] * 2
+    assert all(e["lag"] <= 1 and e["index"] == lead.node.last_index for e in first)
+
+    cl.net.cut.add("c")                 # nothing reaches c, nothing comes back from it
+    cl.hosts["a"].peer_down("c")
+    await until(lambda: latest_replica_state(cl, "a", "g")["c"]["event"] == "raft_replica_lagging",
+                2.0, "a reports c lagging")
+    lagging = latest_replica_state(cl, "a", "g")["c"]
+    assert lagging["offline"] is True and "behind_ns" not in lagging
+    for k in range(4):                  # committed with b alone
+        await lead.wait_applied(max(lead.propose(b"%d-%d" % (k, j)) for j in range(10)))
+    assert {r["name"]: r["lag"] for r in lead.replicas(time.time_ns())}["c"] >= 40
+
+    cl.net.cut.discard("c")
+    cl.hosts["a"].peer_up("c")
+    await until(lambda: latest_replica_state(cl, "a", "g")["c"]["event"] == "raft_replica_current",
+                3.0, "a reports c current again")
+    current = latest_replica_state(cl, "a", "g")["c"]
+    assert current["offline"] is False and current["lag"] <= 32 and current["term"] == lead.term
+    behind = rfc3339_to_ns(current["ts"]) - rfc3339_to_ns(lagging["ts"])
+    assert 0 < current["behind_ns"] and abs(current["behind_ns"] - behind) < 50_000_000, (current, behind)
+    assert latest_replica_state(cl, "a", "g")["b"]["event"] == "raft_replica_current"
+    assert cl.items("c", "g") == cl.items("a", "g")
+
+    # a new leader starts over: every peer's state, in its own term (a peer may show lagging
+    # until its first answer: the new leader starts every peer's match index at 0)
+    assert lead.step_down("b") == "b"
+    await until(lambda: cl.agreed_leader("g") == "b", 3.0, "b leads g")
+    term = cl.hosts["b"].groups["g"].term
+    await until(lambda: {p for p, e in latest_replica_state(cl, "b", "g").items()
+                         if e["term"] == term and e["event"] == "raft_replica_current"} == {"a", "c"},
+                2.0, "b reports a and c current in its term")
+    firsts: dict[str, dict] = {}
+    for e in replica_events(cl, "b", "g"):          # b never led g before this term
+        assert e["term"] == term
+        firsts.setdefault(e["peer"], e)
+    for e in firsts.values():                       # the initial state of each peer
+        assert e["event"] == "raft_replica_lagging" or e["behind_ns"] is None, e
+    await until(lambda: not lead._replica_state, 1.0, "a, a follower now, forgets its replica states")
+
+
+async def test_raft_group_closed_on_close_group_not_on_shutdown(cluster):
+    cl = cluster
+    await elect_all(cl)
+    host = cl.hosts["a"]
+    host.close_group(GROUPS[1], delete=True)
+    host.close_group(GROUPS[2])
+    host.close_group("no-such-group")
+    closed = [e for e in cl.events("a") if e["event"] == "raft_group_closed"]
+    assert [(e["group"], e["deleted"], e["zone"], e["level"]) for e in closed] == [
+        (GROUPS[1], True, "az:a", "info"), (GROUPS[2], False, "az:a", "info")]
+    await cl.stop("b")
+    assert not any(e["event"] == "raft_group_closed" for e in cl.events("b"))
+
+
+def rfc3339_to_ns(ts: str) -> int:
+    secs, frac = ts.rstrip("Z").split(".")
+    return calendar.timegm(time.strptime(secs, "%Y-%m-%dT%H:%M:%S")) * 1_000_000_000 + int(frac)

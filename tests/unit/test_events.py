@@ -82,3 +82,19 @@ def test_every_event_documents_level_and_fields():
 ])
 def test_rfc3339_ns(ns, text):
     assert rfc3339_ns(ns) == text
+
+
+@pytest.mark.parametrize("event,fields", [
+    ("raft_applied", {"group", "term", "first_index", "last_index", "terms", "hashes"}),
+    ("raft_replica_current", {"group", "term", "peer", "lag", "offline", "behind_ns"}),
+    ("raft_replica_lagging", {"group", "term", "peer", "lag", "offline"}),
+    ("raft_group_closed", {"group", "deleted"}),
+    ("raft_became_leader", {"group", "term", "leader", "index", "peers", "zone"}),
+    ("server_starting", {"server_id", "cluster", "tags"}),
+])
+def test_the_events_the_validation_job_reads_are_documented(event, fields):
+    spec = EVENTS[event]
+    assert spec.level == "info"
+    assert fields <= spec.fields.keys()
+    if event == "raft_applied":     # the hash's definition, for a checker to recompute
+        assert "zlib.crc32(bytes([type]) + data)" in spec.fields["hashes"]

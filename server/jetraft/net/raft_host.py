@@ -18,7 +18,8 @@ some group ready:
    heartbeats of all groups to a peer cost one call; a pass carrying more than
    :data:`MAX_BATCH_BYTES` of entry and snapshot data to one peer is split);
 4. apply: the installed snapshot (``StateMachine.restore``) and the committed entries
-   (``StateMachine.apply``), in log order, each once;
+   (``StateMachine.apply``), in log order, each once; each batch is logged as
+   ``raft_applied`` (term and hash per entry, for log matching checks: Raft §5.3, §5.4.3);
 5. ``RaftNode.advance``; then snapshots are taken where due, and leader changes reported
    to the state machines (``StateMachine.leader_changed``).
 
@@ -26,7 +27,10 @@ Time: the host ticks every group every ``tick_s`` seconds (default 0.05 s). With
 ``heartbeat_ticks`` 2 and ``election_ticks`` 10 a leader heartbeats every 0.1 s, a follower
 that hears nothing campaigns after a random 0.5–1.0 s, and a leader that cannot reach a
 quorum steps down within 0.5–1.0 s (pre-vote, thesis §9.6; check-quorum, thesis §6.2). A
-tick missed because the loop was busy is skipped, not caught up.
+tick missed because the loop was busy is skipped, not caught up. On each tick, a group's
+leader also compares each peer's state with the last tick's (current: online and at most
+:data:`CURRENT_LAG` entries behind, as :meth:`RaftGroup.replicas`) and logs the changes as
+``raft_replica_current`` / ``raft_replica_lagging``.
 
 The transport is abstract: ``send(server_name, payload) -> bool`` (False: unreachable, the
 messages are dropped and RAFT retries) and :meth:`RaftHost.receive` for what arrives.
@@ -38,6 +42,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+import zlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
@@ -86,6 +91,10 @@ BATCH_DROPPED_EVENT = "raft_batch_dropped"
 
 _CONFIG = EntryType.CONFIG_CHANGE
 
+#: zlib.crc32 of each entry type's number as one byte: an entry's raft_applied hash is
+#: ``zlib.crc32(data, _TYPE_CRC[type])`` = ``zlib.crc32(bytes([type]) + data)``, without the copy.
+_TYPE_CRC = {t: zlib.crc32(bytes((t,))) for t in EntryType}
+
 
 class StateMachine(Protocol):
     """What a group replicates; called by the host only, from its processing pass."""
@@ -132,6 +141,10 @@ class RaftGroup:
         self._opened_ns = time.time_ns()
         self._applied_event: trio.Event | None = None
         self.closed = False
+        # raft_replica_current/_lagging on the leader: the term the states belong to (0: not
+        # tracking) and, per other peer, (current, time.time_ns() it entered that state).
+        self._replica_term = 0
+        self._replica_state: dict[str, tuple[bool, int]] = {}
 
     # -- state ---------------------------------------------------------------------------
 
@@ -236,20 +249,22 @@ class RaftGroup:
         node = self.node
         if node.role is not Role.LEADER:
             return []
-        progress = node.progress()
         last = node.last_index
         me = self.host.server_name
         out = []
         for p in node.peers:
             if p == me:
                 continue
-            pr = progress.get(p)
-            lag = max(0, last - (pr["match"] if pr else 0))
+            lag = self._lag(p, last)
             offline = self._offline(p, now_ns)
             out.append({"name": p, "current": not offline and lag <= CURRENT_LAG,
                         "active_ns": max(0, now_ns - self._heard.get(p, self._opened_ns)),
                         "lag": lag, "offline": offline})
         return out
+
+    def _lag(self, peer: str, last: int) -> int:
+        """On the leader: entries ``peer`` is behind ``last`` (the leader's last index)."""
+        return max(0, last - (self.node.match_index(peer) or 0))
 
     def _offline(self, peer: str, now_ns: int) -> bool:
         return (peer in self.host.down
@@ -295,6 +310,8 @@ class RaftGroup:
             ents = [e for e in ents if e.index > self._applied]
         if ents:
             self.sm.apply(ents)
+            if self.host._wants("raft_applied"):
+                self._applied_event_log(ents)
             peers = self._applied_peers
             for e in ents:
                 if e.type == _CONFIG:
@@ -307,6 +324,57 @@ class RaftGroup:
         ev, self._applied_event = self._applied_event, None
         if ev is not None:
             ev.set()
+
+    def _applied_event_log(self, ents: list[Entry]) -> None:
+        """``raft_applied`` for one apply batch (see jetraft.events.EVENTS)."""
+        crc = zlib.crc32
+        tc = _TYPE_CRC
+        self.host._on_event(self, "raft_applied", {
+            "group": self.name, "term": self.node.term,
+            "first_index": ents[0].index, "last_index": ents[-1].index,
+            "terms": [e.term for e in ents],
+            "hashes": [crc(e.data, tc[e.type]) for e in ents]})
+
+    def _track_replicas(self, now_ns: int) -> None:
+        """On the leader, once per tick: emit ``raft_replica_current``/``raft_replica_lagging``
+        for each other peer whose state changed since the last tick, and for every peer on
+        the first evaluation of a term (a new leadership) or of a peer (it just joined). The
+        states are those of :meth:`replicas`. On a follower: forget the states."""
+        node = self.node
+        if node.role is not Role.LEADER:
+            if self._replica_term:
+                self._replica_term = 0
+                self._replica_state = {}
+            return
+        states = self._replica_state
+        term = node.term
+        if term != self._replica_term:
+            self._replica_term = term
+            states.clear()
+        last = node.last_index
+        me = self.host.server_name
+        others = 0
+        for p in node.peers:
+            if p == me:
+                continue
+            others += 1
+            lag = self._lag(p, last)
+            offline = self._offline(p, now_ns)
+            current = not offline and lag <= CURRENT_LAG
+            old = states.get(p)
+            if old is not None and old[0] == current:
+                continue
+            states[p] = (current, now_ns)
+            fields = {"group": self.name, "term": term, "peer": p, "lag": lag, "offline": offline}
+            if current:
+                fields["behind_ns"] = None if old is None else now_ns - old[1]
+                self.host._on_event(self, "raft_replica_current", fields)
+            else:
+                self.host._on_event(self, "raft_replica_lagging", fields)
+        if len(states) > others:          # a peer left the configuration
+            peers = node.peers
+            for p in [p for p in states if p not in peers]:
+                del states[p]
 
     def _maybe_snapshot(self, every: int) -> None:
         """Snapshot the state machine once ``every`` entries were applied since the last
@@ -402,6 +470,7 @@ class RaftHost:
         self._closed = False
         self._running = False                        # run() started and not ended
         self._in_pass = False
+        self._tracking = False                       # _tick tracks the replica states
 
     # -- groups --------------------------------------------------------------------------
 
@@ -436,10 +505,12 @@ class RaftHost:
 
     def close_group(self, group: str, *, delete: bool = False) -> None:
         """Stop hosting ``group`` (its log closed, durable); ``delete`` also removes its
-        files. Waiters in wait_applied get trio.ClosedResourceError. Unknown: no-op."""
+        files. Emits ``raft_group_closed``. Waiters in wait_applied get
+        trio.ClosedResourceError. Unknown: no-op."""
         g = self.groups.pop(group, None)
         if g is None:
             return
+        self._on_event(g, "raft_group_closed", {"group": group, "deleted": delete})
         self._pending.pop(group, None)
         g._close()
         g.log.close()
@@ -546,9 +617,23 @@ class RaftHost:
             self._wake.set()
 
     def _tick(self) -> None:
-        for g in self.groups.values():
+        groups = self.groups
+        for g in groups.values():
             g.node.tick()
-        self._pending.update(self.groups)
+        self._pending.update(groups)
+        # The leaders' replica states (raft_replica_current/_lagging): tracked only while
+        # the events are written; when they start being written again, each leader starts
+        # over with every peer's state.
+        if self._wants("raft_replica_current"):
+            now = time.time_ns()
+            for g in groups.values():
+                g._track_replicas(now)
+            self._tracking = True
+        elif self._tracking:
+            self._tracking = False
+            for g in groups.values():
+                g._replica_term = 0
+                g._replica_state = {}
 
     def _touch(self, g: RaftGroup) -> None:
         self._pending[g.name] = g
@@ -664,6 +749,11 @@ class RaftHost:
         fields.setdefault("leader", node.leader)
         fields.setdefault("zone", self.zone)
         events.emit(name, **fields)
+
+    def _wants(self, name: str) -> bool:
+        """Whether event ``name`` would be written (skip building its fields otherwise)."""
+        events = self.events
+        return events is not None and events.enabled(EVENTS[name].level)
 
     def _emit(self, name: str, fields: dict) -> None:
         if self.events is not None:

@@ -327,7 +327,7 @@ class RaftNode:
                 self._prs[p] = Progress(last + 1, inflight)
         # etcd: no config change until everything before this term is committed.
         self._pending_conf_index = last
-        self._emit("raft_became_leader", term=self._term, leader=self._id)
+        self._emit("raft_became_leader", term=self._term, leader=self._id, index=last)
         self._append_as_leader([Entry(self._term, last + 1)])
 
     # -- ticks ---------------------------------------------------------------------------
@@ -1053,6 +1053,13 @@ class RaftNode:
                 self._maybe_commit()
         if ready.committed_entries:
             log.applied_to(ready.committed_entries[-1].index)
+
+    def match_index(self, peer: str) -> int | None:
+        """On the leader, the highest log index known replicated on ``peer`` (another member;
+        Raft Figure 2 matchIndex); None on a follower or for a server it does not track.
+        The cheap form of ``progress()[peer]["match"]``."""
+        pr = self._prs.get(peer) if self._role is Role.LEADER else None
+        return None if pr is None else pr.match
 
     def progress(self) -> dict[str, dict]:
         """On the leader, per peer of the configuration: {"match", "next", "state"

@@ -283,7 +283,8 @@ class ProposalDroppedError(RaftError):
 
 #: Event hook: ``on_event(event_name, fields)``. Event names (added to jetraft.events):
 #: ``raft_became_follower``/``raft_became_pre_candidate``/``raft_became_candidate``/
-#: ``raft_became_leader`` {group, term, leader}, ``raft_vote_granted`` {group, term, to},
+#: ``raft_became_leader`` {group, term, leader} (``raft_became_leader`` also ``index``: the new
+#: leader's last log index, before its term's empty entry), ``raft_vote_granted`` {group, term, to},
 #: ``raft_commit_advanced`` {group, term, commit}, ``raft_snapshot_taken`` {group, index, term},
 #: ``raft_snapshot_installed`` {group, index, term}, ``raft_peer_added``/``raft_peer_removed``
 #: {group, term, peer, index}, ``raft_leader_transfer`` {group, term, to}.

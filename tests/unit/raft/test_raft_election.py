@@ -243,4 +243,4 @@ def test_events_reported():
     assert ("b", "raft_vote_granted") in names
     assert ("b", "raft_commit_advanced") in names
     lead = [f for n, e, f in c.events if e == "raft_became_leader"][0]
-    assert lead == {"group": GROUP, "term": 1, "leader": "a"}
+    assert lead == {"group": GROUP, "term": 1, "leader": "a", "index": 0}   # before its empty entry (§8)

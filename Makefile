@@ -14,7 +14,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,lab]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,lab,validation]'
 	touch $(STAMP)
 
 # jetraft's wheel and every dependency, for hosts with no route to a package index

@@ -1,0 +1,13 @@
+"""Post-deploy validation with Spark: RAFT safety and the message ledger, from the
+cluster's own event logs (jetraft.events) and the drills' ledgers (lab/drills.py).
+
+- :mod:`~jetraft.validation.schema` — the explicit schemas of every input;
+- :mod:`~jetraft.validation.load` — a run directory into DataFrames;
+- :mod:`~jetraft.validation.checks` — the checks, each {valid, count, examples};
+- :mod:`~jetraft.validation.report` — report.json, report.md, timeline.png;
+- :mod:`~jetraft.validation.job` — the ``jetraft-validate`` command;
+- :mod:`~jetraft.validation.synthetic` — a generator of synthetic runs (tests, benchmark).
+
+Needs the ``validation`` extra (pyspark, matplotlib) and Java 17; the server itself never
+imports this package.
+"""

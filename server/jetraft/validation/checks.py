@@ -1,0 +1,391 @@
+"""The checks: Spark DataFrame computations over a run's event logs and ledgers.
+
+Each check returns a :class:`CheckResult`, Jepsen-style: ``valid`` (True, False, or
+``"unknown"`` when the run holds nothing to decide on), ``count`` (offending items; 0 when
+valid), ``examples`` (up to ``limit`` offending items, each a dict naming the group, term,
+index, server... involved) and ``details`` (figures for the report).
+
+What is checked, and where the property comes from:
+
+- ``input`` — every line parses as JSON and carries a known schema version
+  (jetraft.events.SCHEMA_VERSION).
+- ``topology`` — the servers seen match the inventory (topology.json): names, zones, one
+  cluster name, no server name written from two hosts; every server joined the meta group.
+- ``election_safety`` — at most one leader per (group, term) (Raft §5.2, Figure 3).
+- ``term_monotonic`` — on each server, a group's term never decreases (Raft §5.1; the
+  term is persisted before it is used).
+- ``log_matching`` — for each (group, index) applied on several servers (or again after a
+  restart), one term and one entry hash: Log Matching and State Machine Safety (Raft §5.3,
+  §5.4.3), from ``raft_applied`` events.
+- ``leader_completeness`` — a leader elected at time t holds (its last log index reaches)
+  every entry that any server had applied, so committed, before t (Raft §5.4.1). "As far as
+  the logs allow": it relies on the hosts' clocks agreeing, to within ``skew_ns``.
+- ``availability`` — for each fault of a drill: seconds until the meta group and the
+  drill's stream had a leader off the faulted servers, and until a write was acknowledged
+  again; a fault of fewer servers than a quorum must leave both with a leader and writes
+  acknowledged before it is repaired.
+- ``replication`` — every replica's last reported state (``raft_replica_current`` /
+  ``raft_replica_lagging``, from the leaders) is current, unless its group was deleted or
+  it was removed; catch-up durations (``behind_ns``).
+- ``ledger`` — every acknowledged publish is in the drained stream exactly once, at the
+  sequence its acknowledgement gave, and the stream holds nothing never attempted
+  (Jepsen's lost / duplicated / unexpected).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from jetraft.events import SCHEMA_VERSION
+from jetraft.validation.load import Inputs
+
+META_GROUP = "_meta_"
+UNKNOWN = "unknown"
+
+
+@dataclass
+class CheckResult:
+    """One check's verdict: ``valid`` is True, False or "unknown"."""
+
+    name: str
+    valid: bool | str
+    count: int = 0
+    examples: list[dict[str, Any]] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+    doc: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"valid": self.valid, "count": self.count, "examples": self.examples,
+                "details": self.details, "doc": self.doc}
+
+
+def _rows(df: DataFrame, limit: int) -> list[dict[str, Any]]:
+    return [r.asDict(recursive=True) for r in df.limit(limit).collect()]
+
+
+def _verdict(name: str, doc: str, bad: DataFrame, limit: int, order: list[str],
+             details: dict | None = None) -> CheckResult:
+    count = bad.count()
+    examples = _rows(bad.orderBy(*order), limit) if count else []
+    return CheckResult(name, count == 0, count, examples, details or {}, doc)
+
+
+# --------------------------------------------------------------------------- input
+
+
+def check_input(inp: Inputs, limit: int) -> CheckResult:
+    """Lines that are not JSON objects, or of a schema version this reader does not know."""
+    doc = f"every event line is a JSON object of schema version {SCHEMA_VERSION}"
+    corrupt = inp.corrupt.select("host", F.lit("not a JSON object").alias("problem"),
+                                 F.substring(F.col("_corrupt_record"), 1, 200).alias("line"))
+    version = (inp.events.where(F.col("v").isNull() | (F.col("v") != SCHEMA_VERSION))
+               .select("host", F.concat(F.lit("schema version "), F.coalesce(F.col("v").cast("string"),
+                                                                            F.lit("missing"))).alias("problem"),
+                       F.col("ts").alias("line")))
+    total = inp.events.count()
+    return _verdict("input", doc, corrupt.unionByName(version), limit, ["host", "line"],
+                    {"events": total})
+
+
+# --------------------------------------------------------------------------- topology
+
+
+def check_topology(inp: Inputs, limit: int) -> CheckResult:
+    doc = ("the servers seen match the inventory (names, zones, one cluster name, each name "
+           "from one host) and every server joined the meta group")
+    ev = inp.events
+    seen = (ev.groupBy("server_name")
+            .agg(F.collect_set("host").alias("hosts"),
+                 F.first("zone", ignorenulls=True).alias("zone"),
+                 F.max(F.when(F.col("event").isin("raft_became_follower", "raft_became_leader")
+                              & (F.col("group") == META_GROUP), 1).otherwise(0)).alias("meta"))
+            .collect())
+    clusters = sorted(r["cluster"] for r in ev.where((F.col("event") == "server_starting")
+                                                     & F.col("cluster").isNotNull())
+                      .select("cluster").distinct().collect())
+    problems: list[dict] = []
+    servers = {r["server_name"]: r for r in seen}
+    for name, r in sorted(servers.items()):
+        if len(r["hosts"]) > 1:
+            problems.append({"problem": "one server name written from several hosts",
+                             "server": name, "hosts": sorted(r["hosts"])})
+        if not r["meta"]:
+            problems.append({"problem": "never joined the meta group", "server": name})
+    if len(clusters) > 1:
+        problems.append({"problem": "several cluster names", "clusters": clusters})
+    details: dict[str, Any] = {"servers": sorted(servers), "clusters": clusters,
+                               "zones": _zone_counts({n: r["zone"] for n, r in servers.items()})}
+    topo = inp.topology.collect() if inp.topology is not None else []
+    if topo:
+        expected = {s["server_name"]: s["zone"] for s in topo[0]["servers"] or []}
+        details["inventory"] = {"cluster": topo[0]["cluster"], "servers": len(expected),
+                                "zones": _zone_counts(expected)}
+        for name in sorted(set(expected) - set(servers)):
+            problems.append({"problem": "in the inventory, never seen", "server": name})
+        for name in sorted(set(servers) - set(expected)):
+            problems.append({"problem": "seen, not in the inventory", "server": name})
+        for name in sorted(set(servers) & set(expected)):
+            zone = servers[name]["zone"]
+            if expected[name] is not None and zone != expected[name]:
+                problems.append({"problem": "another zone than the inventory's", "server": name,
+                                 "inventory": expected[name], "seen": zone})
+        if topo[0]["cluster"] and clusters and clusters != [topo[0]["cluster"]]:
+            problems.append({"problem": "another cluster name than the inventory's",
+                             "inventory": topo[0]["cluster"], "seen": clusters})
+    else:
+        details["inventory"] = None
+    if not servers:
+        problems.append({"problem": "no server seen"})
+    return CheckResult("topology", not problems, len(problems), problems[:limit], details, doc)
+
+
+def _zone_counts(zones: dict[str, str | None]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for z in zones.values():
+        out[str(z)] = out.get(str(z), 0) + 1
+    return dict(sorted(out.items()))
+
+
+# --------------------------------------------------------------------------- RAFT safety
+
+
+def check_election_safety(inp: Inputs, limit: int) -> CheckResult:
+    doc = "at most one leader per (group, term) (Raft §5.2)"
+    leaders = inp.events.where(F.col("event") == "raft_became_leader")
+    bad = (leaders.groupBy("group", "term")
+           .agg(F.sort_array(F.collect_set("server_name")).alias("leaders"),
+                F.min("ts").alias("first_ts"))
+           .where(F.size("leaders") > 1))
+    return _verdict("election_safety", doc, bad, limit, ["group", "term"],
+                    {"elections": leaders.count()})
+
+
+def check_term_monotonic(inp: Inputs, limit: int) -> CheckResult:
+    doc = "on each server, a group's term never decreases (Raft §5.1)"
+    ev = (inp.events.where(F.col("event").startswith("raft_") & F.col("group").isNotNull()
+                           & F.col("term").isNotNull())
+          .select("server_name", "group", "term", "ns", "ts", "event"))
+    w = Window.partitionBy("server_name", "group").orderBy("ns")
+    bad = (ev.withColumn("term_before", F.lag("term").over(w))
+           .withColumn("event_before", F.lag("event").over(w))
+           .where(F.col("term") < F.col("term_before"))
+           .select(F.col("server_name").alias("server"), "group", "term_before", "term", "ts",
+                   "event_before", "event"))
+    return _verdict("term_monotonic", doc, bad, limit, ["server", "group", "ts"])
+
+
+def applied_entries(events: DataFrame) -> DataFrame:
+    """raft_applied events exploded to one row per applied entry: server, group, index,
+    term, hash, ns (when this server applied it)."""
+    applied = events.where(F.col("event") == "raft_applied").select(
+        "server_name", "group", "first_index", "ns",
+        F.arrays_zip("terms", "hashes").alias("entries"))
+    return (applied.select("server_name", "group", "first_index", "ns",
+                           F.posexplode("entries").alias("pos", "entry"))
+            .select(F.col("server_name").alias("server"), "group",
+                    (F.col("first_index") + F.col("pos")).alias("index"),
+                    F.col("entry.terms").alias("term"), F.col("entry.hashes").alias("hash"), "ns"))
+
+
+def check_log_matching(entries: DataFrame, limit: int) -> CheckResult:
+    doc = ("each (group, index) applied anywhere has one term and one entry hash "
+           "(Raft §5.3 Log Matching, §5.4.3 State Machine Safety)")
+    per = (entries.groupBy("group", "index")
+           .agg(F.countDistinct("term").alias("terms"), F.countDistinct("hash").alias("hashes"),
+                F.countDistinct("server").alias("servers"),
+                F.sort_array(F.collect_set(F.struct("server", "term", "hash"))).alias("applied")))
+    per = per.persist()
+    bad = per.where((F.col("terms") > 1) | (F.col("hashes") > 1)).select("group", "index", "applied")
+    counts = per.agg(F.count(F.lit(1)).alias("n"),
+                     F.sum(F.when(F.col("servers") > 1, 1).otherwise(0)).alias("several")).first()
+    result = _verdict("log_matching", doc, bad, limit, ["group", "index"],
+                      {"entries": counts["n"], "applied_on_several_servers": counts["several"] or 0})
+    per.unpersist()
+    return result
+
+
+def check_leader_completeness(inp: Inputs, entries: DataFrame, limit: int,
+                              skew_ns: int = 0) -> CheckResult:
+    doc = ("a leader's log reaches every entry applied (so committed) anywhere before it was "
+           "elected (Raft §5.4.1; needs the hosts' clocks to agree)")
+    committed = (entries.groupBy("group", "index").agg(F.min("ns").alias("ns"))
+                 .select("group", "ns", F.col("index").alias("committed"),
+                         F.lit(None).cast("string").alias("server"),
+                         F.lit(None).cast("long").alias("term"),
+                         F.lit(None).cast("long").alias("last_index"), F.lit(1).alias("order")))
+    leaders = (inp.events.where(F.col("event") == "raft_became_leader")
+               .select("group", (F.col("ns") - F.lit(skew_ns)).alias("ns"),
+                       F.lit(None).cast("long").alias("committed"),
+                       F.col("server_name").alias("server"), "term",
+                       F.col("index").alias("last_index"), F.lit(0).alias("order")))
+    # leaders sort before commits of the same instant: only what was committed strictly
+    # before the election counts
+    w = (Window.partitionBy("group").orderBy("ns", "order")
+         .rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    both = committed.unionByName(leaders).withColumn("committed_before", F.max("committed").over(w))
+    bad = (both.where((F.col("order") == 0) & (F.col("committed_before") > F.col("last_index")))
+           .select("group", "term", F.col("server").alias("leader"), "last_index",
+                   "committed_before", (F.col("ns") + F.lit(skew_ns)).alias("elected_ns")))
+    return _verdict("leader_completeness", doc, bad, limit, ["group", "term"],
+                    {"skew_ns": skew_ns})
+
+
+# --------------------------------------------------------------------------- availability
+
+
+def _quorum(n: int) -> int:
+    return n // 2 + 1
+
+
+def check_availability(inp: Inputs, limit: int) -> CheckResult:
+    doc = ("for each drill's fault: seconds until the meta group and the stream had a leader "
+           "off the faulted servers and a write was acknowledged; with fewer servers lost than "
+           "a quorum, both must happen before the repair")
+    if inp.drills is None:
+        return CheckResult("availability", UNKNOWN, 0, [], {"drills": 0}, doc)
+    drills = [d.asDict(recursive=True) for d in inp.drills.where(F.col("fault_ns").isNotNull()).collect()]
+    if not drills:
+        return CheckResult("availability", UNKNOWN, 0, [], {"drills": 0}, doc)
+    servers = inp.events.select("server_name").distinct().count()
+    groups = sorted({META_GROUP} | {d["group"] for d in drills if d["group"]})
+    elections = (inp.events.where((F.col("event") == "raft_became_leader") & F.col("group").isin(groups))
+                 .select("group", "server_name", "term", "ns").orderBy("ns").collect())
+    acks = {}
+    if inp.ledger is not None:
+        # the first acknowledgement of a publish sent at or after the fault, per drill
+        starts = inp.drills.select(F.col("name").alias("drill"), "fault_ns")
+        acks = {r["drill"]: r["first_ack"] for r in
+                inp.ledger.join(starts, "drill")
+                .where(F.col("acked_ns").isNotNull() & (F.col("sent_ns") >= F.col("fault_ns")))
+                .groupBy("drill").agg(F.min("acked_ns").alias("first_ack")).collect()}
+    rows, bad = [], []
+    for d in sorted(drills, key=lambda d: d["fault_ns"]):
+        faulted = set(d["servers"] or [])
+        keeps_quorum = len(faulted) < _quorum(servers)
+        repair = d["repair_ns"] or d["healed_ns"] or 2**62
+        row = {"drill": d["name"], "servers": sorted(faulted), "keeps_quorum": keeps_quorum,
+               "groups": {}}
+        for group in [META_GROUP] + ([d["group"]] if d["group"] else []):
+            mine = [e for e in elections if e["group"] == group]
+            before = [e for e in mine if e["ns"] <= d["fault_ns"]]
+            leader = before[-1]["server_name"] if before else None
+            if leader is not None and leader not in faulted:
+                new, new_ns = leader, d["fault_ns"]
+            else:
+                after = [e for e in mine if e["ns"] > d["fault_ns"] and e["server_name"] not in faulted]
+                new, new_ns = (after[0]["server_name"], after[0]["ns"]) if after else (None, None)
+            row["groups"][group] = {
+                "leader_at_fault": leader, "leader_after": new,
+                "seconds_to_leader": None if new_ns is None else round((new_ns - d["fault_ns"]) / 1e9, 3),
+                "leader_before_repair": new_ns is not None and new_ns < repair}
+        first_ack = acks.get(d["name"])
+        row["seconds_to_write"] = None if first_ack is None else round((first_ack - d["fault_ns"]) / 1e9, 3)
+        row["write_before_repair"] = first_ack is not None and first_ack < repair
+        row["leaderless_groups"] = sorted(g for g, v in row["groups"].items() if not v["leader_before_repair"])
+        rows.append(row)
+        if keeps_quorum and (row["leaderless_groups"] or not row["write_before_repair"]):
+            bad.append({"drill": d["name"], "servers": sorted(faulted),
+                        "leaderless_groups": row["leaderless_groups"],
+                        "write_before_repair": row["write_before_repair"]})
+    return CheckResult("availability", not bad, len(bad), bad[:limit],
+                       {"servers": servers, "quorum": _quorum(servers), "faults": rows}, doc)
+
+
+# --------------------------------------------------------------------------- replication
+
+
+def check_replication(inp: Inputs, limit: int) -> CheckResult:
+    doc = ("every replica's last state reported by its leader is current (unless its group was "
+           "deleted or the peer removed); catch-up durations")
+    ev = inp.events
+    states = ev.where(F.col("event").isin("raft_replica_current", "raft_replica_lagging"))
+    if states.limit(1).count() == 0:
+        return CheckResult("replication", UNKNOWN, 0, [], {"reports": 0}, doc)
+    w = Window.partitionBy("group", "peer").orderBy(F.col("ns").desc())
+    last = (states.withColumn("rank", F.row_number().over(w)).where(F.col("rank") == 1)
+            .select("group", "peer", "event", "lag", "offline", "ns", "ts",
+                    F.col("server_name").alias("leader"), "term"))
+    deleted = (ev.where((F.col("event") == "raft_group_closed") & F.col("deleted"))
+               .select("group").distinct())
+    removed = (ev.where(F.col("event") == "raft_peer_removed")
+               .groupBy("group", "peer").agg(F.max("ns").alias("removed_ns")))
+    bad = (last.where(F.col("event") == "raft_replica_lagging")
+           .join(deleted, "group", "left_anti")
+           .join(removed, ["group", "peer"], "left")
+           .where(F.col("removed_ns").isNull() | (F.col("removed_ns") < F.col("ns")))
+           .select("group", "peer", "leader", "term", "lag", "offline", F.col("ts").alias("since")))
+    catchups = [r["behind_ns"] for r in ev.where((F.col("event") == "raft_replica_current")
+                                                 & F.col("behind_ns").isNotNull())
+                .select("behind_ns").collect()]
+    details = {"replicas": last.count(), "catch_ups": len(catchups)}
+    if catchups:
+        secs = sorted(c / 1e9 for c in catchups)
+        details.update(catch_up_median_s=round(statistics.median(secs), 3),
+                       catch_up_max_s=round(secs[-1], 3))
+    return _verdict("replication", doc, bad, limit, ["group", "peer"], details)
+
+
+# --------------------------------------------------------------------------- ledger
+
+
+def check_ledger(inp: Inputs, limit: int) -> CheckResult:
+    doc = ("every acknowledged publish is in the drained stream exactly once, at its "
+           "acknowledged sequence; nothing in the stream was never attempted")
+    if inp.ledger is None or inp.drain is None:
+        return CheckResult("ledger", UNKNOWN, 0, [], {"attempted": 0}, doc)
+    ledger, drain = inp.ledger, inp.drain
+    acked = ledger.where(F.col("acked_ns").isNotNull())
+    stored = drain.groupBy("drill", "msg_id").agg(F.count(F.lit(1)).alias("copies"),
+                                                  F.sort_array(F.collect_list("stream_seq")).alias("seqs"))
+    lost = (acked.join(stored, ["drill", "msg_id"], "left_anti")
+            .select("drill", "msg_id", F.lit("lost").alias("problem"),
+                    F.col("stream_seq").alias("acked_seq"), F.lit(None).cast("array<long>").alias("stored_seqs")))
+    dups = (stored.where(F.col("copies") > 1)
+            .select("drill", "msg_id", F.lit("duplicate").alias("problem"),
+                    F.lit(None).cast("long").alias("acked_seq"), F.col("seqs").alias("stored_seqs")))
+    unexpected = (stored.join(ledger.select("drill", "msg_id"), ["drill", "msg_id"], "left_anti")
+                  .select("drill", "msg_id", F.lit("unexpected").alias("problem"),
+                          F.lit(None).cast("long").alias("acked_seq"), F.col("seqs").alias("stored_seqs")))
+    misplaced = (acked.join(stored.where(F.col("copies") == 1), ["drill", "msg_id"])
+                 .where(F.col("seqs")[0] != F.col("stream_seq"))
+                 .select("drill", "msg_id", F.lit("misplaced").alias("problem"),
+                         F.col("stream_seq").alias("acked_seq"), F.col("seqs").alias("stored_seqs")))
+    bad = lost.unionByName(dups).unionByName(unexpected).unionByName(misplaced)
+    by_problem = {r["problem"]: r["n"] for r in bad.groupBy("problem").agg(F.count(F.lit(1)).alias("n")).collect()}
+    per_drill = {r["drill"]: {"attempted": r["attempted"], "acknowledged": r["acknowledged"]}
+                 for r in ledger.groupBy("drill").agg(
+                     F.count(F.lit(1)).alias("attempted"),
+                     F.count("acked_ns").alias("acknowledged")).collect()}
+    details = {"drills": dict(sorted(per_drill.items())),
+               **{k: by_problem.get(k, 0) for k in ("lost", "duplicate", "unexpected", "misplaced")}}
+    return _verdict("ledger", doc, bad, limit, ["problem", "drill", "msg_id"], details)
+
+
+def run_all(inp: Inputs, limit: int = 10, skew_ns: int = 0, progress=lambda name: None) -> list[CheckResult]:
+    """Every check, in the order of the module docstring; ``progress(name)`` before each."""
+    entries = applied_entries(inp.events).persist(StorageLevel.MEMORY_AND_DISK)
+    steps = [
+        ("input", lambda: check_input(inp, limit)),
+        ("topology", lambda: check_topology(inp, limit)),
+        ("election_safety", lambda: check_election_safety(inp, limit)),
+        ("term_monotonic", lambda: check_term_monotonic(inp, limit)),
+        ("log_matching", lambda: check_log_matching(entries, limit)),
+        ("leader_completeness", lambda: check_leader_completeness(inp, entries, limit, skew_ns)),
+        ("availability", lambda: check_availability(inp, limit)),
+        ("replication", lambda: check_replication(inp, limit)),
+        ("ledger", lambda: check_ledger(inp, limit)),
+    ]
+    out = []
+    try:
+        for name, fn in steps:
+            progress(name)
+            out.append(fn())
+    finally:
+        entries.unpersist()
+    return out

@@ -1,0 +1,142 @@
+"""``jetraft-validate RUN``: the post-deploy validation job.
+
+Reads a run's collected event logs, ledgers and drill timeline (see
+:mod:`jetraft.validation.load`), runs every check of :mod:`jetraft.validation.checks` and
+writes ``report.json``, ``report.md`` and ``timeline.png`` (into RUN, or ``--out``).
+Exit status: 0 when no check is invalid, 1 when one is, 2 when the input cannot be read.
+
+Spark: ``local[*]`` by default; ``--master`` names any other (``spark://host:7077``,
+``yarn``...). Under ``spark-submit`` the master and configuration come from spark-submit::
+
+    spark-submit --master spark://host:7077 --py-files jetraft.whl \\
+        $(python -c 'import jetraft.validation.job as j; print(j.__file__)') hdfs:///runs/r1 --out /tmp/r1
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+console = Console(stderr=True)
+
+
+def spark_session(master: str | None, driver_memory: str):
+    """A SparkSession for the job: UTC session time, few shuffle partitions on a local
+    master, no UI. Under spark-submit (PYSPARK_GATEWAY_PORT set), its master is kept."""
+    from pyspark.sql import SparkSession
+
+    builder = (SparkSession.builder.appName("jetraft-validate")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false"))
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ
+    if master or not submitted:
+        master = master or "local[*]"
+        builder = builder.master(master)
+    if master and master.startswith("local"):
+        # a local master stays on the loopback interface
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        builder = (builder.config("spark.driver.host", "127.0.0.1")
+                   .config("spark.driver.bindAddress", "127.0.0.1").config("spark.sql.shuffle.partitions", str(max(4, 2 * (os.cpu_count() or 2))))
+                   .config("spark.driver.memory", driver_memory))
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def validate(spark, source: str, out: Path, *, limit: int = 10, skew_ns: int = 0,
+             progress=lambda name: None) -> dict:
+    """Run every check on ``source``; write the reports into ``out``; return report.json's
+    content. Raises jetraft.validation.load.InputError when there is no event log."""
+    from pyspark.sql import functions as F
+
+    from jetraft.validation import checks, load, report
+
+    started = time.monotonic()
+    inp = load.read(spark, source)
+    try:
+        results = checks.run_all(inp, limit=limit, skew_ns=skew_ns, progress=progress)
+        out.mkdir(parents=True, exist_ok=True)
+        doc = report.write_json(out / "report.json", source, results, time.monotonic() - started)
+        elections = [r.asDict() for r in inp.events.where(F.col("event") == "raft_became_leader")
+                     .select("group", "server_name", "ns").orderBy("ns").collect()]
+        end_ns = inp.events.agg(F.max("ns")).first()[0] or 0
+        faults = doc["checks"]["availability"]["details"].get("faults") or []
+        drills = ([d.asDict() for d in inp.drills.select("name", "fault_ns", "repair_ns").collect()]
+                  if inp.drills is not None and faults else [])
+        drew = report.plot_timeline(out / "timeline.png", elections, drills, end_ns)
+        report.write_markdown(out / "report.md", doc, "timeline.png" if drew else None)
+        return doc
+    finally:
+        inp.unpersist()
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("run")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              help="Where the reports go (default: RUN itself when it is a local directory).")
+@click.option("--master", help="Spark master URL (default local[*]; spark-submit's own when submitted).")
+@click.option("--driver-memory", default="4g", show_default=True,
+              help="Driver memory for a local master.")
+@click.option("--examples", default=10, show_default=True, help="Offending examples kept per check.")
+@click.option("--clock-skew-ms", default=0.0, show_default=True,
+              help="Tolerance for the hosts' clocks in leader completeness (milliseconds).")
+def main(run: str, out: Path | None, master: str | None, driver_memory: str, examples: int,
+         clock_skew_ms: float) -> None:
+    """Validate a jetraft run from its own logs: RAFT safety (one leader per term, terms
+    never going back, one entry per index, leader completeness), the topology, availability
+    through each drill's faults, replicas current, and the acknowledged-message ledger.
+
+    RUN is a run directory (lab/artifacts/<run>: logs/<host>/events.jsonl, drills.json,
+    *.ledger.jsonl, *.stream.jsonl, topology.json), locally or at any URI Spark reads."""
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        console.print("[red]jetraft-validate: pyspark is not installed (pip install 'jetraft[validation]')[/]")
+        sys.exit(2)
+    from jetraft.validation.load import InputError
+
+    if out is None:
+        local = Path(run)
+        out = local if "://" not in run and local.is_dir() else Path(tempfile.mkdtemp(prefix="jetraft-validate-"))
+    console.print(f"[bold]jetraft-validate:[/] {run} (Spark {master or 'local[*]'})")
+    started = time.monotonic()
+    spark = spark_session(master, driver_memory)
+    try:
+        def progress(name: str) -> None:
+            console.print(f"  checking {name} ({time.monotonic() - started:.1f} s)")
+        try:
+            doc = validate(spark, run, out, limit=examples, skew_ns=int(clock_skew_ms * 1e6),
+                           progress=progress)
+        except InputError as exc:
+            console.print(f"[red]jetraft-validate: {exc}[/]")
+            sys.exit(2)
+    finally:
+        spark.stop()
+    _print(doc)
+    console.print(f"reports: {out / 'report.json'}, {out / 'report.md'} "
+                  f"({time.monotonic() - started:.1f} s)")
+    sys.exit(0 if doc["valid"] else 1)
+
+
+def _print(doc: dict) -> None:
+    from rich.table import Table
+
+    table = Table("check", "verdict", "count", "first example", title="jetraft validation")
+    for name, c in doc["checks"].items():
+        mark = {True: "[green]valid[/]", False: "[red]INVALID[/]"}.get(c["valid"], "[yellow]unknown[/]") \
+            if isinstance(c["valid"], bool) else "[yellow]unknown[/]"
+        first = str(c["examples"][0])[:90] if c["examples"] else ""
+        table.add_row(name, mark, str(c["count"]), first)
+    Console(width=max(Console().width, 140)).print(table)
+    console.print("[green]VALID[/]" if doc["valid"] else "[red]INVALID[/]")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""The validation's outputs: ``report.json`` (the verdict, each check's {valid, count,
+examples, details}), ``report.md`` (the same for people) and ``timeline.png`` (the leader of
+each RAFT group over time, the drills' faults shaded)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from jetraft.validation.checks import META_GROUP, CheckResult
+
+
+def verdict(results: list[CheckResult]) -> bool:
+    """The run is valid when no check is invalid ("unknown" is not a failure)."""
+    return all(r.valid is not False for r in results)
+
+
+def write_json(path: Path, source: str, results: list[CheckResult], seconds: float) -> dict:
+    doc = {"valid": verdict(results), "source": source, "seconds": round(seconds, 1),
+           "checks": {r.name: r.as_dict() for r in results}}
+    path.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    return doc
+
+
+def _mark(valid: bool | str) -> str:
+    return {True: "valid", False: "**INVALID**"}.get(valid, "unknown") if isinstance(valid, bool) else "unknown"
+
+
+def write_markdown(path: Path, doc: dict, timeline: str | None) -> None:
+    lines = [f"# jetraft validation: {'VALID' if doc['valid'] else 'INVALID'}", "",
+             f"Source: `{doc['source']}` ({doc['seconds']} s)", "",
+             "| check | verdict | count | what it checks |", "|---|---|---|---|"]
+    for name, c in doc["checks"].items():
+        lines.append(f"| {name} | {_mark(c['valid'])} | {c['count']} | {c['doc']} |")
+    if timeline:
+        lines += ["", "## Leaders over time", "", f"![leaders per group]({timeline})"]
+    faults = doc["checks"].get("availability", {}).get("details", {}).get("faults") or []
+    if faults:
+        lines += ["", "## Faults", "",
+                  "| drill | servers | meta leader after (s) | stream leader after (s) | write after (s) | leaderless |",
+                  "|---|---|---|---|---|---|"]
+        for f in faults:
+            groups = f["groups"]
+            meta = groups.get(META_GROUP, {}).get("seconds_to_leader")
+            stream = [v.get("seconds_to_leader") for g, v in groups.items() if g != META_GROUP]
+            lines.append(f"| {f['drill']} | {', '.join(f['servers'])} | {_num(meta)} | "
+                         f"{_num(stream[0] if stream else None)} | {_num(f['seconds_to_write'])} | "
+                         f"{', '.join(f['leaderless_groups']) or '-'} |")
+    for name, c in doc["checks"].items():
+        lines += ["", f"## {name}: {_mark(c['valid'])}", "", c["doc"] + ".", ""]
+        shown = {k: v for k, v in c["details"].items() if k != "faults"}
+        if shown:
+            lines += ["```json", json.dumps(shown, indent=2, default=str), "```", ""]
+        if c["examples"]:
+            lines += [f"{c['count']} offending, the first {len(c['examples'])}:", "", "```json"]
+            lines += [json.dumps(e, default=str) for e in c["examples"]]
+            lines += ["```"]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _num(x: Any) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def plot_timeline(path: Path, elections: list[dict], faults: list[dict], end_ns: int,
+                  max_groups: int = 16) -> bool:
+    """Draw ``elections`` (dicts with group, server_name, ns; sorted by ns) as bars: one row
+    per group, coloured by leader, each leader until the next election in its group or
+    ``end_ns``; ``faults`` (dicts with name, fault_ns, repair_ns) shaded. The meta group
+    and the groups with the most elections come first. Returns False with nothing to draw."""
+    if not elections:
+        return False
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    start = min([e["ns"] for e in elections] + [f["fault_ns"] for f in faults if f.get("fault_ns")])
+    by_group: dict[str, list[dict]] = {}
+    for e in elections:
+        by_group.setdefault(e["group"], []).append(e)
+    order = sorted(by_group, key=lambda g: (g != META_GROUP, -len(by_group[g]), g))[:max_groups]
+    servers = sorted({e["server_name"] for e in elections})
+    colours = {s: plt.get_cmap("tab10")(i % 10) for i, s in enumerate(servers)}
+    fig, ax = plt.subplots(figsize=(12, 1.0 + 0.45 * len(order)))
+    for row, group in enumerate(order):
+        evs = by_group[group]
+        for e, nxt in zip(evs, evs[1:] + [None]):
+            stop = nxt["ns"] if nxt else end_ns
+            ax.barh(row, (stop - e["ns"]) / 1e9, left=(e["ns"] - start) / 1e9, height=0.6,
+                    color=colours[e["server_name"]], edgecolor="white", linewidth=0.5)
+    for i, f in enumerate(faults):
+        if not f.get("fault_ns"):
+            continue
+        left = (f["fault_ns"] - start) / 1e9
+        right = ((f.get("repair_ns") or end_ns) - start) / 1e9
+        ax.axvspan(left, right, color="red", alpha=0.12)
+        ax.text(left, len(order) - 0.4 + (i % 2) * 0.3, f["name"], fontsize=7, color="darkred")
+    ax.set_yticks(range(len(order)), [g if len(g) <= 24 else g[:21] + "..." for g in order], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds since the first election")
+    ax.set_title("RAFT leaders per group (shaded: drill faults, from the fault to its repair)")
+    ax.legend(handles=[Patch(color=colours[s], label=s) for s in servers], loc="upper left",
+              bbox_to_anchor=(1.0, 1.0), fontsize=8, title="leader")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True

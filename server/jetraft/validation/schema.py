@@ -1,0 +1,73 @@
+"""Explicit Spark schemas of what the validation reads (no schema inference).
+
+- :data:`EVENT` — one line of a server's event log (jetraft.events, schema version
+  :data:`jetraft.events.SCHEMA_VERSION`): the five common keys and every event field a
+  check uses. Fields a line does not carry are null; fields the checks do not use are
+  not read. ``_corrupt_record`` holds a line that is not a JSON object.
+- :data:`LEDGER` — one publish attempt of a drill (``<drill>.ledger.jsonl``, lab/drills.py
+  Attempt): times in nanoseconds since the epoch.
+- :data:`DRAIN` — one message of a drill's stream as read back after healing
+  (``<drill>.stream.jsonl``).
+- :data:`DRILL` — one drill's summary and fault timeline (``drills.json``, lab/drills.py
+  DrillResult.summary()).
+- :data:`TOPOLOGY` — the inventory's view (``topology.json``, playbooks/collect_logs.yml).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+CORRUPT = "_corrupt_record"
+
+
+def _s(name: str, kind=StringType()) -> StructField:
+    return StructField(name, kind, True)
+
+
+EVENT = StructType([
+    _s("ts"), _s("v", IntegerType()), _s("server_name"), _s("level"), _s("event"),
+    # RAFT events (raft_*): the group, the node's term, its last log index, its peers,
+    # the leader it knows and the server's zone (unique_tag value)
+    _s("group"), _s("term", LongType()), _s("index", LongType()), _s("leader"),
+    _s("peers", ArrayType(StringType())), _s("zone"), _s("to"), _s("peer"),
+    # raft_applied: the applied range, each entry's term and hash (crc32 of type + data)
+    _s("first_index", LongType()), _s("last_index", LongType()),
+    _s("terms", ArrayType(LongType())), _s("hashes", ArrayType(LongType())),
+    # raft_replica_current / raft_replica_lagging (the leader's view of a peer)
+    _s("lag", LongType()), _s("offline", BooleanType()), _s("behind_ns", LongType()),
+    # raft_group_closed
+    _s("deleted", BooleanType()),
+    # server_starting
+    _s("cluster"), _s("tags", ArrayType(StringType())), _s("server_id"),
+    # jetstream_* events that name a stream
+    _s("account"), _s("stream"),
+    _s(CORRUPT),
+])
+
+LEDGER = StructType([
+    _s("drill"), _s("msg_id"), _s("sent_ns", LongType()), _s("acked_ns", LongType()),
+    _s("stream_seq", LongType()), _s("error"), _s("present", BooleanType()),
+])
+
+DRAIN = StructType([_s("drill"), _s("stream_seq", LongType()), _s("msg_id")])
+
+DRILL = StructType([
+    _s("name"), _s("stream"), _s("group"), _s("servers", ArrayType(StringType())),
+    _s("fault_ns", LongType()), _s("repair_ns", LongType()), _s("healed_ns", LongType()),
+    _s("attempted", LongType()), _s("acknowledged", LongType()),
+    _s("seconds_without_writes", DoubleType()), _s("acked_during_outage", LongType()),
+])
+
+TOPOLOGY = StructType([
+    _s("cluster"),
+    _s("servers", ArrayType(StructType([_s("host"), _s("server_name"), _s("zone")]))),
+])

@@ -1,0 +1,161 @@
+"""Each check on crafted runs: a valid run passes every check; each anomaly is detected by
+its check, with the offending group, term, index, server or message in the report.
+
+The runs come from jetraft.validation.synthetic (the files a lab run leaves, from a model of
+RAFT groups). A Spark job takes seconds, so the anomalies are injected in two runs, each
+anomaly of a run aimed at a different check: every other check must stay valid.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from jetraft.validation import synthetic
+from jetraft.validation.job import validate
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def run(spark, root, *anomalies: str) -> dict:
+    synthetic.generate(root, events=3000, groups=3, seed=7, anomalies=set(anomalies))
+    doc = validate(spark, str(root), root)
+    assert json.loads((root / "report.json").read_text()) == json.loads(json.dumps(doc, default=str))
+    return doc
+
+
+#: Two runs with anomalies, and the checks each must find invalid.
+RUNS = {
+    "first": ({"two_leaders", "divergent_entry", "lost_ack", "replica_never_current", "corrupt_line",
+               "foreign_server"},
+              {"election_safety", "log_matching", "ledger", "replication", "input", "topology"}),
+    "second": ({"term_backwards", "stale_leader", "duplicate", "unexpected", "leaderless_fault"},
+               {"term_monotonic", "leader_completeness", "ledger", "availability"}),
+}
+
+
+@pytest.fixture(scope="module")
+def reports(spark, tmp_path_factory):
+    out = {}
+    for name, (anomalies, _) in RUNS.items():
+        out[name] = run(spark, tmp_path_factory.mktemp(name), *sorted(anomalies))
+    return out
+
+
+def verdicts(doc: dict) -> dict[str, object]:
+    return {name: c["valid"] for name, c in doc["checks"].items()}
+
+
+def test_a_valid_run_passes_every_check(spark, tmp_path):
+    doc = run(spark, tmp_path / "run")
+    assert doc["valid"] is True
+    assert verdicts(doc) == dict.fromkeys(doc["checks"], True)
+    checks = doc["checks"]
+    assert checks["topology"]["details"]["zones"] == {"a": 2, "b": 2, "c": 1}
+    assert checks["log_matching"]["details"]["applied_on_several_servers"] > 100
+    fault = checks["availability"]["details"]["faults"][0]
+    assert fault["drill"] == "kill-zone-a" and fault["keeps_quorum"]
+    # the fault took both leaders: each was elected again off zone a, before the repair
+    for group in fault["groups"].values():
+        assert group["leader_at_fault"] in ("n1", "n2")
+        assert group["leader_after"] not in ("n1", "n2") and group["seconds_to_leader"] > 0
+    assert checks["replication"]["details"]["catch_ups"] >= 2
+    assert checks["ledger"]["details"]["lost"] == 0
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert report.startswith("# jetraft validation: VALID")
+    assert (tmp_path / "run" / "timeline.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_each_run_with_anomalies_is_invalid_in_exactly_their_checks(reports, name):
+    doc = reports[name]
+    assert doc["valid"] is False
+    assert {n for n, v in verdicts(doc).items() if v is False} == RUNS[name][1]
+    assert (doc["checks"]["ledger"]["count"], doc["checks"]["input"]["count"]) == (
+        (1, 1) if name == "first" else (2, 0))
+
+
+def examples(reports, name: str, check: str, problem: str | None = None) -> list[dict]:
+    c = reports[name]["checks"][check]
+    assert c["valid"] is False and c["count"] >= 1
+    return [e for e in c["examples"] if problem is None or e.get("problem") == problem]
+
+
+def test_two_leaders_in_one_term(reports):
+    [ex] = examples(reports, "first", "election_safety")
+    assert ex["group"] == "S-R3F-g2" and len(ex["leaders"]) == 2
+
+
+def test_a_term_going_backwards(reports):
+    [ex] = examples(reports, "second", "term_monotonic")
+    assert ex["group"] == "S-R3F-g2" and ex["term"] == ex["term_before"] - 1
+
+
+def test_two_different_entries_at_one_index(reports):
+    [ex] = examples(reports, "first", "log_matching")
+    assert ex["group"] == "S-R3F-g2"
+    assert len({a["hash"] for a in ex["applied"]}) == 2 and len({a["term"] for a in ex["applied"]}) == 1
+
+
+def test_a_leader_missing_committed_entries(reports):
+    [ex] = examples(reports, "second", "leader_completeness")
+    assert ex["group"] == "S-R3F-g2" and ex["committed_before"] == ex["last_index"] + 3
+
+
+def test_a_missing_acknowledged_message(reports):
+    [ex] = examples(reports, "first", "ledger", "lost")
+    assert ex["drill"] == "kill-zone-a" and ex["acked_seq"] >= 1
+    assert reports["first"]["checks"]["ledger"]["details"]["lost"] == 1
+
+
+def test_a_duplicate(reports):
+    [ex] = examples(reports, "second", "ledger", "duplicate")
+    assert ex["problem"] == "duplicate" and ex["msg_id"] == "kill-zone-a-1"
+    assert len(ex["stored_seqs"]) == 2
+
+
+def test_a_message_never_published(reports):
+    [ex] = examples(reports, "second", "ledger", "unexpected")
+    assert (ex["problem"], ex["msg_id"]) == ("unexpected", "kill-zone-a-never-sent")
+
+
+def test_a_replica_never_current(reports):
+    [ex] = examples(reports, "first", "replication")
+    assert ex["group"] == "S-R3F-g2" and ex["lag"] == 40 and ex["offline"] is True
+
+
+def test_a_stream_left_without_a_leader_by_a_single_zone_loss(reports):
+    [ex] = examples(reports, "second", "availability")
+    assert ex["drill"] == "kill-zone-a" and ex["leaderless_groups"] == ["S-R3F-g1"]
+
+
+def test_a_corrupt_line_is_reported_and_the_rest_still_checked(reports):
+    [ex] = examples(reports, "first", "input")
+    assert ex["problem"] == "not a JSON object" and ex["host"] == "n1"
+    assert reports["first"]["checks"]["log_matching"]["details"]["entries"] > 0
+
+
+def test_a_server_outside_the_inventory(reports):
+    found = examples(reports, "first", "topology")
+    assert {"problem": "seen, not in the inventory", "server": "n99"} in found
+
+
+def test_the_command_exits_by_the_verdict_and_names_a_missing_run(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    cli = Path(sys.executable).parent / "jetraft-validate"
+    missing = subprocess.run([str(cli), str(tmp_path / "nowhere"), "--master", "local[1]"],
+                             capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 2
+    assert "no event log at" in missing.stderr and "collect_logs.yml" in missing.stderr
+    root = tmp_path / "run"
+    synthetic.generate(root, events=2000, groups=2, seed=3, anomalies={"lost_ack"})
+    bad = subprocess.run([str(cli), str(root), "--master", "local[1]", "--out", str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1, bad.stderr[-2000:]
+    assert "INVALID" in bad.stderr + bad.stdout
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["checks"]["ledger"]["details"]["lost"] == 1

@@ -37,6 +37,7 @@ bench: setup
 	$(BIN)/python tests/bench/raft_storage.py
 	$(BIN)/python tests/bench/jetstream.py
 	$(BIN)/python tests/bench/cluster.py
+	$(BIN)/python tests/bench/validation.py
 
 # The main job end to end; the lab stays up afterwards (python -m lab down removes it).
 lab: setup lab-deps wheelhouse

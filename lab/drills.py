@@ -209,9 +209,21 @@ class Attempt:
 class DrillResult:
     """What a drill measured. ``lost``: acknowledged message ids missing from the stream;
     ``duplicates``: ids stored more than once; ``unexpected``: stored ids never attempted;
-    ``misplaced``: acknowledged ids stored at another stream sequence than acknowledged."""
+    ``misplaced``: acknowledged ids stored at another stream sequence than acknowledged.
+
+    The fault's timeline, for the Spark validation (jetraft.validation): ``servers`` hit by
+    the fault, ``stream`` and its RAFT ``group``, and nanoseconds since the epoch when the
+    fault began (``fault_ns``), when it was repaired (``repair_ns``: servers started
+    again, partition healed, SIGCONT) and when every replica was current again
+    (``healed_ns``)."""
 
     name: str
+    stream: str = ""
+    group: str | None = None
+    servers: list[str] = field(default_factory=list)
+    fault_ns: int | None = None
+    repair_ns: int | None = None
+    healed_ns: int | None = None
     attempted: int = 0
     acknowledged: int = 0
     lost: list[str] = field(default_factory=list)
@@ -457,21 +469,25 @@ class Drills:
         self.log(f"drill {name}: {', '.join(s.name for s in servers or []) or 'the stream leader'}")
         stream = name.upper().replace("-", "_")
         subject = await self._stream(js, stream)
+        info = await js.stream_info(stream)
+        group = info.cluster.raft_group if info.cluster else None
         work = Workload(js, subject, f"{self.run_id}-{name}")
         work.start()
         await work.wait_acks(0, 50, "50 acknowledged publishes before the fault")
-        return stream, subject, work
+        return stream, group, subject, work
 
     async def _outage(self, name: str, servers: list[Server] | None, nemesis: Nemesis, *, fault,
                       repair, client_excludes: list[Server] = ()) -> DrillResult:
         started, result = time.monotonic(), DrillResult(name)
         nc, js = await self._connect(client_excludes)
         try:
-            stream, subject, work = await self._begin(js, name, servers)
+            result.stream, result.group, subject, work = await self._begin(js, name, servers)
+            stream = result.stream
             if servers is None:
                 servers = await self._leader(js, stream)
                 self.log(f"drill {name}: the stream leader is {servers[0].name}")
-            fault_ns = time.time_ns()
+            result.servers = [s.name for s in servers]
+            fault_ns = result.fault_ns = time.time_ns()
             repaired = False
             probes: list[str] = []
             try:
@@ -487,8 +503,9 @@ class Drills:
             finally:
                 if not repaired:              # never leave the cluster broken
                     await repair(servers)
+                result.repair_ns = time.time_ns()
             await until(lambda: self._all_current(js, stream), "every replica current again")
-            result.replicas_current = True
+            result.replicas_current, result.healed_ns = True, time.time_ns()
             await work.wait_acks(time.time_ns(), 20, "writes after healing")
             await work.stop()
             await self._delete(js, probes)
@@ -503,10 +520,12 @@ class Drills:
         name = "lose-zones-" + "-".join(zones)
         started, result = time.monotonic(), DrillResult(name)
         servers = [s for z in zones for s in self.target.zone(z)]
+        result.servers = [s.name for s in servers]
         nc, js = await self._connect()
         try:
-            stream, subject, work = await self._begin(js, name, servers)
-            fault_ns = time.time_ns()
+            result.stream, result.group, subject, work = await self._begin(js, name, servers)
+            stream = result.stream
+            fault_ns = result.fault_ns = time.time_ns()
             try:
                 await nemesis.crash(servers)
                 down_ns = time.time_ns()
@@ -519,11 +538,12 @@ class Drills:
                                                  if down_ns < a.sent_ns and a.acked_ns < repair_ns)
             finally:
                 await nemesis.start(servers)
+                result.repair_ns = time.time_ns()
             await work.wait_acks(time.time_ns(), 50, "writes acknowledged again after the restart")
             result.seconds_without_writes = round(
                 work.longest_gap_s(fault_ns, time.time_ns()), 3)
             await until(lambda: self._all_current(js, stream), "every replica current again")
-            result.replicas_current = True
+            result.replicas_current, result.healed_ns = True, time.time_ns()
             await work.stop()
             drained = await self._read_back(js, stream, subject)
             return self._finish(result, work, drained, started)

@@ -1,5 +1,6 @@
 """The main job end to end: lab up, site.yml (twice: the second must change nothing),
-testinfra, the drills, log collection, lab down; a summary at the end.
+testinfra, the drills, log collection, the Spark validation of the collected logs
+(jetraft-validate), lab down; a summary at the end.
 
 Each step's output streams to the terminal as it runs; the summary (steps, seconds, the
 drills' numbers) is printed and written to lab/artifacts/<run>/summary.json. The first
@@ -39,6 +40,7 @@ class Summary:
     run: str
     steps: list[Step] = field(default_factory=list)
     drills: list[dict] = field(default_factory=list)
+    validation: dict[str, object] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -123,6 +125,7 @@ def run(*, keep: bool = False, drills: bool = True, console: Console | None = No
                                                    "drill", "-v"], env)))
         step("collect logs", lambda: _stream(playbook + ["playbooks/collect_logs.yml"], env)
              and str((run_dir / "logs").relative_to(topology.ROOT)))
+        step("validation", lambda: _validate(run_dir, summary))
     except (StepFailed, Exception) as exc:        # the summary names the failing step
         summary.steps[-1].detail = str(exc)
     finally:
@@ -134,9 +137,27 @@ def run(*, keep: bool = False, drills: bool = True, console: Console | None = No
             lab.down()
         (run_dir / "summary.json").write_text(json.dumps(
             {"run": run_id, "ok": summary.ok, "steps": [asdict(s) for s in summary.steps],
-             "drills": summary.drills}, indent=2))
+             "drills": summary.drills, "validation": summary.validation}, indent=2))
         _print(console, summary, run_dir)
     return summary
+
+
+def _validate(run_dir: Path, summary: Summary) -> str:
+    """jetraft-validate on the run's collected logs and ledgers (Spark, local[*]); the
+    verdict goes into the summary. StepFailed when a check is invalid."""
+    try:
+        _stream([str(BIN / "jetraft-validate"), str(run_dir)])
+    except StepFailed:
+        if not (run_dir / "report.json").exists():
+            raise
+    report = json.loads((run_dir / "report.json").read_text())
+    summary.validation = {name: c["valid"] for name, c in report["checks"].items()}
+    invalid = [name for name, valid in summary.validation.items() if valid is False]
+    if invalid:
+        raise StepFailed(f"INVALID: {', '.join(invalid)} (see {run_dir.name}/report.md)")
+    unknown = [name for name, valid in summary.validation.items() if valid is not True]
+    return (f"VALID: {len(summary.validation) - len(unknown)} checks"
+            + (f" ({', '.join(unknown)} unknown)" if unknown else "") + f"; {run_dir.name}/report.md")
 
 
 def _tail(output: str) -> str:
@@ -157,6 +178,12 @@ def _print(console: Console, summary: Summary, run_dir: Path) -> None:
             table.add_row(d["name"], str(d["attempted"]), str(d["acknowledged"]),
                           str(d["lost"]), f"{d['seconds_without_writes']:.2f}",
                           str(d["acked_during_outage"]))
+        console.print(table)
+    if summary.validation:
+        table = Table("check", "verdict", title="validation (jetraft-validate)")
+        for name, valid in summary.validation.items():
+            table.add_row(name, {True: "[green]valid[/]", False: "[red]INVALID[/]"}.get(valid, "unknown")
+                          if isinstance(valid, bool) else "[yellow]unknown[/]")
         console.print(table)
     console.print(f"artifacts: {run_dir.relative_to(topology.ROOT)}  "
                   f"{'[green]PASSED[/]' if summary.ok else '[red]FAILED[/]'}")

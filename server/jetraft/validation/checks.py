@@ -301,14 +301,18 @@ def check_availability(inp: Inputs, limit: int) -> CheckResult:
 
 
 def check_replication(inp: Inputs, limit: int) -> CheckResult:
-    doc = ("every replica's last state reported by its leader is current (unless its group was "
-           "deleted or the peer removed); catch-up durations")
+    doc = ("every replica's last state reported by its group's latest leader is current (unless "
+           "its group was deleted or the peer removed); catch-up durations")
     ev = inp.events
     states = ev.where(F.col("event").isin("raft_replica_current", "raft_replica_lagging"))
     if states.limit(1).count() == 0:
         return CheckResult("replication", UNKNOWN, 0, [], {"reports": 0}, doc)
+    # only the latest term's leader speaks for a group (an earlier leader's last word on a
+    # peer that has since become leader itself would be stale)
+    latest = states.groupBy("group").agg(F.max("term").alias("term"))
     w = Window.partitionBy("group", "peer").orderBy(F.col("ns").desc())
-    last = (states.withColumn("rank", F.row_number().over(w)).where(F.col("rank") == 1)
+    last = (states.join(latest, ["group", "term"])
+            .withColumn("rank", F.row_number().over(w)).where(F.col("rank") == 1)
             .select("group", "peer", "event", "lag", "offline", "ns", "ts",
                     F.col("server_name").alias("leader"), "term"))
     deleted = (ev.where((F.col("event") == "raft_group_closed") & F.col("deleted"))

@@ -338,8 +338,10 @@ class RaftGroup:
     def _track_replicas(self, now_ns: int) -> None:
         """On the leader, once per tick: emit ``raft_replica_current``/``raft_replica_lagging``
         for each other peer whose state changed since the last tick, and for every peer on
-        the first evaluation of a term (a new leadership) or of a peer (it just joined). The
-        states are those of :meth:`replicas`. On a follower: forget the states."""
+        the first evaluation of a term (a new leadership) or of a peer (it just joined), once
+        the peer answered or went offline (a new leader's match index for a peer is 0 until
+        it answers, which is not lagging). The states are those of :meth:`replicas`. On a
+        follower: forget the states."""
         node = self.node
         if node.role is not Role.LEADER:
             if self._replica_term:
@@ -364,6 +366,8 @@ class RaftGroup:
             old = states.get(p)
             if old is not None and old[0] == current:
                 continue
+            if old is None and not current and not offline and not self.node.match_index(p):
+                continue    # a new leader knows nothing of the peer's log until it answers
             states[p] = (current, now_ns)
             fields = {"group": self.name, "term": term, "peer": p, "lag": lag, "offline": offline}
             if current:

@@ -311,6 +311,31 @@ def test_streams_are_found_by_subject_and_kv_buckets_replicate(cluster):
     run(scenario)
 
 
+def test_a_deleted_stream_gets_no_raft_group_again_after_a_restart(cluster):
+    """A restart replays the meta log; a stream created and deleted in it must not have its
+    RAFT group opened (and a leader elected in a fresh term 1) again."""
+    async def scenario():
+        nc = await connect(cluster)
+        js = nc.jetstream(timeout=5)
+        await create(js, name="BRIEF", subjects=["brief.>"], num_replicas=3)
+        await js.publish("brief.x", b"1")
+        si = await js.stream_info("BRIEF")
+        group, member = si.cluster.raft_group, si.cluster.replicas[0].name
+        assert await js.delete_stream("BRIEF")
+        await nc.close()
+        cluster.restart(member)
+        cluster.wait_formed(timeout=30)
+        events = cluster.events(member)
+        start = max(i for i, e in enumerate(events) if e["event"] == "server_starting")
+        again = [e for e in events[start:] if e.get("group") == group]
+        assert again == [], again[:5]
+        nc = await connect(cluster)
+        await until(lambda: all_current(nc.jetstream(timeout=5), "ORDERS", 3), 30,
+                    "replicas current after the restart")
+        await nc.close()
+    run(scenario)
+
+
 def test_peer_remove_re_replicates_in_the_same_zone(cluster):
     async def scenario():
         nc = await connect(cluster)

@@ -360,10 +360,17 @@ class ClusterJetStream:
     # ------------------------------------------------------------------ meta changes
 
     def meta_applied(self, changes: list[Any]) -> None:
+        """Act on the MetaState's changes, in order. A change to a stream assignment that
+        the MetaState no longer holds (deleted, or deleted and created again with another
+        RAFT group, later in the same batch) is skipped: its removal follows in the list."""
+        streams = self.meta.streams
         for change in changes:
             kind = change.kind
             sa = change.assignment
             if kind in ("stream_added", "stream_updated", "stream_peers_changed"):
+                now = streams.get((sa.account, sa.name))
+                if now is None or now.group != sa.group:
+                    continue
                 self._ensure_replica(sa, kind)
             elif kind == "stream_removed":
                 self._drop_replica((sa.account, sa.name), delete=True)
@@ -1099,17 +1106,21 @@ class _MetaMachine:
         self.cluster = cluster
 
     def apply(self, entries) -> None:
+        """Apply a batch to the MetaState, then act on its changes at once: a stream created
+        and deleted within one batch (the replay of the meta log at start-up) never gets
+        a RAFT group opened, elected and deleted again."""
         from jetraft.raft.types import EntryType
+        changes = []
         for e in entries:
             if e.type != EntryType.NORMAL or not e.data:
                 continue
             try:
-                changes = self.cluster.meta.apply(e.data)
+                changes += self.cluster.meta.apply(e.data)
             except Exception as exc:  # noqa: BLE001 - a bad entry is reported and skipped
                 self.cluster.events.emit("jetstream_recovery_problem", account="", stream="",
                                          consumer=None, path=META_GROUP,
                                          detail=f"meta entry {e.index} rejected: {exc}")
-                continue
+        if changes:
             self.cluster.meta_applied(changes)
 
     def snapshot(self) -> bytes:

@@ -102,7 +102,7 @@ def run(*, keep: bool = False, drills: bool = True, console: Console | None = No
 
     def site(second: bool) -> str:
         recap = _recap(_stream(playbook + ["site.yml"], env))
-        changed = {h: c.get("changed", 0) for h, c in recap.items()}
+        changed = {h: c.get("changed", 0) for h, c in recap.items() if h != "localhost"}
         if second and any(changed.values()):
             raise StepFailed(f"the second site.yml changed something: {changed}")
         values = set(changed.values())

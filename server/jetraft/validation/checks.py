@@ -168,10 +168,13 @@ def check_election_safety(inp: Inputs, limit: int) -> CheckResult:
 
 def check_term_monotonic(inp: Inputs, limit: int) -> CheckResult:
     doc = "on each server, a group's term never decreases (Raft §5.1)"
+    # every raft_* event's term is the node's current term, but a snapshot's (the term of
+    # the last entry it covers)
     ev = (inp.events.where(F.col("event").startswith("raft_") & F.col("group").isNotNull()
-                           & F.col("term").isNotNull())
+                           & F.col("term").isNotNull()
+                           & ~F.col("event").isin("raft_snapshot_taken", "raft_snapshot_installed"))
           .select("server_name", "group", "term", "ns", "ts", "event"))
-    w = Window.partitionBy("server_name", "group").orderBy("ns")
+    w = Window.partitionBy("server_name", "group").orderBy("ns", "term")
     bad = (ev.withColumn("term_before", F.lag("term").over(w))
            .withColumn("event_before", F.lag("event").over(w))
            .where(F.col("term") < F.col("term_before"))

@@ -213,7 +213,8 @@ class DrillResult:
 
     The fault's timeline, for the Spark validation (jetraft.validation): ``servers`` hit by
     the fault, ``stream`` and its RAFT ``group``, and nanoseconds since the epoch when the
-    fault began (``fault_ns``), when it was repaired (``repair_ns``: servers started
+    fault began (``fault_ns``), when the fault was in place (``applied_ns``: the kill,
+    partition or pause command returned), when it was repaired (``repair_ns``: servers started
     again, partition healed, SIGCONT) and when every replica was current again
     (``healed_ns``)."""
 
@@ -222,6 +223,7 @@ class DrillResult:
     group: str | None = None
     servers: list[str] = field(default_factory=list)
     fault_ns: int | None = None
+    applied_ns: int | None = None
     repair_ns: int | None = None
     healed_ns: int | None = None
     attempted: int = 0
@@ -492,7 +494,7 @@ class Drills:
             probes: list[str] = []
             try:
                 await fault(servers)
-                done_ns = time.time_ns()
+                done_ns = result.applied_ns = time.time_ns()
                 await work.wait_acks(done_ns, 50, f"writes acknowledged again after {name}")
                 result.meta_answered = await self._meta_answers(js, stream, probes)
                 await work.wait_acks(time.time_ns(), 50, "more writes during the outage")
@@ -528,7 +530,7 @@ class Drills:
             fault_ns = result.fault_ns = time.time_ns()
             try:
                 await nemesis.crash(servers)
-                down_ns = time.time_ns()
+                down_ns = result.applied_ns = time.time_ns()
                 # hold the outage until the client has had several attempts refused
                 await until(lambda: sum(1 for a in work.attempts
                                         if a.sent_ns > down_ns and a.error) >= 5,

@@ -247,9 +247,10 @@ def _quorum(n: int) -> int:
 
 
 def check_availability(inp: Inputs, limit: int) -> CheckResult:
-    doc = ("for each drill's fault: seconds until the meta group and the stream had a leader "
-           "off the faulted servers and a write was acknowledged; with fewer servers lost than "
-           "a quorum, both must happen before the repair")
+    doc = ("for each drill's fault: seconds from the fault until the meta group and the stream "
+           "had a leader off the faulted servers, and from the fault in place until a write sent "
+           "then was acknowledged; with fewer servers lost than a quorum, both must happen "
+           "before the repair")
     if inp.drills is None:
         return CheckResult("availability", UNKNOWN, 0, [], {"drills": 0}, doc)
     drills = [d.asDict(recursive=True) for d in inp.drills.where(F.col("fault_ns").isNotNull()).collect()]
@@ -261,11 +262,12 @@ def check_availability(inp: Inputs, limit: int) -> CheckResult:
                  .select("group", "server_name", "term", "ns").orderBy("ns").collect())
     acks = {}
     if inp.ledger is not None:
-        # the first acknowledgement of a publish sent at or after the fault, per drill
-        starts = inp.drills.select(F.col("name").alias("drill"), "fault_ns")
+        # the first acknowledgement of a publish sent once the fault was in place, per drill
+        starts = inp.drills.select(F.col("name").alias("drill"),
+                                   F.coalesce("applied_ns", "fault_ns").alias("applied_ns"))
         acks = {r["drill"]: r["first_ack"] for r in
                 inp.ledger.join(starts, "drill")
-                .where(F.col("acked_ns").isNotNull() & (F.col("sent_ns") >= F.col("fault_ns")))
+                .where(F.col("acked_ns").isNotNull() & (F.col("sent_ns") >= F.col("applied_ns")))
                 .groupBy("drill").agg(F.min("acked_ns").alias("first_ack")).collect()}
     rows, bad = [], []
     for d in sorted(drills, key=lambda d: d["fault_ns"]):
@@ -288,7 +290,8 @@ def check_availability(inp: Inputs, limit: int) -> CheckResult:
                 "seconds_to_leader": None if new_ns is None else round((new_ns - d["fault_ns"]) / 1e9, 3),
                 "leader_before_repair": new_ns is not None and new_ns < repair}
         first_ack = acks.get(d["name"])
-        row["seconds_to_write"] = None if first_ack is None else round((first_ack - d["fault_ns"]) / 1e9, 3)
+        applied = d.get("applied_ns") or d["fault_ns"]
+        row["seconds_to_write"] = None if first_ack is None else round((first_ack - applied) / 1e9, 3)
         row["write_before_repair"] = first_ack is not None and first_ack < repair
         row["leaderless_groups"] = sorted(g for g, v in row["groups"].items() if not v["leader_before_repair"])
         rows.append(row)

@@ -70,7 +70,10 @@ def validate(spark, source: str, out: Path, *, limit: int = 10, skew_ns: int = 0
         faults = doc["checks"]["availability"]["details"].get("faults") or []
         drills = ([d.asDict() for d in inp.drills.select("name", "fault_ns", "repair_ns").collect()]
                   if inp.drills is not None and faults else [])
-        drew = report.plot_timeline(out / "timeline.png", elections, drills, end_ns)
+        deleted = {r["group"]: r["ns"] for r in
+                   inp.events.where((F.col("event") == "raft_group_closed") & F.col("deleted"))
+                   .groupBy("group").agg(F.max("ns").alias("ns")).collect()}
+        drew = report.plot_timeline(out / "timeline.png", elections, drills, end_ns, deleted)
         report.write_markdown(out / "report.md", doc, "timeline.png" if drew else None)
         return doc
     finally:

@@ -64,11 +64,12 @@ def _num(x: Any) -> str:
 
 
 def plot_timeline(path: Path, elections: list[dict], faults: list[dict], end_ns: int,
-                  max_groups: int = 16) -> bool:
+                  deleted: dict[str, int] | None = None, max_groups: int = 16) -> bool:
     """Draw ``elections`` (dicts with group, server_name, ns; sorted by ns) as bars: one row
-    per group, coloured by leader, each leader until the next election in its group or
-    ``end_ns``; ``faults`` (dicts with name, fault_ns, repair_ns) shaded. The meta group
-    and the groups with the most elections come first. Returns False with nothing to draw."""
+    per group, coloured by leader, each leader until the next election in its group, the
+    group's deletion (``deleted``: group -> ns) or ``end_ns``; ``faults`` (dicts with name,
+    fault_ns, repair_ns) shaded, the x axis from 10 s before the first. The meta group and
+    the groups with the most elections come first. Returns False with nothing to draw."""
     if not elections:
         return False
     import matplotlib
@@ -83,11 +84,14 @@ def plot_timeline(path: Path, elections: list[dict], faults: list[dict], end_ns:
     order = sorted(by_group, key=lambda g: (g != META_GROUP, -len(by_group[g]), g))[:max_groups]
     servers = sorted({e["server_name"] for e in elections})
     colours = {s: plt.get_cmap("tab10")(i % 10) for i, s in enumerate(servers)}
-    fig, ax = plt.subplots(figsize=(12, 1.0 + 0.45 * len(order)))
+    fig, ax = plt.subplots(figsize=(12, 2.0 + 0.45 * len(order)))
     for row, group in enumerate(order):
         evs = by_group[group]
+        last = (deleted or {}).get(group, end_ns)
         for e, nxt in zip(evs, evs[1:] + [None]):
-            stop = nxt["ns"] if nxt else end_ns
+            stop = min(nxt["ns"] if nxt else end_ns, last)
+            if stop <= e["ns"]:
+                continue
             ax.barh(row, (stop - e["ns"]) / 1e9, left=(e["ns"] - start) / 1e9, height=0.6,
                     color=colours[e["server_name"]], edgecolor="white", linewidth=0.5)
     for i, f in enumerate(faults):
@@ -96,10 +100,15 @@ def plot_timeline(path: Path, elections: list[dict], faults: list[dict], end_ns:
         left = (f["fault_ns"] - start) / 1e9
         right = ((f.get("repair_ns") or end_ns) - start) / 1e9
         ax.axvspan(left, right, color="red", alpha=0.12)
-        ax.text(left, len(order) - 0.4 + (i % 2) * 0.3, f["name"], fontsize=7, color="darkred")
+        ax.text(left, -0.6, f["name"], fontsize=7, color="darkred", rotation=60,
+                ha="left", va="bottom")
+    fault_starts = [f["fault_ns"] for f in faults if f.get("fault_ns")]
+    if fault_starts:            # across the drills' faults, from 10 s before the first
+        ax.set_xlim(left=max(0.0, (min(fault_starts) - start) / 1e9 - 10))
+    ax.set_ylim(len(order) - 0.5, -2.0)
     ax.set_yticks(range(len(order)), [g if len(g) <= 24 else g[:21] + "..." for g in order], fontsize=8)
-    ax.invert_yaxis()
     ax.set_xlabel("seconds since the first election")
+    ax.set_yticks([], minor=True)
     ax.set_title("RAFT leaders per group (shaded: drill faults, from the fault to its repair)")
     ax.legend(handles=[Patch(color=colours[s], label=s) for s in servers], loc="upper left",
               bbox_to_anchor=(1.0, 1.0), fontsize=8, title="leader")

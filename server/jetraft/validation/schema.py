@@ -62,7 +62,8 @@ DRAIN = StructType([_s("drill"), _s("stream_seq", LongType()), _s("msg_id")])
 
 DRILL = StructType([
     _s("name"), _s("stream"), _s("group"), _s("servers", ArrayType(StringType())),
-    _s("fault_ns", LongType()), _s("repair_ns", LongType()), _s("healed_ns", LongType()),
+    _s("fault_ns", LongType()), _s("applied_ns", LongType()), _s("repair_ns", LongType()),
+    _s("healed_ns", LongType()),
     _s("attempted", LongType()), _s("acknowledged", LongType()),
     _s("seconds_without_writes", DoubleType()), _s("acked_during_outage", LongType()),
 ])

@@ -35,6 +35,7 @@ What is checked, and where the property comes from:
 from __future__ import annotations
 
 import statistics
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,7 +44,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from jetraft.events import SCHEMA_VERSION
-from jetraft.validation.load import Inputs
+from jetraft.validation.load import CORRUPT_APPLIED, UNKNOWN_VERSION_APPLIED, Inputs
 
 META_GROUP = "_meta_"
 UNKNOWN = "unknown"
@@ -59,10 +60,11 @@ class CheckResult:
     examples: list[dict[str, Any]] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
     doc: str = ""
+    seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return {"valid": self.valid, "count": self.count, "examples": self.examples,
-                "details": self.details, "doc": self.doc}
+                "details": self.details, "doc": self.doc, "seconds": self.seconds}
 
 
 def _rows(df: DataFrame, limit: int) -> list[dict[str, Any]]:
@@ -82,15 +84,28 @@ def _verdict(name: str, doc: str, bad: DataFrame, limit: int, order: list[str],
 def check_input(inp: Inputs, limit: int) -> CheckResult:
     """Lines that are not JSON objects, or of a schema version this reader does not know."""
     doc = f"every event line is a JSON object of schema version {SCHEMA_VERSION}"
-    corrupt = inp.corrupt.select("host", F.lit("not a JSON object").alias("problem"),
-                                 F.substring(F.col("_corrupt_record"), 1, 200).alias("line"))
-    version = (inp.events.where(F.col("v").isNull() | (F.col("v") != SCHEMA_VERSION))
+    ev = inp.events
+    corrupt = (ev.where(F.col("_corrupt_record").isNotNull() | F.col("event").isNull())
+               .select("host", F.lit("not a JSON object of an event").alias("problem"),
+                       F.substring(F.col("line"), 1, 200).alias("line")))
+    version = (ev.where(F.col("_corrupt_record").isNull() & F.col("event").isNotNull()
+                        & (F.col("v").isNull() | (F.col("v") != SCHEMA_VERSION)))
                .select("host", F.concat(F.lit("schema version "), F.coalesce(F.col("v").cast("string"),
-                                                                            F.lit("missing"))).alias("problem"),
-                       F.col("ts").alias("line")))
-    total = inp.events.count()
-    return _verdict("input", doc, corrupt.unionByName(version), limit, ["host", "line"],
-                    {"events": total})
+                                                                           F.lit("missing"))).alias("problem"),
+                       F.substring(F.col("line"), 1, 200).alias("line")))
+    bad = corrupt.unionByName(version)
+    damaged = {r["index"]: r["copies"] for r in inp.per_index.where(F.col("index") < 0)
+               .select("index", "copies").collect()}
+    count = bad.count()
+    examples = _rows(bad.orderBy("host", "line"), limit) if count else []
+    for index, what in ((CORRUPT_APPLIED, "raft_applied lines not JSON"),
+                        (UNKNOWN_VERSION_APPLIED, "raft_applied lines of another schema version")):
+        if damaged.get(index):
+            count += damaged[index]
+            examples.append({"problem": what, "lines": damaged[index]})
+    details = {"events": ev.count(), "applied_entries": inp.per_index.where(F.col("index") >= 0)
+               .agg(F.sum("copies")).first()[0] or 0}
+    return CheckResult("input", count == 0, count, examples[:limit], details, doc)
 
 
 # --------------------------------------------------------------------------- topology
@@ -99,7 +114,7 @@ def check_input(inp: Inputs, limit: int) -> CheckResult:
 def check_topology(inp: Inputs, limit: int) -> CheckResult:
     doc = ("the servers seen match the inventory (names, zones, one cluster name, each name "
            "from one host) and every server joined the meta group")
-    ev = inp.events
+    ev = inp.events.where(F.col("server_name").isNotNull())
     seen = (ev.groupBy("server_name")
             .agg(F.collect_set("host").alias("hosts"),
                  F.first("zone", ignorenulls=True).alias("zone"),
@@ -183,41 +198,29 @@ def check_term_monotonic(inp: Inputs, limit: int) -> CheckResult:
     return _verdict("term_monotonic", doc, bad, limit, ["server", "group", "ts"])
 
 
-def applied_entries(events: DataFrame) -> DataFrame:
-    """raft_applied events exploded to one row per applied entry: server, group, index,
-    term, hash, ns (when this server applied it)."""
-    applied = events.where(F.col("event") == "raft_applied").select(
-        "server_name", "group", "first_index", "ns",
-        F.arrays_zip("terms", "hashes").alias("entries"))
-    return (applied.select("server_name", "group", "first_index", "ns",
-                           F.posexplode("entries").alias("pos", "entry"))
-            .select(F.col("server_name").alias("server"), "group",
-                    (F.col("first_index") + F.col("pos")).alias("index"),
-                    F.col("entry.terms").alias("term"), F.col("entry.hashes").alias("hash"), "ns"))
-
-
-def check_log_matching(entries: DataFrame, limit: int) -> CheckResult:
+def check_log_matching(inp: Inputs, limit: int) -> CheckResult:
     doc = ("each (group, index) applied anywhere has one term and one entry hash "
            "(Raft §5.3 Log Matching, §5.4.3 State Machine Safety)")
-    per = (entries.groupBy("group", "index")
-           .agg(F.countDistinct("term").alias("terms"), F.countDistinct("hash").alias("hashes"),
-                F.countDistinct("server").alias("servers"),
-                F.sort_array(F.collect_set(F.struct("server", "term", "hash"))).alias("applied")))
-    per = per.persist()
-    bad = per.where((F.col("terms") > 1) | (F.col("hashes") > 1)).select("group", "index", "applied")
+    per = inp.per_index.where(F.col("index") >= 0)
+    bad = per.where(F.col("packed_min") != F.col("packed_max")).select("group", "index")
+    count = bad.count()
     counts = per.agg(F.count(F.lit(1)).alias("n"),
-                     F.sum(F.when(F.col("servers") > 1, 1).otherwise(0)).alias("several")).first()
-    result = _verdict("log_matching", doc, bad, limit, ["group", "index"],
-                      {"entries": counts["n"], "applied_on_several_servers": counts["several"] or 0})
-    per.unpersist()
-    return result
+                     F.sum(F.when(F.col("copies") > 1, 1).otherwise(0)).alias("several")).first()
+    examples = []
+    if count:       # the offending entries, server by server (one more pass over the logs)
+        first = bad.orderBy("group", "index").limit(limit)
+        rows = (inp.applied().join(first, ["group", "index"])
+                .groupBy("group", "index")
+                .agg(F.sort_array(F.collect_set(F.struct("server", "term", "hash"))).alias("applied")))
+        examples = _rows(rows.orderBy("group", "index"), limit)
+    return CheckResult("log_matching", count == 0, count, examples,
+                       {"entries": counts["n"], "applied_more_than_once": counts["several"] or 0}, doc)
 
 
-def check_leader_completeness(inp: Inputs, entries: DataFrame, limit: int,
-                              skew_ns: int = 0) -> CheckResult:
+def check_leader_completeness(inp: Inputs, limit: int, skew_ns: int = 0) -> CheckResult:
     doc = ("a leader's log reaches every entry applied (so committed) anywhere before it was "
            "elected (Raft §5.4.1; needs the hosts' clocks to agree)")
-    committed = (entries.groupBy("group", "index").agg(F.min("ns").alias("ns"))
+    committed = (inp.per_index.where(F.col("index") >= 0)
                  .select("group", "ns", F.col("index").alias("committed"),
                          F.lit(None).cast("string").alias("server"),
                          F.lit(None).cast("long").alias("term"),
@@ -256,7 +259,7 @@ def check_availability(inp: Inputs, limit: int) -> CheckResult:
     drills = [d.asDict(recursive=True) for d in inp.drills.where(F.col("fault_ns").isNotNull()).collect()]
     if not drills:
         return CheckResult("availability", UNKNOWN, 0, [], {"drills": 0}, doc)
-    servers = inp.events.select("server_name").distinct().count()
+    servers = inp.events.where(F.col("server_name").isNotNull()).select("server_name").distinct().count()
     groups = sorted({META_GROUP} | {d["group"] for d in drills if d["group"]})
     elections = (inp.events.where((F.col("event") == "raft_became_leader") & F.col("group").isin(groups))
                  .select("group", "server_name", "term", "ns").orderBy("ns").collect())
@@ -349,53 +352,53 @@ def check_ledger(inp: Inputs, limit: int) -> CheckResult:
            "acknowledged sequence; nothing in the stream was never attempted")
     if inp.ledger is None or inp.drain is None:
         return CheckResult("ledger", UNKNOWN, 0, [], {"attempted": 0}, doc)
-    ledger, drain = inp.ledger, inp.drain
-    acked = ledger.where(F.col("acked_ns").isNotNull())
-    stored = drain.groupBy("drill", "msg_id").agg(F.count(F.lit(1)).alias("copies"),
-                                                  F.sort_array(F.collect_list("stream_seq")).alias("seqs"))
-    lost = (acked.join(stored, ["drill", "msg_id"], "left_anti")
-            .select("drill", "msg_id", F.lit("lost").alias("problem"),
-                    F.col("stream_seq").alias("acked_seq"), F.lit(None).cast("array<long>").alias("stored_seqs")))
-    dups = (stored.where(F.col("copies") > 1)
-            .select("drill", "msg_id", F.lit("duplicate").alias("problem"),
-                    F.lit(None).cast("long").alias("acked_seq"), F.col("seqs").alias("stored_seqs")))
-    unexpected = (stored.join(ledger.select("drill", "msg_id"), ["drill", "msg_id"], "left_anti")
-                  .select("drill", "msg_id", F.lit("unexpected").alias("problem"),
-                          F.lit(None).cast("long").alias("acked_seq"), F.col("seqs").alias("stored_seqs")))
-    misplaced = (acked.join(stored.where(F.col("copies") == 1), ["drill", "msg_id"])
-                 .where(F.col("seqs")[0] != F.col("stream_seq"))
-                 .select("drill", "msg_id", F.lit("misplaced").alias("problem"),
-                         F.col("stream_seq").alias("acked_seq"), F.col("seqs").alias("stored_seqs")))
-    bad = lost.unionByName(dups).unionByName(unexpected).unionByName(misplaced)
-    by_problem = {r["problem"]: r["n"] for r in bad.groupBy("problem").agg(F.count(F.lit(1)).alias("n")).collect()}
+    stored = inp.drain.groupBy("drill", "msg_id").agg(
+        F.count(F.lit(1)).alias("copies"), F.sort_array(F.collect_list("stream_seq")).alias("stored_seqs"))
+    attempts = inp.ledger.select("drill", "msg_id", "stream_seq", F.col("acked_ns").isNotNull().alias("acked"),
+                                 F.lit(True).alias("attempted"))
+    # one full outer join: every attempt beside its copies in the stream
+    both = attempts.join(stored, ["drill", "msg_id"], "full_outer")
+    problem = (F.when(F.col("attempted").isNull(), "unexpected")
+               .when(F.col("copies") > 1, "duplicate")
+               .when(F.col("acked") & F.col("copies").isNull(), "lost")
+               .when(F.col("acked") & (F.col("stored_seqs")[0] != F.col("stream_seq")), "misplaced"))
+    bad = (both.select("drill", "msg_id", problem.alias("problem"), F.col("stream_seq").alias("acked_seq"),
+                       "stored_seqs").where(F.col("problem").isNotNull())
+           .persist(StorageLevel.MEMORY_AND_DISK))
+    try:
+        by_problem = {r["problem"]: r["n"] for r in
+                      bad.groupBy("problem").agg(F.count(F.lit(1)).alias("n")).collect()}
+        count = sum(by_problem.values())
+        examples = _rows(bad.orderBy("problem", "drill", "msg_id"), limit) if count else []
+    finally:
+        bad.unpersist()
     per_drill = {r["drill"]: {"attempted": r["attempted"], "acknowledged": r["acknowledged"]}
-                 for r in ledger.groupBy("drill").agg(
+                 for r in inp.ledger.groupBy("drill").agg(
                      F.count(F.lit(1)).alias("attempted"),
                      F.count("acked_ns").alias("acknowledged")).collect()}
     details = {"drills": dict(sorted(per_drill.items())),
                **{k: by_problem.get(k, 0) for k in ("lost", "duplicate", "unexpected", "misplaced")}}
-    return _verdict("ledger", doc, bad, limit, ["problem", "drill", "msg_id"], details)
+    return CheckResult("ledger", count == 0, count, examples, details, doc)
 
 
 def run_all(inp: Inputs, limit: int = 10, skew_ns: int = 0, progress=lambda name: None) -> list[CheckResult]:
     """Every check, in the order of the module docstring; ``progress(name)`` before each."""
-    entries = applied_entries(inp.events).persist(StorageLevel.MEMORY_AND_DISK)
     steps = [
         ("input", lambda: check_input(inp, limit)),
         ("topology", lambda: check_topology(inp, limit)),
         ("election_safety", lambda: check_election_safety(inp, limit)),
         ("term_monotonic", lambda: check_term_monotonic(inp, limit)),
-        ("log_matching", lambda: check_log_matching(entries, limit)),
-        ("leader_completeness", lambda: check_leader_completeness(inp, entries, limit, skew_ns)),
+        ("log_matching", lambda: check_log_matching(inp, limit)),
+        ("leader_completeness", lambda: check_leader_completeness(inp, limit, skew_ns)),
         ("availability", lambda: check_availability(inp, limit)),
         ("replication", lambda: check_replication(inp, limit)),
         ("ledger", lambda: check_ledger(inp, limit)),
     ]
     out = []
-    try:
-        for name, fn in steps:
-            progress(name)
-            out.append(fn())
-    finally:
-        entries.unpersist()
+    for name, fn in steps:
+        progress(name)
+        started = time.monotonic()
+        result = fn()
+        result.seconds = round(time.monotonic() - started, 2)
+        out.append(result)
     return out

@@ -59,11 +59,14 @@ def validate(spark, source: str, out: Path, *, limit: int = 10, skew_ns: int = 0
     from jetraft.validation import checks, load, report
 
     started = time.monotonic()
+    progress("reading the event logs")
     inp = load.read(spark, source)
+    read_s = time.monotonic() - started
     try:
         results = checks.run_all(inp, limit=limit, skew_ns=skew_ns, progress=progress)
         out.mkdir(parents=True, exist_ok=True)
-        doc = report.write_json(out / "report.json", source, results, time.monotonic() - started)
+        doc = report.write_json(out / "report.json", source, results, time.monotonic() - started,
+                                read_s)
         elections = [r.asDict() for r in inp.events.where(F.col("event") == "raft_became_leader")
                      .select("group", "server_name", "ns").orderBy("ns").collect()]
         end_ns = inp.events.agg(F.max("ns")).first()[0] or 0
@@ -113,7 +116,7 @@ def main(run: str, out: Path | None, master: str | None, driver_memory: str, exa
     spark = spark_session(master, driver_memory)
     try:
         def progress(name: str) -> None:
-            console.print(f"  checking {name} ({time.monotonic() - started:.1f} s)")
+            console.print(f"  {name} ({time.monotonic() - started:.1f} s)")
         try:
             doc = validate(spark, run, out, limit=examples, skew_ns=int(clock_skew_ms * 1e6),
                            progress=progress)

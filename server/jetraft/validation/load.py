@@ -23,6 +23,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from jetraft.events import SCHEMA_VERSION
 from jetraft.validation import schema
 
 
@@ -30,22 +31,38 @@ class InputError(Exception):
     """The run directory holds no event log (or cannot be read)."""
 
 
+#: How jetraft.events writes the event name of an applied batch (compact JSON): a line
+#: without it is read in the pass over every other event.
+APPLIED_MARK = '"event":"raft_applied"'
+#: ``index`` of the per-index rows that count damaged raft_applied lines (not JSON, or of
+#: an unknown schema version) instead of entries.
+CORRUPT_APPLIED, UNKNOWN_VERSION_APPLIED = -1, -2
+
+
 @dataclass
 class Inputs:
-    """The DataFrames of one run. ``events`` always exists; the others are None when the
-    run has no such file (a deploy without drills has no ledgers)."""
+    """The DataFrames of one run. ``events`` (every event but ``raft_applied``, and every
+    line that is not JSON, in ``_corrupt_record``) and ``per_index`` always exist; the
+    others are None when the run has no such file (a deploy without drills has no
+    ledgers). ``applied`` re-reads the event logs: only for the few examples of a
+    violation."""
 
     path: str
+    events_path: str
     events: DataFrame
-    corrupt: DataFrame
-    raw: DataFrame
+    per_index: DataFrame
     ledger: DataFrame | None
     drain: DataFrame | None
     drills: DataFrame | None
     topology: DataFrame | None
 
     def unpersist(self) -> None:
-        self.raw.unpersist()
+        self.events.unpersist()
+        self.per_index.unpersist()
+
+    def applied(self) -> DataFrame:
+        """Every applied entry: server, group, index, term, hash, ns (re-read)."""
+        return _applied_rows(self.events_path, self.events.sparkSession, keep_server=True)
 
 
 def _read(spark: SparkSession, struct, path: str, *, multiline: bool = False) -> DataFrame | None:
@@ -60,30 +77,71 @@ def _read(spark: SparkSession, struct, path: str, *, multiline: bool = False) ->
 
 def event_ns(ts):
     """RFC 3339 UTC with nine fraction digits (jetraft.events.rfc3339_ns) -> ns since the
-    epoch (long). Needs the session time zone to be UTC (the job sets it)."""
-    seconds = F.unix_timestamp(F.substring(ts, 1, 19), "yyyy-MM-dd'T'HH:mm:ss")
-    fraction = F.rpad(F.regexp_extract(ts, r"\.(\d{1,9})Z$", 1), 9, "0")
-    return seconds * F.lit(1_000_000_000) + F.coalesce(fraction.cast("long"), F.lit(0))
+    epoch (long): microseconds from Spark's timestamp cast, the last three digits added."""
+    return (F.unix_micros(ts.cast("timestamp")) * F.lit(1000)
+            + F.coalesce(F.regexp_extract(ts, r"\.\d{6}(\d{3})Z$", 1).cast("long"), F.lit(0)))
+
+
+def _host():
+    return F.regexp_extract(F.input_file_name(), r"([^/]+)/[^/]+$", 1)
+
+
+def _applied_rows(path: str, spark: SparkSession, *, keep_server: bool = False) -> DataFrame:
+    """The raft_applied lines as one row per entry: group, index, packed (term << 32 | hash),
+    ns (and server, term, hash with ``keep_server``). Damaged raft_applied lines give one
+    row each with index CORRUPT_APPLIED or UNKNOWN_VERSION_APPLIED."""
+    df = spark.read.schema(schema.APPLIED).option("mode", "PERMISSIVE").json(path)
+    corrupt = F.col(schema.CORRUPT)
+    df = df.where((F.col("event") == "raft_applied") | corrupt.contains(APPLIED_MARK))
+    cols = [F.col("group"), F.col("first_index"), event_ns(F.col("ts")).alias("ns"), F.col("terms"),
+            corrupt.alias("bad"), F.col("v")]
+    if keep_server:
+        cols.append(F.col("server_name").alias("server"))
+    rows = df.select(*cols, F.posexplode_outer("hashes").alias("pos", "hash"))
+    damaged = F.col("bad").isNotNull() | F.col("v").isNull() | (F.col("v") != SCHEMA_VERSION)
+    index = (F.when(F.col("bad").isNotNull(), F.lit(CORRUPT_APPLIED))
+             .when(damaged, F.lit(UNKNOWN_VERSION_APPLIED))
+             .otherwise(F.col("first_index") + F.col("pos")))
+    term = F.element_at("terms", F.col("pos") + 1)
+    out = [F.when(damaged, F.lit(None)).otherwise(F.col("group")).alias("group"), index.alias("index"),
+           F.when(damaged, F.lit(None)).otherwise(F.shiftleft(term, 32) + F.col("hash")).alias("packed"),
+           F.col("ns")]
+    if keep_server:
+        out += [F.col("server"), term.alias("term"), F.col("hash")]
+    return rows.select(*out).where(F.col("index").isNotNull())
 
 
 def read(spark: SparkSession, path: str) -> Inputs:
-    """Read the run at ``path``. The event logs are parsed once and kept (memory, then
+    """Read the run at ``path`` in two passes over the event logs: the raft_applied lines
+    (most of a log) reduced to one row per (group, index), and every other line parsed
+    whole (a text filter picks them without parsing the rest). Both are kept (memory, then
     disk) for the checks. Raises InputError when no event log is found."""
     base = path.rstrip("/")
     events_path = base if base.endswith(".jsonl") else f"{base}/logs/*/events.jsonl"
-    raw = _read(spark, schema.EVENT, events_path)
-    if raw is None:
-        raise InputError(f"no event log at {events_path} (collect the logs first: "
-                         f"ansible-playbook playbooks/collect_logs.yml)")
-    raw = (raw.withColumn("host", F.regexp_extract(F.input_file_name(), r"([^/]+)/[^/]+$", 1))
-           .withColumn("ns", event_ns(F.col("ts")))
-           .persist(StorageLevel.MEMORY_AND_DISK))
-    corrupt = raw.where(F.col(schema.CORRUPT).isNotNull()).select("host", schema.CORRUPT)
-    events = raw.where(F.col(schema.CORRUPT).isNull()).drop(schema.CORRUPT)
+    try:
+        lines = spark.read.text(events_path)
+    except AnalysisException as exc:
+        if "PATH_NOT_FOUND" in str(exc) or "Path does not exist" in str(exc):
+            raise InputError(f"no event log at {events_path} (collect the logs first: "
+                             f"ansible-playbook playbooks/collect_logs.yml)") from None
+        raise
+    parsed = F.from_json(F.col("value"), schema.EVENT, {"mode": "PERMISSIVE"})
+    events = (lines.where(~F.col("value").contains(APPLIED_MARK))
+              .select(F.col("value").alias("line"), parsed.alias("e"), _host().alias("host"))
+              .select("line", "host", "e.*")
+              .withColumn("ns", event_ns(F.col("ts")))
+              .where(F.col("event").isNull() | (F.col("event") != "raft_applied") | F.col(schema.CORRUPT).isNotNull())
+              .persist(StorageLevel.MEMORY_AND_DISK))
+    per_index = (_applied_rows(events_path, spark).groupBy("group", "index")
+                 .agg(F.min("packed").alias("packed_min"), F.max("packed").alias("packed_max"),
+                      F.min("ns").alias("ns"), F.count(F.lit(1)).alias("copies"))
+                 .persist(StorageLevel.MEMORY_AND_DISK))
+    events.count()          # both passes now, so that the checks' times are their own
+    per_index.count()
     if base.endswith(".jsonl"):
-        return Inputs(path, events, corrupt, raw, None, None, None, None)
+        return Inputs(path, events_path, events, per_index, None, None, None, None)
     return Inputs(
-        path, events, corrupt, raw,
+        path, events_path, events, per_index,
         ledger=_read(spark, schema.LEDGER, f"{base}/*.ledger.jsonl"),
         drain=_read(spark, schema.DRAIN, f"{base}/*.stream.jsonl"),
         drills=_read(spark, schema.DRILL, f"{base}/drills.json", multiline=True),

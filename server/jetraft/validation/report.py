@@ -16,9 +16,10 @@ def verdict(results: list[CheckResult]) -> bool:
     return all(r.valid is not False for r in results)
 
 
-def write_json(path: Path, source: str, results: list[CheckResult], seconds: float) -> dict:
+def write_json(path: Path, source: str, results: list[CheckResult], seconds: float,
+               read_seconds: float = 0.0) -> dict:
     doc = {"valid": verdict(results), "source": source, "seconds": round(seconds, 1),
-           "checks": {r.name: r.as_dict() for r in results}}
+           "read_seconds": round(read_seconds, 1), "checks": {r.name: r.as_dict() for r in results}}
     path.write_text(json.dumps(doc, indent=2, default=str) + "\n")
     return doc
 

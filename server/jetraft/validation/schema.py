@@ -53,6 +53,13 @@ EVENT = StructType([
     _s(CORRUPT),
 ])
 
+#: A raft_applied line, as the pass over applied entries reads it.
+APPLIED = StructType([
+    _s("ts"), _s("v", IntegerType()), _s("server_name"), _s("event"), _s("group"),
+    _s("first_index", LongType()), _s("terms", ArrayType(LongType())),
+    _s("hashes", ArrayType(LongType())), _s(CORRUPT),
+])
+
 LEDGER = StructType([
     _s("drill"), _s("msg_id"), _s("sent_ns", LongType()), _s("acked_ns", LongType()),
     _s("stream_seq", LongType()), _s("error"), _s("present", BooleanType()),

@@ -266,9 +266,12 @@ def test_a_pull_consumer_redelivers_correctly_after_a_leader_change(cluster):
         await until(lambda: all_current(js, "ORDERS", 3), 20, "replicas current after step-down")
         ci = await retry(lambda: js.consumer_info("ORDERS", "worker"), 10, "consumer info")
         assert ci.ack_floor.stream_seq == 5 and ci.num_ack_pending == 5
-        # unacknowledged 6..10 come back after ack_wait (30 s default: nak them instead)
+        # unacknowledged 6..10 come back after ack_wait (30 s default: nak them instead).
+        # Each nak asks for the server's reply (as ack_sync does for an ack), so that the
+        # pull below is not taken before the naks, and a nak that reached the previous
+        # leader while the interest in the ack subjects moved is sent again.
         for m in first[5:]:
-            await m.nak()
+            await retry(lambda m=m: nc.request(m.reply, b"-NAK", timeout=1), 10, "nak")
         # A pull that timed out could have taken the redeliveries into a request the client
         # gave up on, so retry only a pull nobody received (503: no leader at that moment).
         async def pull():

@@ -112,11 +112,10 @@ class Cluster:
         if len(names) != size:
             raise ValueError("names must have one entry per server")
         extras = [extra] * size if isinstance(extra, str) else list(extra)
-        used: set[int] = set()
         self.members: dict[str, Member] = {}
         for i, member_name in enumerate(names):
             self.members[member_name] = Member(
-                member_name, _unique_port(used), _unique_port(used), _unique_port(used),
+                member_name, free_port(), free_port(), free_port(),
                 tags=tuple(tags[i]) if tags else (), extra=extras[i])
         all_routes = [self.route_url(m) for m in self.members]
         for member in self.members.values():
@@ -291,11 +290,3 @@ class Cluster:
     def outputs(self, tail: int = 4000) -> str:
         """The last ``tail`` characters of each server's output, for failure messages."""
         return "\n".join(s.output()[-tail:] for s in self.servers.values())
-
-
-def _unique_port(used: set[int]) -> int:
-    while True:
-        port = free_port()
-        if port not in used:
-            used.add(port)
-            return port

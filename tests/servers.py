@@ -12,6 +12,7 @@ imports nothing but the standard library.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -39,11 +40,45 @@ def binary(kind: str) -> Path:
     return Path(sys.executable).parent / _BINARIES[kind]
 
 
+def _ephemeral_low(default: int = 32768) -> int:
+    """The lowest port the kernel hands to outgoing connections (ip_local_port_range)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return default
+
+
+#: Ports are picked below the ephemeral range, which the kernel gives to outgoing
+#: connections: a port bound to 0 and closed can be taken by any client's connect()
+#: before the server that was promised it binds (seen as EADDRINUSE when five servers
+#: dial each other while starting). Each process starts at its own offset and never
+#: hands out a port twice.
+_PORT_RANGE = (max(1024, _ephemeral_low() - 12000), _ephemeral_low())
+_handed_out: set[int] = set()
+_next_port = _PORT_RANGE[0] + (os.getpid() * 97) % (_PORT_RANGE[1] - _PORT_RANGE[0])
+
+
 def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that was free a moment ago (bind port 0, close)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """Return a TCP port on 127.0.0.1 that is free now and outside the ephemeral range.
+
+    Never returns the same port twice in one process. Raises RuntimeError when every
+    port of the range (about 12,000 below ``ip_local_port_range``) is in use.
+    """
+    global _next_port
+    low, high = _PORT_RANGE
+    for _ in range(high - low):
+        port = _next_port
+        _next_port = low + (_next_port + 1 - low) % (high - low)
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free TCP port on 127.0.0.1 in {low}..{high - 1}")
 
 
 def render_config(port: int, http_port: int | None, extra: str = "") -> str:

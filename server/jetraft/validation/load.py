@@ -16,6 +16,7 @@ event logs only (a glob of them, say).
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from pyspark import StorageLevel
@@ -97,7 +98,11 @@ def _applied_rows(path: str, spark: SparkSession, *, keep_server: bool = False) 
             corrupt.alias("bad"), F.col("v")]
     if keep_server:
         cols.append(F.col("server_name").alias("server"))
-    rows = df.select(*cols, F.posexplode_outer("hashes").alias("pos", "hash"))
+    # Two selects: in one, Spark computes ns after the explode, once per entry instead of
+    # once per line (about 2.5 times the work of the timestamp parse).
+    lines = df.select(*cols, F.col("hashes"))
+    rows = lines.select(*[c for c in lines.columns if c != "hashes"],
+                        F.posexplode_outer("hashes").alias("pos", "hash"))
     damaged = F.col("bad").isNotNull() | F.col("v").isNull() | (F.col("v") != SCHEMA_VERSION)
     index = (F.when(F.col("bad").isNotNull(), F.lit(CORRUPT_APPLIED))
              .when(damaged, F.lit(UNKNOWN_VERSION_APPLIED))
@@ -109,6 +114,21 @@ def _applied_rows(path: str, spark: SparkSession, *, keep_server: bool = False) 
     if keep_server:
         out += [F.col("server"), term.alias("term"), F.col("hash")]
     return rows.select(*out).where(F.col("index").isNotNull())
+
+
+@contextmanager
+def _sql_conf(spark: SparkSession, key: str, value: str):
+    """Set a Spark SQL option for the queries planned and run inside the block, then put
+    back what was there."""
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
 
 
 def read(spark: SparkSession, path: str) -> Inputs:
@@ -132,12 +152,15 @@ def read(spark: SparkSession, path: str) -> Inputs:
               .withColumn("ns", event_ns(F.col("ts")))
               .where(F.col("event").isNull() | (F.col("event") != "raft_applied") | F.col(schema.CORRUPT).isNotNull())
               .persist(StorageLevel.MEMORY_AND_DISK))
-    per_index = (_applied_rows(events_path, spark).groupBy("group", "index")
-                 .agg(F.min("packed").alias("packed_min"), F.max("packed").alias("packed_max"),
-                      F.min("ns").alias("ns"), F.count(F.lit(1)).alias("copies"))
-                 .persist(StorageLevel.MEMORY_AND_DISK))
-    events.count()          # both passes now, so that the checks' times are their own
-    per_index.count()
+    # Each (group, index) is at most once in a server's log, so a partial aggregation
+    # before the shuffle reduces nothing: it is bypassed for this aggregation alone.
+    with _sql_conf(spark, "spark.sql.execution.bypassPartialAggregation", "true"):
+        per_index = (_applied_rows(events_path, spark).groupBy("group", "index")
+                     .agg(F.min("packed").alias("packed_min"), F.max("packed").alias("packed_max"),
+                          F.min("ns").alias("ns"), F.count(F.lit(1)).alias("copies"))
+                     .persist(StorageLevel.MEMORY_AND_DISK))
+        per_index.count()   # both passes now, so that the checks' times are their own
+    events.count()
     if base.endswith(".jsonl"):
         return Inputs(path, events_path, events, per_index, None, None, None, None)
     return Inputs(

@@ -100,6 +100,13 @@ EVENTS: dict[str, EventSpec] = {
         "debug", "A client sent something the protocol forbids; it was answered with -ERR.",
         {"cid": "int", "error": "the -ERR text", "fatal": "bool"},
     ),
+    "connection_error": EventSpec(
+        "error", "Handling one connection's input raised an exception inside the server: that "
+        "connection alone was closed (a client gets -ERR 'Internal Server Error'); the server "
+        "and every other connection go on.",
+        {"kind": "client | route", "error": "repr of the exception", "traceback": "str",
+         "cid": "int (clients)", "ip": "str", "port": "int", "peer_name": "str or null (routes)"},
+    ),
     "slow_consumer": EventSpec(
         "warn", "A client could not keep up and was disconnected; other clients are unaffected.",
         {"cid": "int", "ip": "str", "port": "int", "pending_bytes": "int", "reason": "str"},

@@ -29,6 +29,7 @@ import json
 import os
 import time
 import socket
+import traceback
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -36,6 +37,7 @@ import trio
 
 from jetraft.auth import AuthError, Identity
 from jetraft.protocol import (
+    ERR_AUTHORIZATION_VIOLATION,
     OK,
     PING,
     PONG,
@@ -56,6 +58,16 @@ if TYPE_CHECKING:
     from jetraft.server import Account, Server
 
 READ_SIZE = 65536
+#: The -ERR a client gets when handling its input failed inside the server (the connection is
+#: closed; the failure and its traceback are in the event log as ``connection_error``).
+ERR_INTERNAL = "Internal Server Error"
+
+
+def report_connection_error(server: Server, kind: str, exc: BaseException, **who: object) -> None:
+    """Write ``connection_error`` (with the traceback) for an exception that ended one
+    connection of ``kind`` ("client" or "route"); ``who`` names it (cid, ip, port...)."""
+    server.events.emit("connection_error", kind=kind, error=repr(exc),
+                       traceback="".join(traceback.format_exception(exc)), **who)
 
 
 class Subscription:
@@ -255,10 +267,13 @@ class ClientConnection(StreamConnection):
         self.port = port
         self.parser = ClientParser(max_control_line=cfg.max_control_line, max_payload=cfg.max_payload)
         self.subs: dict[str, Subscription] = {}
+        #: None until the client may publish and subscribe: after CONNECT when the server
+        #: requires authentication, from the start otherwise (see :meth:`_bind_anonymous`).
         self.account: Account | None = None
         self.identity: Identity | None = None
         self.connected = False
-        self.verbose = False
+        # nats-server's defaults until CONNECT says otherwise (client.go defaultOpts)
+        self.verbose = True
         self.echo = True
         self.headers = False
         self.no_responders = False
@@ -267,19 +282,55 @@ class ClientConnection(StreamConnection):
         self.version: str | None = None
         self.start_ns = time.time_ns()
         self.last_activity = self.start_ns
+        #: when the client last sent a message, a subscription change or a PING (ns): the
+        #: pinger sends no PING within ``ping_interval`` of it (nats-server client.go lastIn)
+        self.last_in = self.start_ns
         self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
         self.pings_out = 0
         self._out = bytearray()
+        self._bind_anonymous()
+
+    def _bind_anonymous(self) -> None:
+        """Without required authentication (or with ``no_auth_user``) a client may publish and
+        subscribe before its CONNECT, in the account anonymous clients get (nats-server
+        client.go registers it with the global account; parser.go lets no_auth_user clients
+        start with another command). Otherwise the parser refuses anything but CONNECT first."""
+        auth = self.server.auth
+        try:
+            identity = auth.verify(None, None, None) if not auth.required or auth.no_auth_user else None
+        except AuthError:
+            identity = None
+        if identity is None:
+            self.parser.awaiting_auth = True
+            return
+        self.identity = identity
+        self.account = self.server.account(identity.account)
 
     # ------------------------------------------------------------------ lifecycle
 
     async def run(self) -> None:
-        """Serve the connection until it closes; never raises for client misbehaviour."""
-        self.send(encode_info(self.server.client_info(self)))
-        tasks = [self._pinger, self._auth_timer] if self.server.auth.required else [self._pinger]
-        await self._serve(tasks, "Client Closed")
-        self.server.client_closed(self)  # forget the client, then close the socket gracefully
-        await self._linger_close()
+        """Serve the connection until it closes. Never raises (but for cancellation): an
+        exception while serving it closes this connection alone and is written to the event
+        log as ``connection_error`` with its traceback (fault isolation)."""
+        try:
+            self.send(encode_info(self.server.client_info(self)))
+            tasks = [self._pinger, self._auth_timer] if self.server.auth.required else [self._pinger]
+            await self._serve(tasks, "Client Closed")
+        except* Exception as group:
+            self._failed(group.exceptions[0])
+        finally:
+            # forget the client, then close the socket gracefully
+            with trio.CancelScope(shield=True):
+                self.server.client_closed(self)
+                await self._linger_close()
+
+    def _failed(self, exc: BaseException) -> None:
+        """Handling this client's input raised ``exc``: report it, tell the client, close."""
+        report_connection_error(self.server, "client", exc, cid=self.cid, ip=self.ip, port=self.port)
+        if self.close_reason is None:
+            self._out += encode_err(ERR_INTERNAL)
+            self.flush_now()
+            self.close_reason = ERR_INTERNAL
 
     # ------------------------------------------------------------------ output
 
@@ -335,9 +386,10 @@ class ClientConnection(StreamConnection):
                     if self.close_reason is not None:
                         return
                     if type(op) is Pub:
-                        if not self.connected and server.auth.required:
+                        if self.account is None:
                             self._auth_violation("command before CONNECT")
                             return
+                        self.last_in = self.last_activity
                         self.in_msgs += 1
                         self.in_bytes += len(op.payload) + (len(op.headers) if op.headers else 0)
                         if self.verbose:  # +OK precedes delivery (nats-server client.go processPub)
@@ -355,20 +407,25 @@ class ClientConnection(StreamConnection):
             await self._connect(op.options)
             return
         if type(op) is ProtocolViolation:
+            if op.message == ERR_AUTHORIZATION_VIOLATION:
+                self._auth_violation("command before CONNECT")
+                return
             self.server.events.emit("protocol_error", cid=self.cid, error=op.message, fatal=op.fatal)
             if op.send_err:
                 self.send(encode_err(op.message))
             if op.fatal:
                 self.close(op.message)
             return
-        if not self.connected and self.server.auth.required:
+        if self.account is None:
             self._auth_violation("command before CONNECT")
             return
         if type(op) is Ping:
+            self.last_in = time.time_ns()
             self.send(PONG)
         elif type(op) is Pong:
             self.pings_out = 0
         elif type(op) is Sub:
+            self.last_in = time.time_ns()
             self._subscribe(op)
         elif type(op) is Unsub:
             self._unsubscribe(op)
@@ -401,8 +458,13 @@ class ClientConnection(StreamConnection):
         self.name = _str_or_none(options.get("name"))
         self.lang = _str_or_none(options.get("lang"))
         self.version = _str_or_none(options.get("version"))
+        account = self.server.account(identity.account)
+        if self.account is not None and account is not self.account:
+            # credentials moved a no_auth_user client to another account: what it subscribed
+            # to before CONNECT was in the other account's subject space
+            self.remove_all_subscriptions()
         self.identity = identity
-        self.account = self.server.account(identity.account)
+        self.account = account
         self.connected = True
         self.server.events.emit("client_connected", cid=self.cid, ip=self.ip, port=self.port,
                                 name=self.name, lang=self.lang, version=self.version,
@@ -468,9 +530,14 @@ class ClientConnection(StreamConnection):
     # ------------------------------------------------------------------ timers
 
     async def _pinger(self) -> None:
+        """Every ``ping_interval``: no PING when the client sent a message, a subscription or a
+        PING within the interval (its traffic shows it alive); else a PING, or "Stale
+        Connection" once ``ping_max`` are unanswered (nats-server client.go processPingTimer)."""
         cfg = self.server.config
         while True:
             await trio.sleep(cfg.ping_interval)
+            if time.time_ns() - self.last_in < cfg.ping_interval * 1e9:
+                continue
             if self.pings_out + 1 > cfg.ping_max:
                 self.server.events.emit("stale_connection", cid=self.cid, ip=self.ip, port=self.port)
                 self.send(encode_err("Stale Connection"))

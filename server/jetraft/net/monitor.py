@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
@@ -96,7 +97,9 @@ def varz(server: Server) -> dict[str, Any]:
 
 
 def routez(server: Server, params: dict[str, list[str]]) -> dict[str, Any]:
-    """``/routez``: one entry per route (nats-server monitor.go Routez/RouteInfo)."""
+    """``/routez``: one entry per route (nats-server monitor.go Routez/RouteInfo).
+    Raises QueryError for a ``subs`` value nats-server refuses."""
+    subs = _flag(params, "subs")
     now = time.time_ns()
     routes = []
     manager = server.routes
@@ -117,29 +120,71 @@ def routez(server: Server, params: dict[str, list[str]]) -> dict[str, Any]:
             "subscriptions": len(conn.interest),
             "tags": list(peer.tags), "jetstream": peer.jetstream,
         }
-        if _flag(params, "subs"):
+        if subs:
             entry["subscriptions_list"] = sorted(subject for _acc, subject, _q in conn.interest)
         routes.append(entry)
     return {"server_id": server.server_id, "server_name": server.server_name, "now": rfc3339_ns(now),
             "num_routes": len(routes), "routes": routes}
 
 
+class QueryError(ValueError):
+    """A query parameter nats-server would refuse: answered 400 with ``str(self)`` as the
+    plain-text body (nats-server monitor.go decodeInt/decodeBool/decodeUint64)."""
+
+
+_GO_TRUE = frozenset(("1", "t", "T", "TRUE", "true", "True"))
+_GO_FALSE = frozenset(("0", "f", "F", "FALSE", "false", "False"))
+_INT_RE = re.compile(r"[+-]?[0-9]+")
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _go_quote(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _query_int(params: dict[str, list[str]], key: str) -> int:
+    """``key`` as Go's strconv.Atoi reads it; 0 when absent or empty. Raises QueryError."""
+    text = params.get(key, [""])[0]
+    if not text:
+        return 0
+    if not _INT_RE.fullmatch(text):
+        raise QueryError(f"Error decoding int for '{key}': strconv.Atoi: parsing {_go_quote(text)}: "
+                         "invalid syntax")
+    value = int(text)
+    if not _INT64[0] <= value <= _INT64[1]:
+        raise QueryError(f"Error decoding int for '{key}': strconv.Atoi: parsing {_go_quote(text)}: "
+                         "value out of range")
+    return value
+
+
 def _page(params: dict[str, list[str]]) -> tuple[int, int]:
-    def number(key: str, default: int) -> int:
-        try:
-            return max(0, int(params.get(key, [default])[0]))
-        except ValueError:
-            return default
-    return number("offset", 0), number("limit", DEFAULT_LIMIT) or DEFAULT_LIMIT
+    """``offset`` and ``limit`` (a limit of 0 or less is the default). Raises QueryError."""
+    offset = max(0, _query_int(params, "offset"))
+    limit = _query_int(params, "limit")
+    return offset, limit if limit > 0 else DEFAULT_LIMIT
 
 
 def _flag(params: dict[str, list[str]], key: str) -> bool:
-    return params.get(key, ["0"])[0].lower() in ("1", "true", "detail")
+    """A boolean parameter as Go's strconv.ParseBool reads it (``subs`` also takes
+    ``detail``); False when absent or empty. Raises QueryError."""
+    text = params.get(key, [""])[0]
+    if not text or text in _GO_FALSE:
+        return False
+    if text in _GO_TRUE or (key == "subs" and text.lower() == "detail"):
+        return True
+    raise QueryError(f"Error decoding boolean for '{key}': strconv.ParseBool: parsing "
+                     f"{_go_quote(text)}: invalid syntax")
 
 
 def connz(server: Server, params: dict[str, list[str]]) -> dict[str, Any]:
-    """``/connz``: one entry per client connection (nats-server monitor.go Connz)."""
+    """``/connz``: one entry per client connection (nats-server monitor.go Connz).
+    Raises QueryError for a parameter nats-server refuses (auth, subs, offset, limit, state)."""
+    _flag(params, "auth")
+    subs = _flag(params, "subs")
     offset, limit = _page(params)
+    state = params.get("state", [""])[0]
+    if state and state.lower() not in ("open", "closed", "any", "all"):
+        raise QueryError(f"Error decoding state for {state}")
     now = time.time_ns()
     clients = sorted(server.clients.values(), key=lambda c: c.cid)
     conns = []
@@ -159,7 +204,7 @@ def connz(server: Server, params: dict[str, list[str]]) -> dict[str, Any]:
             if c.identity.user:
                 entry["authorized_user"] = c.identity.user
             entry["account"] = c.identity.account
-        if _flag(params, "subs"):
+        if subs:
             entry["subscriptions_list"] = sorted(s.subject for s in c.subs.values())
         conns.append(entry)
     return {"server_id": server.server_id, "now": rfc3339_ns(now), "num_connections": len(conns),
@@ -168,11 +213,11 @@ def connz(server: Server, params: dict[str, list[str]]) -> dict[str, Any]:
 
 def subsz(server: Server, params: dict[str, list[str]]) -> dict[str, Any]:
     """``/subsz``: subscription counts, and with ``subs=1`` the subscriptions themselves."""
+    offset, limit = _page(params)
     total = sum(len(a.sublist) for a in server.accounts.values())
     out: dict[str, Any] = {"server_id": server.server_id, "now": rfc3339_ns(time.time_ns()),
                            "num_subscriptions": total}
     if _flag(params, "subs"):
-        offset, limit = _page(params)
         subs = []
         for acc_name, acc in sorted(server.accounts.items()):
             for client in server.clients.values():
@@ -199,9 +244,26 @@ def make_app(server: Server):
         if scope["type"] != "http":
             return
         path = scope["path"].rstrip("/") or "/"
-        params = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        params = parse_qs(scope.get("query_string", b"").decode("utf-8", "replace"),
+                          keep_blank_values=True)
+        try:
+            status, body = _answer(path, scope["method"], params)
+        except QueryError as exc:
+            text = str(exc).encode()
+            await send({"type": "http.response.start", "status": 400,
+                        "headers": [(b"content-type", b"text/plain; charset=utf-8"),
+                                    (b"content-length", str(len(text)).encode())]})
+            await send({"type": "http.response.body", "body": text})
+            return
+        data = json.dumps(body, indent=2).encode()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(data)).encode())]})
+        await send({"type": "http.response.body", "body": data})
+
+    def _answer(path: str, method: str, params: dict[str, list[str]]) -> tuple[int, Any]:
         status = 200
-        if scope["method"] not in ("GET", "HEAD"):
+        if method not in ("GET", "HEAD"):
             status, body = 405, {"error": "method not allowed"}
         elif path == "/healthz":
             status, body = healthz(server)
@@ -220,11 +282,7 @@ def make_app(server: Server):
             body = {"endpoints": ["/healthz", "/varz", "/connz", "/subsz", "/routez", "/jsz"]}
         else:
             status, body = 404, {"error": f"no such endpoint {path}"}
-        data = json.dumps(body, indent=2).encode()
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(data)).encode())]})
-        await send({"type": "http.response.body", "body": data})
+        return status, body
 
     return app
 

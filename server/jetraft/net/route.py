@@ -61,7 +61,7 @@ import trio
 
 from jetraft.auth import check_password
 from jetraft.config import is_bcrypt
-from jetraft.net.client import StreamConnection, accept_connections
+from jetraft.net.client import StreamConnection, accept_connections, report_connection_error
 from jetraft.protocol import Match, SubjectIndex
 from jetraft.protocol import route as rp
 
@@ -193,7 +193,9 @@ class RouteConnection(StreamConnection):
         self.port = port
         self.solicited = solicited
         self.target = target
-        self.parser = rp.RouteParser()
+        # An accepted connection is a stranger until its handshake is done: its frames are
+        # bounded by MAX_HANDSHAKE_FRAME until then (memory before authentication).
+        self.parser = rp.RouteParser(rp.MAX_FRAME if solicited else rp.MAX_HANDSHAKE_FRAME)
         self.info: rp.RouteInfo | None = None
         self.peer: RoutePeer | None = None
         self.registered = False
@@ -231,13 +233,22 @@ class RouteConnection(StreamConnection):
     # ------------------------------------------------------------------ lifecycle
 
     async def run(self) -> None:
-        """Serve the route until it closes; the manager is told in every case."""
+        """Serve the route until it closes; the manager is told in every case. Never raises
+        (but for cancellation): an exception while handling the route's input closes this
+        route alone and is written to the event log as ``connection_error`` (it is redialled
+        like any route that ended)."""
         try:
             if self.solicited:
                 t = self.target
                 self.send(rp.encode_connect(t.user if t else None, t.password if t else None)
                           + rp.encode_info(self.manager.local_info()))
             await self._serve([self._handshake_timer, self._pinger], "Remote Closed")
+        except* Exception as group:
+            report_connection_error(self.server, "route", group.exceptions[0], ip=self.ip,
+                                    port=self.port,
+                                    peer_name=self.peer.server_name if self.peer else None)
+            if self.close_reason is None:
+                self.close_reason = "Internal Server Error"
         finally:
             if self.close_reason is None:
                 self.close_reason = "Server Shutdown"
@@ -714,6 +725,7 @@ class RouteManager:
             peer.attach(conn, info)
         conn.peer = peer
         conn.registered = True
+        conn.parser.max_frame = rp.MAX_FRAME
         table = self._interest_table()
         if table:
             conn.send(table)

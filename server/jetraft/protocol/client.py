@@ -26,6 +26,7 @@ from typing import Any, Union
 from jetraft.protocol.subjects import is_valid_filter_tokens
 
 __all__ = [
+    "ERR_AUTHORIZATION_VIOLATION",
     "ERR_BAD_CLIENT_PROTOCOL",
     "ERR_INVALID_PUBLISH_SUBJECT",
     "ERR_INVALID_SUBJECT",
@@ -64,6 +65,7 @@ ERR_INVALID_SUBJECT = "Invalid Subject"  # client.go processSubEx
 ERR_INVALID_PUBLISH_SUBJECT = "Invalid Publish Subject"  # client.go processPub (pedantic)
 ERR_BAD_CLIENT_PROTOCOL = "invalid client protocol"  # errors.go ErrBadClientProtocol
 ERR_NO_RESPONDERS_HEADERS = "no responders requires headers support"  # errors.go
+ERR_AUTHORIZATION_VIOLATION = "Authorization Violation"  # client.go authViolation
 
 
 # ---------------------------------------------------------------- commands
@@ -152,6 +154,8 @@ class ProtocolViolation:
     PUB/HPUB size > max_payload: ERR_MAX_PAYLOAD                yes    yes
     CONNECT protocol not 0 or 1: "invalid client protocol"      yes    yes
     CONNECT no_responders without headers                       yes    yes
+    ``awaiting_auth`` and a command other than CONNECT:         yes    yes
+    ERR_AUTHORIZATION_VIOLATION
     SUB with an empty token or a token after ``>``:             no     yes
     ERR_INVALID_SUBJECT (the Sub is not emitted)
     pedantic and the PUB subject is not a valid literal:        no     yes
@@ -192,6 +196,7 @@ _VERBS: tuple[tuple[bytes, int], ...] = (
 _PUB = _VERBS[0]
 _VERB_HEAD = max(len(v) for v, _ in _VERBS)
 _LF, _VT, _FF, _CR = 10, 11, 12, 13
+_C = b"Cc"  # the first byte of CONNECT
 _SPACE_TAB = b" \t"
 _MAX_SIZE_DIGITS = 9  # util.go parseSize: at most 9 digits ("999M")
 _INT64_MAX = 2**63 - 1
@@ -306,7 +311,12 @@ class ClientParser:
     verb and separating blanks excluded (parser.go ``overMaxControlLineLimit``);
     it is enforced on a partial line too, so an endless line cannot
     exhaust memory. ``max_payload`` (bytes, settable, negative = no limit)
-    bounds a PUB's size or an HPUB's total size. ``pedantic`` (settable)
+    bounds a PUB's size or an HPUB's total size. ``awaiting_auth`` (settable,
+    default False): the server requires authentication, so the first command
+    must be CONNECT; anything else is refused as soon as its first byte is seen
+    (a fatal ``Authorization Violation``), before any of its arguments or
+    payload is buffered (nats-server parser.go ``authErr``). It clears itself
+    when a CONNECT is parsed. ``pedantic`` (settable)
     makes a PUB to a subject that is not a valid literal draw a non-fatal
     ``Invalid Publish Subject``; the parser itself sets it from each valid
     CONNECT the way nats-server does (an absent ``pedantic`` means True on
@@ -335,6 +345,7 @@ class ClientParser:
         "_p_reply",
         "_p_size",
         "_p_subject",
+        "awaiting_auth",
         "max_control_line",
         "max_payload",
         "pedantic",
@@ -344,6 +355,7 @@ class ClientParser:
         self.max_control_line = max_control_line
         self.max_payload = max_payload
         self.pedantic = False
+        self.awaiting_auth = False
         self._buf = b""  # unparsed bytes (a partial control line, or the start of a payload)
         self._chunks: list[bytes] = []  # a payload spanning feeds, joined once complete
         self._have = 0  # bytes in _chunks
@@ -419,6 +431,9 @@ class ClientParser:
                 pos = end + 2
                 continue
 
+            if self.awaiting_auth and buf[pos] not in _C:
+                self._fatal(out, ERR_AUTHORIZATION_VIOLATION)
+                return
             nl = find(b"\n", pos)
             if nl < 0:
                 self._partial(buf, pos, out)
@@ -560,6 +575,7 @@ class ClientParser:
             return False
         self.pedantic = bool(options.get("pedantic", self.pedantic if self._connected else True))
         self._connected = True
+        self.awaiting_auth = False
         out.append(Connect(options))
         return True
 

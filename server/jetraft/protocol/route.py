@@ -56,6 +56,7 @@ __all__ = [
     "ERR_SELF",
     "ERR_SUPERSEDED",
     "MAX_FRAME",
+    "MAX_HANDSHAKE_FRAME",
     "PING",
     "PONG",
     "VERSION",
@@ -86,6 +87,10 @@ VERSION = 1
 
 #: Largest frame accepted by default (bytes after the length prefix): 64 MiB.
 MAX_FRAME = 64 * 1024 * 1024
+#: Largest frame an accepted connection may send before its handshake (CONNECT with the
+#: cluster's credentials, then INFO) is done: 64 KiB, room for an INFO naming thousands of
+#: routes. A stranger on the route port can make the server buffer no more than this.
+MAX_HANDSHAKE_FRAME = 64 * 1024
 
 K_INFO, K_CONNECT, K_ERR, K_PING, K_PONG, K_SUB, K_UNSUB, K_MSG, K_APP = range(1, 10)
 

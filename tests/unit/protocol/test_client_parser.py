@@ -473,3 +473,21 @@ def test_connect_with_invalid_utf8_is_decoded_with_replacement() -> None:
 
 def test_violation_defaults_to_sending_an_err() -> None:
     assert ProtocolViolation("x", True) == ProtocolViolation("x", True, True)
+
+
+@pytest.mark.parametrize("first", [b"P", b"PUB foo 1048576\r\n", b"SUB", b"\r\n", b" CONNECT {}\r\n", b"ping\r\n"])
+def test_awaiting_auth_refuses_anything_but_connect_at_its_first_byte(first: bytes) -> None:
+    parser = ClientParser()
+    parser.awaiting_auth = True
+    assert parser.feed(first + b"x" * 65536) == [ProtocolViolation("Authorization Violation", True)]
+    assert parser.feed(b"CONNECT {}\r\n") == []  # nothing after the violation
+    assert parser._buf == b"" and parser._chunks == []  # nothing of the payload kept
+
+
+def test_awaiting_auth_ends_with_the_first_connect() -> None:
+    parser = ClientParser()
+    parser.awaiting_auth = True
+    assert parser.feed(b"CON") == []
+    assert parser.feed(b'nect {"verbose":false}\r\nPUB a 1\r\nx\r\n') == [
+        Connect({"verbose": False}), Pub("a", None, None, b"x")]
+    assert parser.awaiting_auth is False

@@ -195,3 +195,12 @@ def test_garbage_never_escapes_as_another_exception(data):
         RouteParser(max_frame=1 << 16).feed(data)
     except RouteProtocolError:
         pass
+
+
+def test_the_handshake_frame_limit_refuses_a_big_announced_frame_before_buffering_it():
+    parser = RouteParser(rp.MAX_HANDSHAKE_FRAME)
+    with pytest.raises(RouteProtocolError, match="exceeds the limit of 65536 bytes"):
+        parser.feed((rp.MAX_HANDSHAKE_FRAME + 1).to_bytes(4, "big") + b"\x91" * 1000)
+    info = rp.RouteInfo(server_name="n", server_id="N1", cluster="C", listen="127.0.0.1:1",
+                        routes=tuple(f"10.0.{i // 256}.{i % 256}:6222" for i in range(2000)))
+    assert len(rp.encode_info(info)) < rp.MAX_HANDSHAKE_FRAME  # an INFO naming 2,000 routes fits

@@ -420,3 +420,29 @@ def test_a_killed_server_is_dropped_and_rejoins_when_restarted(tmp_path):
             return reply.data
 
         assert asyncio.run(asyncio.wait_for(across(), 30)) == b"hello"
+
+
+async def test_connections_in_their_handshake_are_bounded(monkeypatch):
+    """Past MAX_PENDING_ROUTES strangers that never finish their handshake, a new connection
+    is closed at once (and said so); once they are gone a peer connects as usual."""
+    from jetraft.net import route as route_module
+    monkeypatch.setattr(route_module, "MAX_PENDING_ROUTES", 3)
+    port = free_port()
+    node = Node("n1", route_config("n1", port, []))
+    async with trio.open_nursery() as nursery:
+        await start_nodes(nursery, node)
+        strangers = [await FakePeer.dial(port) for _ in range(3)]
+        await wait_until(lambda: len(node.routes.connections) == 3, "three connections accepted")
+        late = await FakePeer.dial(port)
+        with trio.fail_after(DEADLINE):
+            assert await late.stream.receive_some(65536) == b""  # closed without a word
+        refused = await wait_until(lambda: node.events("route_refused"), "the refusal logged")
+        assert "3 route connections are in their handshake already (at most 3)" in refused[-1]["reason"]
+        for stranger in strangers:
+            await stranger.stream.aclose()
+        await wait_until(lambda: not node.routes.connections, "the strangers gone")
+        peer = await FakePeer.dial(port)
+        await peer.hello()
+        await peer.next(rp.RouteInfo)
+        await wait_until(lambda: "fake" in node.routes.peers, "the fake peer registered")
+        node.server.shutdown()

@@ -83,6 +83,10 @@ DIAL_TIMEOUT = 2.0
 DROPPABLE_KIND = "raft"
 
 READ_SIZE = 262144
+#: Accepted route connections that may be in their handshake at once; past it a new one is
+#: closed at once. With :data:`~jetraft.protocol.route.MAX_HANDSHAKE_FRAME` this bounds what
+#: strangers on the route port can make the server hold (128 x 64 KiB).
+MAX_PENDING_ROUTES = 128
 _WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
 
 
@@ -878,6 +882,12 @@ class RouteManager:
         self.events.emit("config_warning", message=f"route accept failed: {exc}")
 
     def _accepted(self, stream: trio.SocketStream, ip: str, port: int) -> None:
+        pending = sum(1 for c in self.connections.values() if not c.solicited and not c.registered)
+        if pending >= MAX_PENDING_ROUTES:
+            self.log_refused(format_addr(ip, port), f"{pending} route connections are in their "
+                             f"handshake already (at most {MAX_PENDING_ROUTES})")
+            self._nursery.start_soon(stream.aclose)
+            return
         conn = RouteConnection(self, stream, ip, port, solicited=False)
         self.connections[conn.rid] = conn
         self._no_connections = trio.Event()

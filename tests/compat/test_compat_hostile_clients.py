@@ -79,12 +79,13 @@ def test_anything_but_connect_first_is_refused_when_auth_is_required(start_serve
 # ---------------------------------------------------------------- memory before authentication
 
 
-def test_unauthenticated_clients_cannot_make_the_server_buffer_their_payloads(start_server):
-    server = start_server(AUTH)
-    idle = idle_rss(server)
+def unauthenticated_pubs(server, clients: int = 200) -> int:
+    """``clients`` connections to a server requiring authentication each start a 1 MiB PUB
+    before CONNECT and push its payload as fast as the server reads; returns the server's
+    peak RSS (KiB) once a legitimate client got through."""
     socks = []
     try:
-        for _ in range(200):
+        for _ in range(clients):
             sock = socket.create_connection(server.address, timeout=5)
             sock.setblocking(False)
             socks.append(sock)
@@ -96,36 +97,53 @@ def test_unauthenticated_clients_cannot_make_the_server_buffer_their_payloads(st
                 push(sock, megabyte)
         with RawClient(server.address) as raw:  # the server still answers
             raw.connect(user="alice", **{"pass": "s3cret"})
-        peak = rss_kib(server.proc.pid, "VmHWM")
+        return rss_kib(server.proc.pid, "VmHWM")
     finally:
         for sock in socks:
             sock.close()
+
+
+def route_strangers(server, route_port: int, strangers: int = 8, seconds: float = 2.0) -> int:
+    """``strangers`` connections to the route port each announce a 64 MiB frame (jetraft's
+    length prefix) and push its body for ``seconds``; returns the server's peak RSS (KiB)
+    once a client got through."""
+    socks = []
+    try:
+        for _ in range(strangers):
+            sock = socket.create_connection(("127.0.0.1", route_port), timeout=5)
+            sock.setblocking(False)
+            socks.append(sock)
+        chunk = b"\x91" * (1 << 20)
+        for sock in socks:
+            push(sock, (64 << 20).to_bytes(4, "big"))
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            for sock in socks:
+                push(sock, chunk)
+        with RawClient(server.address) as raw:
+            raw.connect()
+        return rss_kib(server.proc.pid, "VmHWM")
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def route_config(route_port: int) -> str:
+    return f"server_name: s1\ncluster {{ name: C1, listen: 127.0.0.1:{route_port} }}"
+
+
+def test_unauthenticated_clients_cannot_make_the_server_buffer_their_payloads(start_server):
+    server = start_server(AUTH)
+    idle = idle_rss(server)
+    peak = unauthenticated_pubs(server)
     assert peak <= 2 * idle, f"{server.kind}: peak RSS {peak} KiB, idle {idle} KiB"
 
 
 def test_strangers_on_the_route_port_cannot_make_the_server_buffer_big_frames(start_server):
     route_port = free_port()
-    server = start_server(f"server_name: s1\ncluster {{ name: C1, listen: 127.0.0.1:{route_port} }}")
+    server = start_server(route_config(route_port))
     idle = idle_rss(server)
-    socks = []
-    try:
-        for _ in range(8):
-            sock = socket.create_connection(("127.0.0.1", route_port), timeout=5)
-            sock.setblocking(False)
-            socks.append(sock)
-        chunk = b"\x91" * (1 << 20)
-        for sock in socks:  # a 64 MiB frame announced (jetraft's length prefix)...
-            push(sock, (64 << 20).to_bytes(4, "big"))
-        deadline = time.monotonic() + 2
-        while time.monotonic() < deadline:  # ...and its body, as fast as the server reads
-            for sock in socks:
-                push(sock, chunk)
-        with RawClient(server.address) as raw:
-            raw.connect()
-        peak = rss_kib(server.proc.pid, "VmHWM")
-    finally:
-        for sock in socks:
-            sock.close()
+    peak = route_strangers(server, route_port)
     assert peak <= 2 * idle, f"{server.kind}: peak RSS {peak} KiB, idle {idle} KiB"
 
 

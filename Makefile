@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.jetraft-installed
 
-.PHONY: setup test bench lab lab-deps clean wheelhouse
+.PHONY: setup test bench fuzz lab lab-deps clean wheelhouse
 
 # Debian packages the lab needs on this machine (systemd-nspawn, debootstrap, ...).
 LAB_DEBS := debootstrap systemd-container xfsprogs openssh-client iproute2 vagrant vagrant-libvirt
@@ -38,6 +38,12 @@ bench: setup
 	$(BIN)/python tests/bench/jetstream.py
 	$(BIN)/python tests/bench/cluster.py
 	$(BIN)/python tests/bench/validation.py
+
+# Every fuzz target in tests/fuzz for FUZZ_SECONDS each, one after another; crash inputs and
+# logs in build/fuzz/. FUZZ_STRICT=1: the known crash classes stop a target too.
+FUZZ_SECONDS ?= 600
+fuzz: setup
+	$(BIN)/python tests/fuzz/run.py --seconds $(FUZZ_SECONDS) $(if $(filter 1,$(FUZZ_STRICT)),--strict)
 
 # The main job end to end; the lab stays up afterwards (python -m lab down removes it).
 lab: setup lab-deps wheelhouse

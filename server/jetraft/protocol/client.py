@@ -372,9 +372,16 @@ class ClientParser:
         if self._dead:
             return []
         if self._chunks:
+            before = self._have
             self._chunks.append(bytes(data))
             self._have += len(data)
             if self._have < self._p_size + 2:
+                # the byte after the payload arrived without its LF: fail as soon as it is
+                # not CR, as a whole read would (parser.go)
+                if before <= self._p_size < self._have and data[self._p_size - before] != _CR:
+                    out: list[Command] = []
+                    self._fatal(out, ERR_UNKNOWN_OP)
+                    return out
                 return []
             buf = b"".join(self._chunks)
             self._chunks = []

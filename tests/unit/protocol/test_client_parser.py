@@ -491,3 +491,11 @@ def test_awaiting_auth_ends_with_the_first_connect() -> None:
     assert parser.feed(b'nect {"verbose":false}\r\nPUB a 1\r\nx\r\n') == [
         Connect({"verbose": False}), Pub("a", None, None, b"x")]
     assert parser.awaiting_auth is False
+
+
+@pytest.mark.parametrize("cut", [11, 12, 13])
+def test_a_payload_followed_by_a_wrong_byte_fails_at_that_byte_however_the_reads_fall(cut: int) -> None:
+    data = b"PUB foo 1\r\nab"
+    parser = ClientParser()
+    out = parser.feed(data[:cut]) + parser.feed(data[cut:])
+    assert out == [ProtocolViolation(ERR_UNKNOWN_OP, True)]

@@ -256,6 +256,8 @@ class _Parser:
 
     def _include(self, token: Token) -> Value:
         path, pos = token.text, token.position
+        if "\0" in path:  # no file system takes it (os functions raise ValueError)
+            raise ConfigError.at(pos, f"cannot read include file {path!r}: a path cannot contain a NUL byte")
         full = os.path.join(os.path.dirname(self.filename), path)
         real = os.path.realpath(full)
         if real in self.includes:

@@ -92,3 +92,9 @@ def test_config_error_shape():
     copy = pickle.loads(pickle.dumps(err))
     assert (copy.message, copy.file, copy.line, copy.column) == ("boom", "f.conf", 3, 7)
     assert isinstance(err, Exception)
+
+
+def test_an_include_path_with_a_nul_byte_is_a_config_error():
+    with pytest.raises(ConfigError, match="a path cannot contain a NUL byte") as info:
+        parse_text("port: 4222\ninclude a\0b\n")
+    assert (info.value.line, info.value.column) == (2, 9)

@@ -88,7 +88,7 @@ def decode_batch(data: bytes) -> list[Message]:
                 row = row + _DEFAULTS[len(row) - 4:]
             (mtype, group, src, dst, term, index, log_term, commit,
              raw_entries, reject, hint, context, raw_snap) = row
-            t = _MESSAGE_TYPES.get(mtype)
+            t = _MESSAGE_TYPES.get(mtype) if type(mtype) is int else None
             if (t is not None and type(mtype) is int and type(group) is int
                     and type(src) is int and type(dst) is int
                     and 0 <= min(group, src, dst) and max(group, src, dst) < ns

@@ -90,6 +90,7 @@ STRINGS = ["g", "a", "b"]
         (pack([VERSION, STRINGS, [GOOD + [0] * 6]]), "message 0: message"),
         (pack([VERSION, STRINGS, [[99, 0, 1, 2]]]), "type: expected a known MessageType"),
         (pack([VERSION, STRINGS, [["7", 0, 1, 2]]]), "type: expected a known MessageType"),
+        (pack([VERSION, STRINGS, [[[], 0, 0, 0]]]), "type: expected a known MessageType"),
         (pack([VERSION, STRINGS, [[7, 3, 1, 2]]]), "group: expected an index"),
         (pack([VERSION, STRINGS, [[7, 0, -1, 2]]]), "src: expected an index"),
         (pack([VERSION, STRINGS, [[7, 0, 1, 2, -5]]]), "term: expected an unsigned"),

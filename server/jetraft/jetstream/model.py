@@ -32,12 +32,20 @@ import dataclasses
 import datetime as _dt
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from jetraft.jetstream import errors as E
 from jetraft.jetstream.errors import JSApiError
 from jetraft.protocol.subjects import is_valid_literal_subject, is_valid_subject, subject_matches
+from jetraft.protocol.subjects import (
+    OverlapWorkExceeded,
+    SubjectIndex,
+    filters_overlap,
+    first_invalid_filter,
+    first_overlapping_pair,
+)
 from jetraft.protocol.subjects import subjects_overlap as _collide
 
 __all__ = [
@@ -62,6 +70,7 @@ __all__ = [
     "is_valid_asset_name",
     "is_valid_name",
     "parse_time",
+    "stream_subjects_overlap",
 ]
 
 SECOND = 1_000_000_000
@@ -72,6 +81,11 @@ MAX_DESCRIPTION_LEN = 4 * 1024
 MAX_METADATA_LEN = 128 * 1024
 #: StreamMaxReplicas (server/stream.go).
 STREAM_MAX_REPLICAS = 5
+#: Refusal (10052) of subjects whose overlap check would exceed its work bound
+#: (jetraft only: protocol/subjects.py OVERLAP_STEPS_PER_NODE; nats-server has no bound).
+SUBJECTS_TOO_COMPLEX = "subjects too complex to check for overlap"
+#: First tokens of the subjects that can overlap "$JS.>", "$JSC.>", "$NRG.>" or "$SYS.>".
+_API_HEADS = frozenset(("$JS", "$JSC", "$NRG", "$SYS", "*", ">"))
 #: StreamDefaultDuplicatesWindow (server/stream.go): 2 minutes.
 DEFAULT_DUPLICATE_WINDOW = 2 * 60 * SECOND
 #: JsAckWaitDefault, JsDefaultMaxAckPending, JsDefaultPinnedTTL (server/consumer.go).
@@ -668,9 +682,19 @@ class StreamConfig(_Model):
             if cfg.mirror is None and not cfg.sources:
                 cfg.subjects = [cfg.name]
         else:
+            # The first overlapping pair as nats-server's pairwise loop finds it, from a trie
+            # walk (protocol/subjects.py); the per-subject checks below keep their order.
+            try:
+                pair = first_overlapping_pair(cfg.subjects)
+            except OverlapWorkExceeded:
+                pair = None
+                too_complex = True
+            else:
+                too_complex = False
+            invalid = first_invalid_filter(cfg.subjects)
             seen: set[str] = set()
             for i, subj in enumerate(cfg.subjects):
-                if not is_valid_subject(subj):
+                if i == invalid:
                     raise bad("invalid subject")
                 if subj in seen:
                     raise bad("duplicate subjects detected")
@@ -679,16 +703,18 @@ class StreamConfig(_Model):
                         raise bad("capturing all subjects requires no-ack to be true")
                     if cfg.num_replicas != 1:
                         raise bad("capturing all subjects requires replicas of 1")
-                if not cfg.no_ack:
+                if not cfg.no_ack and subj[0] in "$*>" and subj.split(".", 1)[0] in _API_HEADS:
                     for namespace in ("$JS.>", "$JSC.>", "$NRG.>"):
                         if _collide(subj, namespace) and not subject_matches("$JS.EVENT.>", subj):
                             raise bad("subjects that overlap with jetstream api require no-ack to be true")
                     if _collide(subj, "$SYS.>") and not subject_matches("$SYS.ACCOUNT.>", subj):
                         raise bad("subjects that overlap with system api require no-ack to be true")
-                for other in cfg.subjects[i + 1 :]:
-                    if _collide(other, subj):
-                        raise bad(f"subject {json.dumps(subj)} overlaps with {json.dumps(other)}")
+                if pair is not None and pair[0] == i:
+                    other = cfg.subjects[pair[1]]
+                    raise bad(f"subject {json.dumps(subj)} overlaps with {json.dumps(other)}")
                 seen.add(subj)
+            if too_complex:
+                raise bad(SUBJECTS_TOO_COMPLEX)
         if not cfg.subjects and not cfg.sources and cfg.mirror is None:
             raise bad("stream needs at least one configured subject or be a source/mirror")
         if cfg.subject_transform is not None:
@@ -701,7 +727,7 @@ class StreamConfig(_Model):
                 if pedantic:
                     raise E.api_error("JSPedanticErrF", err="republish source can not be empty")
                 rp.src = ">"
-            if any(_collide(rp.dest, s) for s in cfg.subjects):
+            if filters_overlap(cfg.subjects, [rp.dest]):     # the subjects' index is kept
                 raise bad("stream configuration for republish destination forms a cycle")
             if not is_valid_subject(rp.src) or not is_valid_subject(rp.dest):
                 raise bad(
@@ -792,6 +818,21 @@ class StreamConfig(_Model):
         out["metadata"] = {**(self.metadata or {}), META_SERVER_VERSION: server_version,
                            META_SERVER_LEVEL: str(API_LEVEL)}
         return out
+
+
+def stream_subjects_overlap(subjects: Iterable[str], others: Iterable[str] | SubjectIndex) -> bool:
+    """Whether a subject of ``subjects`` overlaps one of ``others`` (another stream's subjects,
+    or a SubjectIndex of several streams' subjects): STREAM.CREATE/UPDATE answers 10065.
+
+    Same answer as nats-server's pairwise ``SubjectsCollide`` loop (stream.go
+    ``jsAccount.subjectsOverlap``, jetstream_cluster.go ``jetStream.subjectsOverlap``), from a
+    trie walk in O(total tokens) for real configurations. Raises JSApiError 10052
+    ``SUBJECTS_TOO_COMPLEX`` when the walk exceeds its bound (protocol/subjects.py).
+    """
+    try:
+        return filters_overlap(subjects, others)
+    except OverlapWorkExceeded:
+        raise E.stream_invalid_config(SUBJECTS_TOO_COMPLEX) from None
 
 
 def _metadata_len(metadata: dict[str, str] | None) -> int:
@@ -1045,7 +1086,7 @@ class ConsumerConfig(_Model):
                 raise E.api_error("JSConsumerDeliverToWildcardsErr")
             if not is_valid_literal_subject(c.deliver_subject):
                 raise E.api_error("JSConsumerInvalidDeliverSubject")
-            if any(_collide(c.deliver_subject, s) for s in stream.subjects):
+            if filters_overlap(stream.subjects, [c.deliver_subject]):    # the index is kept
                 raise E.api_error("JSConsumerDeliverCycleErr")
             if c.max_waiting != 0:
                 raise E.api_error("JSConsumerPushMaxWaitingErr")

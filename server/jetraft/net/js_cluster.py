@@ -65,7 +65,7 @@ from jetraft.jetstream.meta import (
     encode_update_stream,
     group_name,
 )
-from jetraft.jetstream.model import StreamConfig, StreamInfo, StreamState, format_time
+from jetraft.jetstream.model import StreamConfig, StreamInfo, StreamState, format_time, stream_subjects_overlap
 from jetraft.jetstream.consumer import Delivery
 from jetraft.jetstream.outbound import Outbound
 from jetraft.jetstream.placement import PeerInfo, PlacementError, select_peers
@@ -838,12 +838,21 @@ class ClusterJetStream:
             return E.stream_not_found()
         if new.num_replicas != StreamConfig.from_json(sa.config).checked().num_replicas:
             return E.stream_replicas_not_updatable()
-        for (account, name), other in self.meta.streams.items():
-            if account == acc.name and name != stream and any(
-                    subjects_overlap(a, b) for a in new.subjects
-                    for b in other.config.get("subjects") or [name]):
+        try:
+            if stream_subjects_overlap(new.subjects, self._account_subjects(acc.name, stream)):
                 return E.subjects_overlap()
+        except E.JSApiError as err:
+            return err
         return None
+
+    def _account_subjects(self, account: str, skip: str | None = None) -> list[str]:
+        """The subjects of the account's stream assignments but ``skip``'s (a stream without
+        subjects: its name), for one overlap check against them all."""
+        out: list[str] = []
+        for (acct, name), sa in self.meta.streams.items():
+            if acct == account and name != skip:
+                out.extend(sa.config.get("subjects") or [name])
+        return out
 
     def _reachable(self, peers: tuple[str, ...]) -> str | None:
         for name in peers:
@@ -968,10 +977,8 @@ class ClusterJetStream:
                 return True
             return self._forward(target, acc.name, subject, reply, headers, payload, hops,
                                  E.STREAM_CREATE_RESPONSE, via_meta=True)
-        for (account, name), other in self.meta.streams.items():
-            if account == acc.name and any(subjects_overlap(a, b) for a in cfg.subjects
-                                           for b in other.config.get("subjects") or [name]):
-                raise E.subjects_overlap()
+        if stream_subjects_overlap(cfg.subjects, self._account_subjects(acc.name)):
+            raise E.subjects_overlap()
         placement = cfg.placement
         try:
             peers = select_peers(

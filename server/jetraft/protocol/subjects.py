@@ -11,17 +11,29 @@ Subjects are ``str``; the wire parser decodes them with ``utf-8`` +
 Behaviour follows nats-server ``server/sublist.go`` (``IsValidSubject``,
 ``Sublist.Insert``, ``Sublist.Match``, ``matchLevel``, ``SubjectsCollide``).
 Stdlib only, no I/O.
+
+Overlap between *sets* of filters (a stream's subjects against each other and
+against every other stream's: :func:`first_overlapping_pair`,
+:func:`filters_overlap`) is answered by walking two tries side by side instead of
+comparing every pair as nats-server does, with a step budget proportional to the
+size of the tries (:class:`OverlapWorkExceeded`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 __all__ = [
+    "OVERLAP_STEPS_MIN",
+    "OVERLAP_STEPS_PER_NODE",
     "Match",
+    "OverlapWorkExceeded",
     "SubjectIndex",
+    "filters_overlap",
+    "first_invalid_filter",
+    "first_overlapping_pair",
     "is_valid_filter_tokens",
     "is_valid_literal_subject",
     "is_valid_subject",
@@ -33,6 +45,30 @@ T = TypeVar("T", bound=Hashable)
 
 PWC = "*"
 FWC = ">"
+
+#: An overlap walk (:func:`filters_overlap`, :func:`first_overlapping_pair`) may take
+#: ``OVERLAP_STEPS_MIN + OVERLAP_STEPS_PER_NODE * (trie nodes)`` steps (a step: one pair
+#: of trie levels, or one child looked at), then raises OverlapWorkExceeded. The subjects
+#: of real streams (literals, ``*``/``>`` under literal prefixes, ``*`` against literals
+#: on the same level) take one to two steps per node; only sets built to pair many ``*``
+#: with many literals level after level take more. (Deciding whether two sets of filters
+#: overlap is as hard as the orthogonal-vectors problem: no algorithm is sub-quadratic on
+#: every input, hence the bound.)
+OVERLAP_STEPS_PER_NODE = 8
+OVERLAP_STEPS_MIN = 100_000
+
+
+class OverlapWorkExceeded(Exception):
+    """An overlap check would take more steps than its budget (see ``OVERLAP_STEPS_PER_NODE``).
+
+    ``steps``: the budget that was used up. The caller refuses the filters.
+    """
+
+    def __init__(self, steps: int) -> None:
+        super().__init__(f"subject overlap check needs more than {steps} steps")
+        self.steps = steps
+
+
 # The whitespace nats-server rejects inside a subject token (sublist.go isValidSubject).
 _WHITESPACE = (" ", "\t", "\n", "\r", "\f")
 
@@ -227,11 +263,12 @@ class SubjectIndex(Generic[T]):
     Not thread-safe: the server uses it from one trio thread.
     """
 
-    __slots__ = ("_cache", "_cache_size", "_count", "_root")
+    __slots__ = ("_cache", "_cache_size", "_count", "_nodes", "_root")
 
     def __init__(self, *, cache_size: int = 1024) -> None:
         self._root = _Level()
         self._count = 0
+        self._nodes = 0
         self._cache: dict[str, Match] = {}
         self._cache_size = cache_size
 
@@ -240,6 +277,8 @@ class SubjectIndex(Generic[T]):
         return self._count
 
     def _invalidate(self, subject: str, tokens: list[str]) -> None:
+        if not self._cache:
+            return
         if PWC in tokens or FWC in tokens:
             self._cache.clear()
         else:
@@ -256,6 +295,7 @@ class SubjectIndex(Generic[T]):
             raise ValueError(f"invalid subject: {subject!r}")
         level = self._root
         node: _Node | None = None
+        made = 0
         for tok in tokens:
             if level is None:
                 level = node.next = _Level()  # type: ignore[union-attr]
@@ -263,16 +303,20 @@ class SubjectIndex(Generic[T]):
                 node = level.pwc
                 if node is None:
                     node = level.pwc = _Node()
+                    made += 1
             elif tok == FWC:
                 node = level.fwc
                 if node is None:
                     node = level.fwc = _Node()
+                    made += 1
             else:
                 node = level.nodes.get(tok)
                 if node is None:
                     node = level.nodes[tok] = _Node()
+                    made += 1
             level = node.next
         assert node is not None
+        self._nodes += made
         if queue is None:
             members = node.psubs
         else:
@@ -330,6 +374,7 @@ class SubjectIndex(Generic[T]):
                 node.next = None
             if node.next is not None or _has_subs(node):
                 break
+            self._nodes -= 1
             if tok == PWC:
                 level.pwc = None
             elif tok == FWC:
@@ -393,3 +438,299 @@ class SubjectIndex(Generic[T]):
                     stack.append((node.next, subject + "."))
         found.sort()
         return found
+
+
+# ------------------------------------------------------------ overlap between sets of filters
+#
+# A set of filters is indexed as a trie of plain dicts: a level maps each token (a whole
+# "*" or ">" token being the wildcard) to the next level, and a level where some filters
+# end holds their items (positions in the set) under the key "" (never a token of a valid
+# filter). Two tries are walked side by side: each stack entry is a pair of levels reached
+# by the same number of tokens along paths that could still match a common subject.
+
+_END = ""
+_NOT_LITERAL = frozenset((_END, PWC, FWC))
+
+
+class _Trie:
+    """The filters of one set, indexed: ``root`` (see above), ``nodes`` (levels made),
+    ``valid`` (per position; invalid filters are left out: they overlap nothing) and
+    ``pair``, the answer of :func:`first_overlapping_pair` once computed."""
+
+    __slots__ = ("filters", "nodes", "pair", "root", "valid")
+
+    def __init__(self, filters: tuple[str, ...]) -> None:
+        self.filters = filters
+        self.root: dict = {}
+        self.nodes = 0
+        # False: not computed yet; an OverlapWorkExceeded: the walk was cut off.
+        self.pair: tuple[int, int] | None | bool | OverlapWorkExceeded = False
+        self.valid = valid = [False] * len(filters)
+        root = self.root
+        nodes = 0
+        for i, f in enumerate(filters):
+            # is_valid_subject, inlined: this loop is the cost of indexing a big set.
+            toks = f.split(".")
+            if ("" in toks or (FWC in toks and toks.index(FWC) != len(toks) - 1)
+                    or " " in f or "\t" in f or "\n" in f or "\r" in f or "\f" in f):
+                continue
+            valid[i] = True
+            level = root
+            for tok in toks:
+                nxt = level.get(tok)
+                if nxt is None:
+                    nxt = level[tok] = {}
+                    nodes += 1
+                level = nxt
+            ends = level.get(_END)
+            if ends is None:
+                level[_END] = [i]
+            else:
+                ends.append(i)
+        self.nodes = nodes
+
+
+_TRIES: dict[tuple[str, ...], _Trie] = {}
+_TRIES_KEPT = 2
+
+
+def _trie(filters: Iterable[str]) -> _Trie:
+    # The last few sets indexed are kept: one STREAM.CREATE checks its subjects several
+    # times (checkStreamCfg more than once, then against the other streams).
+    key = tuple(filters)
+    trie = _TRIES.get(key)
+    if trie is None:
+        trie = _Trie(key)
+        if len(_TRIES) >= _TRIES_KEPT:
+            del _TRIES[next(iter(_TRIES))]
+        _TRIES[key] = trie
+    return trie
+
+
+def _budget(nodes: int) -> int:
+    return OVERLAP_STEPS_MIN + OVERLAP_STEPS_PER_NODE * nodes
+
+
+def _has_children(level: dict) -> bool:
+    return len(level) > (1 if _END in level else 0)
+
+
+def _walk_tries(a_root: dict, b_root: dict, budget: int) -> bool:
+    """Whether a filter of trie ``a`` overlaps one of trie ``b``; ``a_root is b_root``: two
+    different entries of one trie (a filter entered twice counts, one alone does not)."""
+    stack: list[tuple[dict, dict, bool]] = [(a_root, b_root, a_root is b_root)]
+    steps = 0
+    while stack:
+        a, b, same = stack.pop()
+        steps += 1
+        fa = a.get(FWC)
+        if fa is not None:
+            # `p.>` overlaps every filter below p (one or more tokens); itself only twice.
+            if same:
+                if len(b) - (_END in b) > 1 or len(fa[_END]) > 1:
+                    return True
+            elif _has_children(b):
+                return True
+        if not same and FWC in b and _has_children(a):
+            return True
+        pairs: list[tuple[dict, dict]] = []
+        if same:
+            steps += len(a)
+            for tok, child in a.items():
+                if tok == _END or tok == FWC:
+                    continue
+                ends = child.get(_END)
+                if ends is not None and len(ends) > 1:
+                    return True
+                if len(child) > (ends is not None):
+                    stack.append((child, child, True))
+            pa = a.get(PWC)
+            if pa is not None:
+                # `*` against each literal of the same level (once: overlap is symmetric).
+                pairs.extend((pa, child) for tok, child in a.items() if tok not in _NOT_LITERAL)
+        else:
+            small, large, swapped = (a, b, False) if len(a) <= len(b) else (b, a, True)
+            steps += len(small)
+            for tok, child in small.items():
+                if tok == _END or tok == FWC:
+                    continue
+                other = large.get(tok)
+                if other is not None:       # equal literals, or `*` with `*`
+                    pairs.append((other, child) if swapped else (child, other))
+            pa, pb = a.get(PWC), b.get(PWC)
+            if pa is not None:
+                steps += len(b)
+                pairs.extend((pa, child) for tok, child in b.items() if tok not in _NOT_LITERAL)
+            if pb is not None:
+                steps += len(a)
+                pairs.extend((child, pb) for tok, child in a.items() if tok not in _NOT_LITERAL)
+        for x, y in pairs:
+            if _END in x and _END in y:
+                return True
+            if _has_children(x) and _has_children(y):
+                stack.append((x, y, False))
+        if steps > budget:
+            raise OverlapWorkExceeded(budget)
+    return False
+
+
+def _walk_index(a_root: dict, b_root: _Level, budget: int) -> bool:
+    """Whether a filter of trie ``a`` overlaps a subscription of a SubjectIndex level."""
+    stack: list[tuple[dict, _Level]] = [(a_root, b_root)]
+    steps = 0
+    while stack:
+        a, b = stack.pop()
+        steps += 1
+        if FWC in a and not b.is_empty():
+            return True
+        fb = b.fwc
+        if fb is not None and _has_subs(fb) and _has_children(a):
+            return True
+        pairs: list[tuple[dict, _Node]] = []
+        bn = b.nodes
+        if len(a) <= len(bn):
+            steps += len(a)
+            for tok, child in a.items():
+                if tok not in _NOT_LITERAL:
+                    node = bn.get(tok)
+                    if node is not None:
+                        pairs.append((child, node))
+        else:
+            steps += len(bn)
+            for tok, node in bn.items():     # literal tokens only: `*`, `>` have their own nodes
+                child = a.get(tok)
+                if child is not None:
+                    pairs.append((child, node))
+        pa, pb = a.get(PWC), b.pwc
+        if pa is not None:
+            steps += len(bn)
+            pairs.extend((pa, node) for node in bn.values())
+            if pb is not None:
+                pairs.append((pa, pb))
+        if pb is not None:
+            steps += len(a)
+            pairs.extend((child, pb) for tok, child in a.items() if tok not in _NOT_LITERAL)
+        for x, node in pairs:
+            if _END in x and _has_subs(node):
+                return True
+            if node.next is not None and _has_children(x):
+                stack.append((x, node.next))
+        if steps > budget:
+            raise OverlapWorkExceeded(budget)
+    return False
+
+
+def _query_trie(root: dict, toks: list[str], me: int, budget: int) -> int:
+    """-1 when the filter ``toks`` overlaps a filter of the trie at a position other than
+    ``me``, else the number of steps taken. Raises OverlapWorkExceeded past ``budget``."""
+    last = len(toks) - 1
+    stack: list[tuple[dict, int]] = [(root, 0)]
+    steps = 0
+    while stack:
+        level, i = stack.pop()
+        steps += 1
+        fwc = level.get(FWC)
+        if fwc is not None and any(j != me for j in fwc[_END]):
+            return -1
+        tok = toks[i]
+        if tok == FWC:
+            # Anything below this level but the filter itself (its `>`, just above).
+            if len(level) - (_END in level) - (fwc is not None) > 0:
+                return -1
+            continue
+        if tok == PWC:
+            steps += len(level)
+            nexts = [child for t, child in level.items() if t != _END and t != FWC]
+        else:
+            nexts = [child for child in (level.get(tok), level.get(PWC)) if child is not None]
+        for child in nexts:
+            if i == last:
+                ends = child.get(_END)
+                if ends is not None and any(j != me for j in ends):
+                    return -1
+            elif _has_children(child):
+                stack.append((child, i + 1))
+        if steps > budget:
+            raise OverlapWorkExceeded(budget)
+    return steps
+
+
+def filters_overlap(a: Iterable[str], b: Iterable[str] | SubjectIndex) -> bool:
+    """Whether some filter of ``a`` overlaps some filter of ``b`` (see :func:`subjects_overlap`).
+
+    ``b`` may be a SubjectIndex holding the other filters (items are ignored). Invalid
+    filters overlap nothing. Same answer as :func:`subjects_overlap` over every pair (as
+    nats-server stream.go ``jsAccount.subjectsOverlap`` compares them), found by walking
+    two tries side by side: O(total tokens) to index, then, for real sets of subjects,
+    about one step per trie node. Raises OverlapWorkExceeded past
+    ``OVERLAP_STEPS_MIN + OVERLAP_STEPS_PER_NODE * (nodes of both tries)`` steps.
+    """
+    left = _trie(a)
+    if not left.root:
+        return False
+    if isinstance(b, SubjectIndex):
+        if not len(b):
+            return False
+        return _walk_index(left.root, b._root, _budget(left.nodes + b._nodes))  # noqa: SLF001
+    right = _Trie(tuple(b))
+    if not right.root:
+        return False
+    return _walk_tries(left.root, right.root, _budget(left.nodes + right.nodes))
+
+
+def first_invalid_filter(filters: Sequence[str]) -> int | None:
+    """The position of the first filter that is not a valid subject (:func:`is_valid_subject`), or None.
+
+    Kept with the index of ``filters`` that :func:`first_overlapping_pair` builds, so a
+    caller checking both goes over the filters once.
+    """
+    valid = _trie(filters).valid
+    try:
+        return valid.index(False)
+    except ValueError:
+        return None
+
+
+def first_overlapping_pair(filters: Sequence[str]) -> tuple[int, int] | None:
+    """The first pair ``(i, j)``, ``i < j``, of overlapping filters, or None.
+
+    "First" as nats-server's loop finds it (stream.go ``checkStreamCfg``: for each ``i`` in
+    order, each later subject in order): the smallest ``i`` that overlaps some later
+    filter, then the smallest such ``j``. A filter listed twice overlaps its copy; an
+    invalid filter overlaps nothing (as :func:`subjects_overlap`).
+
+    Cost: O(total tokens) to index, then a walk of the trie against itself (about one step
+    per trie node for real sets of subjects); when some pair overlaps, one query per
+    filter up to ``i`` and a scan of the filters after ``i``. Raises OverlapWorkExceeded
+    past ``OVERLAP_STEPS_MIN + OVERLAP_STEPS_PER_NODE * (trie nodes)`` steps. The answers
+    for the last sets asked about are kept.
+    """
+    trie = _trie(filters)
+    if trie.pair is False:
+        try:
+            trie.pair = _first_pair(trie)
+        except OverlapWorkExceeded as exc:
+            trie.pair = exc
+    if isinstance(trie.pair, OverlapWorkExceeded):
+        raise OverlapWorkExceeded(trie.pair.steps)
+    return trie.pair  # type: ignore[return-value]
+
+
+def _first_pair(trie: _Trie) -> tuple[int, int] | None:
+    budget = _budget(trie.nodes)
+    if not _walk_tries(trie.root, trie.root, budget):
+        return None
+    # Some pair overlaps: the first i is the smallest position overlapping any other
+    # filter (a partner before it would be a smaller such position).
+    filters = trie.filters
+    for i, f in enumerate(filters):
+        if not trie.valid[i]:
+            continue
+        steps = _query_trie(trie.root, f.split("."), i, budget)
+        if steps >= 0:
+            budget -= steps
+            continue
+        for j in range(i + 1, len(filters)):
+            if subjects_overlap(filters[j], f):
+                return i, j
+    raise AssertionError("the trie walk found an overlap that no query found")

@@ -32,6 +32,7 @@ __all__ = [
     "OverlapWorkExceeded",
     "SubjectIndex",
     "filters_overlap",
+    "first_covered_filter",
     "first_invalid_filter",
     "first_overlapping_pair",
     "is_valid_filter_tokens",
@@ -702,8 +703,9 @@ def first_overlapping_pair(filters: Sequence[str]) -> tuple[int, int] | None:
     Cost: O(total tokens) to index, then a walk of the trie against itself (about one step
     per trie node for real sets of subjects); when some pair overlaps, one query per
     filter up to ``i`` and a scan of the filters after ``i``. Raises OverlapWorkExceeded
-    past ``OVERLAP_STEPS_MIN + OVERLAP_STEPS_PER_NODE * (trie nodes)`` steps. The answers
-    for the last sets asked about are kept.
+    when the walk, or then the queries, take more than ``OVERLAP_STEPS_MIN +
+    OVERLAP_STEPS_PER_NODE * (trie nodes)`` steps. The answers for the last sets asked
+    about are kept.
     """
     trie = _trie(filters)
     if trie.pair is False:
@@ -723,10 +725,14 @@ def _first_pair(trie: _Trie) -> tuple[int, int] | None:
     # Some pair overlaps: the first i is the smallest position overlapping any other
     # filter (a partner before it would be a smaller such position).
     filters = trie.filters
+    total = budget
     for i, f in enumerate(filters):
         if not trie.valid[i]:
             continue
-        steps = _query_trie(trie.root, f.split("."), i, budget)
+        try:
+            steps = _query_trie(trie.root, f.split("."), i, budget)
+        except OverlapWorkExceeded:
+            raise OverlapWorkExceeded(total) from None
         if steps >= 0:
             budget -= steps
             continue
@@ -734,3 +740,64 @@ def _first_pair(trie: _Trie) -> tuple[int, int] | None:
             if subjects_overlap(filters[j], f):
                 return i, j
     raise AssertionError("the trie walk found an overlap that no query found")
+
+
+def first_covered_filter(filters: Sequence[str]) -> int | None:
+    """The position of the first valid filter that another filter of the set matches, or None.
+
+    "Matches" as :func:`subject_matches` with ``filters[i]`` taken literally (``a.*`` is
+    matched by ``*.*``, by ``a.>`` and by a second ``a.*``, not by ``a.b``): the check of a
+    consumer's ``filter_subjects`` (nats-server consumer.go ``checkConsumerCfg`` compares
+    every pair with ``subjectIsSubsetMatch``). Invalid filters match nothing.
+
+    Cost: one walk of a SubjectIndex of the set per filter, O(total tokens) for real sets.
+    Raises OverlapWorkExceeded past ``OVERLAP_STEPS_MIN + OVERLAP_STEPS_PER_NODE * (index
+    nodes)`` steps in all.
+    """
+    index: SubjectIndex[int] = SubjectIndex(cache_size=0)
+    valid = [is_valid_subject(f) for f in filters]
+    for i, f in enumerate(filters):
+        if valid[i]:
+            index.insert(f, i)
+    budget = total = _budget(index._nodes)  # noqa: SLF001
+    for i, f in enumerate(filters):
+        if valid[i]:
+            try:
+                steps = _matched_by_other(index._root, f.split("."), i, budget)  # noqa: SLF001
+            except OverlapWorkExceeded:
+                raise OverlapWorkExceeded(total) from None
+            if steps < 0:
+                return i
+            budget -= steps
+    return None
+
+
+def _matched_by_other(root: _Level, toks: list[str], me: int, budget: int) -> int:
+    # -1 when an entry other than ``me`` matches the literal subject ``toks`` (as
+    # _match_level does), else the steps taken. Raises OverlapWorkExceeded past ``budget``.
+    last = len(toks) - 1
+    stack: list[tuple[_Level, int]] = [(root, 0)]
+    steps = 0
+    while stack:
+        level, i = stack.pop()
+        steps += 1
+        if level.fwc is not None and _has_other(level.fwc, me):
+            return -1
+        for node in (level.nodes.get(toks[i]), level.pwc):
+            if node is None:
+                continue
+            if i == last:
+                if _has_other(node, me):
+                    return -1
+            elif node.next is not None:
+                stack.append((node.next, i + 1))
+        if steps > budget:
+            raise OverlapWorkExceeded(budget)
+    return steps
+
+
+def _has_other(node: _Node, item: Hashable) -> bool:
+    for member in node.psubs:
+        if member != item:
+            return True
+    return False

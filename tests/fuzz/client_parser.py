@@ -95,15 +95,18 @@ def _run(options: int, pieces: list[bytes]) -> list:
     return out
 
 
+def _compare(pieces: list[bytes], got: list, whole: list, how: str) -> None:
+    assert got == whole, f"{how} {pieces!r}: {got!r} != whole {whole!r}"
+
+
 def TestOneInput(data: bytes) -> None:
     options, pieces = chunks(data)
     stream = b"".join(pieces)
     whole = _run(options, [stream])
-    split = _run(options, pieces)
-    assert split == whole, f"chunks {pieces!r}: {split!r} != whole {whole!r}"
+    _compare(pieces, _run(options, pieces), whole, "chunks")
     if len(stream) <= BYTEWISE_MAX:
-        bytewise = _run(options, [stream[i:i + 1] for i in range(len(stream))])
-        assert bytewise == whole, f"byte by byte: {bytewise!r} != whole {whole!r}"
+        bytewise = [stream[i:i + 1] for i in range(len(stream))]
+        _compare(bytewise, _run(options, bytewise), whole, "byte by byte")
 
 
 if __name__ == "__main__":

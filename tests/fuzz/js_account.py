@@ -1,13 +1,18 @@
 """A standalone JetStream account for the $JS.API fuzz targets (not a target itself).
 
 :func:`new_account` builds a :class:`JetStreamAccount` as ``net/jetstream.py`` does, with no
-server around it, its files in ``directory`` (tmpfs when the machine has one, so the fsyncs
-of the file store cost little): stream ``S`` (memory, ``s.>``, allow_direct) holding three
-messages (one with headers) and a durable pull consumer ``C``; stream ``F`` (file, ``f.>``,
-allow_direct, max_msgs_per_subject 2) holding two messages.
+server around it, its files in ``directory`` (see :func:`scratch_root`): stream ``S``
+(memory, ``s.>``, allow_direct) holding three messages (one with headers) and a durable
+pull consumer ``C``; stream ``F`` (file, ``f.>``, allow_direct, max_msgs_per_subject 2)
+holding two messages.
 
 :func:`check_api_replies` is the invariant shared by the targets: what ``handle_api``
 returned has the documented shape.
+
+The account's safety net (``JetStreamAccount.api_failed``: an unexpected exception while
+handling a request is answered with a 500 "internal error" and reported) is replaced by
+one that raises the exception again: the net keeps a server alive, but what it catches is
+still a crash of the request's handling, which the fuzzer must see.
 
 Import it inside ``atheris.instrument_imports()``: it imports the code under test.
 """
@@ -56,22 +61,30 @@ SCRATCH_ENV = "JETRAFT_FUZZ_SCRATCH"
 
 
 def scratch_root() -> str:
-    """A fresh directory for accounts: under $JETRAFT_FUZZ_SCRATCH when set, else on
-    /dev/shm when there is one; removed at interpreter exit (when Python runs it)."""
-    parent = os.environ.get(SCRATCH_ENV)
-    if not parent:
-        shm = "/dev/shm"
-        parent = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
-    root = tempfile.mkdtemp(prefix="jetraft-fuzz-", dir=parent)
+    """A fresh directory for accounts: under $JETRAFT_FUZZ_SCRATCH when set (run.py and the
+    test suite put it on /dev/shm when there is one), else in the system's temporary
+    directory; removed at interpreter exit when Python gets to run that."""
+    root = tempfile.mkdtemp(prefix="jetraft-fuzz-", dir=os.environ.get(SCRATCH_ENV) or None)
     atexit.register(shutil.rmtree, root, ignore_errors=True)
     return root
 
 
-def new_account(directory: str) -> JetStreamAccount:
-    """The account described in the module docstring, its store in ``directory``."""
-    acc = JetStreamAccount("$G", store_dir=directory, sync=GroupCommit(), events=_Events(),
+def _raise_again(subject: str, reply: str | None, exc: BaseException):
+    raise exc
+
+
+def bare_account(directory: str, events=None) -> JetStreamAccount:
+    """An empty account on ``directory`` whose API lets unexpected exceptions out."""
+    acc = JetStreamAccount("$G", store_dir=directory, sync=GroupCommit(), events=events or _Events(),
                            interest=lambda subject: True, server_version="2.15.1",
                            sync_always=False, server_name="fuzz")
+    acc.api_failed = _raise_again
+    return acc
+
+
+def new_account(directory: str) -> JetStreamAccount:
+    """The account described in the module docstring, its store in ``directory``."""
+    acc = bare_account(directory)
     for config in _STREAMS:
         out = acc.handle_api(f"$JS.API.STREAM.CREATE.{config['name']}", REPLY, None,
                              json.dumps(config).encode(), T0)

@@ -13,7 +13,8 @@ payload:
 Requests are 1 s apart. Subjects are what a client can send (no blanks, not empty).
 
 Invariants: no exception comes out of handle_api, publish, ack or poll (the API answers
-every failure with an error reply, nats-server's JSApiError shape); every answer has the
+every failure with an error reply, nats-server's JSApiError shape; the account's
+"internal error" safety net re-raises here, see js_account); every answer has the
 documented shape (js_account.check_api_replies); after the account is closed, a new one on
 the same directory recovers every file-backed stream with the same configuration and
 messages, and reports no recovery problem.
@@ -31,7 +32,6 @@ from fuzz_support import main
 
 with atheris.instrument_imports() if __name__ == "__main__" else contextlib.nullcontext():
     from jetraft.jetstream.api import JetStreamAccount
-    from jetraft.raft.storage import GroupCommit
 
     import js_account
     from js_account import REPLY, T0, check_api_replies, check_headers
@@ -118,9 +118,7 @@ def TestOneInput(data: bytes) -> None:
         closed = True
         acc.close()
         events = _Recorder()
-        again = JetStreamAccount("$G", store_dir=directory, sync=GroupCommit(), events=events,
-                                 interest=lambda subject: True, server_version="2.15.1",
-                                 sync_always=False, server_name="fuzz")
+        again = js_account.bare_account(directory, events)
         again.recover(T0 + 100 * SECOND)
         try:
             assert not events.problems, events.problems

@@ -39,9 +39,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 BUILD = ROOT / "build" / "fuzz"
-sys.path.insert(0, str(HERE))
 
-from fuzz_support import CORPUS, IGNORE_KNOWN_ENV  # noqa: E402
+from fuzz_support import CORPUS, IGNORE_KNOWN_ENV  # noqa: E402  (tests/fuzz is on sys.path)
 
 #: Every target, in the order they run: tests/fuzz/<name>.py.
 TARGETS = (

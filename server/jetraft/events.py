@@ -205,7 +205,8 @@ EVENTS: dict[str, EventSpec] = {
          "leader": "str", "zone": "str or null"},
     ),
     "raft_group_closed": EventSpec(
-        "info", "This server stopped hosting a group (its stream or consumer deleted or moved away); "
+        "info", "This server stopped hosting a group (its stream or consumer deleted or moved away, or "
+        "its replica rebuilt from its log after a storage failure: deleted false, then opened again); "
         "not emitted when the whole server stops.",
         {"group": "str", "deleted": "bool: the group's log files were removed too",
          "index": "this server's last log index (int)", "peers": "list of peer ids",
@@ -300,8 +301,37 @@ EVENTS: dict[str, EventSpec] = {
          "cause": "api | lame_duck"},
     ),
     "jetstream_storage_failed": EventSpec(
-        "error", "An fsync failed: nothing more is acknowledged and the server stops.",
-        {"error": "str"},
+        "error", "A write, truncation or fsync of a stream's store, a consumer state file or a "
+        "RAFT log failed (a full disk, an I/O error). Only what it concerns stops: a stream (one "
+        "server) refuses every write with an error and acknowledges nothing more; a RAFT group "
+        "stops on this server (no votes, no acknowledgements, no leadership). Core NATS and every "
+        "other stream and group go on. Retried every few seconds until jetstream_storage_resumed. "
+        "Lines written before this field set existed carry only ``error``.",
+        {"account": "str or null", "stream": "str or null",
+         "consumer": "str or null (a consumer state file failed)",
+         "group": "RAFT group name, or null (a stream of a server without a cluster)",
+         "errno": "symbolic errno (ENOSPC, EIO, EDQUOT, EROFS...) or null",
+         "path": "the file or directory the operation failed on, or null",
+         "op": "write (a write, truncation or file creation) | fsync | apply (a replica's store, "
+               "applying committed entries) | open | close",
+         "error": "str"},
+    ),
+    "jetstream_storage_resumed": EventSpec(
+        "warn", "A stream or RAFT group stopped by jetstream_storage_failed runs again, without a "
+        "restart: a probe write and fsync in its directory succeeded and its files were put back "
+        "to what is provably on disk and read back (a stream: rolled back to what its last "
+        "successful fsyncs made durable, everything acknowledged kept; a group: its log reopened, "
+        "or a replica rebuilt from its log).",
+        {"account": "str or null", "stream": "str or null", "group": "str or null",
+         "frozen_s": "seconds it was stopped (float)", "attempts": "resume attempts made (int)",
+         "rolled_back": "a stream: sequences rolled back (written, never acknowledged, not "
+                        "provably on disk), else null"},
+    ),
+    "jetstream_storage_retry_failed": EventSpec(
+        "debug", "An attempt to resume a stream or group stopped by jetstream_storage_failed "
+        "failed (the disk is still full or failing); the next one follows.",
+        {"account": "str or null", "stream": "str or null", "group": "str or null",
+         "errno": "str or null", "error": "str", "retry_in_s": "float"},
     ),
     "server_stopped": EventSpec("info", "Every connection and listener is closed.", {}),
 }

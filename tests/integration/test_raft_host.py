@@ -22,7 +22,7 @@ from jetraft.events import EventLog
 from jetraft.net.raft_host import RaftGroup, RaftHost
 from jetraft.protocol.raft_wire import decode_batch
 from jetraft.raft.storage import GroupCommit, StorageError
-from jetraft.raft.types import Entry, EntryType, MessageType, NotLeaderError
+from jetraft.raft.types import Entry, EntryType, MessageType, NotLeaderError, ProposalDroppedError
 
 HOSTS = ("a", "b", "c")
 GROUPS = tuple(f"S-{k:02d}" for k in range(20)) + ("_meta_",)
@@ -411,26 +411,32 @@ class FailingCommit(GroupCommit):
         return super().sync()
 
 
-async def test_a_failed_fsync_is_fatal(tmp_path):
+async def test_a_failed_fsync_stops_its_groups_and_the_host_goes_on(tmp_path):
     commit = FailingCommit()
     net = Net()
     host = RaftHost("a", str(tmp_path / "a"), net.sender("a"), sync=commit, tick_s=0.01,
                     events=EventLog("a", stream=(out := io.StringIO())))
     grp = host.open_group("g", ("a",), ListSM())
-
-    async def drive() -> None:
+    async with trio.open_nursery() as nursery:
+        await nursery.start(host.run)
         grp.campaign()
-        await grp.wait_applied(1)               # a single-server group elects itself
+        with trio.fail_after(5):
+            await grp.wait_applied(1)           # a single-server group elects itself
         commit.fail = True
         grp.propose(b"never acknowledged")
-
-    with trio.fail_after(5):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(drive)
-            with pytest.raises(StorageError):
-                await host.run()
+        with trio.fail_after(5):
+            while grp.failed is None:
+                await trio.sleep(0.01)
+        commit.fail = False
+        other = host.open_group("h", ("a",), ListSM())   # the host goes on
+        other.campaign()
+        with trio.fail_after(5):
+            await other.wait_applied(1)
+        nursery.cancel_scope.cancel()
     assert "jetstream_storage_failed" in out.getvalue()
-    assert grp.applied_index == 1
+    assert grp.applied_index == 1 and not grp.is_leader and grp.leader is None
+    with pytest.raises(ProposalDroppedError):
+        grp.propose(b"refused")
 
 
 class MetaSM(ListSM):

@@ -19,6 +19,15 @@ most what was written after the last ``sync()``. Acknowledge a publish only afte
 ``sync()`` returned (nats-server's ``sync_interval: always``; the lazy default lost
 acknowledged messages in Jepsen's NATS 2.12.1 analysis, nats-server #7564).
 
+Storage failures (FileStore): every write, truncation and fsync goes through
+:mod:`jetraft.raft.storage.fileio`. A write that fails (``ENOSPC``, ``EIO``, a short write) is
+undone (the file is cut back to its length before it) and raises :class:`StorageError`
+with the ``errno`` and ``path``; from then on the store is *failed* (:attr:`FileStore.failed`):
+every write raises that error at once, reads go on. A failed fsync of one of its files
+(reported by the GroupCommit's :class:`~jetraft.raft.storage.sync.SyncFailed`) fails it too.
+The store never recovers in place: :meth:`FileStore.reopen_verified` puts its files back
+to what is provably on disk and returns a new store over them.
+
 Corruption (FileStore, on open): every record carries crc32 checksums. A torn tail (the
 end of the last block, left by a crash during a write) is truncated and reported. A
 message whose checksum fails elsewhere is *lost*: reported in ``recovery_report``, listed in
@@ -35,7 +44,8 @@ import os
 from dataclasses import dataclass, field
 
 from jetraft.protocol.subjects import subject_matches
-from jetraft.raft.storage.sync import GroupCommit, StorageError, SyncFile
+from jetraft.raft.storage import fileio
+from jetraft.raft.storage.sync import GroupCommit, StorageError, SyncFailed, SyncFile, storage_error
 
 from . import store_format as fmt
 
@@ -391,17 +401,19 @@ class MemoryStore(_IndexedStore):
 
 class _Block:
     """One open block file: ``live`` messages of the index it holds, ``external`` records
-    it holds that affect earlier blocks (tombstones of lower sequences, purge markers)."""
+    it holds that affect earlier blocks (tombstones of lower sequences, purge markers);
+    ``unsure``: a failed write could not be undone (bytes past ``size`` may remain)."""
 
-    __slots__ = ("start", "path", "sf", "size", "live", "external")
+    __slots__ = ("start", "path", "sf", "size", "live", "external", "unsure")
 
-    def __init__(self, start: int, path: str, fd: int, size: int) -> None:
+    def __init__(self, start: int, path: str, fd: int, size: int, owner=None) -> None:
         self.start = start
         self.path = path
-        self.sf = SyncFile(fd, path)
+        self.sf = SyncFile(fd, path, owner=owner, size=size)
         self.size = size
         self.live = 0
         self.external = 0
+        self.unsure = False
 
 
 class FileStore(_IndexedStore):
@@ -433,9 +445,14 @@ class FileStore(_IndexedStore):
         self._blocks: list[_Block] = []
         self._doomed: list[_Block] = []
         self._ready = False             # recovery done: blocks may be scheduled for deletion
+        #: The StorageError that failed this store (see the module docstring), or None.
+        self.failed: StorageError | None = None
+        #: Set by :meth:`reopen_verified` on the store it returns: the last sequence found
+        #: on disk, before ``skip_to`` moved past the rolled back ones.
+        self.recovered_last: int | None = None
         if not os.path.isdir(self.directory):
             os.makedirs(self.directory)
-            self._gc.mark_dir_dirty(os.path.dirname(os.path.abspath(self.directory)))
+            self._gc.mark_dir_dirty(os.path.dirname(os.path.abspath(self.directory)), self)
         self._recover()
 
     # --- recovery --------------------------------------------------------------------
@@ -470,11 +487,11 @@ class FileStore(_IndexedStore):
                 continue
             scan = fmt.scan_block(buf, is_last)
             fd = os.open(path, os.O_RDWR)
-            blk = _Block(start, path, fd, scan.end)
+            blk = _Block(start, path, fd, scan.end, self)
             self._blocks.append(blk)
             if scan.end < len(buf):
-                os.ftruncate(fd, scan.end)
-                self._gc.fsync_now(fd)
+                fileio.ftruncate(fd, scan.end, path)
+                self._gc.fsync_now(fd, path)
             self._last = max(self._last, start - 1)
             events = sorted([(r.off, 0, r) for r in scan.records]
                             + [(d.offset, 1, d) for d in scan.damage],
@@ -517,6 +534,8 @@ class FileStore(_IndexedStore):
             if rec.seq in self._index:
                 self._drop(rec.seq)
             self._lost.discard(rec.seq)
+            if rec.seq > self._last:        # skip_to: the sequences up to it are used
+                self._last = rec.seq
         elif rec.rtype == fmt.REC_PURGE:
             blk.external += 1
             self._drop_below(rec.seq)
@@ -532,21 +551,56 @@ class FileStore(_IndexedStore):
         return n + 4 if rec.headers_len else n
 
     # --- writing ---------------------------------------------------------------------
+    def fail(self, exc: StorageError) -> StorageError:
+        """Fail the store with ``exc`` (the first failure is kept; a caller whose shared
+        sync pass reported one of this store's files calls it too); returns the error kept.
+        Every later write raises it (see the module docstring)."""
+        if self.failed is None:
+            self.failed = exc
+        return self.failed
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self.failed is not None:
+            raise self.failed
+
     def _write(self, blk: _Block, buf: bytes | bytearray) -> int:
+        """Append ``buf`` to ``blk`` (looping on short writes). On failure the bytes
+        written are cut off again and the store fails (StorageError)."""
         off = blk.size
-        n = os.pwrite(blk.sf.fd, buf, off)
-        if n != len(buf):
-            raise StorageError(f"{blk.path}: short write ({n} of {len(buf)} bytes)")
-        blk.size += n
+        try:
+            fileio.pwrite_all(blk.sf.fd, buf, off, blk.path)
+        except OSError as exc:
+            try:
+                fileio.ftruncate(blk.sf.fd, off, blk.path)
+            except OSError:
+                blk.unsure = True
+            raise self.fail(storage_error("write", blk.path, exc)) from exc
+        blk.size += len(buf)
         self._gc.mark_dirty(blk.sf)
         return off
 
-    def _new_block(self, start: int) -> _Block:
+    def _new_block(self, start: int, data: bytes | bytearray) -> _Block:
+        """Create the block named ``start`` holding ``data`` (its header and first
+        records). Nothing changes when that fails (the file is removed again)."""
         path = os.path.join(self.directory, fmt.block_name(start))
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        blk = _Block(start, path, fd, 0)
+        try:
+            fd = fileio.open_file(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        except OSError as exc:
+            raise self.fail(storage_error("create", path, exc)) from exc
+        blk = _Block(start, path, fd, 0, self)
+        try:
+            self._write(blk, data)
+        except StorageError:
+            self._gc.forget(blk.sf)
+            os.close(fd)
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+            raise
         self._blocks.append(blk)
-        self._gc.mark_dir_dirty(self.directory)
+        self._gc.mark_dir_dirty(self.directory, self)
         return blk
 
     def _append(self, buf: bytearray, new_block_at: int = 0) -> tuple[_Block, int]:
@@ -555,15 +609,26 @@ class FileStore(_IndexedStore):
         blk = self._blocks[-1] if self._blocks else None
         if blk is None or new_block_at:
             prev = blk
-            blk = self._new_block(new_block_at or self._last + 1)
-            off = self._write(blk, fmt.encode_block_header() + buf) + fmt.BLOCK_HEADER_SIZE
+            blk = self._new_block(new_block_at or self._last + 1, fmt.encode_block_header() + buf)
             if prev is not None:
                 self._maybe_free(prev)
-            return blk, off
+            return blk, fmt.BLOCK_HEADER_SIZE
         return blk, self._write(blk, buf)
 
+    def skip_to(self, seq: int) -> None:
+        """Make ``seq`` the last sequence used (durable after the next :meth:`sync`) when it
+        is past the last one, so that the next message gets ``seq + 1``: the sequences
+        between count as deleted (nats-server ``SkipMsgs``). Written as a tombstone of
+        ``seq``. Used after a storage failure rolled back messages that were handed out
+        sequence numbers but never acknowledged, so that no sequence is used twice."""
+        if seq <= self._last:
+            return
+        self._log_tombstones([seq])
+        self._last = seq
+        self._fix_first()
+
     def _log_msg(self, seq, subject, headers, data, ts):
-        self._check_open()
+        self._check_writable()
         buf = bytearray()
         fmt.encode_record(buf, fmt.REC_MSG, seq, ts, subject.encode("utf-8", "surrogateescape"),
                           headers, data)
@@ -575,7 +640,7 @@ class FileStore(_IndexedStore):
         return blk, off, len(buf)
 
     def _log_tombstones(self, seqs):
-        self._check_open()
+        self._check_writable()
         buf = bytearray()
         for s in seqs:
             fmt.encode_record(buf, fmt.REC_TOMBSTONE, s, 0)
@@ -583,7 +648,7 @@ class FileStore(_IndexedStore):
         blk.external += sum(1 for s in seqs if s < blk.start)
 
     def _log_purge_below(self, seq):
-        self._check_open()
+        self._check_writable()
         buf = bytearray()
         fmt.encode_record(buf, fmt.REC_PURGE, seq, self._last_ts)
         blk, _ = self._append(buf)
@@ -616,11 +681,16 @@ class FileStore(_IndexedStore):
         """Make everything written so far durable through the GroupCommit (one fsync per
         dirty file; the directory too after a block was created or deleted), then delete
         the blocks scheduled for deletion. A no-op when ``sync_always`` is False and
-        ``force`` is not set. Raises StorageError if an fsync fails (then and forever)."""
-        self._check_open()
+        ``force`` is not set. Raises StorageError if one of this store's fsyncs fails
+        (the store is failed from then on: see the module docstring); a failure of another
+        owner's file is left to that owner."""
+        self._check_writable()
         if not (self.sync_always or force):
             return
-        self._gc.sync()
+        try:
+            self._gc.sync_owner(self)
+        except SyncFailed as exc:
+            raise self.fail(exc) from exc
         self.delete_doomed(len(self._doomed))
 
     def doomed_count(self) -> int:
@@ -637,9 +707,12 @@ class FileStore(_IndexedStore):
         for blk in doomed:
             self._gc.forget(blk.sf)
             os.close(blk.sf.fd)
-            os.unlink(blk.path)
+            try:
+                fileio.unlink(blk.path)
+            except OSError:
+                pass    # its records no longer matter (durably emptied): space, not data
         if doomed:
-            self._gc.mark_dir_dirty(self.directory)
+            self._gc.mark_dir_dirty(self.directory, self)
 
     # --- reading ---------------------------------------------------------------------
     def _fetch(self, seq, entry):
@@ -658,7 +731,81 @@ class FileStore(_IndexedStore):
         if self._closed:
             return
         self._closed = True
+        self._gc.forget_owner(self)
         for blk in self._blocks + self._doomed:
-            self._gc.forget(blk.sf)
             os.close(blk.sf.fd)
         self._blocks, self._doomed = [], []
+
+    # --- after a storage failure -----------------------------------------------------
+    def reopen_verified(self) -> FileStore:
+        """A new FileStore over this store's directory holding exactly what is provably on
+        disk, for a failed store to go on from. This store stays open (close it once the
+        new one replaces it); call with no write to it in flight (a failed store takes
+        none). Everything acknowledged is kept: an acknowledgement follows a successful
+        fsync of the write, and nothing below a file's length at its last successful fsync
+        is ever cut.
+
+        1. A block whose fsync failed is cut to :attr:`SyncFile.durable` (what was written
+           after its last successful fsync is not trusted: the kernel may have dropped it,
+           PostgreSQL "fsyncgate"); a block never durably written is removed, and so is
+           every block after it. A block whose failed write could not be undone is cut
+           to the length written before that write.
+        2. Every block and the directory are fsynced, and the blocks' pages dropped from
+           the page cache (``posix_fadvise(DONTNEED)``), so the next step reads the device.
+        3. The new store recovers from the files as at start-up (checksums, torn tails:
+           ``recovery_report``). If it ends before this store's last sequence (messages
+           rolled back), :meth:`skip_to` keeps sequences from being used twice, made
+           durable before returning.
+
+        Raises StorageError (with errno and path) when a step fails: retry later. May
+        take long (it reads the whole store): run it off the event loop."""
+        blocks = self._blocks
+        try:
+            cut_from = None
+            for k, blk in enumerate(blocks):
+                if blk.sf.failed is not None:
+                    keep = blk.sf.durable
+                elif blk.unsure:
+                    keep = blk.size
+                else:
+                    continue
+                if keep < fmt.BLOCK_HEADER_SIZE and blk.sf.failed is not None:
+                    cut_from = k
+                    break
+                fileio.ftruncate(blk.sf.fd, keep, blk.path)
+                if blk.sf.failed is not None:
+                    cut_from = k + 1
+                    break
+            removed = blocks[cut_from:] if cut_from is not None else []
+            for blk in reversed(removed):
+                try:
+                    fileio.unlink(blk.path)
+                except FileNotFoundError:
+                    pass
+            kept = [b for b in blocks + self._doomed if b not in removed]
+            for blk in kept:
+                fileio.fdatasync(blk.sf.fd, blk.path)
+            dfd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                fileio.fsync_dir(dfd, self.directory)
+            finally:
+                os.close(dfd)
+            for blk in kept:
+                try:
+                    os.posix_fadvise(blk.sf.fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                except (AttributeError, OSError):
+                    pass
+        except OSError as exc:
+            raise storage_error("rollback", getattr(exc, "filename", None) or self.directory,
+                                exc) from exc
+        fresh = FileStore(self.directory, sync=self._gc, block_bytes=self.block_bytes,
+                          sync_always=self.sync_always)
+        fresh.recovered_last = fresh._last
+        if fresh._last < self._last:
+            try:
+                fresh.skip_to(self._last)
+                fresh.sync(force=True)
+            except StorageError:
+                fresh.close()
+                raise
+        return fresh

@@ -16,7 +16,8 @@ headers, data)::
 
     0   u32 hcrc      crc32 of header bytes [4, 36): length, seq, ts, type, lengths
     4   u32 body_len  bytes
-    8   u64 seq       message: its sequence; tombstone: the removed sequence;
+    8   u64 seq       message: its sequence; tombstone: the removed sequence (past
+                      the last sequence: the stream skips to it, FileStore.skip_to);
                       purge marker: every sequence below it is removed
     16  u64 ts        message: ns since the epoch; purge marker: the stream's last_ts
     24  u8  type      1 message, 2 tombstone, 3 purge marker

@@ -158,6 +158,17 @@ class Stream:
         self._dedupe.pop(msg_id, None)
         self._dedupe[msg_id] = (seq, ts)
 
+    def forget_msg_ids_after(self, seq: int) -> int:
+        """Forget the message ids of sequences after ``seq`` (the store rolled them back
+        after a storage failure: they were never acknowledged), so that a retry is stored
+        again instead of answered as a duplicate; returns how many were forgotten."""
+        doomed = [k for k, (s, _ts) in self._dedupe.items() if s > seq]
+        for k in doomed:
+            del self._dedupe[k]
+        if self.last_seq > seq:
+            self.last_msg_id = ""
+        return len(doomed)
+
     # --- publish -----------------------------------------------------------------------
     def _ack(self, seq: int, duplicate: bool = False) -> dict[str, Any]:
         ack: dict[str, Any] = {"stream": self.config.name}

@@ -8,16 +8,28 @@ Figure 2; etcd rawnode.go). A single background task runs
 began before a sync *started* is released when that sync ends, so one fsync per dirty file
 covers all groups that wrote meanwhile, however many there are.
 
-A failed fsync is fatal (the kernel may have dropped the data): every pending and later
-``wait()`` raises the :class:`~jetraft.raft.storage.StorageError`, and the server must stop
-rather than acknowledge anything.
+A failed pass fails only the waiters it covered: they get its exception (a
+:class:`~jetraft.raft.storage.SyncFailed` names the owners whose files failed; every other
+file of the pass was made durable, so a waiter whose writes are not among them may go on).
+The next pass is independent: the GroupCommit itself keeps reporting a file whose fsync
+failed until its owner forgets it, so nothing written to it is ever taken for durable.
+
+The module also holds what the standalone and clustered paths share about storage
+failures: the client's error (:func:`storage_api_error`), the probe a resume attempt starts
+with (:func:`probe_directory`) and the retry period (:data:`STORAGE_RETRY_S`).
 """
 
 from __future__ import annotations
 
+import errno as errno_mod
+import os
 from typing import Protocol
 
 import trio
+
+from jetraft.jetstream import errors as E
+from jetraft.jetstream.errors import JSApiError
+from jetraft.raft.storage import fileio
 
 
 class Syncable(Protocol):
@@ -26,54 +38,116 @@ class Syncable(Protocol):
         ...
 
 
+class _Pass:
+    """One sync pass: waited on by the ``wait()`` calls that need it."""
+
+    __slots__ = ("done", "error")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.error: BaseException | None = None
+
+
 class DurabilityBarrier:
     """Batches ``wait()`` calls into as few ``sync()`` calls as possible.
 
-    ``syncs`` counts sync passes and ``fsyncs`` the fsyncs they reported (for the event
-    log and benchmarks). Run :meth:`run` in the server's nursery.
+    ``syncs`` counts sync passes, ``failures`` the passes that raised, and ``fsyncs`` the
+    fsyncs the successful ones reported (for the event log and benchmarks). Run
+    :meth:`run` in the server's nursery.
     """
 
     def __init__(self, commit: Syncable) -> None:
         self._commit = commit
         self._started = 0          # number of sync passes started
-        self._done = 0             # number of sync passes finished
-        self._needed = 0           # the highest pass number any waiter needs
-        self._failure: BaseException | None = None
+        self._passes: dict[int, _Pass] = {}   # passes waited for and not started yet
         self._wake_runner = trio.lowlevel.ParkingLot()
-        self._wake_waiters = trio.lowlevel.ParkingLot()
         self.syncs = 0
+        self.failures = 0
         self.fsyncs = 0
 
     async def wait(self) -> None:
         """Return once every write made before this call is durable.
 
-        Raises the storage error of a failed fsync (then and forever after).
+        Raises the exception of the sync pass that covered this call's writes (a
+        :class:`~jetraft.raft.storage.SyncFailed` for failed fsyncs); later calls are
+        covered by later passes.
         """
-        if self._failure is not None:
-            raise self._failure
         needed = self._started + 1  # a sync already running may have missed our writes
-        if needed > self._needed:
-            self._needed = needed
+        p = self._passes.get(needed)
+        if p is None:
+            p = self._passes[needed] = _Pass()
             self._wake_runner.unpark_all()
-        while self._done < needed:
-            if self._failure is not None:
-                raise self._failure
-            await self._wake_waiters.park()
+        await p.done.wait()
+        if p.error is not None:
+            raise p.error
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """The sync loop; returns only on cancellation or after a fatal storage error."""
+        """The sync loop; returns only on cancellation."""
         task_status.started()
         while True:
-            while self._needed <= self._done:
+            while self._started + 1 not in self._passes:
                 await self._wake_runner.park()
             self._started += 1
+            p = self._passes.pop(self._started)
             try:
                 fsyncs = await trio.to_thread.run_sync(self._commit.sync)
-            except Exception as exc:  # noqa: BLE001 - any failure is fatal for durability
-                self._failure = exc
-                self._wake_waiters.unpark_all()
-                return
+            except Exception as exc:  # noqa: BLE001 - handed to the waiters of this pass
+                p.error = exc
+                self.failures += 1
+            else:
+                self.fsyncs += fsyncs
             self.syncs += 1
-            self.fsyncs += fsyncs
-            self._done = self._started
-            self._wake_waiters.unpark_all()
+            p.done.set()
+
+
+# --- storage failures: what clients get, and how a stopped store is probed ---------------
+
+#: Seconds between attempts to resume a stream (or RAFT group) stopped by a storage failure.
+STORAGE_RETRY_S = 1.0
+#: Bytes a resume attempt writes and fsyncs in the stopped store's directory first (a full
+#: disk must have room for at least this much before anything else is tried).
+PROBE_BYTES = 1 << 20
+#: Seconds a probe may take before the attempt counts as failed.
+PROBE_TIMEOUT_S = 10.0
+#: The probe file's name (in the store's directory; removed after each probe).
+PROBE_FILE = ".jetraft-probe"
+
+
+def storage_api_error(exc: BaseException | None) -> JSApiError:
+    """The error a client gets for a write refused because of the storage failure ``exc``.
+
+    ENOSPC and EDQUOT (no room): 10023 (503) "insufficient resources", what nats-server
+    2.15.1 answers a publish to a file stream once its store is full (its max_file_store,
+    75% of the disk by default, is reached; seen on a full tmpfs). Any other error: 10077
+    (503) JSStreamStoreFailedF with the system error's text as Go writes it (``input/output
+    error``), the error nats-server answers a store failure with (server/stream.go
+    processJetStreamMsg). Paths stay in the event log."""
+    name = fileio.errno_name(exc)
+    if name in ("ENOSPC", "EDQUOT"):
+        return E.insufficient_resources()
+    code = getattr(errno_mod, name, None) if name else None
+    if isinstance(code, int):
+        text = os.strerror(code)
+        text = text[:1].lower() + text[1:]
+    else:
+        text = "storage failure"
+    return E.stream_store_failed(text)
+
+
+def probe_directory(directory: str, size: int = PROBE_BYTES) -> None:
+    """Write ``size`` bytes to a probe file in ``directory``, fdatasync it and remove it
+    (through the :mod:`~jetraft.raft.storage.fileio` seam). Raises OSError when the disk
+    does not take such a write."""
+    path = os.path.join(directory, PROBE_FILE)
+    try:
+        fd = fileio.open_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            fileio.pwrite_all(fd, bytes(size), 0, path)
+            fileio.fdatasync(fd, path)
+        finally:
+            os.close(fd)
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass

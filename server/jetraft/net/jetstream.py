@@ -15,28 +15,75 @@ sans-IO layer returns is queued in order and sent by one task:
   queued before them.
 
 Consumer state files are written (on the event loop, so there is one writer per file) at most
-every ``STATE_FLUSH_S`` seconds,
-once more on shutdown, and before any reply to an ``ack_sync`` (double ack) is sent. A failed fsync is fatal: nothing more is acknowledged, the event
-log says ``jetstream_storage_failed`` and the server stops (nats-server does the same on a
-storage error it cannot recover from).
+every ``STATE_FLUSH_S`` seconds, once more on shutdown, and before any reply to an
+``ack_sync`` (double ack) is sent.
+
+Storage failures (a full disk, an I/O error) stop one stream, never the server. A write,
+truncation or fsync of a stream's message store or of one of its consumers' state files that
+fails *freezes* that stream (:attr:`JetStreamService.frozen`) and logs
+``jetstream_storage_failed`` (account, stream, errno, path):
+
+- what the failure concerns is refused: the request whose write failed, and every reply
+  waiting for a sync pass in which one of the stream's files failed, get nats-server's
+  error instead of their success (:func:`storage_api_error`: 10023 "insufficient resources"
+  for ENOSPC/EDQUOT, as nats-server 2.15 answers on a full store; 10077 with the system
+  error's text otherwise). Replies to writes that a sync made durable before the failure
+  are sent: they are durable;
+- while frozen, the stream takes no input that would change it: publishes, purges, message
+  deletes, stream updates and consumer creation get the same error at once (no disk I/O);
+  acks and pull requests are dropped (delivered messages are redelivered after their
+  ack_wait once it runs again); its timers (expiry, redelivery, push deliveries) pause.
+  Reads (stream info, message get, direct get, consumer info, names, lists) and deletes of
+  the stream or its consumers are served;
+- every ``STORAGE_RETRY_S`` seconds a *resume attempt* runs off the event loop: a probe
+  (``PROBE_BYTES`` written and fsynced in the stream's directory, then removed); if that
+  succeeds, a stream whose store failed is rolled back to what is provably on disk and
+  read back (:meth:`~jetraft.jetstream.store.FileStore.reopen_verified`: a file whose
+  fsync failed is cut to its length at its last successful fsync, so nothing acknowledged
+  is lost and nothing not provably durable is kept; sequences never go back; message ids of
+  rolled back messages are forgotten), its consumers' state files are written again, and
+  the stream runs again (``jetstream_storage_resumed``). No restart is needed.
+
+Core NATS, every other stream and every other account go on throughout.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import time
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
 
 import trio
 
 from jetraft import NATS_COMPAT_VERSION
-from jetraft.jetstream.api import ACK_PREFIX, API_PREFIX, FC_PREFIX, JetStreamAccount, Reply
+from jetraft.jetstream import errors as E
+from jetraft.jetstream.api import (
+    _ERROR_EXTRAS,
+    ACK_PREFIX,
+    API_PREFIX,
+    FC_PREFIX,
+    JetStreamAccount,
+    Reply,
+    _json_bytes,
+)
+from jetraft.jetstream.outbound import Outbound
 from jetraft.jetstream.store import FileStore
-from jetraft.net.durability import DurabilityBarrier
-from jetraft.raft.storage import GroupCommit
+from jetraft.net.durability import (
+    PROBE_TIMEOUT_S,
+    STORAGE_RETRY_S,
+    DurabilityBarrier,
+    probe_directory,
+    storage_api_error,
+)
+from jetraft.net.js_cluster import _api_kind, _response_type, _stream_of
+from jetraft.raft.storage import GroupCommit, StorageError, SyncFailed, fileio
+from jetraft.raft.storage.sync import storage_error
 
 if TYPE_CHECKING:
+    from jetraft.jetstream.api import StreamEntry
     from jetraft.net.js_cluster import ClusterJetStream
     from jetraft.server import Server
 
@@ -44,6 +91,10 @@ if TYPE_CHECKING:
 STATE_FLUSH_S = 0.1
 #: Seconds between max_age expiry checks when a stream has a max_age.
 EXPIRY_CHECK_S = 0.25
+#: API operations refused on a frozen stream (they would write its store or its consumers'
+#: files). Reads and deletes are served.
+_FROZEN_REFUSED = frozenset({"STREAM.PURGE", "STREAM.MSG.DELETE", "STREAM.UPDATE",
+                            "CONSUMER.CREATE", "CONSUMER.DURABLE"})
 
 
 def default_store_dir() -> str:
@@ -52,12 +103,63 @@ def default_store_dir() -> str:
     return os.path.join(tempfile.gettempdir(), "jetraft")
 
 
+def error_reply(out: Outbound, err: E.JSApiError) -> Outbound:
+    """``out`` (a PubAck or an API response) turned into the error answer to the same
+    request: ``{"error", "stream", "seq": 0}`` for a PubAck (nats-server
+    processJetStreamMsg), the response type's error shape otherwise."""
+    try:
+        body = json.loads(out.data)
+    except ValueError:
+        body = {}
+    rtype = body.get("type") if isinstance(body, dict) else None
+    if isinstance(rtype, str):
+        data = {**E.error_response(rtype, err), **_ERROR_EXTRAS.get(rtype, {})}
+    else:
+        data = {"error": err.to_json(), "stream": body.get("stream", "") if isinstance(body, dict)
+                else "", "seq": 0}
+    return Outbound(out.subject, None, None, _json_bytes(data))
+
+
+def write_state_file(path: str, data: bytes) -> None:
+    """Write a consumer state file durably (temp file, fdatasync, rename, directory fsync),
+    through the :mod:`~jetraft.raft.storage.fileio` seam. Raises OSError."""
+    tmp = path + ".tmp"
+    fd = fileio.open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
+    try:
+        fileio.pwrite_all(fd, data, 0, tmp)
+        fileio.fdatasync(fd, tmp)
+    finally:
+        os.close(fd)
+    fileio.replace(tmp, path)
+    d = os.path.dirname(path)
+    dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fileio.fsync_dir(dfd, d)
+    finally:
+        os.close(dfd)
+
+
+@dataclass(slots=True)
+class Frozen:
+    """A stream stopped by a storage failure: ``store`` the store it had then (a stream
+    deleted and created again is another stream), ``error`` the failure, ``since``
+    (trio clock) and ``retry_at`` seconds, ``attempts`` resume attempts made."""
+
+    account: str
+    stream: str
+    store: Any
+    error: BaseException
+    since: float
+    retry_at: float
+    attempts: int = 0
+
+
 class JetStreamService:
     """JetStream for every account the configuration enables it for.
 
     Create with the :class:`~jetraft.server.Server`; ``await nursery.start(service.run)``
     recovers every stream from disk (before clients are accepted) and runs the sender,
-    timer, state and sync tasks until cancelled.
+    timer, state, sync and resume tasks until cancelled.
     """
 
     def __init__(self, server: Server) -> None:
@@ -68,7 +170,8 @@ class JetStreamService:
         self.store_dir = cfg.store_dir or default_store_dir()
         # jetraft's default is an fsync before every ack; an explicit sync_interval relaxes it.
         self.sync_always = cfg.sync_always or cfg.sync_interval is None
-        self.commit = GroupCommit()
+        # standalone: the stores' group commit, which tells what each request wrote
+        self.commit = GroupCommit(track_owners=server.config.cluster is None)
         self.barrier = DurabilityBarrier(self.commit)
         self.accounts: dict[str, JetStreamAccount] = {}
         #: The clustered half (net/js_cluster.py) when the server has a cluster block.
@@ -84,11 +187,13 @@ class JetStreamService:
                 # a clustered replica's files are rebuilt from its RAFT log, never fsynced
                 sync_always=self.sync_always and not self.clustered, domain=cfg.domain or "",
                 server_name=server.server_name, clustered=self.clustered)
-        self._queue: list[tuple[str, Reply]] = []
+        #: (account, reply, ids of the stores its call wrote, (account, stream) or None)
+        self._queue: list[tuple[str, Reply, frozenset[int], tuple[str, str] | None]] = []
         self._queued = trio.Event()
         self._wake = trio.Event()
         self._interest_dirty: set[str] = set()
-        self.failed: BaseException | None = None
+        #: Streams stopped by a storage failure (standalone), by (account, stream).
+        self.frozen: dict[tuple[str, str], Frozen] = {}
 
     def _interest_fn(self, account: str):
         def has_interest(subject: str) -> bool:
@@ -123,6 +228,7 @@ class JetStreamService:
                 else:
                     nursery.start_soon(self._timers)
                     nursery.start_soon(self._state_writer)
+                    nursery.start_soon(self._resumer)
                 if not self.sync_always and not self.clustered:
                     nursery.start_soon(self._interval_sync)
                 task_status.started()
@@ -132,61 +238,77 @@ class JetStreamService:
 
     def _close(self) -> None:
         try:
-            if self.failed is None:
-                self.commit.sync()
-        except Exception as exc:  # noqa: BLE001 - report, then close without acknowledging more
-            self.server.events.emit("jetstream_storage_failed", error=str(exc))
+            self.commit.sync()
+        except SyncFailed as exc:
+            self._sync_failed(exc)
+        except (StorageError, OSError) as exc:
+            self.server.events.emit("jetstream_storage_failed", account=None, stream=None,
+                                    consumer=None, group=None, errno=fileio.errno_name(exc),
+                                    path=getattr(exc, "path", None), op="close", error=str(exc))
+        self._write_states(force=True)
         for acc in self.accounts.values():
-            try:
-                acc.close()
-            except OSError as exc:
-                self.server.events.emit("jetstream_storage_failed", error=str(exc))
+            for entry in list(acc.streams.values()):
+                try:
+                    entry.stream.store.close()
+                except OSError as exc:
+                    self._freeze(acc.name, entry.name, exc, "close")
 
     async def _sender(self) -> None:
         while True:
             await self._queued.wait()
             self._queued = trio.Event()
             batch, self._queue = self._queue, []
-            if self.sync_always and any(r.needs_sync for _, r in batch):
+            failed: set[int] = set()
+            if self.sync_always and any(r.needs_sync for _, r, _, _ in batch):
                 doomed = self._doomed_snapshot()
                 try:
                     self.commit.sync()       # inline: see the module docstring
-                except Exception as exc:  # noqa: BLE001 - durability lost: stop acknowledging
-                    self._fail(exc)
-                    return
+                except SyncFailed as exc:
+                    failed = exc.owners()
+                    self._sync_failed(exc)
+                except (StorageError, OSError) as exc:   # no owner known: all of this batch
+                    for _, _, owners, _ in batch:
+                        failed |= owners
+                    for key in self._keys_of(failed):
+                        self._freeze(key[0], key[1], exc, "fsync")
                 self._release(doomed)
-            if any(r.needs_state for _, r in batch):
-                for acc in self.accounts.values():    # an ack_sync reply promises the ack is kept
-                    acc.write_states(acc.pending_state_writes())
-            for account, reply in batch:
-                self.server.route_internal(account, reply.out)
+            if any(r.needs_state for _, r, _, _ in batch):
+                self._write_states()    # an ack_sync reply promises the ack is kept
+            for account, reply, owners, key in batch:
+                out = reply.out
+                if reply.needs_sync and owners & failed:
+                    # its writes were not made durable: the request is refused after all
+                    fr = self.frozen.get(key) if key is not None else None
+                    out = error_reply(out, storage_api_error(fr.error if fr else None))
+                elif reply.needs_state and key in self.frozen:
+                    continue        # its consumer's state was not written: the ack is not kept
+                self.server.route_internal(account, out)
 
     def _doomed_snapshot(self) -> list[tuple[FileStore, int]]:
         out = []
         for acc in self.accounts.values():
             for entry in acc.streams.values():
                 store = entry.stream.store
-                if isinstance(store, FileStore) and store.doomed_count():
+                if isinstance(store, FileStore) and store.failed is None and store.doomed_count():
                     out.append((store, store.doomed_count()))
         return out
 
     @staticmethod
     def _release(doomed: list[tuple[FileStore, int]]) -> None:
         for store, n in doomed:
-            store.delete_doomed(n)
-
-    def _fail(self, exc: BaseException) -> None:
-        self.failed = exc
-        self.server.events.emit("jetstream_storage_failed", error=str(exc))
-        self.server.shutdown("storage failure")
+            if store.failed is None:        # its records are not provably durable otherwise
+                store.delete_doomed(n)
 
     async def _timers(self) -> None:
         while True:
             deadline = None
             for acc in self.accounts.values():
-                d = acc.next_deadline()
-                if d is not None and (deadline is None or d < deadline):
-                    deadline = d
+                for name in acc.streams:
+                    if (acc.name, name) in self.frozen:
+                        continue            # paused until it resumes
+                    d = acc.stream_deadline(name)
+                    if d is not None and (deadline is None or d < deadline):
+                        deadline = d
                 if acc.wants_expiry():
                     d = time.time_ns() + int(EXPIRY_CHECK_S * 1e9)
                     if deadline is None or d < deadline:
@@ -200,13 +322,37 @@ class JetStreamService:
             for name, acc in self.accounts.items():
                 if name in dirty:
                     self._enqueue(name, acc.interest_changed(now))
-                self._enqueue(name, acc.poll(now))
+                for sname in list(acc.streams):
+                    if (name, sname) in self.frozen:
+                        continue
+                    self._guarded(name, sname, None, None,
+                                  lambda acc=acc, sname=sname: acc.poll_stream(sname, now))
 
     async def _state_writer(self) -> None:
         while True:
             await trio.sleep(STATE_FLUSH_S)
-            for acc in self.accounts.values():   # on the loop: one writer per state file
-                acc.write_states(acc.pending_state_writes())
+            self._write_states()     # on the loop: one writer per state file
+
+    def _write_states(self, force: bool = False) -> None:
+        """Write every changed (``force``: every) consumer state file of every stream that
+        is not frozen; a failure freezes the consumer's stream. A state not written stays
+        changed, to be written once the stream runs again."""
+        for acc in self.accounts.values():
+            for path, data in acc.pending_state_writes(force):
+                sname, cname = _stream_and_consumer(acc, path)
+                key = (acc.name, sname)
+                if key in self.frozen:
+                    _redirty(acc, sname, cname)
+                    continue
+                if not os.path.isdir(os.path.dirname(path)):
+                    continue            # the consumer was deleted meanwhile
+                try:
+                    write_state_file(path, data)
+                except FileNotFoundError:
+                    continue
+                except OSError as exc:
+                    _redirty(acc, sname, cname)
+                    self._freeze(acc.name, sname, exc, "write", consumer=cname)
 
     async def _interval_sync(self) -> None:
         while True:
@@ -214,16 +360,155 @@ class JetStreamService:
             doomed = self._doomed_snapshot()
             try:
                 await self.barrier.wait()
-            except Exception as exc:  # noqa: BLE001
-                self._fail(exc)
-                return
+            except SyncFailed as exc:
+                self._sync_failed(exc)
+            except (StorageError, OSError) as exc:
+                self.server.events.emit("jetstream_storage_failed", account=None, stream=None,
+                                        consumer=None, group=None, errno=fileio.errno_name(exc),
+                                        path=getattr(exc, "path", None), op="fsync", error=str(exc))
             self._release(doomed)
+
+    # ------------------------------------------------------------------ storage failures
+
+    def _keys_of(self, owners: set[int] | frozenset[int]) -> list[tuple[str, str]]:
+        """The (account, stream) of each store whose ``id()`` is in ``owners``."""
+        if not owners:
+            return []
+        return [(acc.name, name) for acc in self.accounts.values()
+                for name, entry in acc.streams.items() if id(entry.stream.store) in owners]
+
+    def _sync_failed(self, exc: SyncFailed) -> None:
+        """Freeze the stream of every store a sync pass could not make durable."""
+        owners = exc.owners()
+        for acc in self.accounts.values():
+            for name, entry in acc.streams.items():
+                store = entry.stream.store
+                if id(store) in owners:
+                    failure = exc.failure_of(store)
+                    err: BaseException = exc
+                    if failure is not None:
+                        err = failure.error
+                        if isinstance(err, OSError):
+                            err = storage_error("fsync", failure.path, err)
+                    if isinstance(store, FileStore):
+                        store.fail(exc)
+                    self._freeze(acc.name, name, err, "fsync")
+
+    def _freeze(self, account: str, stream: str, exc: BaseException, op: str, *,
+                consumer: str | None = None, path: str | None = None) -> None:
+        """Stop ``stream`` after the storage failure ``exc`` (see the module docstring);
+        logs ``jetstream_storage_failed`` once per freeze."""
+        acc = self.accounts.get(account)
+        entry = acc.streams.get(stream) if acc is not None else None
+        if entry is None:
+            return
+        key = (account, stream)
+        store = entry.stream.store
+        fr = self.frozen.get(key)
+        if fr is not None and fr.store is store:
+            return
+        now = trio.current_time()
+        self.frozen[key] = Frozen(account, stream, store, exc, now, now + STORAGE_RETRY_S)
+        self.server.events.emit(
+            "jetstream_storage_failed", account=account, stream=stream, consumer=consumer,
+            group=None, errno=fileio.errno_name(exc),
+            path=path or getattr(exc, "path", None) or getattr(exc, "filename", None),
+            op=op, error=str(exc))
+
+    def _guarded(self, account: str, stream: str | None, reply: str | None,
+                 make_error: Callable[[E.JSApiError], Outbound | None] | None,
+                 call: Callable[[], list[Reply] | None]) -> list[Reply] | None:
+        """Run ``call`` (into the account), queue what it returns tagged with the stores it
+        wrote, and return it. A storage failure freezes the stream whose write failed (the
+        one ``stream`` names, or the one the failure's path is in) and queues the error
+        ``make_error`` builds (nothing when it is None or there is no reply)."""
+        touched = self.commit.touched
+        assert touched is not None      # standalone only
+        touched.clear()
+        try:
+            out = call()
+        except (StorageError, OSError) as exc:
+            touched.clear()
+            acc = self.accounts[account]
+            path = getattr(exc, "path", None) or getattr(exc, "filename", None)
+            name, consumer = _stream_and_consumer(acc, path) if path else (None, None)
+            name = name if name in acc.streams else stream
+            if name is not None:
+                self._freeze(account, name, exc, "write", consumer=consumer)
+            err = storage_api_error(exc)
+            if make_error is not None and reply:
+                refusal = make_error(err)
+                if refusal is not None:
+                    self._queue_replies(account, [Reply(refusal)], frozenset(), None)
+            return []
+        owners = frozenset(touched)
+        touched.clear()
+        if out:
+            self._queue_replies(account, out, owners,
+                                (account, stream) if stream is not None else None)
+        return out
+
+    async def _resumer(self) -> None:
+        """Every STORAGE_RETRY_S, try to resume each frozen stream whose retry is due."""
+        while True:
+            await trio.sleep(STORAGE_RETRY_S / 4)
+            now = trio.current_time()
+            for key, fr in list(self.frozen.items()):
+                if fr.retry_at <= now and self.frozen.get(key) is fr:
+                    await self._try_resume(fr)
+
+    async def _try_resume(self, fr: Frozen) -> None:
+        key = (fr.account, fr.stream)
+        acc = self.accounts.get(fr.account)
+        entry = acc.streams.get(fr.stream) if acc is not None else None
+        if entry is None or entry.stream.store is not fr.store:
+            self.frozen.pop(key, None)      # deleted (and maybe created again) meanwhile
+            return
+        fr.attempts += 1
+        store = entry.stream.store
+        try:
+            directory = entry.directory or self.store_dir
+            with trio.fail_after(PROBE_TIMEOUT_S):
+                await trio.to_thread.run_sync(probe_directory, directory, abandon_on_cancel=True)
+            rolled_back = None
+            if isinstance(store, FileStore) and store.failed is not None:
+                fresh = await trio.to_thread.run_sync(store.reopen_verified)
+                if acc.streams.get(fr.stream) is not entry or entry.stream.store is not store:
+                    fresh.close()               # deleted while it was verified
+                    self.frozen.pop(key, None)
+                    return
+                durable_last = fresh.recovered_last
+                rolled_back = max(0, store.state().last_seq - durable_last)
+                entry.stream.store = fresh
+                entry.stream.forget_msg_ids_after(durable_last)
+                store.close()
+                fr.store = fresh
+            for path, consumer in _state_files(entry):
+                if os.path.isdir(os.path.dirname(path)):
+                    write_state_file(path, _json_bytes(consumer.state_to_json()))
+        except (StorageError, OSError, trio.TooSlowError) as exc:
+            fr.retry_at = trio.current_time() + STORAGE_RETRY_S
+            self.server.events.emit("jetstream_storage_retry_failed", account=fr.account,
+                                    stream=fr.stream, group=None, errno=fileio.errno_name(exc),
+                                    error=str(exc) or type(exc).__name__,
+                                    retry_in_s=STORAGE_RETRY_S)
+            return
+        if self.frozen.get(key) is fr:
+            del self.frozen[key]
+        self.server.events.emit("jetstream_storage_resumed", account=fr.account, stream=fr.stream,
+                                group=None, frozen_s=round(trio.current_time() - fr.since, 3),
+                                attempts=fr.attempts, rolled_back=rolled_back)
+        self._wake.set()        # its timers run again
 
     # ------------------------------------------------------------------ entry points
 
     def _enqueue(self, account: str, replies: list[Reply]) -> None:
+        self._queue_replies(account, replies, frozenset(), None)
+
+    def _queue_replies(self, account: str, replies: list[Reply], owners: frozenset[int],
+                       key: tuple[str, str] | None) -> None:
         if replies:
-            self._queue.extend((account, r) for r in replies)
+            self._queue.extend((account, r, owners, key) for r in replies)
             self._queued.set()
 
     def handle(self, account: str, subject: str, reply: str | None, headers: bytes | None,
@@ -231,39 +516,121 @@ class JetStreamService:
         """Give JetStream an inbound message. Returns True if JetStream answers it (an API
         or ack subject, or a stream's subject), so a request is not a no-responders case.
         ``routed``: it came from another server (which routes nothing twice)."""
-        if self.cluster is not None and self.failed is None:
+        if self.cluster is not None:
             return self.cluster.handle(account, subject, reply, headers, payload, routed=routed)
         acc = self.accounts.get(account)
-        if acc is None or self.failed is not None:
+        if acc is None:
             return False
         now = time.time_ns()
         if subject.startswith("$JS."):
             if subject.startswith(API_PREFIX):
-                out = acc.handle_api(subject, reply, headers, payload, now)
-                if out is None:
-                    return False
-                self._enqueue(account, out)
+                return self._handle_api(acc, subject, reply, headers, payload, now)
+            if subject.startswith(ACK_PREFIX) or subject.startswith(FC_PREFIX):
+                ack = subject.startswith(ACK_PREFIX)
+                prefix = ACK_PREFIX if ack else FC_PREFIX
+                sname = _ack_stream_name(subject, ack)
+                if (account, sname) in self.frozen:
+                    return acc.knows_consumer(subject, prefix)      # dropped: redelivered later
+                out = self._guarded(account, sname, None, None,
+                                    (lambda: acc.ack(subject, reply, payload, now)) if ack
+                                    else (lambda: acc.flow_control(subject, now)))
                 self._wake.set()
-                return True
-            if subject.startswith(ACK_PREFIX):
-                out = acc.ack(subject, reply, payload, now)
-                self._enqueue(account, out)
-                self._wake.set()
-                return bool(out) or acc.knows_consumer(subject, ACK_PREFIX)
-            if subject.startswith(FC_PREFIX):
-                self._enqueue(account, acc.flow_control(subject, now))
-                self._wake.set()
-                return acc.knows_consumer(subject, FC_PREFIX)
+                return bool(out) or acc.knows_consumer(subject, prefix)
         entry = acc.stream_for(subject)
         if entry is None:
             return False
-        self._enqueue(account, acc.publish(entry, subject, reply, headers, payload, now))
+        name = entry.name
+
+        def refusal(err: E.JSApiError) -> Outbound:
+            body = {"error": err.to_json(), "stream": name, "seq": 0}
+            return Outbound(reply, None, None, _json_bytes(body))
+
+        fr = self.frozen.get((account, name))
+        if fr is not None:
+            if reply:
+                self._enqueue(account, [Reply(refusal(storage_api_error(fr.error)))])
+            return True
+        self._guarded(account, name, reply, refusal,
+                      lambda: acc.publish(entry, subject, reply, headers, payload, now))
         if entry.consumers:     # new deliveries may bring a redelivery deadline forward
             self._wake.set()
         return True
+
+    def _handle_api(self, acc: JetStreamAccount, subject: str, reply: str | None,
+                    headers: bytes | None, payload: bytes, now: int) -> bool:
+        tokens = subject.split(".")
+        sname = _stream_of(tokens)
+        kind = _api_kind(tokens)
+        fr = self.frozen.get((acc.name, sname)) if sname is not None else None
+        if fr is not None:
+            if kind == "CONSUMER.MSG":
+                return acc.knows_consumer(f"$JS.ACK.{sname}.{tokens[6]}", ACK_PREFIX) \
+                    if len(tokens) == 7 else False      # dropped: the client's pull expires
+            if kind in _FROZEN_REFUSED:
+                if reply:
+                    err = storage_api_error(fr.error)
+                    rtype = _response_type(tokens)
+                    body = {**E.error_response(rtype, err), **_ERROR_EXTRAS.get(rtype, {})}
+                    self._enqueue(acc.name, [Reply(Outbound(reply, None, None, _json_bytes(body)))])
+                return True
+
+        def refusal(err: E.JSApiError) -> Outbound:
+            rtype = _response_type(tokens)
+            body = {**E.error_response(rtype, err), **_ERROR_EXTRAS.get(rtype, {})}
+            return Outbound(reply, None, None, _json_bytes(body))
+
+        answered = [True]
+
+        def call() -> list[Reply] | None:
+            out = acc.handle_api(subject, reply, headers, payload, now)
+            if out is None:
+                answered[0] = False
+            return out
+
+        self._guarded(acc.name, sname, reply, refusal, call)
+        self._wake.set()
+        return answered[0]
 
     def interest_changed(self, account: str) -> None:
         """A subscription was added or removed in ``account``: push consumers re-check."""
         if account in self.accounts:
             self._interest_dirty.add(account)
             self._wake.set()
+
+
+def _ack_stream_name(subject: str, ack: bool) -> str:
+    """The stream an ack (``$JS.ACK.<stream>...`` v1, ``$JS.ACK.<domain>.<hash>.<stream>...``
+    v2) or flow-control subject (``$JS.FC.<stream>...``) names."""
+    rel = subject[len("$JS.ACK." if ack else "$JS.FC."):].split(".")
+    if ack and len(rel) >= 9 and len(rel) != 7:
+        return rel[2]
+    return rel[0]
+
+
+def _stream_and_consumer(acc: JetStreamAccount, path: str | None) -> tuple[str | None, str | None]:
+    """The stream (and consumer, for ``obs/<consumer>/...``) whose directory holds ``path``
+    in ``acc``'s store, else (None, None)."""
+    base = acc.base
+    if not path or base is None:
+        return None, None
+    prefix = base.rstrip(os.sep) + os.sep
+    if not path.startswith(prefix):
+        return None, None
+    parts = path[len(prefix):].split(os.sep)
+    consumer = parts[2] if len(parts) > 2 and parts[1] == "obs" else None
+    return parts[0], consumer
+
+
+def _state_files(entry: StreamEntry) -> list[tuple[str, Any]]:
+    """``(path, consumer)`` of every consumer state file of a file stream."""
+    if entry.directory is None:
+        return []
+    return [(os.path.join(entry.directory, "obs", cname, "state.json"), c)
+            for cname, c in entry.consumers.items() if not c.config.mem_storage]
+
+
+def _redirty(acc: JetStreamAccount, stream: str | None, consumer: str | None) -> None:
+    entry = acc.streams.get(stream) if stream else None
+    c = entry.consumers.get(consumer) if entry is not None and consumer else None
+    if c is not None:
+        c.dirty = True

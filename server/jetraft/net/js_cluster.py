@@ -75,13 +75,19 @@ from jetraft.jetstream.replicated import (
     FLOW_CONTROL,
     PUBLISH,
     TICK,
+    EntryError,
     InterestOverride,
     StreamReplica,
+    decode_entry,
     encode_entry,
 )
+from jetraft.net.durability import PROBE_TIMEOUT_S, STORAGE_RETRY_S, probe_directory, storage_api_error
 from jetraft.net.raft_host import RaftGroup, RaftHost
 from jetraft.protocol.subjects import subjects_overlap
 from jetraft.raft.types import NotLeaderError, ProposalDroppedError, RaftError
+from jetraft.raft.storage import StorageError
+from jetraft.raft.storage.fileio import errno_name
+from jetraft.raft.types import EntryType, Role
 
 if TYPE_CHECKING:
     from jetraft.net.jetstream import JetStreamService
@@ -209,6 +215,10 @@ class ClusterJetStream:
         self.routes.on_peer_change(self._on_peer_change)
         for acc in service.accounts.values():
             acc.cluster_info = self._cluster_info_fn(acc.name)
+        #: RAFT groups stopped on this server by a storage failure, by group name (see
+        #: "storage failures" below).
+        self.storage_failures: dict[str, StorageFailure] = {}
+        self.host.on_group_failed = self._group_failed
 
     def _zone_of(self, tags: tuple[str, ...]) -> str | None:
         prefix = self.unique_tag
@@ -239,6 +249,7 @@ class ClusterJetStream:
             if META_GROUP in self.host.logs.groups():
                 self._open_meta(())
             nursery.start_soon(self._bootstrap_and_reconcile)
+            nursery.start_soon(self._retry_storage)
             task_status.started()
 
     def _expected_servers(self) -> int:
@@ -275,8 +286,17 @@ class ClusterJetStream:
         self._open_meta(tuple(sorted({self.server.server_name, *js_peers})))
 
     def _open_meta(self, peers: tuple[str, ...]) -> None:
+        failure = self.storage_failures.get(META_GROUP)
+        if failure is not None and failure.retry_at > trio.current_time():
+            return
         machine = _MetaMachine(self)
-        self.meta_group = self.host.open_group(META_GROUP, peers, machine)
+        try:
+            self.meta_group = self.host.open_group(META_GROUP, peers, machine)
+        except (StorageError, OSError) as exc:      # retried by the bootstrap loop
+            self._storage_failed(META_GROUP, None, exc, "open")
+            return
+        if failure is not None:
+            self._storage_resumed(failure)
         self.events.emit("jetstream_enabled", store_dir=self.service.store_dir,
                          accounts=sorted(self.service.accounts), sync="raft")
 
@@ -440,6 +460,9 @@ class ClusterJetStream:
             self.events.emit("jetstream_recovery_problem", account=sa.account, stream=sa.name,
                              consumer=None, path="", detail=f"replica not created: {err}")
             return
+        except (StorageError, OSError) as exc:      # retried (see "storage failures")
+            self._storage_failed(sa.group, key, exc, "open")
+            return
         replica = StreamReplica(acc, sa.name, emit=self._emitter(sa.account), override=self.override,
                                 on_problem=self._problem_fn(sa),
                                 on_leader=self._leader_fn(key))
@@ -451,7 +474,12 @@ class ClusterJetStream:
         bootstrap = tuple(p for p in sa.peers if p != me) if joining else tuple(sa.peers)
         # Followers learn a stream's commit index from the next AppendEntries or heartbeat:
         # one message per publish per follower instead of two (see Config.commit_broadcast).
-        group = self.host.open_group(sa.group, bootstrap, replica, commit_broadcast=False)
+        try:
+            group = self.host.open_group(sa.group, bootstrap, replica, commit_broadcast=False)
+        except (StorageError, OSError) as exc:      # retried (see "storage failures")
+            self.replicas.pop(key, None)
+            self._storage_failed(sa.group, key, exc, "open")
+            return
         self.groups[key] = group
         if not joining and group.node.last_index == 0 and sa.peers and sa.peers[0] == me:
             group.campaign()       # a brand-new group: the first peer need not wait a timeout
@@ -1083,6 +1111,138 @@ class ClusterJetStream:
         else:
             self._respond(account, reply, {"type": rtype, "success": True})
 
+    # ------------------------------------------------------------------ storage failures
+    #
+    # A RAFT group whose log write or fsync failed, whose log could not be read, or whose
+    # replica store failed while applying, is stopped on this server by the RaftHost (it
+    # neither votes nor acknowledges; the others go on and elect a leader among themselves)
+    # and reported here; so is a replica or the meta group that could not be opened. Every
+    # STORAGE_RETRY_S a resume is tried: a probe write and fsync in the group's directory
+    # (the RAFT directory for a group not opened), then
+    # a log failure: the log rolled back to what is provably on disk and reopened (the
+    # replica's state as it was); a replica's store failure: the replica rebuilt from its
+    # log (a fresh store, every committed entry applied again); an open failure: opened
+    # again. The group then catches up from the leader like any lagging follower.
+
+    def _group_failed(self, group: RaftGroup, exc: BaseException, op: str,
+                      entries: list) -> None:
+        """RaftHost.on_group_failed: log it, schedule a resume, and refuse the publishes
+        this server proposed as leader that its log never made durable (their proposers
+        would otherwise wait for an answer that cannot come from here)."""
+        key = next((k for k, g in self.groups.items() if g is group), None)
+        self._storage_failed(group.name, key, exc, op)
+        if key is None or not entries or group.node.role is not Role.LEADER:
+            return
+        err = storage_api_error(exc).to_json()
+        for e in entries:
+            if e.type != EntryType.NORMAL or not e.data:
+                continue
+            try:
+                item = decode_entry(e.data)
+            except EntryError:
+                continue
+            if item[0] == PUBLISH and item[4]:
+                self._respond(key[0], item[4], {"error": err, "stream": key[1], "seq": 0})
+
+    def _storage_failed(self, group: str, key: tuple[str, str] | None, exc: BaseException,
+                        op: str) -> None:
+        failure = self.storage_failures.get(group)
+        now = trio.current_time()
+        if failure is not None:             # failed again while resuming: keep the first
+            failure.last_error = exc
+            failure.retry_at = now + STORAGE_RETRY_S
+            return
+        self.storage_failures[group] = StorageFailure(group, key, exc, op, now, now + STORAGE_RETRY_S)
+        self.events.emit(
+            "jetstream_storage_failed", account=key[0] if key else None,
+            stream=key[1] if key else None, consumer=None, group=group, errno=errno_name(exc),
+            path=getattr(exc, "path", None) or getattr(exc, "filename", None), op=op,
+            error=str(exc) or type(exc).__name__)
+
+    def _storage_resumed(self, failure: StorageFailure) -> None:
+        if self.storage_failures.get(failure.group) is failure:
+            del self.storage_failures[failure.group]
+        key = failure.key
+        self.events.emit("jetstream_storage_resumed", account=key[0] if key else None,
+                         stream=key[1] if key else None, group=failure.group,
+                         frozen_s=round(trio.current_time() - failure.since, 3),
+                         attempts=failure.attempts, rolled_back=None)
+
+    async def _retry_storage(self) -> None:
+        while True:
+            await trio.sleep(STORAGE_RETRY_S / 4)
+            now = trio.current_time()
+            for name, failure in list(self.storage_failures.items()):
+                if failure.retry_at > now or self.storage_failures.get(name) is not failure:
+                    continue
+                if name == META_GROUP and self.meta_group is None:
+                    continue                # the bootstrap loop opens it again
+                await self._try_resume(failure)
+
+    async def _try_resume(self, failure: StorageFailure) -> None:
+        failure.attempts += 1
+        failure.last_error = None
+        hosted = self.host.groups.get(failure.group)
+        directory = hosted.log.directory if hosted is not None else self.host.logs.root
+        try:
+            with trio.fail_after(PROBE_TIMEOUT_S):
+                await trio.to_thread.run_sync(probe_directory, directory, abandon_on_cancel=True)
+            resumed = await self._resume(failure)
+            if failure.last_error is not None:
+                raise failure.last_error
+        except (StorageError, OSError, trio.TooSlowError) as exc:
+            failure.retry_at = trio.current_time() + STORAGE_RETRY_S
+            key = failure.key
+            self.events.emit("jetstream_storage_retry_failed", account=key[0] if key else None,
+                             stream=key[1] if key else None, group=failure.group,
+                             errno=errno_name(exc), error=str(exc) or type(exc).__name__,
+                             retry_in_s=STORAGE_RETRY_S)
+            return
+        if resumed:
+            self._storage_resumed(failure)
+        elif self.storage_failures.get(failure.group) is failure:
+            del self.storage_failures[failure.group]
+
+    async def _resume(self, failure: StorageFailure) -> bool:
+        """One resume attempt (see above); False when there is nothing left to resume (the
+        stream was deleted or moved away meanwhile). Storage errors propagate."""
+        if failure.group == META_GROUP:
+            await self.host.reopen_group_off_loop(META_GROUP)
+            self._ensure_assigned_replicas()
+            return True
+        key = failure.key
+        sa = self.meta.streams.get(key) if key is not None else None
+        if sa is None or sa.group != failure.group or self.server.server_name not in sa.peers:
+            return False
+        group = self.groups.get(key)
+        if group is None:
+            self._ensure_replica(sa, "stream_added")
+        elif failure.op == "apply":         # the replica's state is unknown: rebuild it
+            self.groups.pop(key, None)
+            self.replicas.pop(key, None)
+            self._set_leader_interest(key, False)
+            self.host.close_group(group.name)
+            self._ensure_replica(sa, "stream_added")
+        else:
+            await self.host.reopen_group_off_loop(failure.group)
+            return True
+        replica = self.replicas.get(key)
+        if replica is not None:
+            replica.pending_reply = None    # its create was answered long ago
+        return True
+
+    def _ensure_assigned_replicas(self) -> None:
+        """After the meta group resumed: a replica for every assignment naming this server,
+        none for any other (what applying the meta entries would have left)."""
+        me = self.server.server_name
+        for key, sa in list(self.meta.streams.items()):
+            if me in sa.peers and key not in self.replicas and sa.group not in self.storage_failures:
+                self._ensure_replica(sa, "stream_added")
+        for key in list(self.replicas):
+            sa = self.meta.streams.get(key)
+            if sa is None or me not in sa.peers:
+                self._drop_replica(key, delete=True)
+
     # ------------------------------------------------------------------ lame duck
 
     def leaderships(self) -> list[str]:
@@ -1104,6 +1264,22 @@ class ClusterJetStream:
                 except RaftError:
                     pass
         return n
+
+
+class StorageFailure:
+    """A group stopped on this server by a storage failure: ``key`` its (account, stream)
+    (None for the meta group), ``error`` the first failure and ``op`` what failed,
+    ``since``/``retry_at`` trio clock seconds, ``attempts`` resumes tried, ``last_error``
+    the failure of the attempt running (None when it has met none)."""
+
+    __slots__ = ("group", "key", "error", "op", "since", "retry_at", "attempts", "last_error")
+
+    def __init__(self, group: str, key: tuple[str, str] | None, error: BaseException, op: str,
+                 since: float, retry_at: float) -> None:
+        self.group, self.key, self.error, self.op = group, key, error, op
+        self.since, self.retry_at = since, retry_at
+        self.attempts = 0
+        self.last_error: BaseException | None = None
 
 
 class _MetaMachine:

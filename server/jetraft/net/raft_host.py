@@ -12,7 +12,7 @@ some group ready:
    (``GroupLog.append``), the hard state (``GroupLog.set_hard_state``);
 2. one ``GroupCommit.sync()`` for the whole pass (group commit across groups). Nothing of
    the pass is sent or applied before it returns: persist before send (Raft Figure 2;
-   etcd ``Ready.MustSync``). A failed fsync is fatal and ends :meth:`RaftHost.run`;
+   etcd ``Ready.MustSync``);
 3. send: every message of the pass for one server goes into one
    :func:`~jetraft.protocol.raft_wire.encode_batch` and one ``send(server, payload)`` (the
    heartbeats of all groups to a peer cost one call; a pass carrying more than
@@ -35,6 +35,17 @@ leader also compares each peer's state with the last tick's (current: online and
 The transport is abstract: ``send(server_name, payload) -> bool`` (False: unreachable, the
 messages are dropped and RAFT retries) and :meth:`RaftHost.receive` for what arrives.
 Messages for a group this host does not hold are dropped (the leader retries).
+
+Storage failures stop one group on this server, never the host: a group whose Ready could
+not be written (step 1), whose files the pass's sync could not make durable (step 2), whose
+log could not be read, or whose state machine raised while applying (step 4) is *failed*
+(:attr:`RaftGroup.failed`): nothing of that Ready is sent or applied, it is no longer ticked,
+the messages for it are dropped (it neither votes nor acknowledges, and a leader loses its
+leadership to the others at their election timeout) and it reports no leader to its state
+machine. ``on_group_failed`` (or, without one, the ``jetstream_storage_failed`` event)
+tells the owner, who may later :meth:`RaftHost.reopen_group` it: the log is rolled back to
+what is provably on disk (``GroupLog.rollback_to_durable``) and reopened, and the group
+goes on with its state machine as it was. Every other group goes on throughout.
 """
 
 from __future__ import annotations
@@ -52,7 +63,9 @@ from jetraft.events import EVENTS
 from jetraft.protocol.raft_wire import decode_batch, encode_batch
 from jetraft.raft.memory import apply_config_entry
 from jetraft.raft.node import RaftNode
-from jetraft.raft.storage import GroupCommit, GroupLog, LogDirectory, StorageError
+from jetraft.raft.storage import GroupCommit, GroupLog, LogDirectory, StorageError, SyncFailed
+from jetraft.raft.storage.fileio import errno_name
+from jetraft.raft.storage.sync import storage_error
 from jetraft.raft.types import (
     Config,
     ConfigChange,
@@ -141,6 +154,11 @@ class RaftGroup:
         self._opened_ns = time.time_ns()
         self._applied_event: trio.Event | None = None
         self.closed = False
+        #: The exception that stopped this group on this server (see the module
+        #: docstring), and what failed: "write" | "fsync" | "read" | "apply"; None: running.
+        self.failed: BaseException | None = None
+        self.failed_op: str | None = None
+        self._commit_broadcast = True
         # raft_replica_current/_lagging on the leader: the term the states belong to (0: not
         # tracking) and, per other peer, (current, time.time_ns() it entered that state).
         self._replica_term = 0
@@ -150,7 +168,7 @@ class RaftGroup:
 
     @property
     def leader(self) -> str | None:
-        return self.node.leader
+        return None if self.failed is not None else self.node.leader
 
     @property
     def term(self) -> int:
@@ -158,7 +176,7 @@ class RaftGroup:
 
     @property
     def is_leader(self) -> bool:
-        return self.node.role is Role.LEADER
+        return self.failed is None and self.node.role is Role.LEADER
 
     @property
     def peers(self) -> tuple[str, ...]:
@@ -247,7 +265,7 @@ class RaftGroup:
         timeout, or reported down by the transport). [] on a follower. The shape of
         nats-server's stream info ``cluster.replicas`` (stream.go PeerInfo)."""
         node = self.node
-        if node.role is not Role.LEADER:
+        if node.role is not Role.LEADER or self.failed is not None:
             return []
         last = node.last_index
         me = self.host.server_name
@@ -285,6 +303,8 @@ class RaftGroup:
     def _live(self) -> RaftNode:
         if self.closed:
             raise ProposalDroppedError(f"RAFT group {self.name} is closed")
+        if self.failed is not None:
+            raise ProposalDroppedError(f"RAFT group {self.name} stopped: {self.failed}")
         return self.node
 
     def _persist(self, rd: Ready) -> None:
@@ -475,6 +495,11 @@ class RaftHost:
         self._running = False                        # run() started and not ended
         self._in_pass = False
         self._tracking = False                       # _tick tracks the replica states
+        #: ``on_group_failed(group, exc, op, entries)``: a group failed (see the module
+        #: docstring); ``entries`` are those of its Ready that were not made durable here
+        #: (their proposers get no answer from this server). None: the host logs
+        #: ``jetstream_storage_failed`` itself.
+        self.on_group_failed: Callable[[RaftGroup, BaseException, str, list[Entry]], None] | None = None
 
     # -- groups --------------------------------------------------------------------------
 
@@ -498,12 +523,67 @@ class RaftHost:
         snap = log.snapshot()
         if snap.index > 0:
             sm.restore(snap.data)
-        cfg = Config(id=self.server_name, group=group, peers=tuple(peers),
+        g._commit_broadcast = commit_broadcast
+        g.node = self._new_node(g, log, tuple(peers))
+        self.groups[group] = g
+        self._touch(g)
+        return g
+
+    def _new_node(self, g: RaftGroup, log: GroupLog, peers: tuple[str, ...]) -> RaftNode:
+        cfg = Config(id=self.server_name, group=g.name, peers=peers,
                      election_ticks=self.election_ticks, heartbeat_ticks=self.heartbeat_ticks,
                      pre_vote=True, check_quorum=True, max_bytes_per_message=MAX_BYTES_PER_MESSAGE,
-                     max_inflight=MAX_INFLIGHT, commit_broadcast=commit_broadcast)
-        g.node = RaftNode(cfg, log, on_event=lambda name, fields: self._on_event(g, name, fields))
-        self.groups[group] = g
+                     max_inflight=MAX_INFLIGHT, commit_broadcast=g._commit_broadcast)
+        return RaftNode(cfg, log, on_event=lambda name, fields: self._on_event(g, name, fields))
+
+    def reopen_group(self, group: str) -> RaftGroup:
+        """Resume a failed group (see the module docstring) with the same RaftGroup object
+        and state machine: a failed log is rolled back to what is provably on disk
+        (``GroupLog.rollback_to_durable``), then reopened from disk with a new node (which
+        votes and acknowledges only what its log holds). Entries already applied are not
+        applied again (the state machine is as it was; a group whose state machine failed
+        while applying must instead be closed and opened anew). Problems reopening found
+        and repaired are reported as ``raft_log_recovered``. Raises StorageError or OSError
+        when the rollback or the reopening fails (the group stays failed: retry later);
+        KeyError for a group not hosted; returns the group at once when it is not failed."""
+        g = self.groups[group]
+        if g.failed is None:
+            return g
+        return self._install_log(g, self._reopen_log(g))
+
+    async def reopen_group_off_loop(self, group: str) -> RaftGroup:
+        """:meth:`reopen_group`, with the rollback and the reading of the log (which takes
+        time in proportion to the log) in a worker thread. A group closed meanwhile is left
+        closed."""
+        g = self.groups[group]
+        if g.failed is None:
+            return g
+        log = await trio.to_thread.run_sync(self._reopen_log, g)
+        if self.groups.get(group) is not g or g.failed is None or g.closed:
+            log.abandon()
+            return g
+        return self._install_log(g, log)
+
+    def _reopen_log(self, g: RaftGroup) -> GroupLog:
+        old = g.log
+        if g.failed_op == "apply":
+            old.close()
+        else:
+            old.rollback_to_durable()
+        return self.logs.open(g.name)
+
+    def _install_log(self, g: RaftGroup, log: GroupLog) -> RaftGroup:
+        try:
+            node = self._new_node(g, log, tuple(g.node.peers))
+        except Exception:
+            log.abandon()
+            raise
+        for problem in log.recovery_report:
+            self._emit("raft_log_recovered", {"group": g.name, **problem})
+        g.log, g.node = log, node
+        g.failed = g.failed_op = None
+        g._seen = (None, node.term)
+        g.leader_since_ns = None
         self._touch(g)
         return g
 
@@ -517,7 +597,13 @@ class RaftHost:
         self._on_event(g, "raft_group_closed", {"group": group, "deleted": delete})
         self._pending.pop(group, None)
         g._close()
-        g.log.close()
+        try:
+            g.log.close()       # a failed log is closed without a sync
+        except (StorageError, OSError) as exc:
+            if not delete:
+                raise
+            self._emit("jetstream_storage_failed", {"group": group, "op": "close",
+                                                    "error": str(exc), "path": getattr(exc, "path", None)})
         if delete:
             shutil.rmtree(g.log.directory, ignore_errors=True)
             self.sync.fsync_dir_now(self.logs.root)
@@ -542,16 +628,16 @@ class RaftHost:
         dropped = 0
         for m in msgs:
             g = groups.get(m.group)
-            if g is None or m.src != src or m.dst != me:
-                dropped += 1
+            if g is None or g.failed is not None or m.src != src or m.dst != me:
+                dropped += 1                        # a failed group neither votes nor acks
                 continue
             g._heard[src] = now
             try:
                 g.node.step(m)
-            except (StorageError, OSError) as exc:   # reading the log failed: fatal, in run()
-                self._fatal = exc
-                self._wake.set()
-                return
+            except (StorageError, OSError) as exc:   # reading the log failed: this group stops
+                dropped += 1
+                self._group_failed(g, exc, "read")
+                continue
             except Exception as exc:  # noqa: BLE001 - a peer's bad message must not stop us
                 dropped += 1
                 self._batch_dropped(src, f"group {m.group}: {m.type.name}: {exc!r}", len(payload))
@@ -622,16 +708,19 @@ class RaftHost:
 
     def _tick(self) -> None:
         groups = self.groups
-        for g in groups.values():
-            g.node.tick()
-        self._pending.update(groups)
+        pending = self._pending
+        for name, g in groups.items():
+            if g.failed is None:
+                g.node.tick()
+                pending[name] = g
         # The leaders' replica states (raft_replica_current/_lagging): tracked only while
         # the events are written; when they start being written again, each leader starts
         # over with every peer's state.
         if self._wants("raft_replica_current"):
             now = time.time_ns()
             for g in groups.values():
-                g._track_replicas(now)
+                if g.failed is None:
+                    g._track_replicas(now)
             self._tracking = True
         elif self._tracking:
             self._tracking = False
@@ -657,9 +746,13 @@ class RaftHost:
         self._pending.clear()
         work: list[tuple[RaftGroup, Ready]] = []
         for g in groups:
-            if g.node.has_ready():
+            if g.failed is None and not g.closed and g.node.has_ready():
                 rd = g.node.ready()
-                g._persist(rd)
+                try:
+                    g._persist(rd)
+                except (StorageError, OSError) as exc:
+                    self._group_failed(g, exc, "write", rd.entries)
+                    continue
                 work.append((g, rd))
         if work:
             self.stats["passes"] += 1
@@ -674,27 +767,84 @@ class RaftHost:
             if early:
                 self._send_all(early)
                 self._flush()
-            self.sync.sync()
+            self._sync_pass(work)
             self.stats["syncs"] += 1
+            failed = {g.name for g, _ in work if g.failed is not None}
+            if failed:                          # persist before send: nothing of theirs
+                late = [m for m in late if m.group not in failed]
             self._send_all(late)
             self._flush()
             every = self.snapshot_entries
             for g, rd in work:
-                if g.closed:                    # closed by a state machine earlier in this pass
+                if g.closed or g.failed is not None:    # closed by a state machine earlier
                     continue
-                g._apply(rd)
+                try:
+                    g._apply(rd)
+                except Exception as exc:  # noqa: BLE001 - the group stops, the host goes on
+                    self._group_failed(g, exc, "apply")
+                    continue
                 g.node.advance(rd)
                 if g.closed:                    # closed by its own state machine
                     continue
-                g._maybe_snapshot(every)
+                try:
+                    g._maybe_snapshot(every)
+                except (StorageError, OSError) as exc:
+                    self._group_failed(g, exc, "write")
+                    continue
                 if g.node.has_ready():
                     self._pending[g.name] = g
             if self._pending:
                 self._wake.set()
             self._flush()
         for g in groups:
-            if not g.closed:
+            if not g.closed and g.failed is None:
                 g._check_leader()
+
+    def _sync_pass(self, work: list[tuple[RaftGroup, Ready]]) -> None:
+        """The pass's GroupCommit.sync(); each group of ``work`` one of whose files it
+        could not make durable fails (every group, when the failure names no owner)."""
+        try:
+            self.sync.sync()
+        except SyncFailed as exc:
+            for g, rd in work:
+                failure = exc.failure_of(g.log)
+                if failure is None and not exc.concerns(None):
+                    continue
+                err: BaseException = exc
+                if failure is not None:
+                    err = failure.error
+                    if isinstance(err, OSError):
+                        err = storage_error("fsync", failure.path, err)
+                g.log.fail(exc)
+                self._group_failed(g, err, "fsync", rd.entries)
+        except (StorageError, OSError) as exc:
+            for g, rd in work:
+                self._group_failed(g, exc, "fsync", rd.entries)
+
+    def _group_failed(self, g: RaftGroup, exc: BaseException, op: str,
+                      entries: list[Entry] | tuple = ()) -> None:
+        """Stop ``g`` on this server after ``exc`` (see the module docstring)."""
+        if g.failed is not None or g.closed:
+            return
+        g.failed, g.failed_op = exc, op
+        if op != "apply" and isinstance(exc, StorageError):
+            g.log.fail(exc)
+        self._pending.pop(g.name, None)
+        term = g.node.term
+        if g._seen[0] is not None:
+            g._seen = (None, term)
+            g.leader_since_ns = None
+            try:
+                g.sm.leader_changed(None, term)
+            except Exception:  # noqa: BLE001 - the group is stopped already
+                pass
+        if self.on_group_failed is not None:
+            self.on_group_failed(g, exc, op, list(entries))
+            return
+        self._emit("jetstream_storage_failed", {
+            "account": None, "stream": None, "consumer": None, "group": g.name,
+            "errno": errno_name(exc), "path": getattr(exc, "path", None), "op": op,
+            "error": str(exc) or type(exc).__name__})
 
     def _send_all(self, msgs: list[Message]) -> None:
         """One batch per destination (split past MAX_BATCH_BYTES), one send() each."""

@@ -22,6 +22,7 @@ _spec = importlib.util.spec_from_file_location(
 _raft_helpers = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_raft_helpers)
 CrashFS = _raft_helpers.CrashFS
+Faults = _raft_helpers.Faults
 
 
 def open_file_store(path, sync: GroupCommit | None = None, **kw) -> FileStore:

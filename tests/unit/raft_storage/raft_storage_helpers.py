@@ -5,10 +5,14 @@ remembers what each made durable: a file's bytes (by inode) and a directory's na
 then puts the directory back to exactly that: names never made durable vanish, removed
 names whose removal was not made durable come back, and every file holds the bytes of its
 last fsync (what a power loss may leave, Jepsen's ``--lazyfs``).
+
+``Faults`` makes chosen file operations fail through the ``fileio`` seam (ENOSPC, EIO, a
+short write), as a full or failing disk does.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 
@@ -129,3 +133,44 @@ def die(log: GroupLog) -> None:
         os.close(seg.fd)
     if log._hs_sf is not None:
         os.close(log._hs_sf.fd)
+
+
+class Faults:
+    """A :mod:`jetraft.raft.storage.fileio` fault: makes chosen operations fail on paths
+    containing a substring, as a full or failing disk would. Install with
+    ``fileio.inject(faults)``; ``calls`` counts every operation seen, per (op, path).
+
+    ``fail(op, where, err=EIO, times=None)``: raise ``OSError(err)`` (``times`` calls, or
+    every call); ``short(where, n)``: the next pwrite writes only ``n`` bytes.
+    """
+
+    def __init__(self) -> None:
+        self.rules: list[list] = []
+        self.calls: dict[tuple[str, str], int] = {}
+
+    def fail(self, op: str, where: str, err: int = errno.EIO, times: int | None = None) -> Faults:
+        self.rules.append([op, where, err, times])
+        return self
+
+    def short(self, where: str, n: int) -> Faults:
+        self.rules.append(["pwrite", where, -n - 1, 1])
+        return self
+
+    def clear(self) -> None:
+        self.rules.clear()
+
+    def __call__(self, op: str, path: str, size: int):
+        self.calls[(op, path)] = self.calls.get((op, path), 0) + 1
+        for rule in self.rules:
+            r_op, where, err, times = rule
+            if r_op != op or where not in path or times == 0:
+                continue
+            if times is not None:
+                rule[3] = times - 1
+            if err < 0:
+                return -err - 1
+            raise OSError(err, os.strerror(err), path)
+        return None
+
+    def count(self, op: str, where: str = "") -> int:
+        return sum(n for (o, p), n in self.calls.items() if o == op and where in p)

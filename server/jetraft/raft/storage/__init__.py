@@ -5,6 +5,12 @@
   apply_snapshot, create_snapshot, compact, close).
 - :class:`GroupCommit` — one per server: batches the fsyncs of every group (``sync()``).
 - :class:`LogDirectory` — maps group names to subdirectories of a server's store.
+- :mod:`.fileio` — the seam every write, truncation and fsync goes through (fault
+  injection for tests: a full disk, an I/O error).
+
+A failed write or fsync stops only the log (or store) it happened to: :class:`SyncFailed`
+names the owners of the files that failed, and ``GroupLog.rollback_to_durable`` puts a
+failed log back to what is provably on disk before it is reopened.
 
 File formats are in :mod:`.wal` (segments, records) and :mod:`.meta` (hard state,
 snapshot). Why checksums, repair and fsync-before-ack: Jepsen's NATS 2.12.1 analysis
@@ -13,6 +19,6 @@ snapshot). Why checksums, repair and fsync-before-ack: Jepsen's NATS 2.12.1 anal
 
 from .directory import LogDirectory
 from .group import GroupLog
-from .sync import GroupCommit, StorageError
+from .sync import GroupCommit, StorageError, SyncFailed, SyncFailure
 
-__all__ = ["GroupCommit", "GroupLog", "LogDirectory", "StorageError"]
+__all__ = ["GroupCommit", "GroupLog", "LogDirectory", "StorageError", "SyncFailed", "SyncFailure"]

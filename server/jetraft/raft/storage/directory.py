@@ -15,7 +15,7 @@ import re
 
 from . import meta
 from .group import GroupLog
-from .sync import GroupCommit
+from .sync import GroupCommit, StorageError
 
 NAME_FILE = "group"
 _SAFE = re.compile(rb"[A-Za-z0-9_.-]")
@@ -65,7 +65,14 @@ class LogDirectory:
         return sorted(names)
 
     def close(self) -> None:
-        """Close every group log opened through this directory."""
+        """Close every group log opened through this directory (each one, even when
+        another's close failed); raises the first StorageError or OSError met."""
+        first: BaseException | None = None
         for log in self._open.values():
-            log.close()
+            try:
+                log.close()
+            except (OSError, StorageError) as exc:
+                first = first or exc
         self._open.clear()
+        if first is not None:
+            raise first

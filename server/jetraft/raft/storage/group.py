@@ -30,8 +30,8 @@ from jetraft.raft.types import (
     UnavailableError,
 )
 
-from . import meta, wal
-from .sync import GroupCommit, StorageError, SyncFile
+from . import fileio, meta, wal
+from .sync import GroupCommit, StorageError, SyncFile, storage_error
 
 #: Holds the commit index a corrupt log lost (decimal text), until the log is repaired.
 WATERMARK_FILE = "commit-watermark"
@@ -42,11 +42,12 @@ _CACHE_OVERHEAD = 64          # bytes charged per cached entry on top of its dat
 
 
 class _Segment:
-    __slots__ = ("first", "path", "fd", "size", "prev_crc", "sf")
+    __slots__ = ("first", "path", "fd", "size", "prev_crc", "sf", "unsure")
 
-    def __init__(self, first: int, path: str, fd: int, size: int, prev_crc: int):
+    def __init__(self, first: int, path: str, fd: int, size: int, prev_crc: int, owner=None):
         self.first, self.path, self.fd, self.size, self.prev_crc = first, path, fd, size, prev_crc
-        self.sf = SyncFile(fd, path)
+        self.sf = SyncFile(fd, path, owner=owner, size=size)
+        self.unsure = False     # a failed write could not be rolled back: bytes past size
 
 
 @dataclass(slots=True)
@@ -94,6 +95,9 @@ class GroupLog:
         self._cache_limit = cache_bytes
         self._sync_commit = sync_commit
         self._closed = False
+        #: The StorageError that stopped this log (a failed write or truncation); every
+        #: later write raises it. A failed fsync is reported by the GroupCommit instead.
+        self.failed: StorageError | None = None
         self._segs: list[_Segment] = []
         self._firsts: list[int] = []
         self._base = 1
@@ -206,8 +210,12 @@ class GroupLog:
 
     def _open_hard_state_file(self) -> None:
         path = os.path.join(self.directory, meta.HARDSTATE_FILE)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        self._hs_sf = SyncFile(fd, path, self._hard_state_synced)
+        try:
+            fd = fileio.open_file(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise storage_error("open", path, exc) from exc
+        self._hs_sf = SyncFile(fd, path, self._hard_state_synced, owner=self,
+                               size=os.fstat(fd).st_size)
 
     def _scan_segments(self, firsts: list[int], snap_bad: bool) -> None:
         s = self._snap.index
@@ -256,9 +264,8 @@ class GroupLog:
                 if problem is not None and problem.kind == "torn_tail":
                     self._report(path, problem.offset, problem.kind, problem.index,
                                  problem.detail)
-                    os.ftruncate(seg.fd, problem.offset)
-                    self._sync.fsync_now(seg.fd)
-                    seg.size = problem.offset
+                    self._truncate(seg, problem.offset)
+                    self._sync.fsync_now(seg.fd, seg.path)
                     problem = None
             if problem is not None:
                 self._report(path, problem.offset, problem.kind, problem.index, problem.detail)
@@ -278,7 +285,7 @@ class GroupLog:
 
     def _add_segment(self, first: int, path: str, size: int, prev_crc: int) -> _Segment:
         fd = os.open(path, os.O_RDWR)
-        seg = _Segment(first, path, fd, size, prev_crc)
+        seg = _Segment(first, path, fd, size, prev_crc, self)
         self._segs.append(seg)
         self._firsts.append(first)
         return seg
@@ -407,12 +414,15 @@ class GroupLog:
         """Once the log holds the watermark again, make that durable first (one sync, once
         per repair), then forget the watermark."""
         if self._watermark and self.last_index() >= self._watermark:
-            self._sync.sync()
+            self._sync.sync_owner(self)
             self._watermark = 0
+            path = os.path.join(self.directory, WATERMARK_FILE)
             try:
-                os.unlink(os.path.join(self.directory, WATERMARK_FILE))
+                fileio.unlink(path)
             except FileNotFoundError:
                 return
+            except OSError as exc:
+                raise storage_error("unlink", path, exc) from exc
             self._sync.fsync_dir_now(self.directory)
 
     def append(self, entries: list[Entry]) -> None:
@@ -422,7 +432,9 @@ class GroupLog:
         skipped (etcd MemoryStorage.Append). One write() per segment touched.
 
         Raises ValueError if the indexes are not consecutive or leave a gap after
-        last_index(); StorageError if the write fails."""
+        last_index(); StorageError if a write fails (the failed write is cut off again;
+        entries written before it in the same call, a prefix, stay; the log is failed: see
+        :attr:`failed` and :meth:`rollback_to_durable`)."""
         self._check_open()
         if not entries:
             return
@@ -469,13 +481,13 @@ class GroupLog:
             lens: list[int] = []
             crc = wal.encode_records(chunk, self._tail_crc, out, seg.size, offs, crcs, lens)
             try:
-                meta.write_all(seg.fd, out, seg.size)
+                fileio.pwrite_all(seg.fd, out, seg.size, seg.path)
             except OSError as exc:
-                try:
-                    os.ftruncate(seg.fd, seg.size)
+                try:                    # the failed write changes nothing, if it can be undone
+                    fileio.ftruncate(seg.fd, seg.size, seg.path)
                 except OSError:
-                    pass
-                raise StorageError(f"{seg.path}: write failed: {exc}") from exc
+                    seg.unsure = True
+                raise self.fail(storage_error("write", seg.path, exc)) from exc
             seg.size += len(out)
             self._sync.mark_dirty(seg.sf)
             self._tail_crc = crc
@@ -494,13 +506,16 @@ class GroupLog:
 
     def _create_segment(self, first: int) -> _Segment:
         path = os.path.join(self.directory, wal.segment_name(first))
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        seg = _Segment(first, path, fd, 0, self._tail_crc)
+        try:
+            fd = fileio.open_file(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        except OSError as exc:
+            raise self.fail(storage_error("create", path, exc)) from exc
+        seg = _Segment(first, path, fd, 0, self._tail_crc, self)
         self._segs.append(seg)
         self._firsts.append(first)
         if not self._terms:
             self._base = first
-        self._sync.mark_dir_dirty(self.directory)
+        self._sync.mark_dir_dirty(self.directory, self)
         return seg
 
     def _cache_add(self, chunk: list[Entry], nbytes: int) -> None:
@@ -535,8 +550,7 @@ class GroupLog:
         if offset == 0 or (offset <= wal.SEGMENT_HEADER_SIZE and seg.first == index):
             self._drop_last_segment()
         else:
-            os.ftruncate(seg.fd, offset)
-            seg.size = offset
+            self._truncate(seg, offset)
             self._sync.mark_dirty(seg.sf)
         self._bad = None
         self._truncate_arrays(index)
@@ -567,12 +581,32 @@ class GroupLog:
         self._sync.forget(seg.sf)
         os.close(seg.fd)
 
+    def _truncate(self, seg: _Segment, size: int) -> None:
+        """Cut segment ``seg`` to ``size`` bytes (StorageError if that fails)."""
+        try:
+            fileio.ftruncate(seg.fd, size, seg.path)
+        except OSError as exc:
+            seg.unsure = True
+            raise self.fail(storage_error("truncate", seg.path, exc)) from exc
+        seg.size = size
+        seg.sf.truncated(size)
+
     def _unlink(self, path: str) -> None:
         try:
-            os.unlink(path)
+            fileio.unlink(path)
         except FileNotFoundError:
             pass
-        self._sync.mark_dir_dirty(self.directory)
+        except OSError as exc:
+            raise self.fail(storage_error("unlink", path, exc)) from exc
+        self._sync.mark_dir_dirty(self.directory, self)
+
+    def fail(self, exc: StorageError) -> StorageError:
+        """Fail the log with ``exc`` (a failed write does it itself; a driver whose shared
+        sync pass reported one of this log's files calls it): every later write raises the
+        first failure, and :meth:`close` no longer syncs. Returns ``exc``."""
+        if self.failed is None:
+            self.failed = exc
+        return exc
 
     def _discard_all(self, last: int | None = None) -> None:
         """Delete every segment (newest first) and fsync the directory now, so that no
@@ -606,10 +640,13 @@ class GroupLog:
         image = meta.encode_hard_state_slot(self._hs_seq + 1, hs)
         if self._hs_sf is None:     # both slots valid from the start: slot 1 = empty state
             self._open_hard_state_file()
-            self._sync.mark_dir_dirty(self.directory)
+            self._sync.mark_dir_dirty(self.directory, self)
             image = (image.ljust(meta.SLOT_SIZE, b"\0")
                      + meta.encode_hard_state_slot(0, HardState()))
-        meta.write_all(self._hs_sf.fd, image, slot * meta.SLOT_SIZE)
+        try:
+            fileio.pwrite_all(self._hs_sf.fd, image, slot * meta.SLOT_SIZE, self._hs_sf.path)
+        except OSError as exc:
+            raise self.fail(storage_error("write", self._hs_sf.path, exc)) from exc
         self._hs_seq += 1
         self._hs_written_slot = slot
         self._hs = hs
@@ -695,19 +732,108 @@ class GroupLog:
             self._bad.seg -= drop
 
     def close(self) -> None:
-        """Make everything durable (a GroupCommit.sync()) and close the files."""
+        """Make everything durable (a GroupCommit.sync()) and close the files. The files
+        are closed even when that sync fails; then its StorageError is raised."""
         if self._closed:
             return
-        if self._hs_lazy and self._hs_sf is not None:
+        if self._hs_lazy and self._hs_sf is not None and self.failed is None:
             self._sync.mark_dirty(self._hs_sf)
-        self._sync.sync()
+        try:
+            if self.failed is None:
+                self._sync.sync_owner(self)
+        finally:
+            self.abandon()
+
+    def abandon(self) -> None:
+        """Close the files without making anything durable (what a crash looks like to
+        them); the GroupCommit forgets them. Used after a storage failure."""
+        if self._closed:
+            return
         self._closed = True
+        self._sync.forget_owner(self)
         for seg in self._segs:
             self._close_segment(seg)
         if self._hs_sf is not None:
             self._sync.forget(self._hs_sf)
             os.close(self._hs_sf.fd)
 
+    def rollback_to_durable(self) -> None:
+        """After a failed write or fsync, put the files back to what is provably on disk,
+        then :meth:`abandon` the log; reopen it (a new GroupLog on the same directory) to
+        go on (it must be failed: no write may be in flight). Every entry and hard state
+        acknowledged was made durable by a successful
+        fsync, so nothing acknowledged is lost:
+
+        - a segment whose fsync failed is cut to :attr:`SyncFile.durable` (its length at its
+          last successful fsync), and the segments after it are deleted; a segment whose
+          failed write could not be undone is cut to the length written before it;
+        - a hard state slot written since the last successful fsync of a poisoned hard
+          state file is zeroed, so the slot last fsynced is the one read back;
+        - then every file and the directory are fsynced (never through the GroupCommit,
+          which refuses poisoned files), and their pages dropped from the page cache
+          (``posix_fadvise(DONTNEED)``), so that reopening reads the device, not what the
+          kernel kept of a failed write-back.
+
+        Raises StorageError when a step fails: the log stays failed and open, and the
+        rollback may be tried again (each step can be done twice)."""
+        d = self.directory
+        try:
+            cut_from = None
+            for k, seg in enumerate(self._segs):
+                if seg.sf.failed is not None:
+                    keep = seg.sf.durable
+                elif seg.unsure:
+                    keep = seg.size
+                else:
+                    continue
+                if keep <= wal.SEGMENT_HEADER_SIZE and seg.sf.failed is not None:
+                    cut_from = k            # nothing of it was durable: drop it
+                    break
+                fileio.ftruncate(seg.fd, keep, seg.path)
+                seg.size = keep
+                seg.sf.truncated(keep)
+                seg.unsure = False
+                if seg.sf.failed is not None:
+                    cut_from = k + 1
+                    break
+            if cut_from is not None:
+                for seg in reversed(self._segs[cut_from:]):
+                    try:
+                        fileio.unlink(seg.path)
+                    except FileNotFoundError:
+                        pass
+            hs = self._hs_sf
+            if hs is not None and hs.failed is not None \
+                    and self._hs_written_slot != self._hs_durable_slot:
+                fileio.pwrite_all(hs.fd, bytes(meta.SLOT_SIZE),
+                                  self._hs_written_slot * meta.SLOT_SIZE, hs.path)
+            files = [(seg.fd, seg.path) for seg in self._segs[:cut_from]]
+            if hs is not None:
+                files.append((hs.fd, hs.path))
+            for fd, path in files:
+                fileio.fdatasync(fd, path)
+            dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                fileio.fsync_dir(dfd, d)
+            finally:
+                os.close(dfd)
+            for fd, _path in files:
+                _drop_cache(fd)
+        except OSError as exc:
+            raise storage_error("rollback", getattr(exc, "filename", None) or d, exc) from exc
+        self.abandon()
+
     def _check_open(self) -> None:
         if self._closed:
             raise StorageError(f"group log {self.directory} is closed")
+        if self.failed is not None:
+            raise self.failed
+
+
+def _drop_cache(fd: int) -> None:
+    """Ask the kernel to drop a file's clean pages, so the next read comes from the device
+    (best effort: not every platform or filesystem has it)."""
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    except (AttributeError, OSError):
+        pass

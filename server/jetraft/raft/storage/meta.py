@@ -23,7 +23,8 @@ import msgpack
 
 from jetraft.raft.types import HardState, Snapshot
 
-from .sync import GroupCommit
+from . import fileio
+from .sync import GroupCommit, StorageError, storage_error
 
 HARDSTATE_FILE = "hardstate"
 SNAPSHOT_FILE = "snapshot"
@@ -91,26 +92,34 @@ def decode_snapshot(buf: bytes) -> Snapshot:
         raise ValueError(f"snapshot body does not decode: {exc}") from exc
 
 
-def write_all(fd: int, data: bytes, offset: int) -> None:
-    """pwrite all of ``data`` at ``offset`` (bytes), looping on short writes."""
-    view = memoryview(data)
-    while view:
-        n = os.pwrite(fd, view, offset)
-        view = view[n:]
-        offset += n
+def write_all(fd: int, data: bytes, offset: int, path: str = "") -> None:
+    """pwrite all of ``data`` at ``offset`` (bytes), looping on short writes (OSError
+    ENOSPC when a write makes no progress); through the :mod:`.fileio` seam."""
+    fileio.pwrite_all(fd, data, offset, path)
 
 
 def write_atomic(directory: str, name: str, data: bytes, sync: GroupCommit) -> None:
     """Replace ``directory/name`` with ``data`` durably: temp file, fsync, rename, fsync
-    the directory. A crash leaves the old file or the new one, never a mix."""
+    the directory. A crash leaves the old file or the new one, never a mix. Raises
+    StorageError (with errno and path) when a step fails; the old file is then intact and
+    the temp file is removed when possible."""
     tmp = os.path.join(directory, name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        write_all(fd, data, 0)
-        sync.fsync_now(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, os.path.join(directory, name))
+        fd = fileio.open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            write_all(fd, data, 0, tmp)
+            sync.fsync_now(fd, tmp)
+        finally:
+            os.close(fd)
+        fileio.replace(tmp, os.path.join(directory, name))
+    except (OSError, StorageError) as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(exc, StorageError):
+            raise
+        raise storage_error("write", tmp, exc) from exc
     sync.fsync_dir_now(directory)
 
 

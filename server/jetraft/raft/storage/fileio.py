@@ -1,0 +1,126 @@
+"""The file operations that change jetraft's stores, behind one seam.
+
+Every write, truncation, fsync and file creation of the RAFT logs (:mod:`.group`,
+:mod:`.meta`, :mod:`.sync`) and of the stream file store (``jetraft.jetstream.store``)
+goes through these functions, so that tests can make any of them fail the way a full or
+failing disk does (``OSError(ENOSPC)``, ``OSError(EIO)``, a short write) without a real
+device: :func:`inject` installs a *fault*, a callable ``fault(op, path, size)`` called
+before each operation with
+
+- ``op``: "open" (a file created or opened for writing), "pwrite", "ftruncate",
+  "fdatasync" (a file), "fsync" (a directory), "unlink" or "replace";
+- ``path``: the file's path (the directory's, for "fsync");
+- ``size``: bytes to write ("pwrite"), the new length ("ftruncate"), else 0.
+
+It returns None (the operation runs), raises an ``OSError`` (the operation fails with it,
+having done nothing), or, for "pwrite" only, returns an int ``n`` smaller than ``size``:
+only the first ``n`` bytes are written and ``n`` is returned (a short write, what
+``write(2)`` does on a filling disk before it returns ENOSPC).
+
+The functions look the ``os`` functions up at each call, so monkeypatching ``os`` (as the
+crash simulator of the storage tests does) keeps working. Without a fault installed each
+costs one attribute test on top of the system call.
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+__all__ = ["Fault", "errno_name", "fdatasync", "fsync_dir", "ftruncate", "inject", "open_file",
+           "pwrite", "pwrite_all", "replace", "unlink"]
+
+#: ``fault(op, path, size) -> None | int``, raising OSError to fail the operation.
+Fault = Callable[[str, str, int], "int | None"]
+
+_fault: Fault | None = None
+
+
+@contextmanager
+def inject(fault: Fault) -> Iterator[None]:
+    """Install ``fault`` for the duration of the ``with`` block (process-wide: every thread
+    and every store of the process sees it; filter on ``path`` to aim at one). Faults do
+    not nest: the previous one comes back on exit."""
+    global _fault
+    previous, _fault = _fault, fault
+    try:
+        yield
+    finally:
+        _fault = previous
+
+
+def _check(op: str, path: str, size: int = 0) -> int | None:
+    fault = _fault
+    return fault(op, path, size) if fault is not None else None
+
+
+def open_file(path: str, flags: int, mode: int = 0o644) -> int:
+    """``os.open`` of a file to be written (``flags`` include O_RDWR or O_WRONLY)."""
+    _check("open", path)
+    return os.open(path, flags, mode)
+
+
+def pwrite(fd: int, data, offset: int, path: str) -> int:
+    """One ``os.pwrite``; returns the bytes written (fewer than ``len(data)`` when short)."""
+    short = _check("pwrite", path, len(data))
+    if short is not None and 0 <= short < len(data):
+        return os.pwrite(fd, memoryview(data)[:short], offset) if short else 0
+    return os.pwrite(fd, data, offset)
+
+
+def pwrite_all(fd: int, data, offset: int, path: str) -> None:
+    """Write all of ``data`` at ``offset`` (bytes), looping on short writes. A write that
+    makes no progress raises ``OSError(ENOSPC)``: a regular file that takes no more
+    bytes is on a full device."""
+    view = memoryview(data)
+    while view:
+        n = pwrite(fd, view, offset, path)
+        if n <= 0:
+            raise OSError(_errno.ENOSPC, os.strerror(_errno.ENOSPC), path)
+        view = view[n:]
+        offset += n
+
+
+def ftruncate(fd: int, size: int, path: str) -> None:
+    """``os.ftruncate`` to ``size`` bytes."""
+    _check("ftruncate", path, size)
+    os.ftruncate(fd, size)
+
+
+def fdatasync(fd: int, path: str) -> None:
+    """``os.fdatasync`` of a regular file."""
+    _check("fdatasync", path)
+    os.fdatasync(fd)
+
+
+def fsync_dir(fd: int, path: str) -> None:
+    """``os.fsync`` of the directory open as ``fd``."""
+    _check("fsync", path)
+    os.fsync(fd)
+
+
+def unlink(path: str) -> None:
+    """``os.unlink``."""
+    _check("unlink", path)
+    os.unlink(path)
+
+
+def replace(src: str, dst: str) -> None:
+    """``os.replace`` (the fault sees ``dst``)."""
+    _check("replace", dst)
+    os.replace(src, dst)
+
+
+def errno_name(exc: BaseException | None) -> str | None:
+    """The symbolic errno of an OSError (or of the OSError behind a storage error, found
+    through ``errno`` attributes and ``__cause__``), e.g. "ENOSPC"; None if there is none."""
+    seen = 0
+    while exc is not None and seen < 8:
+        code = getattr(exc, "errno", None)
+        if isinstance(code, int):
+            return _errno.errorcode.get(code, str(code))
+        exc = exc.__cause__
+        seen += 1
+    return None

@@ -273,6 +273,13 @@ EVENTS: dict[str, EventSpec] = {
         "info", "A consumer was deleted (by request, with its stream, or inactive).",
         {"account": "str", "stream": "str", "consumer": "str", "reason": "str"},
     ),
+    "api_request_failed": EventSpec(
+        "error", "Handling one JetStream API request raised an exception inside the server: that "
+        "request alone was answered with an error (500, its response type's nats-server error; a "
+        "500 status for DIRECT.GET and pull requests); the server and every other request go on.",
+        {"account": "str", "subject": "the request's subject", "error": "repr of the exception",
+         "traceback": "str"},
+    ),
     # The JetStream cluster (meta group decisions and administration)
     "jetstream_stream_assigned": EventSpec(
         "info", "The meta group placed a stream on a RAFT group of peers.",

@@ -38,6 +38,7 @@ import json
 import os
 import secrets
 import shutil
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +47,7 @@ from jetraft.protocol.client import status_headers
 from jetraft.protocol.subjects import SubjectIndex, is_valid_subject, subjects_overlap
 
 from . import errors as E
+from . import gojson
 from .consumer import Consumer
 from .errors import JSApiError
 from .model import (
@@ -58,14 +60,17 @@ from .model import (
     APIStats,
     ConsumerConfig,
     StreamConfig,
+    _raw_json,
     format_time,
+    parse_time,
     stream_subjects_overlap,
 )
 from .outbound import Outbound
 from .store import CorruptMessage, FileStore, MemoryStore, MessageNotFound
 from .stream import Stream
 
-__all__ = ["JetStreamAccount", "Reply", "StreamEntry", "go_json_error", "decode_request"]
+__all__ = ["JetStreamAccount", "Reply", "StreamEntry", "go_json_error", "decode_request",
+           "internal_error"]
 
 API_PREFIX = "$JS.API."
 ACK_PREFIX = "$JS.ACK."
@@ -104,132 +109,168 @@ class StreamEntry:
 # --- request decoding (Go encoding/json's answers) -----------------------------------------
 
 def go_json_error(text: str, exc: json.JSONDecodeError) -> str:
-    """The message Go's json decoder gives for the syntax error Python found.
-
-    ``text`` is the request; ``exc`` Python's error. Go reports ``unexpected EOF`` when the
-    input ends early, ``invalid character 'c' in literal true (expecting 'u')`` inside a
-    misspelt literal, ``invalid character '\\t' in string`` for a control character,
-    otherwise ``invalid character 'c' <context>``; nats-server (jetstream_api.go
-    unmarshalRequest) appends `` at offset N`` (bytes read, counting the bad one).
-    """
-    pos = exc.pos
-    rest = text[pos:].strip()
-    if not rest:
+    """The message nats-server gives for the syntax error Python's json found in ``text``
+    (see :mod:`jetraft.jetstream.gojson`): ``invalid character ... at offset N`` or
+    ``unexpected EOF``."""
+    message, index = gojson._go_syntax(text, exc)     # noqa: SLF001 - one module's two faces
+    if index is None:
         return "unexpected EOF"
-    msg = exc.msg
-    if msg.startswith("Invalid control character"):
-        return f"invalid character {_go_char(text[pos])} in string at offset {pos + 1}"
-    if msg.startswith("Unterminated string"):
-        return "unexpected EOF"
-    ch = text[pos]
-    for literal in ("true", "false", "null"):
-        if ch == literal[0] and msg.startswith(("Expecting value", "Extra data")):
-            for i, want in enumerate(literal):
-                if pos + i >= len(text):
-                    return "unexpected EOF"
-                if text[pos + i] != want:
-                    return (f"invalid character {_go_char(text[pos + i])} in literal {literal} "
-                            f"(expecting {_go_char(want)}) at offset {pos + i + 1}")
-    if msg.startswith("Expecting property name"):
-        ctx = "looking for beginning of object key string"
-    elif msg.startswith("Expecting ':'"):
-        ctx = "after object key"
-    elif msg.startswith("Expecting ','"):
-        ctx = "after object key:value pair" if _inside_object(text, pos) else "after array element"
-    else:
-        ctx = "looking for beginning of value"
-    return f"invalid character {_go_char(ch)} {ctx} at offset {len(text[:pos + 1].encode('utf-8', 'surrogateescape'))}"
-
-
-def _go_char(ch: str) -> str:
-    """Go's ``quoteChar``: ``'x'``, ``'\\t'``, ``'\\xff'`` for a byte that is not UTF-8."""
-    if 0xDC80 <= ord(ch) <= 0xDCFF:
-        return f"'\\x{ord(ch) - 0xDC00:02x}'"
-    if ch == "'":
-        return "'\\''"
-    if ch == '"':
-        return "'\"'"
-    if ch.isprintable():
-        return f"'{ch}'"
-    return "'" + repr(ch)[1:-1] + "'"
-
-
-def _inside_object(text: str, pos: int) -> bool:
-    depth: list[str] = []
-    in_str = esc = False
-    for ch in text[:pos]:
-        if in_str:
-            if esc:
-                esc = False
-            elif ch == "\\":
-                esc = True
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-        elif ch in "{[":
-            depth.append(ch)
-        elif ch in "}]" and depth:
-            depth.pop()
-    return bool(depth) and depth[-1] == "{"
+    return f"{message} at offset {len(text[:index + 1].encode('utf-8', 'surrogateescape'))}"
 
 
 def decode_request(payload: bytes, go_type: str) -> dict[str, Any] | None:
-    """A JSON API request body: None when empty, else the object.
+    """A JSON API request body: None when empty (or ``null``), else the object.
 
-    Raises JSApiError 10025 "invalid JSON: ..." with Go's wording for a syntax error or for
-    a body that is not an object (``go_type`` names the Go request struct, e.g.
-    ``"JSApiStreamPurgeRequest"``). Several concatenated objects are accepted, the last
-    one wins, as Go's streaming decoder does.
+    Decoded as nats-server's ``unmarshalRequest`` does (a Go ``json.Decoder``; see
+    :mod:`jetraft.jetstream.gojson` for nesting, number and string limits). Raises
+    JSApiError 10025 "invalid JSON: ..." with Go's wording for a syntax error (``... at
+    offset N``, ``unexpected EOF``, ``exceeded max depth at offset N``) or for a body
+    that is not an object (``go_type`` names the Go request struct, e.g.
+    ``"JSApiStreamPurgeRequest"``). Several concatenated objects are decoded into one
+    request, later keys overriding earlier ones, as Go decodes each into the same struct.
     """
-    text = payload.decode("utf-8", "surrogateescape")
-    if not text.strip():
-        return None
-    decoder = json.JSONDecoder()
-    pos, value = 0, None
-    while True:
-        while pos < len(text) and text[pos] in " \t\r\n":
-            pos += 1
-        if pos >= len(text):
-            break
-        try:
-            value, pos = decoder.raw_decode(text, pos)
-        except json.JSONDecodeError as exc:
-            raise E.invalid_json(go_json_error(text, exc)) from None
-        if not isinstance(value, dict):
-            kind = {list: "array", str: "string", bool: "bool"}.get(type(value))
-            if kind is None:
-                kind = "number" if isinstance(value, (int, float)) else "null"
-            if kind == "null":
-                continue
-            raise E.invalid_json(f"json: cannot unmarshal {kind} into Go value of type server.{go_type}")
-    return value
+    try:
+        return gojson.merge_objects(payload)
+    except gojson.GoJSONError as exc:
+        raise E.invalid_json(exc.stream_text()) from None
+    except gojson.NotAnObject as exc:
+        raise E.invalid_json(f"json: cannot unmarshal {gojson.json_kind(exc.value)} "
+                             f"into Go value of type server.{go_type}") from None
+
+
+def _unmarshal_error(kind: str, path: str, gotype: str) -> JSApiError:
+    """Go's UnmarshalTypeError text for a struct field ``path`` (``Struct.field``)."""
+    return E.invalid_json(f"json: cannot unmarshal {kind} into Go struct field {path} of type {gotype}")
+
+
+def _go_kind(value: Any, gotype: str) -> str:
+    """What Go's type error names: ``number <literal>`` when a number does not fit an
+    integer type, else the JSON kind (``number``, ``string``, ``array``...)."""
+    kind = gojson.json_kind(value)
+    if kind == "number" and gotype in gojson.INT_RANGES:
+        return f"number {gojson.number_literal(value)}"
+    return kind
 
 
 def _int_field(req: dict[str, Any], key: str, go_type: str, gotype: str = "uint64") -> int:
-    """An integer request field, refused with Go's decoder message when it is not one."""
-    value = req.get(key, 0)
+    """An integer request field (0 when absent or null), refused as Go's decoder refuses
+    it: JSApiError 10025 ``json: cannot unmarshal number 1e999 into Go struct field
+    <go_type>.<key> of type <gotype>`` for a number outside ``gotype``'s range (a key of
+    :data:`gojson.INT_RANGES`), a fraction or an exponent; the JSON kind for anything else."""
+    value = req.get(key)
     if value is None:
         return 0
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        kind = "string" if isinstance(value, str) else "bool" if isinstance(value, bool) else \
-            "array" if isinstance(value, list) else "object"
-        raise E.invalid_json(f"json: cannot unmarshal {kind} into Go struct field {go_type}.{key} of type {gotype}")
-    if isinstance(value, float) and not value.is_integer() or (gotype.startswith("uint") and value < 0):
-        raise E.invalid_json(f"json: cannot unmarshal number {json.dumps(value)} into Go struct field "
-                             f"{go_type}.{key} of type {gotype}")
-    return int(value)
+    number = gojson.go_int(value, gotype)
+    if number is None:
+        raise _unmarshal_error(_go_kind(value, gotype), f"{go_type}.{key}", gotype)
+    return number
 
 
 def _str_field(req: dict[str, Any], key: str, go_type: str) -> str:
-    value = req.get(key, "")
+    """A string request field ("" when absent or null); JSApiError 10025 otherwise."""
+    value = req.get(key)
     if value is None:
         return ""
     if not isinstance(value, str):
-        kind = "number" if isinstance(value, (int, float)) and not isinstance(value, bool) else \
-            "bool" if isinstance(value, bool) else "array" if isinstance(value, list) else "object"
-        raise E.invalid_json(f"json: cannot unmarshal {kind} into Go struct field {go_type}.{key} of type string")
+        raise _unmarshal_error(gojson.json_kind(value), f"{go_type}.{key}", "string")
     return value
+
+
+def _bool_field(req: dict[str, Any], key: str, go_type: str) -> bool:
+    """A boolean request field (False when absent or null); JSApiError 10025 otherwise."""
+    value = req.get(key)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise _unmarshal_error(gojson.json_kind(value), f"{go_type}.{key}", "bool")
+    return value
+
+
+def _check_value(go_type: str, key: str, value: Any, gotype: str) -> None:
+    """Refuse ``value`` of field ``key`` as Go's decoder refuses it for a ``gotype`` (an
+    integer type of :data:`gojson.INT_RANGES`, ``string``, ``bool``, ``time.Time``,
+    ``[]string``; ``any`` takes anything): JSApiError 10025 with Go's text. Null is zero."""
+    if value is None or gotype == "any":
+        return
+    if gotype in gojson.INT_RANGES:
+        _int_field({key: value}, key, go_type, gotype)
+    elif gotype == "string":
+        _str_field({key: value}, key, go_type)
+    elif gotype == "bool":
+        _bool_field({key: value}, key, go_type)
+    elif gotype == "time.Time":
+        if not isinstance(value, str):
+            raise _unmarshal_error(gojson.json_kind(value), f"{go_type}.{key}", gotype)
+        try:
+            parse_time(value)
+        except ValueError as exc:
+            raise E.invalid_json(str(exc)) from None
+    elif not isinstance(value, list):
+        raise _unmarshal_error(gojson.json_kind(value), f"{go_type}.{key}", gotype)
+    else:       # []string: an element's error names its index, without "Go struct field"
+        for i, item in enumerate(value):
+            if item is not None and not isinstance(item, str):
+                raise E.invalid_json(f"json: cannot unmarshal {gojson.json_kind(item)} into "
+                                     f"{go_type}.{key}.{i} of type string")
+
+
+def _decode_fields(req: dict[str, Any], go_type: str, types: dict[str, str], *,
+                   strict: bool = True) -> None:
+    """Check ``req``'s keys in order, as nats-server's decoder meets them: an unknown key
+    (``strict``: ``json: unknown field "k"``; else ignored) or a value its Go type refuses
+    (:func:`_check_value`) raises JSApiError 10025; the first one found wins."""
+    for key, value in req.items():
+        gotype = types.get(key)
+        if gotype is None:
+            if strict:
+                raise E.invalid_json(f"json: unknown field {json.dumps(key)}")
+            continue
+        _check_value(go_type, key, value, gotype)
+
+
+#: The paging requests' fields (JSApiStreamNamesRequest, JSApiConsumersRequest...).
+_PAGING_TYPES = {"offset": "int", "subject": "string"}
+#: JSApiMsgGetRequest (nats-server jetstream_api.go): its fields and Go types.
+_MSG_GET_TYPES = {"seq": "uint64", "last_by_subj": "string", "next_by_subj": "string",
+                  "batch": "int", "max_bytes": "int", "start_time": "time.Time",
+                  "multi_last": "[]string", "up_to_seq": "uint64", "up_to_time": "time.Time",
+                  "no_hdr": "bool"}
+
+
+def _msg_get_request(req: dict[str, Any], *, strict: bool) -> dict[str, Any]:
+    """A JSApiMsgGetRequest checked as Go decodes it (``strict``: unknown keys refused, as
+    STREAM.MSG.GET; DIRECT.GET ignores them); returns the request with ``no_hdrs`` set
+    from ``no_hdr`` for the stream. Raises JSApiError 10025 with Go's text."""
+    _decode_fields(req, "JSApiMsgGetRequest", _MSG_GET_TYPES, strict=strict)
+    return {**req, "no_hdrs": bool(req.get("no_hdr"))}
+
+
+_CONSUMER_ACTIONS = ("create", "update", "")
+
+
+def _consumer_create_request(req: dict[str, Any]) -> ConsumerConfig:
+    """CreateConsumerRequest (nats-server jetstream_api.go) decoded key by key, in order, as
+    Go's strict decoder does: ``stream_name`` string, ``config`` a ConsumerConfig (null:
+    empty), ``action`` create|update|"" (ConsumerAction.UnmarshalJSON: ``unknown consumer
+    action: <raw JSON>``), ``pedantic`` bool. Returns the decoded (unchecked) config.
+    Raises JSApiError 10025."""
+    go_type = "CreateConsumerRequest"
+    cfg = None
+    for key, value in req.items():
+        if key == "stream_name":
+            _check_value(go_type, key, value, "string")
+        elif key == "pedantic":
+            _check_value(go_type, key, value, "bool")
+        elif key == "action":
+            if value not in _CONSUMER_ACTIONS or not isinstance(value, str):
+                raise E.invalid_json(f"unknown consumer action: {_raw_json(value)}")
+        elif key == "config":
+            if value is not None and not isinstance(value, dict):
+                raise _unmarshal_error(gojson.json_kind(value), f"{go_type}.config", "server.ConsumerConfig")
+            cfg = ConsumerConfig.decode(value or {}, path=f"{go_type}.config")
+        else:
+            raise E.invalid_json(f"json: unknown field {json.dumps(key)}")
+    return cfg if cfg is not None else ConsumerConfig.decode({})
 
 
 def _check_fields(req: dict[str, Any], allowed: tuple[str, ...]) -> None:
@@ -580,7 +621,38 @@ class JetStreamAccount:
         this server listens on ``subject`` (the requester then gets no-responders, as from
         nats-server: DIRECT.GET of a stream without ``allow_direct``, MSG.NEXT of an
         unknown consumer). Requests without a reply subject are ignored, as nats-server
-        does; an unknown API subject gets no answer."""
+        does; an unknown API subject gets no answer.
+
+        Fault isolation: an unexpected exception while handling the request answers it
+        with :func:`internal_error` for its response type (a ``500`` status for DIRECT.GET
+        and pull requests) and is reported as ``api_request_failed``; it never propagates.
+        """
+        try:
+            return self._handle_api(subject, reply, payload, now_ns)
+        except Exception as exc:  # noqa: BLE001 - one request's failure must not reach the server
+            return self.api_failed(subject, reply, exc)
+
+    def api_failed(self, subject: str, reply: str | None, exc: BaseException) -> list[Reply]:
+        """Report an exception raised while handling the request on ``subject``
+        (``api_request_failed``, with its traceback) and return the answer to send: the
+        response type's :func:`internal_error`, or a ``500`` status for DIRECT.GET and
+        pull requests; nothing without a reply subject."""
+        self.events.emit("api_request_failed", account=self.name, subject=subject,
+                         error=repr(exc), traceback="".join(traceback.format_exception(exc)))
+        if not reply:
+            return []
+        tokens = subject.split(".")
+        if ".".join(tokens[2:4]) in ("DIRECT.GET", "CONSUMER.MSG"):
+            return [Reply(Outbound(reply, None, status_headers(500, "Internal Server Error"), b""))]
+        rtype = E.ACCOUNT_INFO_RESPONSE if subject == "$JS.API.INFO" else (self._route(tokens)[1]
+                                                                          or E.SYSTEM_RESPONSE)
+        self.api_errors += 1
+        self.api_total += 1
+        return self._respond(reply, {**E.error_response(rtype, internal_error(rtype)),
+                                     **_ERROR_EXTRAS.get(rtype, {})})
+
+    def _handle_api(self, subject: str, reply: str | None, payload: bytes,
+                    now_ns: int) -> list[Reply] | None:
         tokens = subject.split(".")
         kind = ".".join(tokens[2:4])
         if kind == "DIRECT.GET" and len(tokens) >= 5:
@@ -826,7 +898,8 @@ class JetStreamAccount:
 
     def _api_stream_info(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
         req = decode_request(payload, "JSApiStreamInfoRequest") or {}
-        _check_fields(req, ("deleted_details", "subjects_filter", "offset"))
+        _decode_fields(req, "JSApiStreamInfoRequest",
+                       {"deleted_details": "bool", "subjects_filter": "string", "offset": "int"})
         entry = self._entry(tokens[4])
         sf = _str_field(req, "subjects_filter", "JSApiStreamInfoRequest") or None
         info = self._stream_info(entry, now_ns, subjects_filter=sf,
@@ -866,37 +939,29 @@ class JetStreamAccount:
 
     def _api_stream_purge(self, tokens: list[str], payload: bytes, now_ns: int):
         req = decode_request(payload, "JSApiStreamPurgeRequest") or {}
-        _check_fields(req, ("filter", "seq", "keep"))
-        for key in ("seq", "keep"):
-            _int_field(req, key, "JSApiStreamPurgeRequest")
-        _str_field(req, "filter", "JSApiStreamPurgeRequest")
+        _decode_fields(req, "JSApiStreamPurgeRequest",
+                       {"filter": "string", "seq": "uint64", "keep": "uint64"})
         entry = self._entry(tokens[4])
         body = entry.stream.purge(req)
         self.events.emit("jetstream_stream_purged", account=self.name, stream=entry.name,
                          purged=body["purged"])
         return body, self._poll_stream(entry, now_ns, removed=True)
 
-    _MSG_GET_FIELDS = ("seq", "last_by_subj", "next_by_subj", "batch", "max_bytes", "start_time",
-                       "multi_last", "up_to_seq", "up_to_time", "no_hdrs")
+    _MSG_GET_FIELDS = tuple(_MSG_GET_TYPES)
 
     def _api_msg_get(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
         if not payload.strip():
             self._entry(tokens[5])
             raise E.bad_request()
-        req = decode_request(payload, "JSApiMsgGetRequest") or {}
-        _check_fields(req, self._MSG_GET_FIELDS)
+        req = _msg_get_request(decode_request(payload, "JSApiMsgGetRequest") or {}, strict=True)
         entry = self._entry(tokens[5])
-        for key in ("seq", "batch", "max_bytes"):
-            _int_field(req, key, "JSApiMsgGetRequest", "uint64" if key == "seq" else "int")
-        for key in ("last_by_subj", "next_by_subj"):
-            _str_field(req, key, "JSApiMsgGetRequest")
         return entry.stream.get_message(req)
 
     def _api_msg_delete(self, tokens: list[str], payload: bytes, now_ns: int):
         if not payload.strip():
             raise E.bad_request()
         req = decode_request(payload, "JSApiMsgDeleteRequest") or {}
-        _check_fields(req, ("seq", "no_erase"))
+        _decode_fields(req, "JSApiMsgDeleteRequest", {"seq": "uint64", "no_erase": "bool"})
         seq = _int_field(req, "seq", "JSApiMsgDeleteRequest")
         entry = self._entry(tokens[5])
         if seq > entry.stream.store.state().last_seq:
@@ -907,11 +972,13 @@ class JetStreamAccount:
         return body, self._poll_stream(entry, now_ns, removed=True)
 
     def _names_request(self, payload: bytes, go_type: str, allowed: tuple[str, ...]) -> dict[str, Any]:
+        """A NAMES/LIST request's object (``{}`` when the body is not one), its ``allowed``
+        keys (``offset``, ``subject``) checked as Go decodes them (JSApiError 10025)."""
         text = payload.lstrip()
         if not text or text[:1] not in (b"{", b"["):
             return {}           # nats-server: only a JSON object or array is read
         req = decode_request(payload, go_type) or {}
-        _check_fields(req, allowed)
+        _decode_fields(req, go_type, {key: _PAGING_TYPES[key] for key in allowed})
         return req
 
     def _filtered_streams(self, subject: str) -> list[str]:
@@ -942,9 +1009,12 @@ class JetStreamAccount:
 
     def _direct_get(self, tokens: list[str], reply: str | None, payload: bytes) -> list[Reply] | None:
         """``$JS.API.DIRECT.GET.<stream>[.<subject>]`` (nats-server stream.go
-        processDirectGetRequest): the message itself with Nats-Stream, Nats-Subject,
-        Nats-Sequence and Nats-Time-Stamp headers, or a 404/408 status. Streams without
-        ``allow_direct`` do not answer (no responders)."""
+        processDirectGetRequest, processDirectGetLastBySubjectRequest): the message itself
+        with Nats-Stream, Nats-Subject, Nats-Sequence and Nats-Time-Stamp headers, or a
+        404/408 status. The body is read as Go's ``json.Unmarshal`` reads it (unknown keys
+        ignored): anything it refuses (bad JSON, nesting past the limit, a number outside
+        its field's Go type) is ``408 Malformed Request``. Streams without ``allow_direct``
+        do not answer (no responders)."""
         entry = self.streams.get(tokens[4])
         if entry is None or not entry.stream.config.allow_direct:
             return None
@@ -955,36 +1025,43 @@ class JetStreamAccount:
             return [Reply(Outbound(reply, None, status_headers(code, text), b""))]
 
         store = entry.stream.store
-        if len(tokens) > 5:
-            last_for = ".".join(tokens[5:])
-            req: dict[str, Any] = {"last_by_subj": last_for}
-        else:
-            if not payload.strip():
-                return status(408, "Empty Request")
+        by_subject = len(tokens) > 5
+        if not payload and not by_subject:
+            return status(408, "Empty Request")
+        req: dict[str, Any] = {}
+        if payload:
             try:
-                req = json.loads(payload)
-                if not isinstance(req, dict):
-                    raise ValueError("not an object")
-                seq = int(req.get("seq") or 0)
-                last_for = str(req.get("last_by_subj") or "")
-                next_for = str(req.get("next_by_subj") or "")
-                batch = int(req.get("batch") or 0)
-            except (ValueError, TypeError):
+                value = gojson.unmarshal(payload)
+                if value is not None and not isinstance(value, dict):
+                    return status(408, "Malformed Request")
+                req = _msg_get_request(value or {}, strict=False)
+            except (gojson.GoJSONError, JSApiError):
                 return status(408, "Malformed Request")
+        seq = int(req.get("seq") or 0)
+        last_for = req.get("last_by_subj") or ""
+        next_for = req.get("next_by_subj") or ""
+        batch = int(req.get("batch") or 0)
+        if by_subject:
+            if last_for or next_for or req.get("multi_last") or seq or batch \
+                    or req.get("start_time") is not None or req.get("up_to_seq") \
+                    or req.get("up_to_time") is not None:
+                return status(408, "Bad Request")
+            last_for = ".".join(tokens[5:])
+        else:
             if seq == 0 and not last_for and not next_for and not req.get("multi_last") \
-                    and not req.get("start_time"):
+                    and req.get("start_time") is None:
                 return status(408, "Empty Request")
             if (seq > 0 and last_for) or (last_for and next_for) or (last_for and batch > 0):
                 return status(408, "Bad Request")
-            if batch > 1 or req.get("multi_last") or req.get("start_time"):
+            if batch > 1 or req.get("multi_last") or req.get("start_time") is not None:
                 return status(408, "Bad Request")   # batched direct gets are not served yet
         try:
-            if req.get("next_by_subj"):
-                sm = store.load_next(req["next_by_subj"], int(req.get("seq") or 0))
-            elif int(req.get("seq") or 0) > 0:
-                sm = store.load(int(req["seq"]))
+            if next_for:
+                sm = store.load_next(next_for, seq)
+            elif seq > 0:
+                sm = store.load(seq)
             else:
-                sm = store.load_last(req["last_by_subj"])
+                sm = store.load_last(last_for)
         except (MessageNotFound, CorruptMessage):
             sm = None
         if sm is None:
@@ -1006,15 +1083,10 @@ class JetStreamAccount:
         req = decode_request(payload, "CreateConsumerRequest")
         if req is None:
             raise E.invalid_json("unexpected end of JSON input")
-        _check_fields(req, ("stream_name", "config", "action", "pedantic"))
-        stream_name = _str_field(req, "stream_name", "CreateConsumerRequest")
-        action = _str_field(req, "action", "CreateConsumerRequest")
+        cfg = _consumer_create_request(req)
+        stream_name = req.get("stream_name") or ""
+        action = req.get("action") or ""
         pedantic = bool(req.get("pedantic"))
-        raw = req.get("config")
-        if raw is not None and not isinstance(raw, dict):
-            raise E.invalid_json("json: cannot unmarshal into Go struct field "
-                                 "CreateConsumerRequest.config of type server.ConsumerConfig")
-        cfg = ConsumerConfig.decode(raw or {})
         n = len(tokens)
         filtered = ""
         if tokens[3] == "DURABLE":
@@ -1200,6 +1272,27 @@ class JetStreamAccount:
         if not reply:
             return []
         return [Reply(m) for m in consumer.request_next(reply, payload, now_ns)]
+
+
+#: The nats-server error (errors.json) a response type answers an internal failure with.
+_INTERNAL_ERRORS = {
+    E.STREAM_CREATE_RESPONSE: "JSStreamCreateErrF",
+    E.STREAM_UPDATE_RESPONSE: "JSStreamUpdateErrF",
+    E.STREAM_DELETE_RESPONSE: "JSStreamDeleteErrF",
+    E.STREAM_PURGE_RESPONSE: "JSStreamPurgeFailedF",
+    E.STREAM_MSG_DELETE_RESPONSE: "JSStreamMsgDeleteFailedF",
+    E.CONSUMER_CREATE_RESPONSE: "JSConsumerCreateErrF",
+}
+INTERNAL_ERROR_TEXT = "internal error"
+
+
+def internal_error(rtype: str) -> JSApiError:
+    """The answer to a request whose handling failed unexpectedly: nats-server's 500 error
+    for the response type ``rtype`` (errors.json: JSStreamCreateErrF 10049,
+    JSStreamUpdateErrF 10069, JSStreamDeleteErrF 10050, JSStreamPurgeFailedF 10110,
+    JSStreamMsgDeleteFailedF 10057, JSConsumerCreateErrF 10012, otherwise
+    JSStreamGeneralErrorF 10051), described as ``internal error``."""
+    return E.api_error(_INTERNAL_ERRORS.get(rtype, "JSStreamGeneralErrorF"), err=INTERNAL_ERROR_TEXT)
 
 
 _PAGED = {"total": 0, "offset": 0, "limit": 0}

@@ -68,7 +68,7 @@ and fall back to ``load_next`` scans otherwise.
 from __future__ import annotations
 
 import bisect
-import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -77,6 +77,7 @@ from jetraft.config.durations import parse_duration
 from jetraft.protocol.client import status_headers
 from jetraft.protocol.subjects import subject_matches
 
+from . import gojson
 from .errors import go_duration
 from .model import ConsumerConfig, ConsumerInfo, SequenceInfo, _json_kind
 from .outbound import Outbound
@@ -153,39 +154,51 @@ class _BadRequest(Exception):
     pass
 
 
-_GO_TYPES = {"batch": "int", "max_bytes": "int", "expires": "time.Duration",
-             "idle_heartbeat": "time.Duration", "no_wait": "bool"}
+#: JSApiConsumerGetNextRequest and its embedded PriorityGroup (nats-server jetstream_api.go,
+#: consumer.go): each field's Go type.
+_GO_TYPES = {"expires": "time.Duration", "batch": "int", "max_bytes": "int", "no_wait": "bool",
+             "idle_heartbeat": "time.Duration", "group": "string", "min_pending": "int64",
+             "min_ack_pending": "int64", "id": "string", "priority": "int"}
+_INT64 = gojson.INT_RANGES["int64"]
 
 
 def _parse_next_request(payload: bytes) -> tuple[int, int, int, bool, int]:
     """nats-server ``nextReqFromMsg``: ``(batch, expires ns, max_bytes, no_wait, hb ns)``.
-    Raises _BadRequest with nats-server's reason for bad JSON or a too large heartbeat."""
-    req = payload.strip()
+
+    A body starting with ``{`` is read as Go's ``json.Unmarshal`` reads it (unknown keys
+    ignored; see :mod:`jetraft.jetstream.gojson` for nesting and number limits); any other
+    body is a batch size when it is a decimal int64 (``strconv.Atoi``), else a batch of 1.
+    Raises _BadRequest with nats-server's reason (``Bad Request - <reason>``): Go's error for
+    malformed JSON (``invalid character ...``, ``unexpected end of JSON input``, ``exceeded
+    max depth``) or a mistyped field (``json: cannot unmarshal number 1e999 into Go struct
+    field .batch of type int``), or ``heartbeat value too large``.
+    """
+    req = payload.strip()     # Go bytes.TrimSpace (ASCII white space)
     if not req:
         return 1, 0, 0, False, 0
     if req[:1] != b"{":
-        try:
-            return int(req.decode("ascii")), 0, 0, False, 0
-        except (UnicodeDecodeError, ValueError):
-            return 1, 0, 0, False, 0
+        if _ATOI.fullmatch(req) and len(req) <= 20 and _INT64[0] <= int(req) <= _INT64[1]:
+            return int(req), 0, 0, False, 0
+        return 1, 0, 0, False, 0
     try:
-        body = json.loads(req)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise _BadRequest(f"invalid character in JSON: {exc.args[0] if exc.args else exc}")
-    if not isinstance(body, dict):
-        raise _BadRequest("json: cannot unmarshal array into Go value of type "
-                          "server.JSApiConsumerGetNextRequest")
+        body = gojson.unmarshal(req)
+    except gojson.GoJSONError as exc:
+        raise _BadRequest(exc.unmarshal_text()) from None
     vals: dict[str, Any] = {}
-    for key, gotype in _GO_TYPES.items():
-        value = body.get(key)
-        if value is None:
+    for key, raw in body.items():
+        gotype = _GO_TYPES.get(key)
+        if gotype is None or raw is None:
             continue
-        ok = isinstance(value, bool) if gotype == "bool" else (
-            isinstance(value, int) and not isinstance(value, bool))
+        if gotype in gojson.INT_RANGES:
+            value = gojson.go_int(raw, gotype)
+            ok = value is not None
+        else:
+            value = raw
+            ok = isinstance(raw, bool) if gotype == "bool" else isinstance(raw, str)
         if not ok:
-            kind = _json_kind(value)
-            if kind == "number":
-                kind = f"number {value}"
+            kind = _json_kind(raw)
+            if kind == "number" and gotype in gojson.INT_RANGES:
+                kind = f"number {gojson.number_literal(raw)}"
             raise _BadRequest(f"json: cannot unmarshal {kind} into Go struct field .{key} "
                               f"of type {gotype}")
         vals[key] = value
@@ -194,6 +207,9 @@ def _parse_next_request(payload: bytes) -> tuple[int, int, int, bool, int]:
         raise _BadRequest("heartbeat value too large")
     return (vals.get("batch", 0), expires, vals.get("max_bytes", 0),
             vals.get("no_wait", False), hb)
+
+
+_ATOI = re.compile(rb"[+-]?[0-9]+")
 
 
 def _headers_only(headers: bytes | None, data: bytes) -> bytes:
@@ -1014,14 +1030,15 @@ class Consumer:
         if text:
             delay: int | None = None
             try:
-                if text[:1] == b"{":
-                    body = json.loads(text)
-                    value = body.get("delay", 0) if isinstance(body, dict) else None
-                    if isinstance(value, int) and not isinstance(value, bool):
-                        delay = value
+                if text[:1] == b"{":    # ConsumerNakOptions, read as Go's json.Unmarshal does
+                    body = gojson.unmarshal(text)
+                    value = body.get("delay") if isinstance(body, dict) else None
+                    delay = 0 if value is None else gojson.go_int(value, "time.Duration")
                 else:
                     delay = round(parse_duration(text.decode()) * SECOND)
-            except (ValueError, UnicodeDecodeError):
+                    if not _INT64[0] <= delay <= _INT64[1]:
+                        delay = None
+            except (ValueError, UnicodeDecodeError, OverflowError):
                 delay = None
             if delay is not None:
                 self._rdq_remove(sseq)

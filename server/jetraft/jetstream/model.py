@@ -17,7 +17,12 @@ Conventions:
   ``omitempty`` ones when zero/empty;
 - ``decode(data)`` reads a request body the way nats-server's strict decoder does
   (``unmarshalRequest``, ``DisallowUnknownFields``; strict is the default): an unknown key,
-  a wrongly typed value or a bad enum string raises ``JSApiError`` 10025 "invalid JSON: ...";
+  a wrongly typed value, an integer outside its Go type's range (``int``, ``int32``,
+  ``int64``, ``uint64``, ``time.Duration``; fractions and exponents included, quoted as the
+  client wrote them: see :mod:`jetraft.jetstream.gojson`) or a bad enum string raises
+  ``JSApiError`` 10025 "invalid JSON: ...", naming the field by its path from the request
+  type (``CreateConsumerRequest.config.max_deliver``) as nats-server 2.15 does; mirrors and
+  sources are checked as StreamSource structs and kept as the client's JSON;
 - ``checked(...)`` applies nats-server's defaults and validation (checkStreamCfg,
   setConsumerConfigDefaults + checkConsumerCfg), raising ``JSApiError`` with its exact
   ``err_code`` and description; ``from_json`` is ``decode`` then ``checked``.
@@ -37,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from jetraft.jetstream import errors as E
+from jetraft.jetstream import gojson
 from jetraft.jetstream.errors import JSApiError
 from jetraft.protocol.subjects import is_valid_literal_subject, is_valid_subject, subject_matches
 from jetraft.protocol.subjects import (
@@ -103,9 +109,6 @@ META_REQUIRED_LEVEL = "_nats.req.level"
 META_SERVER_VERSION = "_nats.ver"
 META_SERVER_LEVEL = "_nats.level"
 
-_INT64 = (-(2**63), 2**63 - 1)
-_INT32 = (-(2**31), 2**31 - 1)
-_UINT64 = (0, 2**64 - 1)
 _GROUP_NAME = re.compile(r"^[a-zA-Z0-9/_=-]{1,16}$")
 
 
@@ -166,29 +169,37 @@ def parse_time(text: str) -> int | None:
 
 
 def _json_kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return "null"
+    """Go's name for a decoded value's JSON kind (``number``, ``string``, ``array``...)."""
+    return gojson.json_kind(value)
 
 
-def _type_error(value: Any, struct: str, key: str, gotype: str) -> JSApiError:
-    kind = _json_kind(value)
-    if kind == "number":
-        kind = f"number {json.dumps(value)}"
-    return E.invalid_json(f"json: cannot unmarshal {kind} into Go struct field {struct}.{key} of type {gotype}")
+def _type_error(value: Any, path: str, gotype: str, *, element: bool = False) -> JSApiError:
+    """Go's UnmarshalTypeError as nats-server 2.15 words it: ``json: cannot unmarshal <kind>
+    into Go struct field <path> of type <gotype>``, where ``path`` is the request type and
+    the JSON keys down to the value (``CreateConsumerRequest.config.max_deliver``); an
+    array element (``element``) reads ``into <path>.<index> of type ...``. A number is
+    quoted as written when ``gotype`` is an integer type (``number 1e999``)."""
+    kind = gojson.json_kind(value)
+    if kind == "number" and gotype in gojson.INT_RANGES:
+        kind = f"number {gojson.number_literal(value)}"
+    where = path if element else f"Go struct field {path}"
+    return E.invalid_json(f"json: cannot unmarshal {kind} into {where} of type {gotype}")
+
+
+def _raw_json(value: Any) -> str:
+    """The JSON text of ``value`` as Go hands it to an UnmarshalJSON method: numbers as
+    written; arrays and objects compact (Go keeps the client's spacing)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return gojson.number_literal(value)
+    try:
+        return gojson.with_headroom(json.dumps, value, separators=(",", ":"), ensure_ascii=False)
+    except (RecursionError, ValueError):     # not a value gojson decoded: deeper than it allows
+        return "[...]" if isinstance(value, list) else "{...}"
 
 
 def _go_quote_raw(value: Any) -> str:
     """Go ``%q`` of the raw JSON bytes of ``value`` (as enum UnmarshalJSON errors print them)."""
-    return json.dumps(json.dumps(value, separators=(",", ":")))
+    return json.dumps(_raw_json(value))
 
 
 @dataclass(frozen=True)
@@ -197,13 +208,20 @@ class _F:
 
     key: str
     attr: str
-    kind: str  # str int32 int int64 uint64 bool dur time? strlist durlist map obj:<Name> objlist:<Name> enum raw
+    kind: str  # str int32 int int64 uint64 bool dur time? strlist durlist map obj:<Name> objlist:<Name>
+    #            source sourcelist (raw StreamSource JSON, checked) enum raw
     omit: bool = False
     enum: tuple[str, ...] = ()
     enum_error: str = ""  # "quoted" (can not unmarshal %q) or a literal message
 
 
-def _decode_value(f: _F, value: Any, struct: str) -> Any:
+#: Go integer type of each integer field kind.
+_INT_KINDS = {"int": "int", "int32": "int32", "int64": "int64", "uint64": "uint64", "dur": "time.Duration"}
+
+
+def _decode_value(f: _F, value: Any, path: str, *, element: bool = False) -> Any:
+    """``value`` of field ``f`` read as Go reads it into the field's type; ``path`` names the
+    field in errors (see :func:`_type_error`). Raises JSApiError 10025."""
     kind = f.kind
     if isinstance(value, str):
         value = str.__str__(value)  # a str-Enum (nats-py's policies) reads as its value
@@ -214,58 +232,71 @@ def _decode_value(f: _F, value: Any, struct: str) -> Any:
             if f.enum_error in ("quoted", "lower"):
                 raise E.invalid_json(f"can not unmarshal {_go_quote_raw(value)}")
             if f.enum_error.startswith("raw:"):
-                raise E.invalid_json(f.enum_error[4:] + json.dumps(value, separators=(",", ":")))
+                raise E.invalid_json(f.enum_error[4:] + _raw_json(value))
             raise E.invalid_json(f.enum_error)
         return value.lower() if f.enum_error == "lower" else value
     if value is None:
         return _zero(f)
     if kind == "str":
         if not isinstance(value, str):
-            raise _type_error(value, struct, f.key, "string")
+            raise _type_error(value, path, "string", element=element)
         return value
     if kind == "bool":
         if not isinstance(value, bool):
-            raise _type_error(value, struct, f.key, "bool")
+            raise _type_error(value, path, "bool", element=element)
         return value
-    if kind in ("int", "int32", "int64", "uint64", "dur"):
-        gotype = {"int": "int", "int32": "int32", "int64": "int64", "uint64": "uint64", "dur": "time.Duration"}[kind]
-        lo, hi = {"int32": _INT32, "uint64": _UINT64}.get(kind, _INT64)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise _type_error(value, struct, f.key, gotype)
-        if isinstance(value, float) or not lo <= value <= hi:
-            raise _type_error(value, struct, f.key, gotype)
-        return value
+    if kind in _INT_KINDS:
+        gotype = _INT_KINDS[kind]
+        number = gojson.go_int(value, gotype)
+        if number is None:
+            raise _type_error(value, path, gotype, element=element)
+        return number
     if kind == "time":
         if not isinstance(value, str):
-            raise E.invalid_json("Time.UnmarshalJSON: input is not a JSON string")
+            raise _type_error(value, path, "time.Time", element=element)
         try:
             return parse_time(value)
         except ValueError as exc:
             raise E.invalid_json(str(exc)) from None
     if kind in ("strlist", "durlist"):
         if not isinstance(value, list):
-            raise _type_error(value, struct, f.key, "[]string" if kind == "strlist" else "[]time.Duration")
+            raise _type_error(value, path, "[]string" if kind == "strlist" else "[]time.Duration",
+                              element=element)
         inner = _F(f.key, f.attr, "str" if kind == "strlist" else "dur")
-        return [_decode_value(inner, v, struct) if v is not None else _zero(inner) for v in value]
+        return [_decode_value(inner, v, f"{path}.{i}", element=True) if v is not None else _zero(inner)
+                for i, v in enumerate(value)]
     if kind == "map":
         if not isinstance(value, dict):
-            raise _type_error(value, struct, f.key, "map[string]string")
+            raise _type_error(value, path, "map[string]string", element=element)
         out = {}
         for k, v in value.items():
             if v is not None and not isinstance(v, str):
-                raise _type_error(v, struct, f.key, "string")
+                raise _type_error(v, f"{path}.{k}", "string")
             out[k] = v or ""
         return out
     if kind.startswith("obj:"):
         cls = _MODELS[kind[4:]]
         if not isinstance(value, dict):
-            raise _type_error(value, struct, f.key, cls.__name__)
-        return cls.decode(value)
+            raise _type_error(value, path, f"server.{cls._GO_NAME}", element=element)
+        return cls.decode(value, path=path)
     if kind.startswith("objlist:"):
         cls = _MODELS[kind[8:]]
         if not isinstance(value, list):
-            raise _type_error(value, struct, f.key, f"[]*{cls.__name__}")
-        return [cls.decode(v) if isinstance(v, dict) else None for v in value]
+            raise _type_error(value, path, f"[]*server.{cls._GO_NAME}", element=element)
+        return [cls.decode(v, path=f"{path}.{i}") if isinstance(v, dict) else None
+                for i, v in enumerate(value)]
+    if kind == "source":        # a StreamSource: checked, kept as the client's JSON
+        if not isinstance(value, dict):
+            raise _type_error(value, path, "server.StreamSource", element=element)
+        StreamSource.decode(value, path=path)
+        return value
+    if kind == "sourcelist":
+        if not isinstance(value, list):
+            raise _type_error(value, path, "[]*server.StreamSource", element=element)
+        for i, v in enumerate(value):
+            if v is not None:
+                _decode_value(_F(f.key, f.attr, "source"), v, f"{path}.{i}", element=True)
+        return value
     return value  # raw
 
 
@@ -310,26 +341,31 @@ class _Model:
 
     _FIELDS: ClassVar[tuple[_F, ...]] = ()
     _GO_NAME: ClassVar[str] = ""
-    #: Keys accepted on input but not kept (e.g. request-only flags).
-    _IGNORED: ClassVar[tuple[str, ...]] = ()
+    #: Keys accepted on input but not kept (request-only flags), with their field kind.
+    _IGNORED: ClassVar[dict[str, str]] = {}
 
     @classmethod
-    def decode(cls, data: dict[str, Any]) -> Any:
+    def decode(cls, data: dict[str, Any], *, path: str | None = None) -> Any:
         """Read ``data`` as nats-server's strict decoder does; no defaults, no validation.
 
-        Raises ``JSApiError`` 10025 for an unknown key, a mistyped value or a bad enum.
+        ``path`` names this struct in type errors: the request type and the keys leading
+        here (``"CreateConsumerRequest.config"``); by default the Go type's name. Raises
+        ``JSApiError`` 10025 for an unknown key, a mistyped value, an integer outside its
+        Go type's range or a bad enum (the first in the object's order, as Go reports it).
         """
         if not isinstance(data, dict):
             raise E.invalid_json(f"json: cannot unmarshal {_json_kind(data)} into Go value of type server.{cls._GO_NAME}")
+        base = path or cls._GO_NAME or cls.__name__
         by_key = {f.key: f for f in cls._FIELDS}
         kwargs: dict[str, Any] = {}
         for key, value in data.items():
             f = by_key.get(key)
             if f is None:
                 if key in cls._IGNORED:
+                    _decode_value(_F(key, key, cls._IGNORED[key]), value, f"{base}.{key}")
                     continue
                 raise E.invalid_json(f"json: unknown field {json.dumps(key)}")
-            kwargs[f.attr] = _decode_value(f, value, cls._GO_NAME or cls.__name__)
+            kwargs[f.attr] = _decode_value(f, value, f"{base}.{key}")
         return cls(**kwargs)
 
     def to_json(self) -> dict[str, Any]:
@@ -426,6 +462,54 @@ class ConsumerLimits(_Model):
     )
 
 
+@dataclass
+class ExternalStream(_Model):
+    """``{"api", "deliver"}`` (server/stream.go ExternalStream; neither omitempty)."""
+
+    api: str = ""
+    deliver: str = ""
+
+    _GO_NAME = "ExternalStream"
+    _FIELDS = (_F("api", "api", "str"), _F("deliver", "deliver", "str"))
+
+
+@dataclass
+class StreamConsumerSource(_Model):
+    """``{"name"?, "deliver_subject"?}`` (server/stream.go StreamConsumerSource)."""
+
+    name: str = ""
+    deliver_subject: str = ""
+
+    _GO_NAME = "StreamConsumerSource"
+    _FIELDS = (_F("name", "name", "str", True), _F("deliver_subject", "deliver_subject", "str", True))
+
+
+@dataclass
+class StreamSource(_Model):
+    """A mirror or source (server/stream.go StreamSource). jetraft keeps mirrors and
+    sources as the client's JSON; this type only checks them as nats-server decodes them
+    (unknown keys, types, integer ranges)."""
+
+    name: str = ""
+    opt_start_seq: int = 0
+    opt_start_time: int | None = None
+    filter_subject: str = ""
+    subject_transforms: list[SubjectTransform | None] = field(default_factory=list)
+    external: ExternalStream | None = None
+    consumer: StreamConsumerSource | None = None
+
+    _GO_NAME = "StreamSource"
+    _FIELDS = (
+        _F("name", "name", "str"),
+        _F("opt_start_seq", "opt_start_seq", "uint64", True),
+        _F("opt_start_time", "opt_start_time", "time", True),
+        _F("filter_subject", "filter_subject", "str", True),
+        _F("subject_transforms", "subject_transforms", "objlist:SubjectTransform", True),
+        _F("external", "external", "obj:ExternalStream", True),
+        _F("consumer", "consumer", "obj:StreamConsumerSource", True),
+    )
+
+
 # --- StreamConfig -----------------------------------------------------------------------
 
 _RETENTION = ("limits", "interest", "workqueue")
@@ -504,8 +588,8 @@ class StreamConfig(_Model):
         _F("no_ack", "no_ack", "bool", True),
         _F("duplicate_window", "duplicate_window", "dur", True),
         _F("placement", "placement", "obj:Placement", True),
-        _F("mirror", "mirror", "raw", True),
-        _F("sources", "sources", "raw", True),
+        _F("mirror", "mirror", "source", True),
+        _F("sources", "sources", "sourcelist", True),
         _F("compression", "compression", "enum", enum=_COMPRESSION, enum_error="unknown compression algorithm"),
         _F("first_seq", "first_seq", "uint64", True),
         _F("subject_transform", "subject_transform", "obj:SubjectTransform", True),
@@ -527,22 +611,17 @@ class StreamConfig(_Model):
         _F("allow_batched", "allow_batched", "bool", True),
         _F("metadata", "metadata", "map", True),
     )
-    _IGNORED = ("pedantic",)
+    _IGNORED: ClassVar[dict[str, str]] = {"pedantic": "bool"}
 
     @classmethod
-    def decode(cls, data: dict[str, Any]) -> StreamConfig:
-        """Strict decode of a STREAM.CREATE/UPDATE body (StreamConfigRequest); see module doc."""
-        cfg = super().decode(data)
+    def decode(cls, data: dict[str, Any], *, path: str | None = None) -> StreamConfig:
+        """Strict decode of a STREAM.CREATE/UPDATE body (StreamConfigRequest); see module doc.
+        ``mirror`` and ``sources`` are checked as StreamSource structs and kept as given."""
+        cfg = super().decode(data, path=path)
         if isinstance(data, dict):
             if "consumer_limits" in data and data["consumer_limits"] is None:
                 cfg.consumer_limits = ConsumerLimits()
-            pedantic = data.get("pedantic", False)
-            if pedantic is not None and not isinstance(pedantic, bool):
-                raise _type_error(pedantic, "StreamConfigRequest", "pedantic", "bool")
-            cfg.pedantic = bool(pedantic)
-            for key, kind in (("mirror", dict), ("sources", list)):
-                if data.get(key) is not None and not isinstance(data[key], kind):
-                    raise _type_error(data[key], "StreamConfigRequest", key, "StreamSource")
+            cfg.pedantic = bool(data.get("pedantic"))
         return cfg
 
     @classmethod
@@ -933,9 +1012,10 @@ class ConsumerConfig(_Model):
     )
 
     @classmethod
-    def decode(cls, data: dict[str, Any]) -> ConsumerConfig:
-        """Strict decode (see module doc); ``"undefined"`` deliver policy reads as ``"all"``."""
-        cfg = super().decode(data)
+    def decode(cls, data: dict[str, Any], *, path: str | None = None) -> ConsumerConfig:
+        """Strict decode (see module doc); ``"undefined"`` deliver policy reads as ``"all"``.
+        ``path`` names the config in type errors (CONSUMER.CREATE: ``CreateConsumerRequest.config``)."""
+        cfg = super().decode(data, path=path)
         if cfg.deliver_policy == "undefined":
             cfg.deliver_policy = "all"
         return cfg
@@ -1516,7 +1596,8 @@ class AccountInfo(_Model):
 
 _MODELS: dict[str, type[_Model]] = {
     cls.__name__: cls
-    for cls in (Placement, SubjectTransform, RePublish, ConsumerLimits, StreamConfig, ConsumerConfig,
+    for cls in (Placement, SubjectTransform, RePublish, ConsumerLimits, ExternalStream,
+                StreamConsumerSource, StreamSource, StreamConfig, ConsumerConfig,
                 LostStreamData, StreamState, PeerInfo, ClusterInfo, StreamInfo, SequenceInfo, ConsumerInfo,
                 PubAck, AccountLimits, APIStats, AccountInfo)
 }

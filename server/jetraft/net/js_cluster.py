@@ -690,7 +690,11 @@ class ClusterJetStream:
                 return self._system_api(account, subject, reply, headers, payload, hops)
             return False
         if subject.startswith(API_PREFIX):
-            return self._api(acc, subject, reply, headers, payload, hops, via_meta, routed)
+            try:
+                return self._api(acc, subject, reply, headers, payload, hops, via_meta, routed)
+            except Exception as exc:  # noqa: BLE001 - one request's failure is answered, never raised
+                self._emitter(acc.name)(acc.api_failed(subject, reply, exc))
+                return True
         if subject.startswith("$JS.ACK.") or subject.startswith("$JS.FC."):
             stream = _ack_stream(subject)
             key = (account, stream)

@@ -35,14 +35,15 @@ async def create(nc, name: str, subjects: list[str]) -> dict:
 
 async def echo_round_trip(url: str) -> bytes:
     """A request from one client answered by another: the server still routes messages."""
-    responder, requester = await connect(url), await connect(url)
+    responder = await connect(url, connect_timeout=30)
+    requester = await connect(url, connect_timeout=30)
     try:
         async def echo(msg):
             await msg.respond(b"echo:" + msg.data)
 
         await responder.subscribe("svc.echo", cb=echo)
-        await responder.flush()
-        return (await requester.request("svc.echo", b"ping", timeout=10)).data
+        await responder.flush(timeout=30)
+        return (await requester.request("svc.echo", b"ping", timeout=30)).data
     finally:
         await requester.close()
         await responder.close()

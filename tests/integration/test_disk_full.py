@@ -363,7 +363,9 @@ def cluster_texts(tmp_path: Path, n: int = 3) -> list[str]:
             f'jetstream {{ store_dir: "{tmp_path / f"n{i}"}" }}\n' for i in range(n)]
 
 
-async def test_a_raft_log_that_fails_stops_its_group_on_that_server_alone(tmp_path):
+@pytest.mark.parametrize(("role", "op"), [("leader", "pwrite"), ("follower", "fdatasync")])
+async def test_a_raft_log_that_fails_stops_its_group_on_that_server_alone(tmp_path, role, op):
+    """EIO writing the leader's log, or fsyncing a follower's: that server's group stops."""
     faults = Faults()
     nodes = [Node(f"n{i}", text) for i, text in enumerate(cluster_texts(tmp_path))]
     ledger: dict[int, bytes] = {}
@@ -389,11 +391,11 @@ async def test_a_raft_log_that_fails_stops_its_group_on_that_server_alone(tmp_pa
 
             key = ("$G", "C")
             leader = await wait_until(lambda: cluster(nodes[0]).groups[key].leader, "C's leader")
-            victim = next(n for n in nodes if n.name == leader)
+            victim = next(n for n in nodes if (n.name == leader) == (role == "leader"))
             others = [n for n in nodes if n is not victim]
             group = cluster(victim).groups[key]
             raft_dir = str(tmp_path / victim.name / "jetstream" / "_raft" / group_dir_name(group.name))
-            faults.fail("pwrite", raft_dir)         # its next append fails: EIO
+            faults.fail(op, raft_dir)               # its next append or fsync fails: EIO
 
             async def publish_through(nc):
                 errors = []
@@ -418,6 +420,7 @@ async def test_a_raft_log_that_fails_stops_its_group_on_that_server_alone(tmp_pa
 
             [failed] = victim.events("jetstream_storage_failed")
             assert (failed["stream"], failed["group"], failed["errno"]) == ("C", group.name, "EIO")
+            assert failed["op"] == {"pwrite": "write", "fdatasync": "fsync"}[op]
             assert failed["path"].startswith(raft_dir)
             assert group.failed is not None and not group.is_leader
             assert cluster(others[0]).groups[key].leader in {n.name for n in others}

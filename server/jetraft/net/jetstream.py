@@ -392,6 +392,8 @@ class JetStreamService:
                             err = storage_error("fsync", failure.path, err)
                     if isinstance(store, FileStore):
                         store.fail(exc)
+                    # failed for good: later passes need not report its files again
+                    self.commit.forget_owner(store)
                     self._freeze(acc.name, name, err, "fsync")
 
     def _freeze(self, account: str, stream: str, exc: BaseException, op: str, *,

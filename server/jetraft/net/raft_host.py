@@ -816,6 +816,7 @@ class RaftHost:
                     if isinstance(err, OSError):
                         err = storage_error("fsync", failure.path, err)
                 g.log.fail(exc)
+                self.sync.forget_owner(g.log)   # failed for good: not reported again
                 self._group_failed(g, err, "fsync", rd.entries)
         except (StorageError, OSError) as exc:
             for g, rd in work:

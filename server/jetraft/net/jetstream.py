@@ -35,8 +35,9 @@ fails *freezes* that stream (:attr:`JetStreamService.frozen`) and logs
   ack_wait once it runs again); its timers (expiry, redelivery, push deliveries) pause.
   Reads (stream info, message get, direct get, consumer info, names, lists) and deletes of
   the stream or its consumers are served;
-- every ``STORAGE_RETRY_S`` seconds a *resume attempt* runs off the event loop: a probe
-  (``PROBE_BYTES`` written and fsynced in the stream's directory, then removed); if that
+- every ``STORAGE_RETRY_S`` (1) seconds a *resume attempt* runs off the event loop: a probe
+  (``PROBE_BYTES``, 1 MiB, written and fsynced in the stream's directory, then removed;
+  both constants in :mod:`jetraft.net.durability`); if that
   succeeds, a stream whose store failed is rolled back to what is provably on disk and
   read back (:meth:`~jetraft.jetstream.store.FileStore.reopen_verified`: a file whose
   fsync failed is cut to its length at its last successful fsync, so nothing acknowledged

@@ -501,3 +501,30 @@ async def test_a_consumer_state_file_that_cannot_be_written_freezes_its_stream(t
             # the two confirmed acks were kept (the unconfirmed one may have been too)
             assert await client(again.url, next_after_restart) in (2, 3)
             again.server.shutdown()
+
+
+async def test_a_frozen_stream_can_be_deleted_to_free_its_space(tmp_path):
+    store = tmp_path / "store"
+    faults = Faults()
+    with fileio.inject(faults):
+        node = Node("n1", f'host: 127.0.0.1\nport: -1\njetstream {{ store_dir: "{store}" }}\n')
+        async with trio.open_nursery() as nursery:
+            await nursery.start(node.server.serve)
+            faults.fail("pwrite", f"{os.sep}streams{os.sep}A{os.sep}msgs{os.sep}", errno.ENOSPC)
+
+            async def scenario(nc):
+                await create_stream(nc, {"name": "A", "subjects": ["a.>"]})
+                refused = await request(nc, "a.data", b"no room")
+                info = await request(nc, "$JS.API.STREAM.INFO.A")      # reads are served
+                purge = await request(nc, "$JS.API.STREAM.PURGE.A")     # writes are not
+                deleted = await request(nc, "$JS.API.STREAM.DELETE.A")
+                faults.clear()
+                await create_stream(nc, {"name": "A", "subjects": ["a.>"]})
+                return refused, info, purge, deleted, await request(nc, "a.data", b"room again")
+            refused, info, purge, deleted, again = await client(node.url, scenario)
+            assert refused == {"error": INSUFFICIENT, "stream": "A", "seq": 0}
+            assert info["state"]["messages"] == 0
+            assert purge["error"] == INSUFFICIENT
+            assert deleted.get("success") is True
+            assert again == {"stream": "A", "seq": 1}      # at once: no freeze left behind
+            node.server.shutdown()

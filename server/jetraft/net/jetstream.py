@@ -548,7 +548,7 @@ class JetStreamService:
             body = {"error": err.to_json(), "stream": name, "seq": 0}
             return Outbound(reply, None, None, _json_bytes(body))
 
-        fr = self.frozen.get((account, name))
+        fr = self._frozen_now(acc, name)
         if fr is not None:
             if reply:
                 self._enqueue(account, [Reply(refusal(storage_api_error(fr.error)))])
@@ -564,7 +564,7 @@ class JetStreamService:
         tokens = subject.split(".")
         sname = _stream_of(tokens)
         kind = _api_kind(tokens)
-        fr = self.frozen.get((acc.name, sname)) if sname is not None else None
+        fr = self._frozen_now(acc, sname) if sname is not None else None
         if fr is not None:
             if kind == "CONSUMER.MSG":
                 return acc.knows_consumer(f"$JS.ACK.{sname}.{tokens[6]}", ACK_PREFIX) \
@@ -593,6 +593,18 @@ class JetStreamService:
         self._guarded(acc.name, sname, reply, refusal, call)
         self._wake.set()
         return answered[0]
+
+    def _frozen_now(self, acc: JetStreamAccount, stream: str) -> Frozen | None:
+        """The freeze of ``stream``, if it is frozen; a freeze of a stream deleted (and
+        maybe created again) since is forgotten."""
+        fr = self.frozen.get((acc.name, stream))
+        if fr is None:
+            return None
+        entry = acc.streams.get(stream)
+        if entry is None or entry.stream.store is not fr.store:
+            del self.frozen[(acc.name, stream)]
+            return None
+        return fr
 
     def interest_changed(self, account: str) -> None:
         """A subscription was added or removed in ``account``: push consumers re-check."""

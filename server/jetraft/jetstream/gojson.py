@@ -13,12 +13,13 @@ does bounded work on any input:
   deeper than 10,000 gets Go's offset. The depth is found before parsing by a scan made of
   C-speed bytes operations over blocks of the body (linear time, bounded memory); Python's
   parser then runs with enough recursion headroom for :data:`MAX_DEPTH` levels.
-- **Numbers.** A literal that is not an integer Go can hold in an ``int64``/``uint64``
-  (``1.0``, ``1e2``, ``1e999``, ``99999999999999999999``, any length) decodes to a
-  :class:`GoNumber`, a float that keeps its literal, so that type errors quote it as Go
-  does (``cannot unmarshal number 1e999 into ... of type int``); ``-0`` decodes to a
-  :class:`GoInt` (Go's unsigned types refuse it). :func:`go_int` checks a value against a
-  Go integer type's range. ``NaN`` and ``Infinity`` are syntax errors, as in Go.
+- **Numbers.** An integer literal decodes to its exact int (its text is the literal);
+  one with a fraction or an exponent (``1.0``, ``1e2``, ``1e999``) or more than 4,000
+  digits decodes to a :class:`GoNumber`, a float that keeps its literal, so that type
+  errors quote it as Go does (``cannot unmarshal number 1e999 into ... of type int``);
+  ``-0`` decodes to a :class:`GoInt` (Go's unsigned types refuse it). :func:`go_int`
+  checks a value against a Go integer type's range. ``NaN`` and ``Infinity`` are syntax
+  errors, as in Go.
 - **Strings.** Invalid UTF-8 bytes and lone ``\\uD800``-style surrogate escapes inside
   strings decode to U+FFFD, as Go does; nothing else is changed.
 - **Errors.** :class:`GoJSONError` carries Go's ``SyntaxError`` text and offset;
@@ -111,9 +112,9 @@ class GoJSONError(ValueError):
 
 
 class GoNumber(float):
-    """A JSON number that is not an integer within Go's int64/uint64 ranges, with its
-    ``literal`` as written (``1.0``, ``1e999``, ``99999999999999999999``). Its float value
-    may be ``inf``; Go's integer types refuse it, quoting the literal."""
+    """A JSON number with a fraction or an exponent, or an integer of more than 4,000
+    digits, with its ``literal`` as written (``1.0``, ``1e999``). Its float value may be
+    ``inf``; Go's integer types refuse it, quoting the literal."""
 
     literal: str
 
@@ -181,13 +182,17 @@ class _Constant(Exception):
     """Python's json met NaN/Infinity/-Infinity, which JSON (and Go) do not have."""
 
 
+#: Integer literals longer than this are kept as GoNumber (Python refuses to convert more
+#: than 4,300 digits; any of them is far outside every Go integer type).
+_LONG_INT = 4_000
+
+
 def _parse_int(literal: str) -> int:
-    if len(literal) <= 18:
-        return GoInt(literal) if literal == "-0" else int(literal)
-    if len(literal) > 21:       # beyond every Go integer type; int() would be slow or refuse
+    if literal == "-0":
+        return GoInt(literal)
+    if len(literal) > _LONG_INT:
         return GoNumber(literal)
-    value = int(literal)
-    return value if _INT_MIN <= value <= _INT_MAX else GoNumber(literal)
+    return int(literal)
 
 
 def _reject_constant(name: str) -> Any:
@@ -196,16 +201,17 @@ def _reject_constant(name: str) -> Any:
 
 _DECODER = json.JSONDecoder(parse_float=GoNumber, parse_int=_parse_int,
                             parse_constant=_reject_constant, strict=True)
-#: For bodies without a 19-digit run or a ``-0``: every integer fits an int64 (C speed).
+#: For bodies without a ``-0`` or a run of more than _LONG_INT digits: Python's own integer
+#: parsing (C speed) gives each literal's exact value, and ``str(value)`` is the literal.
 _PLAIN_INTS = json.JSONDecoder(parse_float=GoNumber, parse_constant=_reject_constant, strict=True)
 _MINUS_ZERO = re.compile(rb"-0(?![0-9.eE])")
 _DIGITS_ONLY = bytes(0x39 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+_LONG_RUN = b"9" * (_LONG_INT + 1)
 
 
 def _plain_ints(payload: bytes) -> bool:
-    """Whether every integer literal of ``payload`` has at most 18 digits and none is
-    ``-0``: then Python's own int parsing gives what Go gives (C-speed checks)."""
-    return b"9" * 19 not in payload.translate(_DIGITS_ONLY) and not _MINUS_ZERO.search(payload)
+    """Whether no integer literal of ``payload`` needs :func:`_parse_int` (C-speed checks)."""
+    return not _MINUS_ZERO.search(payload) and _LONG_RUN not in payload.translate(_DIGITS_ONLY)
 
 
 _WS = " \t\r\n"

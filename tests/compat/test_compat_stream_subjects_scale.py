@@ -78,6 +78,13 @@ def test_a_stream_with_10000_subjects_is_created_and_the_server_keeps_answering(
             own = await create(nc, "SELF", ["self.a", *stream_subjects("self", 2_000), "self.1999.*"])
             assert own["error"] == {"code": 500, "err_code": 10052,
                                     "description": 'subject "self.1999.x" overlaps with "self.1999.*"'}
+            # A later subject with a space in it is compared too (nats-server's
+            # SubjectsCollide does not look for whitespace); first, it is refused as invalid.
+            spaced = await create(nc, "SPACE", [*stream_subjects("sp", 2_000), "sp.1. x"])
+            assert spaced["error"] == {"code": 500, "err_code": 10052,
+                                       "description": 'subject "sp.1.>" overlaps with "sp.1. x"'}
+            spaced = await create(nc, "SPACE", ["sp. x", "sp.*"])
+            assert spaced["error"] == {"code": 500, "err_code": 10052, "description": "invalid subject"}
         finally:
             await nc.close()
 

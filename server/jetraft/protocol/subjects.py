@@ -455,10 +455,13 @@ _NOT_LITERAL = frozenset((_END, PWC, FWC))
 
 class _Trie:
     """The filters of one set, indexed: ``root`` (see above), ``nodes`` (levels made),
-    ``valid`` (per position; invalid filters are left out: they overlap nothing) and
-    ``pair``, the answer of :func:`first_overlapping_pair` once computed."""
+    ``valid`` (per position, :func:`is_valid_subject`), ``indexed`` (per position: in the
+    trie; a filter with an empty token or a ``>`` before its end is left out, it overlaps
+    nothing, while whitespace is an ordinary character here as in nats-server's
+    ``SubjectsCollide``) and ``pair``, the answer of :func:`first_overlapping_pair` once
+    computed."""
 
-    __slots__ = ("filters", "nodes", "pair", "root", "valid")
+    __slots__ = ("filters", "indexed", "nodes", "pair", "root", "valid")
 
     def __init__(self, filters: tuple[str, ...]) -> None:
         self.filters = filters
@@ -467,15 +470,16 @@ class _Trie:
         # False: not computed yet; an OverlapWorkExceeded: the walk was cut off.
         self.pair: tuple[int, int] | None | bool | OverlapWorkExceeded = False
         self.valid = valid = [False] * len(filters)
+        self.indexed = indexed = [False] * len(filters)
         root = self.root
         nodes = 0
         for i, f in enumerate(filters):
             # is_valid_subject, inlined: this loop is the cost of indexing a big set.
             toks = f.split(".")
-            if ("" in toks or (FWC in toks and toks.index(FWC) != len(toks) - 1)
-                    or " " in f or "\t" in f or "\n" in f or "\r" in f or "\f" in f):
+            if "" in toks or (FWC in toks and toks.index(FWC) != len(toks) - 1):
                 continue
-            valid[i] = True
+            indexed[i] = True
+            valid[i] = not (" " in f or "\t" in f or "\n" in f or "\r" in f or "\f" in f)
             level = root
             for tok in toks:
                 nxt = level.get(tok)
@@ -656,14 +660,26 @@ def _query_trie(root: dict, toks: list[str], me: int, budget: int) -> int:
     return steps
 
 
+def _tokens_overlap(ta: list[str], tb: list[str]) -> bool:
+    # subjects_overlap on two split filters already known to be indexable.
+    for x, y in zip(ta, tb):
+        if x == FWC or y == FWC:
+            return True
+        if x != y and x != PWC and y != PWC:
+            return False
+    return len(ta) == len(tb)
+
+
 def filters_overlap(a: Iterable[str], b: Iterable[str] | SubjectIndex) -> bool:
     """Whether some filter of ``a`` overlaps some filter of ``b`` (see :func:`subjects_overlap`).
 
-    ``b`` may be a SubjectIndex holding the other filters (items are ignored). Invalid
-    filters overlap nothing. Same answer as :func:`subjects_overlap` over every pair (as
-    nats-server stream.go ``jsAccount.subjectsOverlap`` compares them), found by walking
-    two tries side by side: O(total tokens) to index, then, for real sets of subjects,
-    about one step per trie node. Raises OverlapWorkExceeded past
+    ``b`` may be a SubjectIndex holding the other filters (items are ignored). The answer
+    of :func:`subjects_overlap` over every pair (as nats-server stream.go
+    ``jsAccount.subjectsOverlap`` compares them), except that whitespace in a token is an
+    ordinary character, as in nats-server's ``SubjectsCollide``: ``a. b`` overlaps ``a.*``.
+    A filter with an empty token or a ``>`` before its end overlaps nothing. Found by
+    walking two tries side by side: O(total tokens) to index, then, for real sets of
+    subjects, about one step per trie node. Raises OverlapWorkExceeded past
     ``OVERLAP_STEPS_MIN + OVERLAP_STEPS_PER_NODE * (nodes of both tries)`` steps.
     """
     left = _trie(a)
@@ -697,8 +713,10 @@ def first_overlapping_pair(filters: Sequence[str]) -> tuple[int, int] | None:
 
     "First" as nats-server's loop finds it (stream.go ``checkStreamCfg``: for each ``i`` in
     order, each later subject in order): the smallest ``i`` that overlaps some later
-    filter, then the smallest such ``j``. A filter listed twice overlaps its copy; an
-    invalid filter overlaps nothing (as :func:`subjects_overlap`).
+    filter, then the smallest such ``j``. A filter listed twice overlaps its copy.
+    Overlap as :func:`filters_overlap` decides it (whitespace is an ordinary character, so
+    ``["a.*", "a. b"]`` gives ``(0, 1)``, as nats-server reports it; the caller refuses
+    ``a. b`` itself as invalid when it comes first).
 
     Cost: O(total tokens) to index, then a walk of the trie against itself (about one step
     per trie node for real sets of subjects); when some pair overlaps, one query per
@@ -727,7 +745,7 @@ def _first_pair(trie: _Trie) -> tuple[int, int] | None:
     filters = trie.filters
     total = budget
     for i, f in enumerate(filters):
-        if not trie.valid[i]:
+        if not trie.indexed[i]:
             continue
         try:
             steps = _query_trie(trie.root, f.split("."), i, budget)
@@ -737,7 +755,7 @@ def _first_pair(trie: _Trie) -> tuple[int, int] | None:
             budget -= steps
             continue
         for j in range(i + 1, len(filters)):
-            if subjects_overlap(filters[j], f):
+            if trie.indexed[j] and _tokens_overlap(filters[j].split("."), f.split(".")):
                 return i, j
     raise AssertionError("the trie walk found an overlap that no query found")
 

@@ -42,15 +42,26 @@ ANY_FILTERS = st.one_of(FILTERS, FILTERS, FILTERS, st.sampled_from(["", "a..b", 
 SETS = st.lists(ANY_FILTERS, min_size=0, max_size=8)
 
 
+_WHITESPACE = {" ": "\x01s", "\t": "\x01t", "\n": "\x01n", "\r": "\x01r", "\f": "\x01f"}
+
+
+def collide(a: str, b: str) -> bool:
+    """subjects_overlap, with whitespace an ordinary character (nats-server SubjectsCollide
+    does not look for it): each whitespace character is swapped for printable ones."""
+    for ch, stand_in in _WHITESPACE.items():
+        a, b = a.replace(ch, stand_in), b.replace(ch, stand_in)
+    return subjects_overlap(a, b)
+
+
 def pairwise_overlap(a: list[str], b: list[str]) -> bool:
-    return any(subjects_overlap(x, y) for x in a for y in b)
+    return any(collide(x, y) for x in a for y in b)
 
 
 def pairwise_first_pair(filters: list[str]) -> tuple[int, int] | None:
     """The loop of nats-server checkStreamCfg (and of jetraft before the trie walk)."""
     for i, subj in enumerate(filters):
         for j in range(i + 1, len(filters)):
-            if subjects_overlap(filters[j], subj):
+            if collide(filters[j], subj):
                 return i, j
     return None
 
@@ -131,7 +142,9 @@ def test_first_covered_filter_is_the_pairwise_loops_first(filters: list[str]) ->
     (["a.>", "a.b.c", "a.b"], (0, 1)),
     (["*.b", "a.*"], (0, 1)),
     (["a*.b", "a.b"], None),                     # `a*` is a literal token
-    (["a.b", "a b", "a.*"], (0, 2)),             # an invalid filter overlaps nothing
+    (["a.b", "a b", "a.*"], (0, 2)),
+    (["a.*", "a. b"], (0, 1)),                   # whitespace is a character (SubjectsCollide)
+    (["a.*", "a..b", "a.>.b"], None),            # empty tokens, `>` inside: overlap nothing
     ([">", ">"], (0, 1)),
     ([], None),
 ])

@@ -212,6 +212,16 @@ EVENTS: dict[str, EventSpec] = {
          "index": "this server's last log index (int)", "peers": "list of peer ids",
          "leader": "str or null", "zone": "str or null"},
     ),
+    "raft_group_failed": EventSpec(
+        "error", "Driving one RAFT group raised an exception that is not a storage failure (a "
+        "fault in its node or state machine): that group stopped on this server for good (it "
+        "neither votes nor acknowledges; its stream is served by the other replicas, or not at "
+        "all); the server and every other group go on. Restarting the server reopens it.",
+        {"group": "str", "term": "int", "op": "what raised: ready | write | apply | advance | "
+         "leader_changed | tick", "error": "repr of the exception", "traceback": "str",
+         "index": "this server's last log index (int)", "peers": "list of peer ids",
+         "leader": "str or null", "zone": "str or null"},
+    ),
     "raft_snapshot_taken": EventSpec(
         "info", "This server took a snapshot and may compact its log.",
         {"group": "str", "index": "int", "term": "int"},

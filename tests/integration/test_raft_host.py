@@ -697,3 +697,40 @@ async def test_raft_group_closed_on_close_group_not_on_shutdown(cluster):
 def rfc3339_to_ns(ts: str) -> int:
     secs, frac = ts.rstrip("Z").split(".")
     return calendar.timegm(time.strptime(secs, "%Y-%m-%dT%H:%M:%S")) * 1_000_000_000 + int(frac)
+
+
+class PoisonSM(ListSM):
+    """Raises while applying the entry ``poison`` (a fault in the state machine)."""
+
+    def apply(self, entries: list[Entry]) -> None:
+        if any(e.data == b"poison" for e in entries):
+            raise RuntimeError("state machine fault (injected)")
+        super().apply(entries)
+
+
+async def test_a_group_whose_state_machine_raises_stops_alone_and_the_host_goes_on(nursery, tmp_path):
+    cl = Cluster(nursery, tmp_path)
+    for name in HOSTS:
+        await cl.start(name, make_sm=lambda host, group: PoisonSM() if group == GROUPS[0] else ListSM())
+    await elect_all(cl)
+    sick = GROUPS[0]
+    leader = cl.agreed_leader(sick)
+    cl.hosts[leader].groups[sick].propose(b"poison")
+    await until(lambda: all(cl.hosts[h].groups[sick].failed is not None for h in HOSTS), 5,
+                f"{sick} failed on every host")
+    for h in HOSTS:
+        [failed] = [e for e in cl.events(h) if e["event"] == "raft_group_failed"]
+        assert (failed["group"], failed["op"]) == (sick, "apply")
+        assert "state machine fault (injected)" in failed["error"] and "Traceback" in failed["traceback"]
+        assert not any(e["event"] == "jetstream_storage_failed" for e in cl.events(h))
+        grp = cl.hosts[h].groups[sick]
+        assert grp.leader is None and not grp.is_leader
+        with pytest.raises(ProposalDroppedError):
+            grp.propose(b"refused")
+    # every other group elects, replicates and applies as before
+    healthy = GROUPS[1:]
+    await until(lambda: all(cl.agreed_leader(g) for g in healthy), 5, "the other groups led")
+    for g in healthy:
+        cl.hosts[cl.agreed_leader(g)].groups[g].propose(f"after-{g}".encode())
+    await until(lambda: all(cl.items(h, g)[-1:] == [f"after-{g}".encode()] for h in HOSTS for g in healthy),
+                10, "the other groups applied a new entry everywhere")

@@ -46,6 +46,11 @@ machine. ``on_group_failed`` (or, without one, the ``jetstream_storage_failed`` 
 tells the owner, who may later :meth:`RaftHost.reopen_group` it: the log is rolled back to
 what is provably on disk (``GroupLog.rollback_to_durable``) and reopened, and the group
 goes on with its state machine as it was. Every other group goes on throughout.
+
+Any other exception while driving one group (its node's ``tick``/``ready``/``advance``, its
+state machine's ``apply``/``snapshot``/``leader_changed``) is a fault of that group alone:
+it is failed the same way, for good (no resume: the same entries would raise again), and
+``raft_group_failed`` carries the traceback; the host and every other group go on.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+import traceback
 import zlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
@@ -711,7 +717,11 @@ class RaftHost:
         pending = self._pending
         for name, g in groups.items():
             if g.failed is None:
-                g.node.tick()
+                try:
+                    g.node.tick()
+                except Exception as exc:  # noqa: BLE001 - the group stops, the host goes on
+                    self._group_failed(g, exc, "tick")
+                    continue
                 pending[name] = g
         # The leaders' replica states (raft_replica_current/_lagging): tracked only while
         # the events are written; when they start being written again, each leader starts
@@ -720,7 +730,10 @@ class RaftHost:
             now = time.time_ns()
             for g in groups.values():
                 if g.failed is None:
-                    g._track_replicas(now)
+                    try:
+                        g._track_replicas(now)
+                    except Exception as exc:  # noqa: BLE001 - the group stops, the host goes on
+                        self._group_failed(g, exc, "tick")
             self._tracking = True
         elif self._tracking:
             self._tracking = False
@@ -746,14 +759,21 @@ class RaftHost:
         self._pending.clear()
         work: list[tuple[RaftGroup, Ready]] = []
         for g in groups:
-            if g.failed is None and not g.closed and g.node.has_ready():
-                rd = g.node.ready()
-                try:
-                    g._persist(rd)
-                except (StorageError, OSError) as exc:
-                    self._group_failed(g, exc, "write", rd.entries)
+            if g.failed is not None or g.closed:
+                continue
+            try:
+                if not g.node.has_ready():
                     continue
-                work.append((g, rd))
+                rd = g.node.ready()
+            except Exception as exc:  # noqa: BLE001 - the group stops, the host goes on
+                self._group_failed(g, exc, "ready")
+                continue
+            try:
+                g._persist(rd)
+            except Exception as exc:  # noqa: BLE001 - storage or not, this group alone
+                self._group_failed(g, exc, "write", rd.entries)
+                continue
+            work.append((g, rd))
         if work:
             self.stats["passes"] += 1
             # A leader's AppendEntries and heartbeats may leave before its own fsync: its
@@ -783,22 +803,25 @@ class RaftHost:
                 except Exception as exc:  # noqa: BLE001 - the group stops, the host goes on
                     self._group_failed(g, exc, "apply")
                     continue
-                g.node.advance(rd)
-                if g.closed:                    # closed by its own state machine
-                    continue
                 try:
+                    g.node.advance(rd)
+                    if g.closed:                # closed by its own state machine
+                        continue
                     g._maybe_snapshot(every)
-                except (StorageError, OSError) as exc:
-                    self._group_failed(g, exc, "write")
-                    continue
-                if g.node.has_ready():
-                    self._pending[g.name] = g
+                    if g.node.has_ready():
+                        self._pending[g.name] = g
+                except Exception as exc:  # noqa: BLE001 - storage or not, this group alone
+                    self._group_failed(g, exc, "write" if isinstance(exc, (StorageError, OSError))
+                                       else "advance")
             if self._pending:
                 self._wake.set()
             self._flush()
         for g in groups:
             if not g.closed and g.failed is None:
-                g._check_leader()
+                try:
+                    g._check_leader()
+                except Exception as exc:  # noqa: BLE001 - the group stops, the host goes on
+                    self._group_failed(g, exc, "leader_changed")
 
     def _sync_pass(self, work: list[tuple[RaftGroup, Ready]]) -> None:
         """The pass's GroupCommit.sync(); each group of ``work`` one of whose files it
@@ -839,6 +862,11 @@ class RaftHost:
                 g.sm.leader_changed(None, term)
             except Exception:  # noqa: BLE001 - the group is stopped already
                 pass
+        if not isinstance(exc, (StorageError, OSError)):   # a fault, not the disk: for good
+            self._on_event(g, "raft_group_failed", {
+                "group": g.name, "term": term, "op": op, "error": repr(exc),
+                "traceback": "".join(traceback.format_exception(exc))})
+            return
         if self.on_group_failed is not None:
             self.on_group_failed(g, exc, op, list(entries))
             return

@@ -333,6 +333,13 @@ EVENTS: dict[str, EventSpec] = {
                "applying committed entries) | open | close",
          "error": "str"},
     ),
+    "jetstream_stream_failed": EventSpec(
+        "error", "Handling one stream's input or timers (a publish, an ack, a poll of its "
+        "consumers) raised an exception that is not a storage failure: that stream stopped for "
+        "good on this server (writes refused with 10051 'internal error', reads and deletes "
+        "served; a restart reopens it); the server and every other stream go on.",
+        {"account": "str", "stream": "str", "error": "repr of the exception", "traceback": "str"},
+    ),
     "jetstream_storage_resumed": EventSpec(
         "warn", "A stream or RAFT group stopped by jetstream_storage_failed runs again, without a "
         "restart: a probe write and fsync in its directory succeeded and its files were put back "

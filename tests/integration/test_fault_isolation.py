@@ -144,8 +144,8 @@ async def test_an_exception_handling_a_route_closes_that_route_alone_and_it_come
         [error] = await wait_until(lambda: n1.events("connection_error"), "the route's failure logged")
         assert error["kind"] == "route" and "injected failure" in error["error"]
         assert error["peer_name"] == "n0" and "Traceback" in error["traceback"]
-        closed = await wait_until(lambda: n1.events("route_closed"), "the route closed")
-        assert closed[0]["reason"] == "Internal Server Error"
+        await wait_until(lambda: [e for e in n1.events("route_closed") if e["reason"] == "Internal Server Error"],
+                         "the route closed as Internal Server Error")
 
         # both servers are still up, and the route is dialled again
         n1.server.publish_from_route = type(n1.server).publish_from_route.__get__(n1.server)
@@ -158,3 +158,52 @@ async def test_an_exception_handling_a_route_closes_that_route_alone_and_it_come
         assert await sub.line() == b"b"
         for node in (n0, n1):
             node.server.shutdown()
+
+
+async def request(raw: Raw, subject: str, body: bytes) -> dict:
+    """Publish ``body`` with a reply subject and return the JSON answer."""
+    await raw.send(b"PUB %s _INBOX.r %d\r\n%s\r\n" % (subject.encode(), len(body), body))
+    head = await raw.line()
+    assert head.startswith(b"MSG _INBOX.r 1 "), head
+    return json.loads(await raw.line())
+
+
+async def test_an_exception_in_one_stream_stops_that_stream_alone(tmp_path, monkeypatch):
+    from jetraft.jetstream.api import JetStreamAccount
+
+    calls = []
+    original = JetStreamAccount.publish
+
+    def publish(self, entry, subject, *args, **kwargs):
+        calls.append(entry.name)
+        if entry.name == "A":
+            raise RuntimeError("stream fault (injected)")
+        return original(self, entry, subject, *args, **kwargs)
+
+    monkeypatch.setattr(JetStreamAccount, "publish", publish)
+    node = Node("n1", f'host: 127.0.0.1\nport: -1\njetstream {{ store_dir: "{tmp_path}" }}\n')
+    server = node.server
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.serve)
+        raw = await Raw.open(server.client_port)
+        await raw.send(b'CONNECT {"verbose":false}\r\nSUB _INBOX.r 1\r\nSUB plain 2\r\n')
+        for name in ("A", "B"):
+            created = await request(raw, f"$JS.API.STREAM.CREATE.{name}",
+                                    json.dumps({"name": name, "subjects": [f"{name.lower()}.>"]}).encode())
+            assert "error" not in created, created
+        internal = {"code": 500, "err_code": 10051, "description": "internal error"}
+        assert await request(raw, "a.x", b"1") == {"error": internal, "stream": "A", "seq": 0}
+        [failed] = node.events("jetstream_stream_failed")
+        assert (failed["stream"], "stream fault (injected)" in failed["error"]) == ("A", True)
+        assert "Traceback" in failed["traceback"]
+        # refused at once from now on, without touching the stream again
+        assert await request(raw, "a.x", b"2") == {"error": internal, "stream": "A", "seq": 0}
+        assert calls.count("A") == 1
+        # the other stream, the API, core NATS and the connection go on
+        assert await request(raw, "b.x", b"3") == {"stream": "B", "seq": 1}
+        info = await request(raw, "$JS.API.STREAM.INFO.A", b"")
+        assert info["state"]["messages"] == 0
+        await raw.send(b"PUB plain 2\r\nok\r\n")
+        assert (await raw.line(), await raw.line()) == (b"MSG plain 2 2", b"ok")
+        assert not node.events("connection_error")
+        server.shutdown()

@@ -45,15 +45,24 @@ fails *freezes* that stream (:attr:`JetStreamService.frozen`) and logs
   rolled back messages are forgotten), its consumers' state files are written again, and
   the stream runs again (``jetstream_storage_resumed``). No restart is needed.
 
+Any other exception while handling one stream's input or timers (a publish, an ack, a flow
+control answer, a poll of its consumers) is a fault of that stream alone: it is frozen the
+same way, for good (no resume attempts: the same input would raise again; a restart reopens
+it), the request that raised gets nats-server's 500 error 10051 ``internal error``, and
+``jetstream_stream_failed`` carries the traceback. (A JetStream API request that raises is
+answered by :meth:`JetStreamAccount.handle_api` itself and freezes nothing.)
+
 Core NATS, every other stream and every other account go on throughout.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 import time
+import traceback
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -66,6 +75,7 @@ from jetraft.jetstream.api import (
     ACK_PREFIX,
     API_PREFIX,
     FC_PREFIX,
+    INTERNAL_ERROR_TEXT,
     JetStreamAccount,
     Reply,
     _json_bytes,
@@ -96,6 +106,15 @@ EXPIRY_CHECK_S = 0.25
 #: files). Reads and deletes are served.
 _FROZEN_REFUSED = frozenset({"STREAM.PURGE", "STREAM.MSG.DELETE", "STREAM.UPDATE",
                             "CONSUMER.CREATE", "CONSUMER.DURABLE"})
+
+
+def _refusal_error(exc: BaseException) -> E.JSApiError:
+    """What a request refused because its stream stopped after ``exc`` gets: the storage
+    failure's error (:func:`storage_api_error`), or 10051 (500) ``internal error`` for a
+    fault that is not one."""
+    if isinstance(exc, (StorageError, OSError)):
+        return storage_api_error(exc)
+    return E.stream_general(INTERNAL_ERROR_TEXT)
 
 
 def default_store_dir() -> str:
@@ -418,6 +437,18 @@ class JetStreamService:
             path=path or getattr(exc, "path", None) or getattr(exc, "filename", None),
             op=op, error=str(exc))
 
+    def _fault(self, account: str, stream: str, exc: BaseException) -> None:
+        """Stop ``stream`` for good after ``exc``, an exception that is not a storage
+        failure (see the module docstring); logs ``jetstream_stream_failed`` once."""
+        acc = self.accounts.get(account)
+        entry = acc.streams.get(stream) if acc is not None else None
+        if entry is None:
+            return
+        now = trio.current_time()
+        self.frozen[(account, stream)] = Frozen(account, stream, entry.stream.store, exc, now, math.inf)
+        self.server.events.emit("jetstream_stream_failed", account=account, stream=stream,
+                                error=repr(exc), traceback="".join(traceback.format_exception(exc)))
+
     def _guarded(self, account: str, stream: str | None, reply: str | None,
                  make_error: Callable[[E.JSApiError], Outbound | None] | None,
                  call: Callable[[], list[Reply] | None]) -> list[Reply] | None:
@@ -441,6 +472,15 @@ class JetStreamService:
             err = storage_api_error(exc)
             if make_error is not None and reply:
                 refusal = make_error(err)
+                if refusal is not None:
+                    self._queue_replies(account, [Reply(refusal)], frozenset(), None)
+            return []
+        except Exception as exc:  # noqa: BLE001 - a fault of this stream alone
+            touched.clear()
+            if stream is not None:
+                self._fault(account, stream, exc)
+            if make_error is not None and reply:
+                refusal = make_error(_refusal_error(exc))
                 if refusal is not None:
                     self._queue_replies(account, [Reply(refusal)], frozenset(), None)
             return []
@@ -551,7 +591,7 @@ class JetStreamService:
         fr = self._frozen_now(acc, name)
         if fr is not None:
             if reply:
-                self._enqueue(account, [Reply(refusal(storage_api_error(fr.error)))])
+                self._enqueue(account, [Reply(refusal(_refusal_error(fr.error)))])
             return True
         self._guarded(account, name, reply, refusal,
                       lambda: acc.publish(entry, subject, reply, headers, payload, now))
@@ -571,7 +611,7 @@ class JetStreamService:
                     if len(tokens) == 7 else False      # dropped: the client's pull expires
             if kind in _FROZEN_REFUSED:
                 if reply:
-                    err = storage_api_error(fr.error)
+                    err = _refusal_error(fr.error)
                     rtype = _response_type(tokens)
                     body = {**E.error_response(rtype, err), **_ERROR_EXTRAS.get(rtype, {})}
                     self._enqueue(acc.name, [Reply(Outbound(reply, None, None, _json_bytes(body)))])

@@ -340,13 +340,13 @@ class JetStreamService:
             now = time.time_ns()
             dirty, self._interest_dirty = self._interest_dirty, set()
             for name, acc in self.accounts.items():
-                if name in dirty:
-                    self._enqueue(name, acc.interest_changed(now))
+                changed = name in dirty     # push consumers re-check their interest first
                 for sname in list(acc.streams):
                     if (name, sname) in self.frozen:
                         continue
                     self._guarded(name, sname, None, None,
-                                  lambda acc=acc, sname=sname: acc.poll_stream(sname, now))
+                                  lambda acc=acc, sname=sname, changed=changed:
+                                  acc.poll_stream(sname, now, interest_changed=changed))
 
     async def _state_writer(self) -> None:
         while True:

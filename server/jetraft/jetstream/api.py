@@ -536,15 +536,6 @@ class JetStreamAccount:
         """Whether any stream has a max_age, so the caller polls periodically."""
         return any(e.stream.config.max_age > 0 for e in self.streams.values())
 
-    def interest_changed(self, now_ns: int) -> list[Reply]:
-        """A subscription came or went: push consumers may start delivering."""
-        out: list[Reply] = []
-        for entry in self.streams.values():
-            for consumer in entry.consumers.values():
-                if consumer.config.deliver_subject:
-                    out.extend(Reply(m) for m in consumer.poll(now_ns))
-        return out
-
     def _consumer_from_subject(self, subject: str, prefix: str) -> tuple[StreamEntry, Consumer] | None:
         tokens = subject[len(prefix):].split(".")
         if len(tokens) >= 9 and subject.startswith(ACK_PREFIX) and len(tokens) != 7:

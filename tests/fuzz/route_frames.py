@@ -34,6 +34,8 @@ _ENCODERS = {
     rp.RouteMsg: lambda f: rp.encode_msg(f.account, f.subject, f.reply, f.headers, f.payload,
                                          f.queues, f.deliver_as),
     rp.AppFrame: lambda f: rp.encode_app(f.kind, f.body),
+    rp.RouteSubs: lambda f: rp.encode_subs(f.account, f.subjects),
+    rp.RouteUnsubs: lambda f: rp.encode_unsubs(f.account, f.subjects),
 }
 
 

@@ -208,9 +208,9 @@ class FakePeer:
         return cls(trio.SocketStream(sock))
 
     async def hello(self, *, cluster: str = "C1", name: str = "fake", user=None, password=None,
-                    server_id: str | None = None) -> None:
+                    server_id: str | None = None, minor: int = 0) -> None:
         info = rp.RouteInfo(server_name=name, server_id=server_id or "NFAKE" + name.upper(),
-                            cluster=cluster, listen="127.0.0.1:1")
+                            cluster=cluster, listen="127.0.0.1:1", minor=minor)
         await self.stream.send_all(rp.encode_connect(user, password) + rp.encode_info(info))
 
     async def next(self, kind: type, timeout: float = DEADLINE):
@@ -445,4 +445,195 @@ async def test_connections_in_their_handshake_are_bounded(monkeypatch):
         await peer.hello()
         await peer.next(rp.RouteInfo)
         await wait_until(lambda: "fake" in node.routes.peers, "the fake peer registered")
+        node.server.shutdown()
+
+
+# ---------------------------------------------------------------- interest in many subjects at once
+
+
+def stream_subjects(prefix: str, n: int) -> list[str]:
+    """``n`` distinct subjects as a stream has them: literals, some ending in ``*`` or ``>``."""
+    return [f"{prefix}.{i}.{'*' if i % 20 == 0 else '>' if i % 20 == 1 else 'x'}" for i in range(n)]
+
+
+def count_calls(obj: object, name: str) -> list:
+    """Wrap the bound method ``obj.name`` so that each call's arguments are recorded."""
+    calls: list = []
+    original = getattr(obj, name)
+
+    def wrapper(*args):
+        calls.append(args)
+        return original(*args)
+
+    setattr(obj, name, wrapper)
+    return calls
+
+
+async def test_a_batch_of_interests_arrives_whole_in_order_and_is_announced_once_per_frame(tmp_path):
+    """A stream leader's interest in thousands of subjects (add_internal_interests) reaches the
+    peer in SUBS frames: the frame after it on the route finds every subject there, in order;
+    the peer's JetStream hears of it once per frame, not once per subject; and the peer's other
+    tasks run between slices of the batch instead of waiting for all of it."""
+    from jetraft.net import route as route_module
+    ports = [free_port(), free_port()]
+    n1 = Node("n1", route_config("n1", ports[0], [ports[1]]))
+    n2 = Node("n2", route_config("n2", ports[1], [], extra=f'jetstream {{ store_dir: "{tmp_path}" }}'))
+    interest_changed = count_calls(n2.server.jetstream, "interest_changed")
+    marks: list[tuple[bytes, list[str]]] = []
+
+    def on_mark(src: str, body: bytes) -> None:  # what n2 holds when the frame after arrives
+        conn = n2.routes.peers["n1"]._conn
+        marks.append((body, [subject for (acc, subject, _q) in conn.interest if acc == "$G"]))
+
+    n2.routes.on_app("mark", on_mark)
+    subjects = stream_subjects("orders", 3 * route_module.INTEREST_SLICE)  # < BATCH_SUBJECTS
+    assert len(subjects) < rp.BATCH_SUBJECTS
+    seen: set[int] = set()  # n2's count of n1's $G interest, each time another task ran
+
+    async def watch() -> None:
+        while True:
+            index = n2.routes._remote.get("$G")
+            seen.add(len(index) if index is not None else 0)
+            await trio.sleep(0)
+
+    async with trio.open_nursery() as nursery:
+        await start_nodes(nursery, n1, n2)
+        await wait_until(lambda: mesh_formed(n1, n2), "the route")
+        assert n1.routes.send_app("n2", "mark", b"up")  # after the interest table of route-up
+        await wait_until(lambda: marks, "the first mark")
+        assert marks[0] == (b"up", [])
+        interest_changed.clear()
+        nursery.start_soon(watch)
+
+        n1.routes.add_internal_interests("$G", subjects)
+        n1.routes.send_app("n2", "mark", b"subs")
+        await wait_until(lambda: len(marks) == 2, "the mark after the batch")
+        assert marks[1] == (b"subs", subjects)  # whole, in order, before the next frame
+        assert interest_changed == [("$G",)]  # once for the frame of 3,000 subjects
+        assert all(n2.routes.has_remote_interest("$G", s.replace("*", "y").replace(">", "z"))
+                   for s in subjects)
+        assert not n2.routes.has_remote_interest("$G", "orders.x.x")
+        assert any(0 < count < len(subjects) for count in seen), sorted(seen)  # others ran midway
+
+        # references are counted as add_internal_interest counts them: only the subjects that
+        # lose their last reference are withdrawn, in one UNSUBS
+        n1.routes.add_internal_interests("$G", subjects[:10])
+        n1.routes.remove_internal_interests("$G", subjects[::2])
+        n1.routes.send_app("n2", "mark", b"unsubs")
+        await wait_until(lambda: len(marks) == 3, "the mark after the withdrawal")
+        kept = [s for i, s in enumerate(subjects) if i % 2 or i < 10]
+        assert sorted(marks[2][1]) == sorted(kept)
+        assert interest_changed == [("$G",), ("$G",)]
+        n1.routes.remove_internal_interests("$G", subjects + subjects[1:10:2])  # every reference
+        await wait_until(lambda: n2.routes.remote_subscription_count() == len(n1.routes._plain),
+                         "every $G interest withdrawn")
+        assert "$G" not in {acc for acc, _ in n1.routes._plain}
+
+        # a stream's 10,000 subjects: three frames, three announcements, the same interest
+        many = stream_subjects("big", 10_000)
+        interest_changed.clear()
+        n1.routes.add_internal_interests("$G", many)
+        n1.routes.send_app("n2", "mark", b"many")
+        await wait_until(lambda: len(marks) == 4, "the mark after 10,000 subjects")
+        assert marks[3] == (b"many", many)
+        assert interest_changed == [("$G",)] * 3  # 4096 + 4096 + 1808
+        n1.server.shutdown()
+        n2.server.shutdown()
+        nursery.cancel_scope.cancel()
+
+
+async def frames_until_mark(peer: FakePeer) -> list:
+    """Every frame the fake peer receives until an APP frame of kind ``mark`` (excluded)."""
+    out = []
+    while True:
+        frame = await peer.next(object)
+        if isinstance(frame, rp.AppFrame) and frame.kind == "mark":
+            return out
+        out.append(frame)
+
+
+async def test_a_peer_of_minor_0_gets_one_sub_per_subject_and_a_peer_of_minor_1_subs_frames():
+    """A server that does not announce minor 1 (one of an older release, during a rolling
+    upgrade) never receives a frame kind it does not know: the same interest reaches it as
+    SUB/UNSUB frames, in the same order, in the route-up table as in later changes."""
+    port = free_port()
+    node = Node("n1", route_config("n1", port, []))
+    before = ["early.1", "early.*", "early.>"]
+    after = stream_subjects("late", 5)
+    async with trio.open_nursery() as nursery:
+        await start_nodes(nursery, node)
+        node.routes.add_internal_interests("$G", before)
+        node.routes.add_internal_interest("$G", "work", "workers")  # a queue group: SUB + weight
+        old, new = await FakePeer.dial(port), await FakePeer.dial(port)
+        await old.hello(name="old")
+        await new.hello(name="new", minor=1)
+        for peer in (old, new):
+            info = await peer.next(rp.RouteInfo)
+            assert (info.version, info.minor) == (1, 1)  # this server announces minor 1
+        await wait_until(lambda: {"old", "new"} <= set(node.routes.peers), "both registered")
+        assert node.routes.send_app("old", "mark", b"") and node.routes.send_app("new", "mark", b"")
+
+        def mine(frames: list) -> list:
+            return [f for f in frames if getattr(f, "account", None) == "$G"]
+
+        assert mine(await frames_until_mark(old)) == [
+            *(rp.RouteSub("$G", s) for s in before), rp.RouteSub("$G", "work", "workers", 1)]
+        assert mine(await frames_until_mark(new)) == [
+            rp.RouteSubs("$G", tuple(before)), rp.RouteSub("$G", "work", "workers", 1)]
+
+        node.routes.add_internal_interests("$G", after)
+        node.routes.remove_internal_interests("$G", [after[3], "never.added", after[0]])
+        for peer in ("old", "new"):
+            node.routes.send_app(peer, "mark", b"")
+        assert mine(await frames_until_mark(old)) == [
+            *(rp.RouteSub("$G", s) for s in after), rp.RouteUnsub("$G", after[3]),
+            rp.RouteUnsub("$G", after[0])]
+        assert mine(await frames_until_mark(new)) == [
+            rp.RouteSubs("$G", tuple(after)), rp.RouteUnsubs("$G", (after[3], after[0]))]
+        node.server.shutdown()
+
+
+async def test_subs_from_a_peer_are_applied_before_the_frames_after_them():
+    """The receiving side: a SUBS frame larger than one slice, then an UNSUB, a SUB and an
+    UNSUBS of some of its subjects, then a mark: the mark sees the end state, as if every
+    subject had come in a SUB frame of its own. A SUBS before the handshake, or with an
+    invalid subject, closes the route."""
+    from jetraft.net import route as route_module
+    port = free_port()
+    node = Node("n1", route_config("n1", port, []))
+    subjects = stream_subjects("in", 2 * route_module.INTEREST_SLICE + 500)
+    marks: list[list[str]] = []
+
+    def on_mark(src: str, body: bytes) -> None:
+        conn = node.routes.peers["fake"]._conn
+        marks.append([subject for (acc, subject, _q) in conn.interest if acc == "APP"])
+
+    node.routes.on_app("mark", on_mark)
+    changed = count_calls(node.server, "subscriptions_changed")
+    async with trio.open_nursery() as nursery:
+        await start_nodes(nursery, node)
+        early = await FakePeer.dial(port)
+        await early.stream.send_all(rp.encode_connect(None, None) + rp.encode_subs("APP", ["a"]))
+        err = await early.next(rp.RouteErr)
+        assert err.code == rp.ERR_PROTOCOL and "RouteSubs before the handshake finished" in err.text
+
+        peer = await FakePeer.dial(port)
+        await peer.hello(minor=1)
+        await peer.next(rp.RouteInfo)
+        await wait_until(lambda: "fake" in node.routes.peers, "the fake peer registered")
+        changed.clear()
+        await peer.stream.send_all(
+            rp.encode_subs("APP", subjects) + rp.encode_unsub("APP", subjects[0])
+            + rp.encode_sub("APP", subjects[0]) + rp.encode_unsubs("APP", subjects[1:3])
+            + rp.encode_subs("APP", [subjects[5]]) + rp.encode_app("mark", b""))
+        await wait_until(lambda: marks, "the mark")
+        assert marks == [[*subjects[3:], subjects[0]]]
+        assert node.routes.has_remote_interest("APP", "in.0.y") and not node.routes.has_remote_interest("APP", "in.1.q")
+        assert [c for c in changed if c == ("APP",)] == [("APP",)] * 4  # SUBS, UNSUB, SUB, UNSUBS
+
+        await peer.stream.send_all(rp.encode_subs("APP", ["ok.1", "bad..subject", "ok.2"]))
+        err = await peer.next(rp.RouteErr)
+        assert err.code == rp.ERR_PROTOCOL and "invalid subject in SUBS: 'bad..subject'" in err.text
+        await wait_until(lambda: "fake" not in node.routes.peers, "the route closed")
+        assert node.routes.remote_subscription_count() == 0  # what it had sent is forgotten
         node.server.shutdown()

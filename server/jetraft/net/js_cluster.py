@@ -558,9 +558,8 @@ class ClusterJetStream:
     def _set_leader_interest(self, key: tuple[str, str], on: bool) -> None:
         account, stream = key
         held = self._interest.pop(key, None)
-        if held:
-            for subject in held:
-                self.routes.remove_internal_interest(account, subject)
+        if held:  # one batch: a stream's subjects go in a few route frames, not one each
+            self.routes.remove_internal_interests(account, held)
         if not on:
             return
         acc = self.service.accounts.get(account)
@@ -569,8 +568,7 @@ class ClusterJetStream:
             return
         subjects = [*entry.stream.config.subjects, f"$JS.ACK.{stream}.>", f"$JS.FC.{stream}.>",
                     *(s.format(stream) for s in _LEADER_API_SUBJECTS)]
-        for subject in subjects:
-            self.routes.add_internal_interest(account, subject)
+        self.routes.add_internal_interests(account, subjects)
         self._interest[key] = subjects
 
     def _answer_create(self, key: tuple[str, str], reply: str) -> None:

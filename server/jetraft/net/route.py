@@ -36,6 +36,14 @@ keeps at most one route per remote server. It follows nats-server server/route.g
   UNSUB; a queue group's SUB carries its member count as weight (route.go
   updateRouteSubscriptionMap, ``RS+ account subject queue weight``). A route that comes up
   gets the whole table; the interest a peer sent is forgotten when its route goes down.
+  Many subjects at once (a stream leader's interest in its stream's subjects:
+  :meth:`RouteManager.add_internal_interests`) go as SUBS/UNSUBS frames, a few per batch, to
+  peers whose INFO announces protocol minor 1, and as one SUB/UNSUB per subject to older
+  peers. On the receiving side interest frames are applied in slices of
+  :data:`INTEREST_SLICE` subjects; between slices the reader lets other tasks run, and the
+  frames after them on the same route wait (order is kept). A SUBS/UNSUBS frame tells the
+  server (``Server.subscriptions_changed``, and through it JetStream) once, not once per
+  subject.
 - **Output.** Each route has an outbound queue drained by one sender task that writes
   everything queued in one ``send_all`` (many small frames coalesce into one write). Past
   half of ``max_pending`` bytes queued, APP frames of kind ``"raft"`` are dropped (RAFT
@@ -45,6 +53,7 @@ keeps at most one route per remote server. It follows nats-server server/route.g
 The public API used by other layers: :attr:`RouteManager.peers`, :meth:`~RouteManager.send_app`,
 :meth:`~RouteManager.on_app`, :meth:`~RouteManager.on_peer_change`,
 :meth:`~RouteManager.add_internal_interest`, :meth:`~RouteManager.remove_internal_interest`,
+:meth:`~RouteManager.add_internal_interests`, :meth:`~RouteManager.remove_internal_interests`,
 :meth:`~RouteManager.has_remote_interest`. Routed messages reach
 ``Server.publish_from_route``.
 """
@@ -54,7 +63,7 @@ from __future__ import annotations
 import random
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import trio
@@ -88,6 +97,9 @@ READ_SIZE = 262144
 #: strangers on the route port can make the server hold (128 x 64 KiB).
 MAX_PENDING_ROUTES = 128
 _WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
+#: Subjects of interest (SUB/UNSUB frames, or subjects of SUBS/UNSUBS frames) a route's reader
+#: applies before it lets other tasks run: about 2 ms of work (bounded work on the loop).
+INTEREST_SLICE = 1000
 
 
 def format_addr(host: str, port: int) -> str:
@@ -213,12 +225,18 @@ class RouteConnection(StreamConnection):
         self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
         self.dropped_frames = 0
         self.pings_out = 0
+        self.interest_work = 0  # subjects of interest applied since the reader last yielded
         self._out: list[bytes] = []
         self._pending = 0
 
     @property
     def remote(self) -> str:
         return format_addr(self.ip, self.port)
+
+    @property
+    def reads_batches(self) -> bool:
+        """Whether the remote reads SUBS/UNSUBS frames (its INFO announces minor >= 1)."""
+        return self.info is not None and self.info.minor >= 1
 
     @property
     def pending_bytes(self) -> int:
@@ -323,6 +341,7 @@ class RouteConnection(StreamConnection):
             self.last_activity_ns = now
             if self.peer is not None:
                 self.peer.last_seen_ns = now
+            self.interest_work = 0
             try:
                 frames = parser.feed(data)
             except rp.RouteProtocolError as exc:
@@ -347,10 +366,44 @@ class RouteConnection(StreamConnection):
                         server.after_read()             # before yielding to other tasks
                         await self._on_connect(frame)
                         server.in_read = True
+                    elif (kind is rp.RouteSubs or kind is rp.RouteUnsubs) and self.registered:
+                        await self._interest_batch(frame)
                     else:
                         self._control(frame)
+                        if self.interest_work >= INTEREST_SLICE:
+                            await self._yield_to_loop()
             finally:
                 server.after_read()         # RAFT work and output of this read, at once
+
+    async def _yield_to_loop(self) -> None:
+        """Let other tasks run in the middle of a read (its output and RAFT work go first)."""
+        server = self.server
+        server.after_read()
+        await trio.sleep(0)
+        server.in_read = True
+        self.interest_work = 0
+
+    async def _interest_batch(self, frame: rp.RouteSubs | rp.RouteUnsubs) -> None:
+        """Apply a SUBS/UNSUBS frame, :data:`INTEREST_SLICE` subjects at a time, yielding to
+        other tasks between slices; the frames after it wait. The server is told once."""
+        manager = self.manager
+        apply = manager._remote_subs if type(frame) is rp.RouteSubs else manager._remote_unsubs
+        account, subjects = frame.account, frame.subjects
+        changed = False
+        start, total = 0, len(subjects)
+        while start < total:
+            if self.interest_work >= INTEREST_SLICE:
+                await self._yield_to_loop()
+                if not self.registered or self.close_reason is not None:
+                    break  # the route was closed or replaced: its interest is forgotten
+            end = min(total, start + INTEREST_SLICE - self.interest_work)
+            changed |= apply(self, account, subjects[start:end])
+            self.interest_work += end - start
+            start = end
+            if self.close_reason is not None:
+                break
+        if changed:
+            self.server.subscriptions_changed(account)
 
     def _control(self, frame: rp.Frame) -> None:
         kind = type(frame)
@@ -371,8 +424,10 @@ class RouteConnection(StreamConnection):
         elif kind is rp.AppFrame:
             manager._app(self, frame)
         elif kind is rp.RouteSub:
+            self.interest_work += 1
             manager._remote_sub(self, frame)
         elif kind is rp.RouteUnsub:
+            self.interest_work += 1
             manager._remote_unsub(self, frame)
 
     async def _on_connect(self, frame: rp.RouteConnect) -> None:
@@ -507,6 +562,42 @@ class RouteManager:
         """Drop one reference taken by :meth:`add_internal_interest`."""
         self.local_interest(account, subject, queue, -1)
 
+    def add_internal_interests(self, account: str, subjects: Iterable[str]) -> None:
+        """:meth:`add_internal_interest` (plain, no queue) for each of ``subjects``, in order,
+        with the same effect on every peer; the subjects that gain their first reference go
+        to each peer as SUBS frames (one per :data:`~jetraft.protocol.route.BATCH_SUBJECTS`)
+        or, to a peer of protocol minor 0, as one SUB each. O(len(subjects)), no per-subject
+        frame: for a stream's thousands of subjects."""
+        plain = self._plain
+        new: list[str] = []
+        for subject in subjects:
+            key = (account, subject)
+            count = plain.get(key, 0) + 1
+            plain[key] = count
+            if count == 1:
+                new.append(subject)
+        if new:
+            self._broadcast_plain(account, new, add=True)
+
+    def remove_internal_interests(self, account: str, subjects: Iterable[str]) -> None:
+        """Drop one reference of each of ``subjects`` taken by :meth:`add_internal_interests`
+        (or :meth:`add_internal_interest`), in order; the interest that disappears goes to the
+        peers as UNSUBS frames (UNSUB each for a peer of minor 0)."""
+        plain = self._plain
+        gone: list[str] = []
+        for subject in subjects:
+            key = (account, subject)
+            count = plain.get(key)
+            if count is None:
+                continue
+            if count > 1:
+                plain[key] = count - 1
+            else:
+                del plain[key]
+                gone.append(subject)
+        if gone:
+            self._broadcast_plain(account, gone, add=False)
+
     def has_remote_interest(self, account: str, subject: str) -> bool:
         """Whether any peer has interest (plain or queue) matching the literal ``subject``."""
         index = self._remote.get(account)
@@ -567,9 +658,35 @@ class RouteManager:
             if peer._conn is not None:
                 peer._conn.send(frame)
 
-    def _interest_table(self) -> bytes:
-        """Every local interest as SUB frames, for a route that just came up."""
-        out = [rp.encode_sub(account, subject) for account, subject in self._plain]
+    def _broadcast_plain(self, account: str, subjects: list[str], *, add: bool) -> None:
+        """Plain interest in ``subjects`` appeared (``add``) or disappeared: SUBS/UNSUBS
+        frames to the peers that read them, one SUB/UNSUB per subject to the others (each
+        encoding made once, shared by the peers)."""
+        batch = single = None
+        for peer in self.peers.values():
+            conn = peer._conn
+            if conn is None:
+                continue
+            if conn.reads_batches:
+                if batch is None:
+                    batch = (rp.encode_subs if add else rp.encode_unsubs)(account, subjects)
+                conn.send(batch)
+            else:
+                if single is None:
+                    encode = rp.encode_sub if add else rp.encode_unsub
+                    single = b"".join([encode(account, subject) for subject in subjects])
+                conn.send(single)
+
+    def _interest_table(self, conn: RouteConnection) -> bytes:
+        """Every local interest, for ``conn`` that just came up: plain interest as SUBS
+        frames per account (SUB frames for a peer of minor 0), queue groups as SUB frames."""
+        if conn.reads_batches:
+            accounts: dict[str, list[str]] = {}
+            for account, subject in self._plain:
+                accounts.setdefault(account, []).append(subject)
+            out = [rp.encode_subs(account, subjects) for account, subjects in accounts.items()]
+        else:
+            out = [rp.encode_sub(account, subject) for account, subject in self._plain]
         out += [rp.encode_sub(a, s, q, n) for (a, s, q), n in self._queues.items()]
         return b"".join(out)
 
@@ -592,6 +709,45 @@ class RouteManager:
             return
         conn.interest[key] = rsub
         self.server.subscriptions_changed(frame.account)
+
+    def _remote_subs(self, conn: RouteConnection, account: str, subjects: tuple[str, ...]) -> bool:
+        """Plain interest of ``conn``'s peer in each of ``subjects`` (part of a SUBS frame), as
+        :meth:`_remote_sub` without telling the server. True when any interest was added. An
+        invalid subject refuses the route (what came before it stays until the route closes)."""
+        index = self._remote.get(account)
+        if index is None:
+            index = self._remote[account] = SubjectIndex()
+        interest = conn.interest
+        insert = index.insert
+        changed = False
+        for subject in subjects:
+            key = (account, subject, None)
+            if key in interest:
+                continue  # plain interest again: its weight stays 1
+            rsub = RemoteSub(conn, subject, None, 1)
+            try:
+                insert(subject, rsub)
+            except ValueError:
+                conn.refuse(rp.ERR_PROTOCOL, f"invalid subject in SUBS: {subject!r}")
+                return changed
+            interest[key] = rsub
+            changed = True
+        return changed
+
+    def _remote_unsubs(self, conn: RouteConnection, account: str, subjects: tuple[str, ...]) -> bool:
+        """Plain interest in each of ``subjects`` withdrawn (part of an UNSUBS frame), as
+        :meth:`_remote_unsub` without telling the server. True when any was removed."""
+        index = self._remote.get(account)
+        if index is None:
+            return False
+        interest = conn.interest
+        changed = False
+        for subject in subjects:
+            rsub = interest.pop((account, subject, None), None)
+            if rsub is not None:
+                index.remove(subject, rsub)
+                changed = True
+        return changed
 
     def _remote_unsub(self, conn: RouteConnection, frame: rp.RouteUnsub) -> None:
         rsub = conn.interest.pop((frame.account, frame.subject, frame.queue), None)
@@ -640,7 +796,7 @@ class RouteManager:
         return rp.RouteInfo(
             server_name=server.server_name, server_id=server.server_id, cluster=self.cluster_name,
             tags=tuple(cfg.server_tags), jetstream=server.jetstream is not None, listen=listen,
-            routes=tuple(sorted(known)), client_url=client_url)
+            routes=tuple(sorted(known)), client_url=client_url, minor=rp.MINOR)
 
     def _validate(self, conn: RouteConnection, info: rp.RouteInfo) -> tuple[str, str] | None:
         server = self.server
@@ -730,7 +886,7 @@ class RouteManager:
         conn.peer = peer
         conn.registered = True
         conn.parser.max_frame = rp.MAX_FRAME
-        table = self._interest_table()
+        table = self._interest_table(conn)
         if table:
             conn.send(table)
         self.events.emit("route_connected", peer_name=name, peer_id=info.server_id, remote=conn.remote,

@@ -16,16 +16,37 @@ then one msgpack value, always an array whose first element is the frame kind (a
     [8, account, subject, reply|nil, headers|nil,      MSG      a routed message
         payload, [queue, ...], deliver_as|nil]
     [9, kind, body]                                    APP      opaque frames of other layers
+    [10, account, [subject, ...]]                      SUBS     plain interest in many subjects
+    [11, account, [subject, ...]]                      UNSUBS   that interest removed
 
 Strings are msgpack str (UTF-8; subjects that came from clients as arbitrary bytes round-trip
 through ``surrogateescape``), ``headers``, ``payload`` and ``body`` are msgpack bin. The INFO
-map holds ``version`` (int, :data:`VERSION`), ``server_name``, ``server_id``, ``cluster``
+map holds ``version`` (int, :data:`VERSION`), ``minor`` (int, :data:`MINOR`; 0 when absent),
+``server_name``, ``server_id``, ``cluster``
 (str), ``tags`` (list of str), ``jetstream`` (bool), ``listen`` (``"host:port"`` of the route
 listener; an empty host means "the address you see me from"), ``routes`` (list of
 ``"host:port"`` route addresses this server knows: implicit discovery, as nats-server's
 route gossip in route.go forwardNewRouteInfoToKnownServers) and ``client_url``
 (``"host:port"`` of the client listener, or nil); unknown keys are ignored so later versions
 can add fields.
+
+SUBS and UNSUBS (minor 1) are shorthands: ``[10, account, [s1, s2, ...]]`` means exactly the
+SUB frames ``[6, account, s1, nil, 1]``, ``[6, account, s2, nil, 1]``... in that order (plain
+interest, no queue), UNSUBS likewise the UNSUB frames ``[7, account, s, nil]``; the receiver
+applies them all before the frames that follow on the route, and may tell the layers above
+once per frame rather than once per subject. The list is never empty; :func:`encode_subs`
+cuts a long list into frames of at most :data:`BATCH_SUBJECTS` subjects and
+:data:`BATCH_CHARS` characters. They carry a stream's subjects (a JetStream stream leader's
+interest: thousands of subjects in one frame instead of thousands of frames).
+
+Versions. ``version`` is compared for equality at the handshake: a peer with another
+version is refused (ERR ``protocol``); servers of version 1 already in the field do so, so
+``version`` changes only for changes that cannot coexist, and a cluster must then be stopped
+whole to upgrade. Frames added since are announced by ``minor`` instead: a server may send a
+frame of minor ``n`` only to a peer whose INFO has ``minor`` >= ``n``, and must send the
+older equivalent to the others. A server of minor 0 (no ``minor`` key; it ignores unknown INFO
+keys) thus keeps receiving SUB/UNSUB frames and never sees a kind it does not know, so a
+rolling upgrade keeps every route up. Minor 1 added SUBS and UNSUBS.
 
 MSG semantics (nats-server client.go processMsgResults / processInboundRoutedMsg): the
 receiver delivers to every local plain subscriber of ``subject`` and, for each name in
@@ -43,6 +64,7 @@ resynchronised). Imports nothing from jetraft; does no I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any, Union
 
 import msgpack
@@ -60,6 +82,9 @@ __all__ = [
     "PING",
     "PONG",
     "VERSION",
+    "BATCH_CHARS",
+    "BATCH_SUBJECTS",
+    "MINOR",
     "AppFrame",
     "Frame",
     "RouteConnect",
@@ -71,7 +96,9 @@ __all__ = [
     "RoutePong",
     "RouteProtocolError",
     "RouteSub",
+    "RouteSubs",
     "RouteUnsub",
+    "RouteUnsubs",
     "decode_frame",
     "encode_app",
     "encode_connect",
@@ -79,11 +106,21 @@ __all__ = [
     "encode_info",
     "encode_msg",
     "encode_sub",
+    "encode_subs",
     "encode_unsub",
+    "encode_unsubs",
 ]
 
 #: The protocol version carried in INFO; a peer with another version is refused.
 VERSION = 1
+#: The frames this server reads beyond version 1's, carried in INFO as ``minor`` (see the
+#: module docstring): 1 = SUBS and UNSUBS.
+MINOR = 1
+
+#: At most this many subjects, and this many characters of subjects, in one SUBS/UNSUBS frame
+#: written by :func:`encode_subs` / :func:`encode_unsubs` (a longer list takes more frames).
+BATCH_SUBJECTS = 4096
+BATCH_CHARS = 256 * 1024
 
 #: Largest frame accepted by default (bytes after the length prefix): 64 MiB.
 MAX_FRAME = 64 * 1024 * 1024
@@ -92,7 +129,7 @@ MAX_FRAME = 64 * 1024 * 1024
 #: routes. A stranger on the route port can make the server buffer no more than this.
 MAX_HANDSHAKE_FRAME = 64 * 1024
 
-K_INFO, K_CONNECT, K_ERR, K_PING, K_PONG, K_SUB, K_UNSUB, K_MSG, K_APP = range(1, 10)
+K_INFO, K_CONNECT, K_ERR, K_PING, K_PONG, K_SUB, K_UNSUB, K_MSG, K_APP, K_SUBS, K_UNSUBS = range(1, 12)
 
 #: ERR codes: what the refusing side tells the other (and logs in ``route_refused``).
 ERR_AUTH = "auth"              # bad or missing cluster credentials
@@ -126,6 +163,7 @@ class RouteInfo:
     routes: tuple[str, ...] = ()
     client_url: str | None = None
     version: int = VERSION
+    minor: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +220,23 @@ class RouteUnsub:
 
 
 @dataclass(frozen=True, slots=True)
+class RouteSubs:
+    """SUBS: plain interest in each of ``subjects`` (in order, at least one) in ``account``,
+    the same as one :class:`RouteSub` per subject (minor 1, see the module docstring)."""
+
+    account: str
+    subjects: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RouteUnsubs:
+    """UNSUBS: the same as one :class:`RouteUnsub` (no queue) per subject, in order (minor 1)."""
+
+    account: str
+    subjects: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class RouteMsg:
     """MSG: a message routed to the receiver (nats-server ``RMSG``), see the module docstring."""
 
@@ -203,7 +258,7 @@ class AppFrame:
 
 
 Frame = Union[RouteInfo, RouteConnect, RouteErr, RoutePing, RoutePong, RouteSub, RouteUnsub,
-              RouteMsg, AppFrame]
+              RouteMsg, AppFrame, RouteSubs, RouteUnsubs]
 
 
 # ---------------------------------------------------------------- encoding
@@ -222,7 +277,7 @@ PONG = _frame([K_PONG])
 def encode_info(info: RouteInfo) -> bytes:
     """The INFO frame for ``info``."""
     return _frame([K_INFO, {
-        "version": info.version, "server_name": info.server_name, "server_id": info.server_id,
+        "version": info.version, "minor": info.minor, "server_name": info.server_name, "server_id": info.server_id,
         "cluster": info.cluster, "tags": list(info.tags), "jetstream": info.jetstream,
         "listen": info.listen, "routes": list(info.routes), "client_url": info.client_url,
     }])
@@ -246,6 +301,34 @@ def encode_sub(account: str, subject: str, queue: str | None = None, weight: int
 def encode_unsub(account: str, subject: str, queue: str | None = None) -> bytes:
     """An UNSUB frame (interest removed)."""
     return _frame([K_UNSUB, account, subject, queue])
+
+
+def _encode_batch(kind: int, account: str, subjects: Iterable[str]) -> bytes:
+    out: list[bytes] = []
+    chunk: list[str] = []
+    chars = 0
+    for subject in subjects:
+        if chunk and (len(chunk) >= BATCH_SUBJECTS or chars + len(subject) > BATCH_CHARS):
+            out.append(_frame([kind, account, chunk]))
+            chunk, chars = [], 0
+        chunk.append(subject)
+        chars += len(subject)
+    if chunk:
+        out.append(_frame([kind, account, chunk]))
+    return b"".join(out)
+
+
+def encode_subs(account: str, subjects: Iterable[str]) -> bytes:
+    """SUBS frames for plain interest in each of ``subjects``, in order: one frame per
+    :data:`BATCH_SUBJECTS` subjects / :data:`BATCH_CHARS` characters; no bytes for none.
+    Only for a peer whose INFO has ``minor`` >= 1; others need :func:`encode_sub` per subject."""
+    return _encode_batch(K_SUBS, account, subjects)
+
+
+def encode_unsubs(account: str, subjects: Iterable[str]) -> bytes:
+    """UNSUBS frames: plain interest in each of ``subjects`` removed, in order (as
+    :func:`encode_subs`)."""
+    return _encode_batch(K_UNSUBS, account, subjects)
 
 
 def encode_msg(account: str, subject: str, reply: str | None, headers: bytes | None,
@@ -315,6 +398,9 @@ def _decode_info(row: list) -> RouteInfo:
     version = m.get("version")
     if type(version) is not int:
         raise _fail("INFO", "version", "an int", version)
+    minor = m.get("minor", 0)
+    if type(minor) is not int or not 0 <= minor < 1 << 31:
+        raise _fail("INFO", "minor", "an int from 0 to 2**31-1", minor)
     jetstream = m.get("jetstream", False)
     if type(jetstream) is not bool:
         raise _fail("INFO", "jetstream", "a bool", jetstream)
@@ -328,6 +414,7 @@ def _decode_info(row: list) -> RouteInfo:
         routes=_strs("INFO", "routes", m.get("routes", [])),
         client_url=_opt_str("INFO", "client_url", m.get("client_url")),
         version=version,
+        minor=minor,
     )
 
 
@@ -368,6 +455,22 @@ def _decode_unsub(row: list) -> RouteUnsub:
     _arity("UNSUB", row, 4)
     return RouteUnsub(_name("UNSUB", "account", row[1]), _name("UNSUB", "subject", row[2]),
                       _opt_name("UNSUB", "queue", row[3]))
+
+
+def _batch_subjects(kind: str, v: object) -> tuple[str, ...]:
+    if type(v) is not list or not v or not all(type(s) is str and s for s in v):
+        raise _fail(kind, "subjects", "a non-empty list of non-empty strings", v)
+    return tuple(v)
+
+
+def _decode_subs(row: list) -> RouteSubs:
+    _arity("SUBS", row, 3)
+    return RouteSubs(_name("SUBS", "account", row[1]), _batch_subjects("SUBS", row[2]))
+
+
+def _decode_unsubs(row: list) -> RouteUnsubs:
+    _arity("UNSUBS", row, 3)
+    return RouteUnsubs(_name("UNSUBS", "account", row[1]), _batch_subjects("UNSUBS", row[2]))
 
 
 def _decode_msg(row: list) -> RouteMsg:
@@ -411,7 +514,7 @@ _PONG = RoutePong()
 _DECODERS = {
     K_INFO: _decode_info, K_CONNECT: _decode_connect, K_ERR: _decode_err, K_PING: _decode_ping,
     K_PONG: _decode_pong, K_SUB: _decode_sub, K_UNSUB: _decode_unsub, K_MSG: _decode_msg,
-    K_APP: _decode_app,
+    K_APP: _decode_app, K_SUBS: _decode_subs, K_UNSUBS: _decode_unsubs,
 }
 
 

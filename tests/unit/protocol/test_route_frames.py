@@ -22,7 +22,9 @@ from jetraft.protocol.route import (
     RoutePong,
     RouteProtocolError,
     RouteSub,
+    RouteSubs,
     RouteUnsub,
+    RouteUnsubs,
 )
 
 INFO = RouteInfo(server_name="n1", server_id="NABC", cluster="C1", tags=("az:a", "ssd"),
@@ -46,6 +48,9 @@ FRAMES = [
     (rp.encode_msg("$G", "deliver.x", None, None, b"m", (), deliver_as="orders.new"),
      RouteMsg("$G", "deliver.x", None, None, b"m", (), "orders.new")),
     (rp.encode_app("raft", b"\x00\x01\xff"), AppFrame("raft", b"\x00\x01\xff")),
+    (rp.encode_info(RouteInfo("n2", "NDEF", "C1", minor=1)), RouteInfo("n2", "NDEF", "C1", minor=1)),
+    (rp.encode_subs("$G", ["orders.>", "a.*.c", "x"]), RouteSubs("$G", ("orders.>", "a.*.c", "x"))),
+    (rp.encode_unsubs("APP", ["orders.>"]), RouteUnsubs("APP", ("orders.>",))),
 ]
 
 
@@ -167,6 +172,21 @@ def test_frame_at_the_limit_is_accepted():
     (raw([9, "raft", "text"]), "APP: body: expected bytes"),
     (raw([9, "", b"x"]), "APP: kind"),
     (raw([9, 3, b"x"]), "APP: kind"),
+    (raw([1, {"version": 1, "server_name": "n", "server_id": "X", "minor": "1"}]), "INFO: minor"),
+    (raw([1, {"version": 1, "server_name": "n", "server_id": "X", "minor": -1}]), "INFO: minor"),
+    (raw([1, {"version": 1, "server_name": "n", "server_id": "X", "minor": True}]), "INFO: minor"),
+    (raw([10, "$G"]), "SUBS: expected 3 elements"),
+    (raw([10, "$G", ["a"], None]), "SUBS: expected 3 elements"),
+    (raw([10, "", ["a"]]), "SUBS: account"),
+    (raw([10, "$G", []]), "SUBS: subjects"),                          # never empty
+    (raw([10, "$G", "a"]), "SUBS: subjects"),
+    (raw([10, "$G", ["a", ""]]), "SUBS: subjects"),
+    (raw([10, "$G", ["a", b"b"]]), "SUBS: subjects"),
+    (raw([10, "$G", ["a", None]]), "SUBS: subjects"),
+    (raw([11, "$G", []]), "UNSUBS: subjects"),
+    (raw([11, None, ["a"]]), "UNSUBS: account"),
+    (raw([11, "$G", ["a"], 1]), "UNSUBS: expected 3 elements"),
+    (raw([12, "$G", ["a"]]), "unknown kind 12"),
 ])
 def test_malformed_frames_are_refused_with_a_reason(data, error):
     with pytest.raises(RouteProtocolError, match=error):
@@ -204,3 +224,54 @@ def test_the_handshake_frame_limit_refuses_a_big_announced_frame_before_bufferin
     info = rp.RouteInfo(server_name="n", server_id="N1", cluster="C", listen="127.0.0.1:1",
                         routes=tuple(f"10.0.{i // 256}.{i % 256}:6222" for i in range(2000)))
     assert len(rp.encode_info(info)) < rp.MAX_HANDSHAKE_FRAME  # an INFO naming 2,000 routes fits
+
+
+# ---------------------------------------------------------------- SUBS / UNSUBS (minor 1)
+
+
+def test_info_without_minor_is_a_minor_0_peer_and_this_server_announces_minor_1():
+    [info] = RouteParser().feed(raw([1, {"version": 1, "server_name": "n", "server_id": "X"}]))
+    assert info.minor == 0 and info.version == rp.VERSION == 1
+    assert rp.MINOR == 1
+    body = msgpack.unpackb(rp.encode_info(RouteInfo("n", "X", "C", minor=rp.MINOR))[4:])
+    assert body[1]["minor"] == 1 and body[1]["version"] == 1
+
+
+_subject = st.lists(st.text(min_size=1, max_size=8).filter(lambda t: "." not in t),
+                    min_size=1, max_size=4).map(".".join)
+
+
+@given(st.sampled_from(["$G", "APP"]), st.lists(_subject, max_size=300), st.booleans())
+def test_subs_and_unsubs_round_trip_any_subjects_in_order(account, subjects, add):
+    data = (rp.encode_subs if add else rp.encode_unsubs)(account, subjects)
+    frames = RouteParser().feed(data)
+    assert all(type(f) is (RouteSubs if add else RouteUnsubs) and f.account == account for f in frames)
+    assert [s for f in frames for s in f.subjects] == subjects
+    assert (data == b"") == (not subjects)  # no frame for no subjects (a frame is never empty)
+
+
+def test_a_long_list_is_cut_into_frames_of_at_most_batch_subjects_and_batch_chars():
+    subjects = [f"s.{i}.x" for i in range(2 * rp.BATCH_SUBJECTS + 5)]
+    frames = RouteParser().feed(rp.encode_subs("$G", subjects))
+    assert [len(f.subjects) for f in frames] == [rp.BATCH_SUBJECTS, rp.BATCH_SUBJECTS, 5]
+    assert [s for f in frames for s in f.subjects] == subjects
+    long = ["a" * 100_000, "b" * 100_000, "c" * 100_000, "d"]  # 300,001 characters
+    frames = RouteParser().feed(rp.encode_unsubs("$G", long))
+    assert [f.subjects for f in frames] == [tuple(long[:2]), tuple(long[2:])]
+    assert all(sum(map(len, f.subjects)) <= rp.BATCH_CHARS for f in frames)
+    one = ["z" * (rp.BATCH_CHARS + 1)]  # a subject longer than the budget still goes, alone
+    assert RouteParser().feed(rp.encode_subs("$G", one)) == [RouteSubs("$G", tuple(one))]
+
+
+def test_a_stream_s_10000_subjects_take_three_frames_instead_of_10000():
+    subjects = [f"s10000.{i}.x" for i in range(10_000)]
+    batched = rp.encode_subs("$G", subjects)
+    single = b"".join(rp.encode_sub("$G", s) for s in subjects)
+    assert len(RouteParser().feed(batched)) == 3
+    assert len(batched) < len(single) * 0.7
+
+
+def test_subs_subjects_from_arbitrary_client_bytes_round_trip():
+    subject = b"caf\xe9.\xff".decode("utf-8", "surrogateescape")
+    [frame] = RouteParser().feed(rp.encode_subs("$G", [subject]))
+    assert frame.subjects[0].encode("utf-8", "surrogateescape") == b"caf\xe9.\xff"

@@ -38,6 +38,9 @@ bench: setup
 	$(BIN)/python tests/bench/jetstream.py
 	$(BIN)/python tests/bench/cluster.py
 	$(BIN)/python tests/bench/validation.py
+	$(BIN)/python tests/bench/hostile.py
+	$(BIN)/python tests/bench/hostile_json.py
+	$(BIN)/python tests/bench/stream_subjects.py
 
 # Every fuzz target in tests/fuzz for FUZZ_SECONDS each, one after another; crash inputs and
 # logs in build/fuzz/. FUZZ_STRICT=1: the known crash classes stop a target too.

@@ -13,7 +13,8 @@ tolerated, so that a run explores past crashes already reported; each one hit is
 ``--strict`` makes them crashes like any other.
 
 ``--merge`` then minimises the target's new inputs into its checked-in corpus
-(libFuzzer ``-merge=1``: only inputs that add coverage are kept; crashing ones never).
+(libFuzzer ``-merge=1``: only inputs that add coverage are kept; crashing ones never);
+``--merge-only`` does that for what earlier runs left, without fuzzing.
 
 Prints, per target: executions, executions per second, coverage (``cov``, ``ft`` from
 libFuzzer's final stats line), new corpus inputs, and whether it crashed (with the crash
@@ -189,12 +190,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--strict", action="store_true", default=os.environ.get("FUZZ_STRICT") == "1",
                     help="known crash classes are crashes too (default: $FUZZ_STRICT=1)")
     ap.add_argument("--merge", action="store_true", help="minimise new inputs into the checked-in corpus")
+    ap.add_argument("--merge-only", action="store_true",
+                    help="do not fuzz: minimise what earlier runs left in build/fuzz/corpus into the checked-in corpus")
     ap.add_argument("--libfuzzer", action="append", default=[], metavar="FLAG",
                     help="an extra libFuzzer flag, e.g. --libfuzzer=-seed=1 (repeatable)")
     args = ap.parse_args(argv)
     unknown = [t for t in args.targets if t not in TARGETS]
     if unknown:
         ap.error(f"unknown target(s) {', '.join(unknown)}; known: {', '.join(TARGETS)}")
+    if args.merge_only:
+        for target in args.targets or TARGETS:
+            print(f"{target}: {merge(target)}", flush=True)
+        return 0
     results = []
     for target in args.targets or TARGETS:
         print(f"fuzzing {target} for {args.seconds} s ...", flush=True)

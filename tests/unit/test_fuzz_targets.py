@@ -189,13 +189,13 @@ def test_chunks_reads_back_what_frame_wrote():
 
 def test_report_reads_libfuzzers_final_stats():
     out = ("#2\tINITED cov: 8 ft: 8 corp: 1/1b exec/s: 0 rss: 46Mb\n"
-           "FUZZ: known crash json-nesting hit (ignored): RecursionError()\n"
+           "FUZZ: known crash json-invalid-utf8 hit (ignored): UnicodeEncodeError()\n"
            "#1944352\tDONE   cov: 87 ft: 225 corp: 72/1115b lim: 4096 exec/s: 92588 rss: 46Mb\n"
            "stat::number_of_executed_units: 1944352\nstat::average_exec_per_sec:     92588\n"
            "stat::new_units_added:          165\n")
     r = parse_output("route_frames", out, 0)
     assert (r.execs, r.exec_per_sec, r.cov, r.ft, r.corpus, r.new_units) == (1944352, 92588, 87, 225, 72, 165)
-    assert not r.crashed and r.known == ["json-nesting"]
+    assert not r.crashed and r.known == ["json-invalid-utf8"]
     crash = parse_output("raft_wire", "#5\tNEW cov: 3 ft: 3 corp: 2/2b\n"
                          "artifact_prefix='/b/'; Test unit written to /b/crash-81272c\n", 77)
     assert crash.crashed and crash.artifact == "/b/crash-81272c" and crash.verdict == "CRASH /b/crash-81272c"

@@ -53,6 +53,11 @@ def unmarshal_number(literal: str, field: str, gotype: str) -> str:
 #: (id, subject, body, nats-server's reply: a JSON object, or (headers, payload) of a
 #: status reply)
 CASES: list[tuple[str, str, bytes, Any]] = [
+    # a bad escape whose byte is not ASCII: Go quotes the backslash and that one byte (%#q)
+    ("stream-create-escape-not-utf8", "$JS.API.STREAM.CREATE.T", b'"\\\x92',
+     bad_json(SC, 'invalid escape sequence "\\\\\\x92" in string at offset 3')),
+    ("stream-create-escape-multibyte", "$JS.API.STREAM.CREATE.T", b'{"name":"\\\xc3\xa9"}',
+     bad_json(SC, 'invalid escape sequence "\\\\\\xc3" in string at offset 11')),
     ("stream-create-deep", "$JS.API.STREAM.CREATE.X", b"[" * DEEP,
      bad_json(SC, "exceeded max depth at offset 10001")),
     ("stream-create-deep-after-spaces", "$JS.API.STREAM.CREATE.X", b"  " + b"[" * DEEP,

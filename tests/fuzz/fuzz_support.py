@@ -94,18 +94,9 @@ def _frames(exc: BaseException) -> list[str]:
 #: suite marks it xfail naming the symptom); nothing else is tolerated. When a class is
 #: fixed its entry goes, and its reproducers under tests/fuzz/crashes/ become regression
 #: tests (fixed so far: raft-batch-unhashable-type, config-include-nul,
-#: client-late-payload-end, json-nesting, direct-get-huge-number, json-invalid-utf8-in-string).
-KNOWN_CRASHES: tuple[KnownCrash, ...] = (
-    KnownCrash(
-        "json-invalid-utf8",
-        "UnicodeEncodeError (surrogates not allowed) writing the reply to a $JS.API request "
-        "whose JSON has a byte that is not UTF-8 after a backslash: the \"invalid escape "
-        "sequence\" description quotes the byte as a lone surrogate; the server answers 500 "
-        "internal error (10049) where nats-server answers 400 10025 'invalid JSON: invalid "
-        "escape sequence ...'",
-        lambda exc, frames: isinstance(exc, UnicodeEncodeError) and "surrogates" in str(exc),
-    ),
-)
+#: client-late-payload-end, json-nesting, direct-get-huge-number, json-invalid-utf8-in-string,
+#: json-invalid-utf8).
+KNOWN_CRASHES: tuple[KnownCrash, ...] = ()
 
 
 def known_crash(exc: BaseException) -> KnownCrash | None:

@@ -112,10 +112,10 @@ def go_json_error(text: str, exc: json.JSONDecodeError) -> str:
     """The message nats-server gives for the syntax error Python's json found in ``text``
     (see :mod:`jetraft.jetstream.gojson`): ``invalid character ... at offset N`` or
     ``unexpected EOF``."""
-    message, index = gojson._go_syntax(text, exc)     # noqa: SLF001 - one module's two faces
+    message, index, trim = gojson._go_syntax(text, exc)     # noqa: SLF001 - one module's two faces
     if index is None:
         return "unexpected EOF"
-    return f"{message} at offset {len(text[:index + 1].encode('utf-8', 'surrogateescape'))}"
+    return f"{message} at offset {len(text[:index + 1].encode('utf-8', 'surrogateescape')) - trim}"
 
 
 def decode_request(payload: bytes, go_type: str) -> dict[str, Any] | None:

@@ -357,10 +357,10 @@ class _Body:
         if isinstance(exc, json.JSONDecodeError):
             if self.limit_char is not None and exc.pos > self.limit_char:
                 return self._too_deep()
-            message, offset = _go_syntax(self.text, exc)
+            message, offset, trim = _go_syntax(self.text, exc)
             if offset is None:
                 return GoJSONError(message, None, eof=True)
-            return GoJSONError(message, self.offset(offset))
+            return GoJSONError(message, self.offset(offset) - trim)
         if isinstance(exc, _Constant):
             return self._constant(str(exc))
         if isinstance(exc, RecursionError):     # the scan makes this unreachable; never let it out
@@ -607,9 +607,32 @@ def _number_error(text: str, start: int, pos: int) -> tuple[str, int | None] | N
     return None
 
 
-def _go_syntax(text: str, exc: json.JSONDecodeError) -> tuple[str, int | None]:
+def _go_escape_quote(seq: bytes) -> str:
+    """Go's ``%#q`` of the bytes of a bad escape sequence: in backquotes when it can be (all
+    printable ASCII, no backquote), else double-quoted with Go's escapes (``"\\\x92"``)."""
+    if all(0x20 <= b < 0x7F for b in seq) and b"`" not in seq:
+        return f"`{seq.decode()}`"
+    out = []
+    for b in seq:
+        if b == 0x5C:
+            out.append("\\\\")
+        elif b == 0x22:
+            out.append('\\"')
+        elif 0x20 <= b < 0x7F:
+            out.append(chr(b))
+        else:
+            out.append(_GO_CONTROL.get(b) or f"\\x{b:02x}")
+    return '"' + "".join(out) + '"'
+
+
+_GO_CONTROL = {7: "\\a", 8: "\\b", 12: "\\f", 10: "\\n", 13: "\\r", 9: "\\t", 11: "\\v"}
+
+
+def _go_syntax(text: str, exc: json.JSONDecodeError) -> tuple[str, int | None, int]:
     """Go's syntax error for the one Python's json found in ``text``: ``(message, index of
-    the bad character)``, index None when Go reports ``unexpected EOF``.
+    the bad character, trim)``, index None when Go reports ``unexpected EOF``. Go's offset is
+    the UTF-8 length of ``text`` through that character less ``trim`` bytes (Go reads a bad
+    escape byte by byte: it stops at the first byte of a multi-byte character).
 
     Go reports the input ending early as EOF, ``invalid character 'c' in literal true
     (expecting 'u')`` inside a misspelt literal, ``invalid character '\\t' in string`` for a
@@ -620,19 +643,24 @@ def _go_syntax(text: str, exc: json.JSONDecodeError) -> tuple[str, int | None]:
     pos = exc.pos
     msg = exc.msg
     if not text[pos:].strip(_WS):
-        return "", None
+        return "", None, 0
     if msg.startswith("Invalid control character"):
-        return f"invalid character {_go_char(text[pos])} in string", pos
+        return f"invalid character {_go_char(text[pos])} in string", pos, 0
     if msg.startswith("Unterminated string"):
-        return "", None
+        return "", None, 0
     if msg.startswith(("Invalid \\escape", "Invalid \\uXXXX escape")):
-        # Go (nats-server 2.15): "invalid escape sequence `\\q` in string", at the end of the
-        # sequence (a \\u escape: six characters); Python's pos is the backslash or the u
+        # Go (nats-server 2.15): "invalid escape sequence `\\q` in string" (%#q), at the end
+        # of the sequence (a \\u escape: six characters; else the backslash and one byte);
+        # Python's pos is the backslash or the u
         back = pos - 1 if text[pos] == "u" and pos > 0 and text[pos - 1] == "\\" else pos
         size = 6 if text[back + 1:back + 2] == "u" else 2
         if back + size > len(text):
-            return "", None
-        return f"invalid escape sequence `{text[back:back + size]}` in string", back + size - 1
+            return "", None, 0
+        seq = text[back:back + size].encode("utf-8", "surrogateescape")
+        if size == 2:
+            seq = seq[:2]
+        return (f"invalid escape sequence {_go_escape_quote(seq)} in string", back + size - 1,
+                len(text[back:back + size].encode("utf-8", "surrogateescape")) - len(seq))
     ch = text[pos]
     # a number Go refuses inside (Python stops at its last valid character instead)
     start = pos
@@ -642,15 +670,15 @@ def _go_syntax(text: str, exc: json.JSONDecodeError) -> tuple[str, int | None]:
         found = _number_error(text, start if start < pos else pos, pos)
         if found is not None:
             message, index = found
-            return message, index
+            return message, index, 0
     for literal in ("true", "false", "null"):
         if ch == literal[0] and msg.startswith(("Expecting value", "Extra data")):
             for i, want in enumerate(literal):
                 if pos + i >= len(text):
-                    return "", None
+                    return "", None, 0
                 if text[pos + i] != want:
                     return (f"invalid character {_go_char(text[pos + i])} in literal {literal} "
-                            f"(expecting {_go_char(want)})", pos + i)
+                            f"(expecting {_go_char(want)})", pos + i, 0)
     if msg.startswith("Expecting property name"):
         ctx = "looking for beginning of object key string"
     elif msg.startswith("Expecting ':'"):
@@ -659,4 +687,4 @@ def _go_syntax(text: str, exc: json.JSONDecodeError) -> tuple[str, int | None]:
         ctx = "after object key:value pair" if _inside_object(text, pos) else "after array element"
     else:
         ctx = "looking for beginning of value"
-    return f"invalid character {_go_char(ch)} {ctx}", pos
+    return f"invalid character {_go_char(ch)} {ctx}", pos, 0

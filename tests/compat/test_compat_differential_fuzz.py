@@ -2,7 +2,8 @@
 
 Hypothesis (seeded, a bounded number of examples) builds client byte streams -- valid
 command sequences as nats-py writes them, the same mutated (bytes flipped, inserted,
-deleted, repeated), and random bytes after a CONNECT -- and each stream is sent over a raw
+deleted, repeated), commands with no CONNECT first, and protocol-shaped garbage after a
+CONNECT -- and each stream is sent over a raw
 socket to a running jetraft-server and a running nats-server at once. What each server
 sends back is read until it closes the connection or has been quiet for QUIET seconds (and,
 while the two answers differ, until DEADLINE), split into protocol items and normalised:
@@ -199,8 +200,10 @@ def _second_connect(stream: bytes, ours: Answer, theirs: Answer) -> bool:
 
 def _invalid_subject_on_used_sid(stream: bytes, ours: Answer, theirs: Answer) -> bool:
     sids = [args[-1] for args in _sub_args(stream) if args]
+    # verbose: nats-server acknowledges the ignored SUB with +OK where jetraft sends the -ERR
+    skip = lambda item: _is_invalid_subject(item) or item == ("+OK",)  # noqa: E731
     return (len(sids) != len(set(sids))
-            and _without(ours, _is_invalid_subject) == _without(theirs, _is_invalid_subject)
+            and _without(ours, skip) == _without(theirs, skip)
             and sum(map(_is_invalid_subject, ours.items)) > sum(map(_is_invalid_subject, theirs.items)))
 
 
@@ -208,6 +211,15 @@ def _no_responders_to_queue_sub(stream: bytes, ours: Answer, theirs: Answer) -> 
     return (any(len(args) == 3 for args in _sub_args(stream))
             and _without(ours, _is_no_responders) == _without(theirs, _is_no_responders)
             and sum(map(_is_no_responders, ours.items)) > sum(map(_is_no_responders, theirs.items)))
+
+
+def _hpub_without_headers(stream: bytes, ours: Answer, theirs: Answer) -> bool:
+    lines = _lines(stream)
+    first = next((i for i, words in enumerate(lines) if words and words[0].upper() == b"HPUB"), None)
+    if first is None or not theirs.closed or ours.items[:len(theirs.items)] != theirs.items:
+        return False
+    connects = [b" ".join(words) for words in lines[:first] if words and words[0].upper() == b"CONNECT"]
+    return not any(b'"headers": true' in c or b'"headers":true' in c for c in connects)
 
 
 #: Differences found by this test and accepted for now, each with the reason. They are
@@ -232,6 +244,12 @@ ALLOWED: list[Allowed] = [
             "nats-server only to plain subscriptions (client.go processInboundClientMsg), so "
             "there it gets nothing.",
             _no_responders_to_queue_sub),
+    Allowed("hpub-without-headers",
+            "HPUB from a client that did not ask for headers (no CONNECT yet, or CONNECT without "
+            "\"headers\":true): nats-server closes the connection at once, without an -ERR; "
+            "jetraft takes the message (and delivers it, headers dropped, to subscribers without "
+            "headers). ClientParser leaves this check to its caller, net/client.py does not make it.",
+            _hpub_without_headers),
 ]
 
 #: A deterministic reproducer of each ALLOWED entry.
@@ -239,6 +257,8 @@ KNOWN_DIFFERENCES = {
     "second-connect": _connect_line(CONNECT) + _connect_line({**CONNECT, "verbose": True}) + b"PING\r\n",
     "invalid-subject-on-used-sid": _connect_line(CONNECT) + b"SUB a 1\r\nSUB a..b 1\r\nPING\r\n",
     "no-responders-to-queue-sub": _connect_line(CONNECT) + b"SUB r q 1\r\nPUB x r 1\r\na\r\nPING\r\n",
+    "hpub-without-headers": _connect_line({"verbose": False}) + b"SUB foo 1\r\nHPUB foo 12 14\r\n"
+                            b"NATS/1.0\r\n\r\nab\r\nPING\r\n",
 }
 
 
@@ -409,6 +429,12 @@ def test_valid_streams(pair, stream):
 @FUZZ
 @given(stream=mutated_streams())
 def test_mutated_streams(pair, stream):
+    check(pair, stream)
+
+
+@FUZZ
+@given(stream=commands)
+def test_streams_without_connect(pair, stream):
     check(pair, stream)
 
 

@@ -6,7 +6,7 @@ deleted, repeated), commands with no CONNECT first, and protocol-shaped garbage 
 CONNECT -- and each stream is sent over a raw
 socket to a running jetraft-server and a running nats-server at once. What each server
 sends back is read until it closes the connection or has been quiet for QUIET seconds (and,
-while the two answers differ, until DEADLINE), split into protocol items and normalised:
+while the two answers differ in a way not allowed, until DEADLINE), split into protocol items and normalised:
 INFO bodies (server ids, ports, nonces) and server-initiated PINGs are dropped, and whether
 the server closed the connection is kept.
 
@@ -32,7 +32,8 @@ import servers
 
 #: Seconds of silence after which a server is taken to have answered everything.
 QUIET = 0.15
-#: Seconds to keep reading while the two answers differ (a slow server is not a difference).
+#: Seconds to keep reading while the two answers differ in a way ALLOWED does not accept (a
+#: slow server is not a difference).
 DEADLINE = 4.0
 CONNECT = {"verbose": False, "pedantic": False, "headers": True, "no_responders": True}
 
@@ -314,7 +315,8 @@ def exchange(pair: dict, stream: bytes) -> tuple[Answer, Answer]:
                 conn.poll(time.monotonic() + 0.01)
             if all(c.quiet() for c in conns.values()):
                 ours, theirs = conns["jetraft"].answer(), conns["nats-server"].answer()
-                if ours == theirs or all(c.closed for c in conns.values()):
+                if (ours == theirs or all(c.closed for c in conns.values())
+                        or allowed_difference(stream, ours, theirs) is not None):
                     break
         return conns["jetraft"].answer(), conns["nats-server"].answer()
     finally:

@@ -87,6 +87,7 @@ def route_frames_seeds() -> Iterable[bytes]:
         rp.encode_msg("$G", "deliver.x", None, None, b"m", (), deliver_as="orders.new"),
         rp.encode_app("raft", raft_wire.encode_batch(list(_raft_messages()))),
         rp.encode_app("jsapi", b"\x93\x01\x02\x03"),
+        rp.encode_subs("$G", ["orders.>", "a.b", "c"]), rp.encode_unsubs("APP", ["a.b"]),
     ]
     for f in frames:
         yield frame(f)

@@ -14,6 +14,7 @@ server survives with its memory bounded.
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from pathlib import Path
@@ -187,3 +188,26 @@ def test_monitoring_refuses_query_values_that_do_not_parse(start_server, query, 
     assert (status, body.decode()) == (400, text)
     status, _ = server.http_get(query.split("?")[0] + "?limit=1&subs=1")
     assert status == 200
+
+
+# ---------------------------------------------------------------- names that are not UTF-8
+
+
+def test_a_consumer_name_that_is_not_utf8_is_written_with_replacement_characters(start_server, tmp_path):
+    """Go writes each byte that is not UTF-8 as U+FFFD in JSON; the stream keeps working."""
+    server = start_server(f"jetstream {{ store_dir: {tmp_path / 'js'} }}")
+
+    def request(raw: RawClient, subject: bytes, body: bytes) -> dict:
+        raw.send(b"PUB %s _INBOX.r %d\r\n%s\r\n" % (subject, len(body), body))
+        return json.loads(raw.read_msg()[1])
+
+    with RawClient(server.address) as raw:
+        raw.connect()
+        raw.send(b"SUB _INBOX.r 1\r\n")
+        assert "error" not in request(raw, b"$JS.API.STREAM.CREATE.S", b'{"name":"S","subjects":["s"]}')
+        created = request(raw, b"$JS.API.CONSUMER.CREATE.S.C\x80",
+                          b'{"stream_name":"S","config":{"name":"C\x80","ack_policy":"explicit"}}')
+        assert (created.get("name"), created["config"]["name"]) == ("C\ufffd", "C\ufffd"), created
+        names = request(raw, b"$JS.API.CONSUMER.NAMES.S", b"")
+        assert names["consumers"] == ["C\ufffd"]
+        assert request(raw, b"$JS.API.STREAM.INFO.S", b"")["state"]["consumer_count"] == 1

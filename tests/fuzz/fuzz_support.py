@@ -95,18 +95,8 @@ def _frames(exc: BaseException) -> list[str]:
 #: fixed its entry goes, and its reproducers under tests/fuzz/crashes/ become regression
 #: tests (fixed so far: raft-batch-unhashable-type, config-include-nul,
 #: client-late-payload-end, json-nesting, direct-get-huge-number, json-invalid-utf8-in-string,
-#: json-invalid-utf8).
-KNOWN_CRASHES: tuple[KnownCrash, ...] = (
-    KnownCrash(
-        "subject-invalid-utf8",
-        "UnicodeEncodeError (surrogates not allowed) writing the reply to CONSUMER.CREATE when "
-        "the consumer name in the request subject is not UTF-8 ($JS.API.CONSUMER.CREATE.S.C\\x80): "
-        "the consumer is created, the create is answered 500 internal error, and from then on "
-        "CONSUMER.NAMES/LIST of the stream answer 500 too; nats-server creates it and writes "
-        "the name with U+FFFD",
-        lambda exc, frames: isinstance(exc, UnicodeEncodeError) and "surrogates" in str(exc),
-    ),
-)
+#: json-invalid-utf8, subject-invalid-utf8).
+KNOWN_CRASHES: tuple[KnownCrash, ...] = ()
 
 
 def known_crash(exc: BaseException) -> KnownCrash | None:

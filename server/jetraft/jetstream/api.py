@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import traceback
@@ -318,12 +319,20 @@ _GO_ESCAPE_PAIRS = (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
 
 
 def _json_bytes(obj: Any) -> bytes:
-    """Compact JSON as Go's encoder writes it (``<``, ``>``, ``&`` escaped as ``\\u003c``...)."""
+    """Compact JSON as Go's encoder writes it (``<``, ``>``, ``&`` escaped as ``\\u003c``...;
+    a byte that is not UTF-8, carried as a surrogate escape from a subject or a body, written
+    as U+FFFD, one per byte, as Go's encoder writes invalid UTF-8)."""
     text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
     for ch, escaped in _GO_ESCAPE_PAIRS:     # str.replace: C speed on big bodies
         if ch in text:
             text = text.replace(ch, escaped)
-    return text.encode()
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text).encode()
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class JetStreamAccount:

@@ -5,9 +5,9 @@ For every target: its ``TestOneInput`` over each input of its checked-in corpus
 of inputs (``-runs``, ``-seed``; bounded by ``-max_total_time``) in a subprocess, which reads
 the corpus and writes nothing into it. Any crash fails the test, except one of the known,
 reported crash classes (tests/fuzz/fuzz_support.py KNOWN_CRASHES): the seeded run goes on
-past those and then ends as an xfail naming the symptom. Each crash reproducer under tests/fuzz/crashes/<target>/ is replayed too: an
-xfail while its crash class is being fixed, a plain regression test once its name no longer
-names a known class.
+past those and then ends as an xfail naming the symptom. Each crash reproducer under
+tests/fuzz/crashes/<target>/ is replayed too: an xfail while its crash class is being
+fixed, a plain regression test once its name no longer names a known class.
 """
 
 from __future__ import annotations

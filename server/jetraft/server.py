@@ -465,10 +465,9 @@ class Server:
                 client.send_info()
 
     def _no_responders(self, client: ClientConnection, subject: str, reply: str) -> None:
-        """Send the 503 status to the requester's own reply subscription (client.go)."""
-        match = client.account.sublist.match(reply)
-        candidates = [*match.plain, *(sub for _queue, members in match.queues for sub in members)]
-        for sub in candidates:
+        """Send the 503 status to the requester's own plain subscription to the reply subject
+        (client.go processInboundClientMsg: queue subscriptions get none)."""
+        for sub in client.account.sublist.match(reply).plain:
             if sub.client is client:
                 client.send(encode_msg(reply, sub.sid, None, b"", no_responders_headers(subject)))
                 return

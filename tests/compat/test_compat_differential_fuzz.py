@@ -18,6 +18,7 @@ fresh client.
 from __future__ import annotations
 
 import json
+import re
 import select
 import socket
 import time
@@ -169,97 +170,40 @@ class Allowed:
     applies: Callable[[bytes, Answer, Answer], bool]
 
 
-def _lines(stream: bytes) -> list[list[bytes]]:
-    """The blank-separated words of each line of ``stream`` (payloads included: a payload
-    line that looks like a command only widens what an entry accepts)."""
-    return [line.replace(b"\t", b" ").split() for line in stream.split(b"\n")]
+_BLANK_VERB_LINE = re.compile(rb"(?im)^(?:h?pub|sub|unsub|connect)[ \t]+\n")
 
 
-def _verb_count(stream: bytes, verb: bytes) -> int:
-    return sum(1 for words in _lines(stream) if words and words[0].upper() == verb)
+def _verb_then_blank_line(stream: bytes, ours: Answer, theirs: Answer) -> bool:
+    return (bool(_BLANK_VERB_LINE.search(stream)) and ours.closed and not theirs.closed
+            and theirs.items[:len(ours.items)] == ours.items)
 
 
-def _sub_args(stream: bytes) -> list[list[bytes]]:
-    return [words[1:] for words in _lines(stream) if words and words[0].upper() == b"SUB"]
-
-
-def _without(answer: Answer, drop: Callable[[Item], bool]) -> Answer:
-    return Answer([i for i in answer.items if not drop(i)], answer.closed)
-
-
-def _is_invalid_subject(item: Item) -> bool:
-    return item == ("-ERR", "'Invalid Subject'")
-
-
-def _is_no_responders(item: Item) -> bool:
-    return item[0] == "HMSG" and item[4].startswith(b"NATS/1.0 503")
-
-
-def _second_connect(stream: bytes, ours: Answer, theirs: Answer) -> bool:
-    return _verb_count(stream, b"CONNECT") >= 2
-
-
-def _invalid_subject_on_used_sid(stream: bytes, ours: Answer, theirs: Answer) -> bool:
-    sids = [args[-1] for args in _sub_args(stream) if args]
-    # verbose: nats-server acknowledges the ignored SUB with +OK where jetraft sends the -ERR
-    skip = lambda item: _is_invalid_subject(item) or item == ("+OK",)  # noqa: E731
-    return (len(sids) != len(set(sids))
-            and _without(ours, skip) == _without(theirs, skip)
-            and sum(map(_is_invalid_subject, ours.items)) > sum(map(_is_invalid_subject, theirs.items)))
-
-
-def _no_responders_to_queue_sub(stream: bytes, ours: Answer, theirs: Answer) -> bool:
-    return (any(len(args) == 3 for args in _sub_args(stream))
-            and _without(ours, _is_no_responders) == _without(theirs, _is_no_responders)
-            and sum(map(_is_no_responders, ours.items)) > sum(map(_is_no_responders, theirs.items)))
-
-
-def _hpub_without_headers(stream: bytes, ours: Answer, theirs: Answer) -> bool:
-    lines = _lines(stream)
-    first = next((i for i, words in enumerate(lines) if words and words[0].upper() == b"HPUB"), None)
-    if first is None or not theirs.closed or ours.items[:len(theirs.items)] != theirs.items:
-        return False
-    connects = [b" ".join(words) for words in lines[:first] if words and words[0].upper() == b"CONNECT"]
-    return not any(b'"headers": true' in c or b'"headers":true' in c for c in connects)
-
-
-#: Differences found by this test and accepted for now, each with the reason. They are
-#: jetraft's, reported to be fixed in server/jetraft/net/client.py; when one is fixed, its
-#: test_known_difference case fails until its entry here is removed.
+#: Differences from nats-server accepted, each with the reason.
 ALLOWED: list[Allowed] = [
-    Allowed("second-connect",
-            "jetraft applies only the first CONNECT of a connection (net/client.py _connect returns "
-            "once connected); nats-server applies every CONNECT (client.go processConnect): verbose, "
-            "pedantic, echo... change, and a verbose CONNECT is answered +OK. A client sends one "
-            "CONNECT per connection, so only hand-made streams see this.",
-            _second_connect),
-    Allowed("invalid-subject-on-used-sid",
-            "a SUB with an invalid subject and a sid the connection already uses: nats-server "
-            "finds the sid taken and ignores the SUB silently (client.go processSubEx checks the "
-            "sid before the subject), jetraft answers -ERR 'Invalid Subject' (its parser checks "
-            "the subject first). No subscription changes on either.",
-            _invalid_subject_on_used_sid),
-    Allowed("no-responders-to-queue-sub",
-            "a request nobody answers whose reply subject the requester subscribed to only in a "
-            "queue group: jetraft sends the 503 no-responders status to that queue subscription, "
-            "nats-server only to plain subscriptions (client.go processInboundClientMsg), so "
-            "there it gets nothing.",
-            _no_responders_to_queue_sub),
-    Allowed("hpub-without-headers",
-            "HPUB from a client that did not ask for headers (no CONNECT yet, or CONNECT without "
-            "\"headers\":true): nats-server closes the connection at once, without an -ERR; "
-            "jetraft takes the message (and delivers it, headers dropped, to subscribers without "
-            "headers). ClientParser leaves this check to its caller, net/client.py does not make it.",
-            _hpub_without_headers),
+    Allowed("verb-then-blank-line",
+            "PUB, HPUB, SUB, UNSUB or CONNECT followed by blanks and a bare LF (`PUB \\n`): nats-server's "
+            "parser takes the LF as the first byte of the arguments and reads them on from the "
+            "next line (parser.go OP_PUB_SPC), so the connection stays open; jetraft ends the "
+            "line there and closes for the missing arguments (ClientParser's docstring). No "
+            "client sends it.",
+            _verb_then_blank_line),
 ]
 
-#: A deterministic reproducer of each ALLOWED entry.
-KNOWN_DIFFERENCES = {
+#: Differences this test found, each fixed since (net/client.py, server.py, the parser): a
+#: deterministic reproducer of each, now answered exactly as nats-server answers it.
+FIXED_DIFFERENCES = {
+    # a later CONNECT applies its options again; a verbose one is answered +OK
     "second-connect": _connect_line(CONNECT) + _connect_line({**CONNECT, "verbose": True}) + b"PING\r\n",
+    # a SUB on a taken sid is ignored, whatever its subject
     "invalid-subject-on-used-sid": _connect_line(CONNECT) + b"SUB a 1\r\nSUB a..b 1\r\nPING\r\n",
+    "invalid-subject-on-used-sid-verbose": _connect_line({**CONNECT, "verbose": True})
+                                           + b"SUB a 1\r\nSUB a..b 1\r\nPING\r\n",
+    # the 503 no-responders status goes to plain subscriptions only
     "no-responders-to-queue-sub": _connect_line(CONNECT) + b"SUB r q 1\r\nPUB x r 1\r\na\r\nPING\r\n",
+    # HPUB from a client that did not ask for headers closes the connection
     "hpub-without-headers": _connect_line({"verbose": False}) + b"SUB foo 1\r\nHPUB foo 12 14\r\n"
                             b"NATS/1.0\r\n\r\nab\r\nPING\r\n",
+    "hpub-before-connect": b"SUB foo 1\r\nHPUB foo 12 14\r\nNATS/1.0\r\n\r\nab\r\nPING\r\n",
 }
 
 
@@ -410,16 +354,12 @@ FUZZ = settings(max_examples=60, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
-@pytest.mark.parametrize("name", list(KNOWN_DIFFERENCES))
-def test_known_difference(pair, name):
-    """Each allowed difference still shows, and only its ALLOWED entry accepts it (a fixed
-    difference fails here until its entry is removed: the list holds no stale excuses)."""
-    stream = KNOWN_DIFFERENCES[name]
+@pytest.mark.parametrize("name", list(FIXED_DIFFERENCES))
+def test_fixed_difference(pair, name):
+    """What this test once found different is now answered as nats-server answers it."""
+    stream = FIXED_DIFFERENCES[name]
     ours, theirs = exchange(pair, stream)
-    if ours == theirs:
-        pytest.fail(f"{name} no longer differs: remove it from ALLOWED and KNOWN_DIFFERENCES")
-    entry = allowed_difference(stream, ours, theirs)
-    assert entry is not None and entry.name == name, (entry, ours.shown(), theirs.shown())
+    assert ours == theirs, (ours.shown(), theirs.shown())
 
 
 @FUZZ

@@ -38,6 +38,7 @@ import trio
 from jetraft.auth import AuthError, Identity
 from jetraft.protocol import (
     ERR_AUTHORIZATION_VIOLATION,
+    ERR_INVALID_SUBJECT,
     OK,
     PING,
     PONG,
@@ -389,6 +390,13 @@ class ClientConnection(StreamConnection):
                         if self.account is None:
                             self._auth_violation("command before CONNECT")
                             return
+                        if op.headers is not None and not self.headers:
+                            # HPUB from a client that did not ask for headers: nats-server
+                            # closes the connection, without an -ERR
+                            server.events.emit("protocol_error", cid=self.cid, fatal=True,
+                                               error="HPUB without headers in CONNECT")
+                            self.close("Protocol Violation")
+                            return
                         self.last_in = self.last_activity
                         self.in_msgs += 1
                         self.in_bytes += len(op.payload) + (len(op.headers) if op.headers else 0)
@@ -409,6 +417,10 @@ class ClientConnection(StreamConnection):
         if type(op) is ProtocolViolation:
             if op.message == ERR_AUTHORIZATION_VIOLATION:
                 self._auth_violation("command before CONNECT")
+                return
+            if op.sid is not None and op.sid in self.subs:   # a taken sid: ignored (client.go)
+                if self.verbose:
+                    self.send(OK)
                 return
             self.server.events.emit("protocol_error", cid=self.cid, error=op.message, fatal=op.fatal)
             if op.send_err:
@@ -433,7 +445,10 @@ class ClientConnection(StreamConnection):
     async def _connect(self, options: dict) -> None:
         if not isinstance(options, dict):
             options = {}
-        if self.connected:
+        if self.connected:      # a later CONNECT changes the options, not who the client is
+            self._apply_options(options)
+            if self.verbose:
+                self.send(OK)
             return
         try:
             if self.server.auth.required:
@@ -450,14 +465,7 @@ class ClientConnection(StreamConnection):
             return
         if self.close_reason is not None:
             return
-        self.verbose = bool(options.get("verbose", True))  # nats-server default
-        self.parser.pedantic = bool(options.get("pedantic", False))
-        self.echo = bool(options.get("echo", True))
-        self.headers = bool(options.get("headers", False))
-        self.no_responders = bool(options.get("no_responders", False))
-        self.name = _str_or_none(options.get("name"))
-        self.lang = _str_or_none(options.get("lang"))
-        self.version = _str_or_none(options.get("version"))
+        self._apply_options(options)
         account = self.server.account(identity.account)
         if self.account is not None and account is not self.account:
             # credentials moved a no_auth_user client to another account: what it subscribed
@@ -471,6 +479,18 @@ class ClientConnection(StreamConnection):
                                 user=identity.user, account=identity.account)
         if self.verbose:
             self.send(OK)
+
+    def _apply_options(self, options: dict) -> None:
+        """The CONNECT options the server acts on; every CONNECT applies them again, as
+        nats-server's processConnect does."""
+        self.verbose = bool(options.get("verbose", True))  # nats-server default
+        self.parser.pedantic = bool(options.get("pedantic", False))
+        self.echo = bool(options.get("echo", True))
+        self.headers = bool(options.get("headers", False))
+        self.no_responders = bool(options.get("no_responders", False))
+        self.name = _str_or_none(options.get("name"))
+        self.lang = _str_or_none(options.get("lang"))
+        self.version = _str_or_none(options.get("version"))
 
     def _auth_violation(self, reason: str, user: str | None = None) -> None:
         self.server.events.emit("auth_failed", cid=self.cid, ip=self.ip, port=self.port,

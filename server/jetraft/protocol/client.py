@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Union
 
 from jetraft.protocol.subjects import is_valid_filter_tokens
@@ -165,11 +165,16 @@ class ProtocolViolation:
     known CONNECT field of the wrong type, ``-ERR`` from a
     client
     =========================================================  =====  ========
+
+    ``sid``: for ERR_INVALID_SUBJECT, the SUB's sid (nats-server checks whether the sid is
+    taken before it checks the subject: a SUB on a taken sid is ignored whatever its
+    subject); None otherwise. It takes no part in comparisons.
     """
 
     message: str
     fatal: bool
     send_err: bool = True
+    sid: str | None = field(default=None, compare=False)
 
 
 Command = Union[Connect, Pub, Sub, Unsub, Ping, Pong, ProtocolViolation]
@@ -547,7 +552,7 @@ class ClientParser:
         if is_valid_filter_tokens(subject.split(".")):
             out.append(Sub(subject, queue, sid.decode(_ENC, _ESC)))
         else:
-            out.append(ProtocolViolation(ERR_INVALID_SUBJECT, False))
+            out.append(ProtocolViolation(ERR_INVALID_SUBJECT, False, sid=sid.decode(_ENC, _ESC)))
         return True
 
     def _unsub(self, arg: bytes, out: list[Command]) -> bool:

@@ -85,3 +85,24 @@ def test_interest_keeps_messages_until_every_consumer_acked(js_server):
             await wait_for(lambda: _messages(s, "IN"), lambda n: n == 0, 5, "no interest left in m3")
 
     run(scenario)
+
+
+def test_workqueue_filters_are_checked_for_overlap_without_comparing_every_pair(js_server):
+    """Three consumers of 3,000 filters each, then a fourth whose last filter overlaps one of
+    theirs: refused (10100); one that overlaps nothing is created. Comparing every pair would
+    be 27 million comparisons per create."""
+    async def scenario():
+        async with js_session(js_server.url) as s:
+            await s.jsm.add_stream(name="WQ", subjects=["wq.>"], retention=RetentionPolicy.WORK_QUEUE)
+            for c in range(3):
+                await s.jsm.add_consumer("WQ", durable_name=f"c{c}", ack_policy=AckPolicy.EXPLICIT,
+                                         filter_subjects=[f"wq.{c}.{i}" for i in range(3000)])
+            clash = [f"wq.9.{i}" for i in range(2999)] + ["wq.*.2999"]
+            err = await api_error(s.jsm.add_consumer("WQ", durable_name="clash", ack_policy=AckPolicy.EXPLICIT,
+                                                     filter_subjects=clash))
+            assert error_triple(err) == (400, 10100, "filtered consumer not unique on workqueue stream")
+            await s.jsm.add_consumer("WQ", durable_name="apart", ack_policy=AckPolicy.EXPLICIT,
+                                     filter_subjects=[f"wq.9.{i}" for i in range(3000)])
+            assert sorted(c.name for c in await s.jsm.consumers_info("WQ")) == ["apart", "c0", "c1", "c2"]
+
+    run(scenario)

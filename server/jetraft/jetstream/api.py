@@ -45,7 +45,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jetraft.protocol.client import status_headers
-from jetraft.protocol.subjects import SubjectIndex, is_valid_subject, subjects_overlap
+from jetraft.protocol.subjects import (
+    OverlapWorkExceeded,
+    SubjectIndex,
+    filters_overlap,
+    is_valid_subject,
+    subjects_overlap,
+)
 
 from . import errors as E
 from . import gojson
@@ -1172,17 +1178,23 @@ class JetStreamAccount:
 
     @staticmethod
     def _partition_unique(entry: StreamEntry, name: str, cfg: ConsumerConfig) -> bool:
+        """Whether a work-queue consumer's filters overlap no other consumer's (nats-server
+        stream.go isFilteredMatch over every pair): one trie walk over all the others'
+        filters, not every pair. A set too complex to check counts as overlapping."""
         mine = [cfg.filter_subject] if cfg.filter_subject else list(cfg.filter_subjects)
+        theirs: list[str] = []
         for other_name, other in entry.consumers.items():
             if other_name == name:
                 continue
-            theirs = ([other.config.filter_subject] if other.config.filter_subject
-                      else list(other.config.filter_subjects))
-            if not theirs or not mine:
+            filters = ([other.config.filter_subject] if other.config.filter_subject
+                       else list(other.config.filter_subjects))
+            if not filters or not mine:
                 return False
-            if any(subjects_overlap(a, b) for a in mine for b in theirs):
-                return False
-        return True
+            theirs.extend(filters)
+        try:
+            return not theirs or not filters_overlap(mine, theirs)
+        except OverlapWorkExceeded:
+            return False
 
     def _write_consumer_meta(self, entry: StreamEntry, consumer: Consumer) -> None:
         if entry.directory is None or consumer.config.mem_storage:

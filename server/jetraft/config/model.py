@@ -12,11 +12,17 @@ number of BYTES. A duration is written as a Go duration string (``"2s"``,
 nats-server does (beware: unquoted ``2m`` is the integer 2000000, see
 :mod:`jetraft.config.parser`).
 
-Keys nats-server knows but jetraft does not implement (``tls``, ``leafnodes``,
-``gateway``, ``websocket``, ``mqtt``, ...) and unknown keys are warnings, collected
-in :attr:`ServerConfig.warnings`, never errors. Wrong types, out-of-range values
-and contradictions are :class:`~jetraft.config.errors.ConfigError` naming the file,
-line and column of the offending key or value.
+Fail closed: a key nats-server knows but jetraft does not implement is a
+:class:`~jetraft.config.errors.ConfigError` when it matters for security,
+clustering or data retention (``operator``, ``resolver``, ``leafnodes``,
+``gateway``, ``websocket``, ``mqtt``, nkey users, account ``imports``/``exports``,
+JetStream encryption ``key``, ...; see the ``_UNSUPPORTED_*`` tables at the end of
+this module), and a warning, collected in :attr:`ServerConfig.warnings`, when it only
+changes logging, profiling or tuning. A key nats-server does not know either is an
+error (``unknown field``), as in nats-server (server/opts.go unknownConfigFieldErr),
+except a key whose value a ``$variable`` used (a variable definition). Wrong types,
+out-of-range values and contradictions are ConfigErrors too; every ConfigError names
+the file, line and column of the offending key or value.
 """
 
 from __future__ import annotations
@@ -383,13 +389,29 @@ class _Builder:
     def warn(self, position: Position, message: str) -> None:
         self.warnings.append(f"{position}: {message}")
 
-    def ignore(self, entry: Entry, label: str, known: frozenset[str]) -> None:
-        """Warn about a key this block does not use (nats-server skips keys whose
-        value a $variable used: they are variable definitions)."""
-        if entry.key.lower() in known:
+    def ignore(self, entry: Entry, label: str, known: _Unsupported | frozenset[str]) -> None:
+        """A key this block has no handler for: a warning when ``known`` tolerates it
+        (it changes nothing of security, clustering or data retention), else a
+        ConfigError at the key, whether nats-server knows it (``refused``; a bare
+        frozenset is all refused) or not (unknown field). nats-server skips keys whose
+        value a $variable used: they are variable definitions (opts.go
+        IsUsedVariable), and so does jetraft.
+
+        Raises ConfigError ("'<label>' is not supported by jetraft ..." or
+        "unknown field '<label>'") at the key's file:line:col."""
+        key = entry.key.lower()
+        tolerated = known.tolerated if isinstance(known, _Unsupported) else frozenset()
+        refused = known.refused if isinstance(known, _Unsupported) else known
+        if key in tolerated:
             self.warn(entry.key_position, f"{label!r} is not supported by jetraft, ignored")
+        elif key in refused:
+            raise ConfigError.at(
+                entry.key_position,
+                f"{label!r} is not supported by jetraft; refused rather than ignored "
+                "(it matters for security, clustering or data retention)",
+            )
         elif not entry.value.used:
-            self.warn(entry.key_position, f"unknown field {label!r}, ignored")
+            raise ConfigError.at(entry.key_position, f"unknown field {label!r}")
 
     def entries(self, value: Value, label: str) -> Iterator[tuple[str, Entry, str]]:
         """(lower-cased key, entry, dotted label) for each entry of a map value."""
@@ -534,27 +556,28 @@ class _Builder:
     # -- authorization, accounts, users ----------------------------------------------------
 
     def _users(self, value: Value, label: str, account: str) -> list[tuple[UserConfig, Position]]:
-        """A ``users`` array (nats-server opts.go parseUsers); nkey users are skipped."""
+        """A ``users`` array (nats-server opts.go parseUsers). An nkey user is a
+        ConfigError: jetraft cannot authenticate it, and skipping it would leave the
+        operator believing the account is reachable only with that key."""
         users = []
         for i, item in enumerate(_expect(value, label, "array")):
             item_label = f"{label}[{i}]"
             name: tuple[str, Position] | None = None
             password: str | None = None
-            nkey = False
             for key, entry, entry_label in self.entries(item, item_label):
                 if key in ("user", "username"):
                     name = (_string(entry.value, entry_label), entry.value.position)
                 elif key in ("pass", "password"):
                     password = _string(entry.value, entry_label)
                 elif key == "nkey":
-                    nkey = True
-                    self.warn(entry.key_position, f"{entry_label}: nkey users are not supported by jetraft, ignored")
+                    raise ConfigError.at(
+                        entry.key_position, f"{entry_label!r}: nkey users are not supported by jetraft (use user and password)"
+                    )
                 else:
                     self.ignore(entry, entry_label, _UNSUPPORTED_USER)
-            if name is None and not nkey:
+            if name is None:
                 raise ConfigError.at(item.position, f"{item_label}: user entry requires a user")
-            if name is not None and not nkey:
-                users.append((UserConfig(name[0], password, account), name[1]))
+            users.append((UserConfig(name[0], password, account), name[1]))
         return users
 
     def _authorization(self, entry: Entry, label: str) -> None:
@@ -629,13 +652,29 @@ class _Builder:
 
     def _account_jetstream(self, value: Value, label: str) -> bool:
         """An account's ``jetstream``: a boolean, ``enabled``/``disabled`` or a map of
-        limits (enabled; limits not enforced by jetraft). opts.go parseJetStreamForAccount."""
+        limits (opts.go parseJetStreamForAccount). A map enables JetStream; jetraft
+        enforces no account limit, so a limit other than nats-server's "no limit"
+        default (``-1``; ``false`` for ``max_bytes_required``; ``system`` for
+        ``cluster_traffic``) is a ConfigError, as is an unknown key."""
         data = _expect(value, label, "boolean", "string", "map")
         if isinstance(data, str):
             return self._enabled_word(value, label)
         if isinstance(data, dict):
-            if data:
-                self.warn(value.position, f"{label}: account JetStream limits are not supported by jetraft, ignored")
+            for key, item, item_label in self.entries(value, label):
+                default = _ACCOUNT_JETSTREAM_LIMITS.get(key)
+                if default is None:
+                    if not item.value.used:
+                        raise ConfigError.at(item.key_position, f"unknown field {item_label!r}")
+                    continue
+                kind, no_limit = default
+                if item.value.kind != kind:
+                    _expect(item.value, item_label, kind)
+                if item.value.data not in no_limit:
+                    raise ConfigError.at(
+                        item.key_position,
+                        f"{item_label!r}: account JetStream limits are not supported by jetraft "
+                        f"(only {no_limit[0]!r}, no limit, is accepted)",
+                    )
             return True
         return data
 
@@ -818,35 +857,131 @@ def _route(text: str, label: str, position: Position) -> RouteURL:
     return RouteURL(scheme, parts.hostname, _DEFAULT_ROUTE_PORT if port is None else port, user, password)
 
 
-_UNSUPPORTED_TOP_LEVEL = frozenset(
-    """client_advertise trace_verbose trace_headers logtime_utc mappings maps disable_sublist_cache
-    no_sublist_cache default_sentinel https https_port http_base_path gateway leaf leafnodes
-    logfile_size_limit log_size_limit logfile_max_num log_max_num syslog remote_syslog ports_file_dir
-    prof_port prof_block_rate proxy_protocol max_traced_msg_len max_subscriptions max_subs
-    max_sub_tokens max_subscription_tokens tls ocsp allow_non_tls write_timeout operator operators roots
-    root root_operators root_operator resolver account_resolver accounts_resolver resolver_tls
-    resolver_preload resolver_pinned_accounts no_system_account no_system no_sys_acc no_header_support
-    trusted trusted_keys connect_error_reports reconnect_error_reports websocket ws mqtt server_metadata
-    feature_flags default_js_domain ocsp_cache no_fast_producer_stall max_closed_clients proxies""".split()
+@dataclass(frozen=True, slots=True)
+class _Unsupported:
+    """The keys of one block that nats-server knows and jetraft has no handler for:
+    ``refused`` ones are ConfigErrors, ``tolerated`` ones warnings (see ``ignore``)."""
+
+    refused: frozenset[str]
+    tolerated: frozenset[str] = frozenset()
+
+
+def _keys(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+# Which nats-server keys jetraft refuses and which it tolerates with a warning.
+#
+# The lists are every key of nats-server server/opts.go (processConfigFileLine,
+# parseCluster, parseJetStream, parseAuthorization, parseAccounts, parseUsers,
+# parseJetStreamForAccount) that jetraft has no handler for; a key with a handler above
+# never reaches ``ignore``, so a key listed here and handled is simply handled. The
+# rule (design.md, "fail closed"): a key that matters for security, clustering or data
+# retention is refused, because ignoring it would run a server that is not the one the
+# operator configured -- with ``operator``/``resolver`` ignored, nats-server refuses to
+# start while jetraft used to accept any client; with nkey users skipped, an account
+# was believed reachable by key only; with ``jetstream { key }`` ignored, messages were
+# stored in clear. Only keys that change what is logged, what is profiled or how fast
+# something goes are tolerated:
+#
+# top level, tolerated:
+#   trace_verbose, trace_headers, max_traced_msg_len, logtime_utc, syslog,
+#   remote_syslog, logfile_size_limit/log_size_limit, logfile_max_num/log_max_num,
+#   connect_error_reports, reconnect_error_reports: what and where the log writes
+#     (the log holds no message payloads beyond what ``trace`` already shows);
+#   prof_port, prof_block_rate: a profiling listener jetraft does not open (fewer
+#     listeners, not more);
+#   ports_file_dir, server_metadata, max_closed_clients, http_base_path: files and
+#     fields for tooling and the monitoring pages (the pages stay where they were;
+#     http_base_path only moves them);
+#   disable_sublist_cache/no_sublist_cache, no_fast_producer_stall, write_timeout:
+#     core NATS performance and slow-consumer policy (at most once either way);
+#   no_header_support: jetraft supports headers; a client that sends none is unaffected.
+# top level, refused: TLS (tls, allow_non_tls, ocsp, ocsp_cache, https, https_port),
+#   operator/JWT mode (operator(s), root(s)..., resolver..., resolver_tls,
+#   resolver_preload, resolver_pinned_accounts, trusted(_keys), default_sentinel),
+#   proxies and proxy_protocol (who a client is), no_system_account (the $SYS account
+#   jetraft always has), client limits (max_subscriptions/max_subs, max_sub_tokens):
+#   bounds against hostile clients), subject mappings (mappings/maps: where messages
+#   go and what streams capture), other listeners (leafnodes/leaf, gateway,
+#   websocket/ws, mqtt), cluster topology and wire formats (client_advertise,
+#   feature_flags, default_js_domain).
+# cluster: all refused. advertise/no_advertise/connect_retries/connect_backoff/
+#   pool_size/accounts/compression/ping_interval/ping_max/write_deadline/write_timeout
+#   change which routes exist and how they are kept alive; permissions and tls are
+#   security.
+# jetstream, tolerated: max_outstanding_catchup, max_buffered_size,
+#   max_buffered_msgs, request_queue_limit, info_queue_limit, max_concurrent_io,
+#   meta_compact, meta_compact_size, meta_compact_sync: nats-server's internal queue,
+#   buffer and compaction knobs; jetraft bounds its own queues, fsyncs before every
+#   acknowledgement by default and compacts its RAFT logs by its own thresholds.
+# jetstream, refused: strict, encryption (key/ek/encryption_key, prev_key/...,
+#   cipher, tpm), limits (server-wide JetStream limits), extension_hint (leaf domains).
+# authorization (also cluster authorization): auth_callout/auth_hook, proxy_required,
+#   permissions and default permissions: all refused.
+# accounts: nkey, imports, exports, mappings/maps, limits, default_permissions: refused;
+#   msg_trace/trace_dest tolerated (message tracing publishes trace events; without it
+#   none are published).
+# users: permissions, connection types, proxy_required: refused; nkey users are refused
+#   in ``_users``; account JetStream limits in ``_account_jetstream``.
+# Any key nats-server does not know either is an error in every block, as in
+# nats-server (its top-level unknown-field error is on by default: opts.go
+# allowUnknownTopLevelField is 0 unless an embedding program calls
+# NoErrOnUnknownFields); a misspelt ``authorization`` must not leave a server open.
+_UNSUPPORTED_TOP_LEVEL = _Unsupported(
+    refused=_keys(
+        """client_advertise mappings maps default_sentinel https https_port gateway leaf leafnodes
+        proxy_protocol max_subscriptions max_subs max_sub_tokens max_subscription_tokens tls ocsp
+        ocsp_cache allow_non_tls operator operators roots root root_operators root_operator resolver
+        account_resolver accounts_resolver resolver_tls resolver_preload resolver_pinned_accounts
+        no_system_account no_system no_sys_acc trusted trusted_keys websocket ws mqtt feature_flags
+        default_js_domain proxies"""
+    ),
+    tolerated=_keys(
+        """trace_verbose trace_headers max_traced_msg_len logtime_utc syslog remote_syslog
+        logfile_size_limit log_size_limit logfile_max_num log_max_num connect_error_reports
+        reconnect_error_reports prof_port prof_block_rate ports_file_dir server_metadata
+        max_closed_clients http_base_path disable_sublist_cache no_sublist_cache no_fast_producer_stall
+        write_timeout no_header_support"""
+    ),
 )
-_UNSUPPORTED_CLUSTER = frozenset(
-    """tls cluster_advertise advertise no_advertise connect_retries connect_backoff permissions pool_size
-    accounts compression ping_interval ping_max write_deadline write_timeout""".split()
+_UNSUPPORTED_CLUSTER = _Unsupported(
+    refused=_keys(
+        """tls cluster_advertise advertise no_advertise connect_retries connect_backoff permissions
+        pool_size accounts compression ping_interval ping_max write_deadline write_timeout"""
+    ),
 )
-_UNSUPPORTED_JETSTREAM = frozenset(
-    """strict key ek encryption_key prev_key prev_ek prev_encryption_key cipher extension_hint limits tpm
-    max_outstanding_catchup max_buffered_size max_buffered_msgs request_queue_limit info_queue_limit
-    meta_compact meta_compact_size meta_compact_sync max_concurrent_io""".split()
+_UNSUPPORTED_JETSTREAM = _Unsupported(
+    refused=_keys("strict key ek encryption_key prev_key prev_ek prev_encryption_key cipher tpm limits extension_hint"),
+    tolerated=_keys(
+        """max_outstanding_catchup max_buffered_size max_buffered_msgs request_queue_limit
+        info_queue_limit max_concurrent_io meta_compact meta_compact_size meta_compact_sync"""
+    ),
 )
-_UNSUPPORTED_AUTHORIZATION = frozenset(
-    "default_permission default_permissions permissions auth_callout auth_hook proxy_required".split()
+_UNSUPPORTED_AUTHORIZATION = _Unsupported(
+    refused=_keys("default_permission default_permissions permissions auth_callout auth_hook proxy_required"),
 )
-_UNSUPPORTED_ACCOUNT = frozenset(
-    "nkey imports exports default_permissions mappings maps limits msg_trace trace_dest".split()
+_UNSUPPORTED_ACCOUNT = _Unsupported(
+    refused=_keys("nkey imports exports default_permissions mappings maps limits"),
+    tolerated=_keys("msg_trace trace_dest"),
 )
-_UNSUPPORTED_USER = frozenset(
-    "permission permissions authorization allowed_connection_types connection_types clients proxy_required".split()
+_UNSUPPORTED_USER = _Unsupported(
+    refused=_keys(
+        "permission permissions authorization allowed_connection_types connection_types clients proxy_required"
+    ),
 )
+#: An account's ``jetstream { ... }`` limits (opts.go parseJetStreamForAccount): the
+#: value kind and the values that mean "no limit", the only ones jetraft accepts.
+_ACCOUNT_JETSTREAM_LIMITS: dict[str, tuple[str, tuple[Any, ...]]] = {
+    **dict.fromkeys(
+        """max_memory max_mem mem memory max_store max_file max_disk store disk max_streams streams
+        max_consumers consumers mem_max_stream_bytes memory_max_stream_bytes disk_max_stream_bytes
+        store_max_stream_bytes max_ack_pending""".split(),
+        ("integer", (-1,)),
+    ),
+    **dict.fromkeys("max_bytes_required max_stream_bytes max_bytes".split(), ("boolean", (False,))),
+    "cluster_traffic": ("string", ("system", "")),
+}
 
 
 # -- validation ----------------------------------------------------------------------

@@ -438,17 +438,36 @@ def test_accounts_with_users_and_jetstream():
             jetstream: enabled
             users: [ {{ user: app, password: app }} ]
           }}
-          LIMITED {{ jetstream {{ max_mem: 1G }} }}
+          UNLIMITED {{ jetstream {{ max_mem: -1, max_file: -1, max_bytes_required: false, cluster_traffic: system }} }}
         }}
         jetstream {{}}
         """
     )
-    assert list(config.accounts) == ["$G", "SYS", "APP", "LIMITED"]
+    assert list(config.accounts) == ["$G", "SYS", "APP", "UNLIMITED"]
     assert config.accounts["APP"] == AccountConfig("APP", (UserConfig("app", "app", "APP"),), True)
     assert config.accounts["SYS"].users == (UserConfig("admin", HASH, "SYS"),)
     assert config.system_account == "SYS"
-    assert config.jetstream_accounts() == ("APP", "LIMITED")
-    assert config.warnings == ("s.conf:9:31: accounts.LIMITED.jetstream: account JetStream limits are not supported by jetraft, ignored",)
+    assert config.jetstream_accounts() == ("APP", "UNLIMITED")
+    assert config.warnings == ()
+
+
+@pytest.mark.parametrize(
+    ("limits", "message"),
+    [
+        ("max_mem: 1G", "s.conf:1:28: 'accounts.A.jetstream.max_mem': account JetStream limits are not supported by jetraft "
+                        "(only -1, no limit, is accepted)"),
+        ("max_streams: 10", "s.conf:1:28: 'accounts.A.jetstream.max_streams': account JetStream limits are not supported "
+                            "by jetraft (only -1, no limit, is accepted)"),
+        ("max_bytes_required: true", "s.conf:1:28: 'accounts.A.jetstream.max_bytes_required': account JetStream limits "
+                                     "are not supported by jetraft (only False, no limit, is accepted)"),
+        ("cluster_traffic: owner", "s.conf:1:28: 'accounts.A.jetstream.cluster_traffic': account JetStream limits are "
+                                   "not supported by jetraft (only 'system', no limit, is accepted)"),
+        ("max_mem: big", "s.conf:1:37: accounts.A.jetstream.max_mem: expected an integer, got a string ('big')"),
+        ("max_speed: -1", "s.conf:1:28: unknown field 'accounts.A.jetstream.max_speed'"),
+    ],
+)
+def test_account_jetstream_limits_are_refused(limits: str, message: str):
+    assert str(error(f"accounts {{ A {{ jetstream {{ {limits} }} }} }}")) == message
 
 
 def test_accounts_as_a_list_of_names():
@@ -496,36 +515,102 @@ def test_system_alias_and_precedence():
 # -- warnings ---------------------------------------------------------------------------------
 
 
-def test_unknown_and_unsupported_keys_are_warnings():
+def test_keys_that_change_only_logging_profiling_or_tuning_are_warnings():
     config = cfg(
-        """tls { cert_file: x }
-leafnodes { port: 7422 }
-colour: blue
-cluster { name: c, pool_size: 3, shape: round }
-jetstream { cipher: aes, speed: 11 }
-authorization { permissions: {}, mood: ok }
-accounts { A { exports: [], users: [ { user: u, permissions: {}, nkey: UABC, extra: 1 } ] } }
+        """syslog: true
+prof_port: 6060
+logtime_utc: true
+max_traced_msg_len: 10
+jetstream { max_outstanding_catchup: 1M, request_queue_limit: 100 }
+accounts { A { msg_trace: { dest: t } } }
 VAR = used
 server_name: $VAR
 """
     )
     assert config.warnings == (
-        "s.conf:1:1: 'tls' is not supported by jetraft, ignored",
-        "s.conf:2:1: 'leafnodes' is not supported by jetraft, ignored",
-        "s.conf:3:1: unknown field 'colour', ignored",
-        "s.conf:4:20: 'cluster.pool_size' is not supported by jetraft, ignored",
-        "s.conf:4:34: unknown field 'cluster.shape', ignored",
-        "s.conf:5:13: 'jetstream.cipher' is not supported by jetraft, ignored",
-        "s.conf:5:26: unknown field 'jetstream.speed', ignored",
-        "s.conf:6:17: 'authorization.permissions' is not supported by jetraft, ignored",
-        "s.conf:6:34: unknown field 'authorization.mood', ignored",
-        "s.conf:7:16: 'accounts.A.exports' is not supported by jetraft, ignored",
-        "s.conf:7:49: 'accounts.A.users[0].permissions' is not supported by jetraft, ignored",
-        "s.conf:7:66: accounts.A.users[0].nkey: nkey users are not supported by jetraft, ignored",
-        "s.conf:7:78: unknown field 'accounts.A.users[0].extra', ignored",
+        "s.conf:1:1: 'syslog' is not supported by jetraft, ignored",
+        "s.conf:2:1: 'prof_port' is not supported by jetraft, ignored",
+        "s.conf:3:1: 'logtime_utc' is not supported by jetraft, ignored",
+        "s.conf:4:1: 'max_traced_msg_len' is not supported by jetraft, ignored",
+        "s.conf:5:13: 'jetstream.max_outstanding_catchup' is not supported by jetraft, ignored",
+        "s.conf:5:42: 'jetstream.request_queue_limit' is not supported by jetraft, ignored",
+        "s.conf:6:16: 'accounts.A.msg_trace' is not supported by jetraft, ignored",
     )
     assert config.server_name == "used"
-    assert config.accounts["A"].users == ()
+
+
+REFUSED = "is not supported by jetraft; refused rather than ignored (it matters for security, clustering or data retention)"
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "label"),
+    [
+        ("operator: /etc/nats/op.jwt", "1:1", "operator"),
+        ("resolver: MEMORY", "1:1", "resolver"),
+        ("resolver_preload { ACC: jwt }", "1:1", "resolver_preload"),
+        ("trusted: [OABC]", "1:1", "trusted"),
+        ("port: 4222\nno_system_account: true", "2:1", "no_system_account"),
+        ("tls { cert_file: x }", "1:1", "tls"),
+        ("allow_non_tls: true", "1:1", "allow_non_tls"),
+        ("leafnodes { port: 7422 }", "1:1", "leafnodes"),
+        ("gateway { name: g }", "1:1", "gateway"),
+        ("websocket { port: 8080 }", "1:1", "websocket"),
+        ("mqtt { port: 1883 }", "1:1", "mqtt"),
+        ("mappings { a: b }", "1:1", "mappings"),
+        ("max_subscriptions: 10", "1:1", "max_subscriptions"),
+        ("client_advertise: x:4222", "1:1", "client_advertise"),
+        ("proxies { trusted: [] }", "1:1", "proxies"),
+        ("cluster { name: c, pool_size: 3 }", "1:20", "cluster.pool_size"),
+        ("cluster { name: c, no_advertise: true }", "1:20", "cluster.no_advertise"),
+        ("cluster { name: c, compression: off }", "1:20", "cluster.compression"),
+        ("cluster { name: c, accounts: [A] }", "1:20", "cluster.accounts"),
+        ("cluster { name: c, advertise: x }", "1:20", "cluster.advertise"),
+        ("cluster { name: c, authorization { user: r, password: p, auth_callout {} } }", "1:58",
+         "cluster.authorization.auth_callout"),
+        ("jetstream { key: s3cr3t }", "1:13", "jetstream.key"),
+        ("jetstream { ek: s3cr3t }", "1:13", "jetstream.ek"),
+        ("jetstream { cipher: aes }", "1:13", "jetstream.cipher"),
+        ("jetstream { strict: false }", "1:13", "jetstream.strict"),
+        ("jetstream { limits { max_ack_pending: 10 } }", "1:13", "jetstream.limits"),
+        ("authorization { auth_callout { issuer: x } }", "1:17", "authorization.auth_callout"),
+        ("accounts { A { imports: [] } }", "1:16", "accounts.A.imports"),
+        ("accounts { A { exports: [] } }", "1:16", "accounts.A.exports"),
+        ("accounts { A { nkey: AABC } }", "1:16", "accounts.A.nkey"),
+        ("accounts { A { mappings { a: b } } }", "1:16", "accounts.A.mappings"),
+        ("accounts { A { limits { max_connections: 1 } } }", "1:16", "accounts.A.limits"),
+        ("accounts { A { users: [ { user: u, allowed_connection_types: [STANDARD] } ] } }", "1:36",
+         "accounts.A.users[0].allowed_connection_types"),
+    ],
+)
+def test_keys_that_matter_for_security_clustering_or_retention_are_errors(text: str, where: str, label: str):
+    assert str(error(text)) == f"s.conf:{where}: {label!r} {REFUSED}"
+
+
+def test_nkey_users_are_errors():
+    assert str(error("accounts { A { users: [ { nkey: UABC } ] } }")) == (
+        "s.conf:1:27: 'accounts.A.users[0].nkey': nkey users are not supported by jetraft (use user and password)"
+    )
+    assert str(error("authorization { users: [ { user: u, password: p }, { nkey: UABC } ] }")).startswith(
+        "s.conf:1:54: 'authorization.users[1].nkey': nkey users are not supported"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "label"),
+    [
+        ("colour: blue", "1:1", "colour"),
+        ("authorisation { user: u, password: p }", "1:1", "authorisation"),
+        ("cluster { name: c, shape: round }", "1:20", "cluster.shape"),
+        ("jetstream { speed: 11 }", "1:13", "jetstream.speed"),
+        ("authorization { mood: ok }", "1:17", "authorization.mood"),
+        ("authorization { users: [ { user: u, pasword: p } ] }", "1:37", "authorization.users[0].pasword"),
+        ("accounts { A { usres: [] } }", "1:16", "accounts.A.usres"),
+        ("cluster { name: c, authorization { usr: r } }", "1:36", "cluster.authorization.usr"),
+    ],
+)
+def test_unknown_keys_are_errors_as_in_nats_server(text: str, where: str, label: str):
+    # nats-server server/opts.go: unknownConfigFieldErr in every block, the top level included.
+    assert str(error(text)) == f"s.conf:{where}: unknown field {label!r}"
 
 
 def test_store_dir_without_jetstream_warns():
@@ -603,3 +688,46 @@ def test_parse_route_url_for_the_command_line():
     assert str(e.value) == (
         "<command line>:0:0: --routes: invalid route URL 'h:6222': expected nats://host:port or nats-route://host:port"
     )
+
+
+# Every key nats-server 2.15 reads (server/opts.go processConfigFileLine, parseCluster,
+# parseJetStream, parseAuthorization, parseAccounts, parseUsers): jetraft knows each one,
+# handling it, refusing it or tolerating it; none is an "unknown field".
+NATS_SERVER_KEYS = {
+    "{key}: 1": """account_resolver accounts accounts_resolver allow_non_tls authorization client_advertise cluster
+        connect_error_reports debug default_js_domain default_sentinel disable_sublist_cache feature_flags gateway host
+        http http_base_path http_port https https_port jetstream lame_duck_duration lame_duck_grace_period leaf leafnodes
+        listen log_file log_max_num log_size_limit logfile logfile_max_num logfile_size_limit logtime logtime_utc mappings
+        maps max_closed_clients max_conn max_connections max_control_line max_payload max_pending max_sub_tokens max_subs
+        max_subscription_tokens max_subscriptions max_traced_msg_len monitor_port mqtt net no_auth_user
+        no_fast_producer_stall no_header_support no_sublist_cache no_sys_acc no_system no_system_account ocsp ocsp_cache
+        operator operators pid_file pidfile ping_interval ping_max port ports_file_dir prof_block_rate prof_port proxies
+        proxy_protocol reconnect_error_reports remote_syslog resolver resolver_pinned_accounts resolver_preload
+        resolver_tls root root_operator root_operators roots server_metadata server_name server_tags store_dir storedir
+        syslog system system_account tls trace trace_headers trace_verbose trusted trusted_keys websocket write_deadline
+        write_timeout ws""",
+    "cluster { name: c, {key}: 1 }": """accounts advertise authorization cluster_advertise compression connect_backoff
+        connect_retries host listen name net no_advertise permissions ping_interval ping_max pool_size port routes tls
+        write_deadline write_timeout""",
+    "jetstream { {key}: 1 }": """cipher domain ek enable enabled encryption_key extension_hint info_queue_limit key
+        limits max_buffered_msgs max_buffered_size max_concurrent_io max_file max_file_store max_mem max_mem_store
+        max_memory_store max_outstanding_catchup meta_compact meta_compact_size meta_compact_sync prev_ek
+        prev_encryption_key prev_key request_queue_limit store store_dir storedir strict sync sync_interval tpm
+        unique_tag""",
+    "authorization { {key}: 1 }": """auth_callout auth_hook default_permission default_permissions pass password
+        permissions proxy_required timeout token user username users""",
+    "accounts { A { {key}: 1 } }": "default_permissions exports imports jetstream limits mappings maps msg_trace nkey "
+                                   "trace_dest users",
+    "accounts { A { users: [ { user: u, {key}: 1 } ] } }": """allowed_connection_types authorization clients
+        connection_types nkey pass password permission permissions proxy_required user username""",
+}
+
+
+@pytest.mark.parametrize(
+    "text", [template.replace("{key}", key) for template, keys in NATS_SERVER_KEYS.items() for key in keys.split()]
+)
+def test_every_nats_server_key_is_known(text: str):
+    try:
+        cfg(text)
+    except ConfigError as e:
+        assert "unknown field" not in e.message

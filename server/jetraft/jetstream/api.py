@@ -56,7 +56,7 @@ from jetraft.protocol.subjects import (
 from . import errors as E
 from . import gojson
 from .consumer import Consumer
-from .errors import JSApiError
+from .errors import JSApiError, UnsupportedSetting
 from .model import (
     API_LEVEL,
     META_REQUIRED_LEVEL,
@@ -66,6 +66,7 @@ from .model import (
     AccountLimits,
     APIStats,
     ConsumerConfig,
+    UNSUPPORTED,
     StreamConfig,
     _raw_json,
     format_time,
@@ -372,6 +373,9 @@ class JetStreamAccount:
         self.server_version = server_version
         self.domain = domain
         self.streams: dict[str, StreamEntry] = {}
+        #: Streams found on disk but not loaded by :meth:`recover` (name -> why); their
+        #: files are kept, and STREAM.CREATE of the same name is refused.
+        self.unloaded: dict[str, str] = {}
         self._capture: SubjectIndex[str] = SubjectIndex()
         self.api_total = 0
         self.api_errors = 0
@@ -385,7 +389,11 @@ class JetStreamAccount:
         """Load every stream and consumer found under the store directory.
 
         Problems (unreadable meta files, corrupt or torn message records) are reported as
-        ``jetstream_recovery_problem`` events; nothing is deleted.
+        ``jetstream_recovery_problem`` events; nothing is deleted. A stream or consumer whose
+        stored config has a setting jetraft does not act on (written by an older jetraft:
+        ``StreamConfig.check_supported``, ``ConsumerConfig.check_supported``) is not loaded,
+        reported with the setting named, and its files are left untouched; such a stream
+        is listed in :attr:`unloaded`.
         """
         if self.base is None or not os.path.isdir(self.base):
             return
@@ -399,6 +407,14 @@ class JetStreamAccount:
                 created = int(meta.get("created", now_ns))
             except (OSError, ValueError, KeyError, TypeError, JSApiError) as exc:
                 self._problem(sname, None, meta_path, f"stream meta unreadable: {exc}")
+                self.unloaded[sname] = f"stream meta unreadable: {exc}"
+                continue
+            try:
+                config.check_supported()
+            except JSApiError as exc:
+                detail = f"stream not loaded: {exc.description}; its files are kept"
+                self._problem(sname, None, meta_path, detail)
+                self.unloaded[sname] = detail
                 continue
             store = FileStore(os.path.join(sdir, "msgs"), sync=self.sync, sync_always=self.sync_always)
             for item in store.recovery_report:
@@ -423,6 +439,11 @@ class JetStreamAccount:
                 except (OSError, ValueError, KeyError, TypeError, JSApiError) as exc:
                     self._problem(sname, cname, os.path.join(cdir, "meta.json"),
                                   f"consumer meta unreadable: {exc}")
+                    continue
+                what = ccfg.unsupported()
+                if what is not None:
+                    self._problem(sname, cname, os.path.join(cdir, "meta.json"),
+                                  f"consumer not loaded: {what} {UNSUPPORTED}; its files are kept")
                     continue
                 state = None
                 state_path = os.path.join(cdir, "state.json")
@@ -483,6 +504,8 @@ class JetStreamAccount:
         nothing (nats-server stream.go processJetStreamMsg).
         """
         stream = entry.stream
+        if stream.config.no_ack:
+            reply = None        # stream.go processJetStreamMsg: canRespond needs !NoAck
         try:
             ack = stream.publish(subject, headers, data, now_ns)
         except JSApiError as err:
@@ -790,6 +813,7 @@ class JetStreamAccount:
         into the fresh replica. Raises JSApiError for a config that no longer checks.
         """
         cfg = StreamConfig.from_json(config).checked()
+        cfg.check_supported()       # before the old files go: an old log's setting is refused
         old = self.streams.get(cfg.name)
         if old is not None:
             self.delete_replica(cfg.name)
@@ -848,6 +872,10 @@ class JetStreamAccount:
         cfg = cfg.checked(pedantic=pedantic).with_static_metadata()
         if cfg.num_replicas > 1 and not self.clustered:
             raise E.stream_replicas_not_supported()
+        cfg.check_supported()
+        if cfg.name in self.unloaded:
+            raise E.stream_create(f"stream {cfg.name} is on disk but not loaded "
+                                  f"({self.unloaded[cfg.name]})")
         existing = self.streams.get(cfg.name)
         if existing is not None:
             if existing.stream.config.to_json() != cfg.to_json():
@@ -886,6 +914,7 @@ class JetStreamAccount:
             raise E.stream_name_mismatch()
         entry = self._entry(new.name)
         cfg = StreamConfig.update_check(entry.stream.config, new, clustered=self.clustered).with_static_metadata()
+        cfg.check_supported()
         self._remove_capture(entry)     # the other streams' subjects are left in the index
         try:
             if stream_subjects_overlap(cfg.subjects, self._capture):
@@ -1085,7 +1114,70 @@ class JetStreamAccount:
 
     # --- consumers ------------------------------------------------------------------------
 
+    def consumer_create_refusal(self, subject: str, payload: bytes) -> JSApiError | None:
+        """The refusal of a CONSUMER.CREATE request on ``subject`` for a setting jetraft does
+        not act on (``ConsumerConfig.check_supported``), found without changing anything, or
+        None (also when the request fails an earlier check: handling it answers that). A
+        clustered stream's leader asks this before proposing the request."""
+        try:
+            self._consumer_request(subject.split("."), payload)
+        except UnsupportedSetting as err:
+            return err
+        except JSApiError:
+            return None
+        return None
+
     def _api_consumer_create(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
+        entry, cfg, action = self._consumer_request(tokens, payload)
+        name = cfg.durable_name or cfg.name
+        existing = entry.consumers.get(name) if name else None
+        retention = entry.stream.config.retention
+        if existing is not None:
+            if action == "create" and _comparable(cfg) != _comparable(existing.config):
+                raise E.consumer_already_exists()
+            if retention == "workqueue" and not self._partition_unique(entry, name, cfg):
+                raise E.api_error("JSConsumerWQConsumerNotUniqueErr")
+            if _comparable(cfg) != _comparable(existing.config):
+                try:
+                    _check_update(existing.config, cfg)
+                except ValueError as exc:
+                    raise E.consumer_create(str(exc)) from None
+                out = existing.update_config(cfg, now_ns)
+                self._write_consumer_meta(entry, existing)
+                return self._consumer_info(existing, now_ns), [Reply(m) for m in out]
+            return self._consumer_info(existing, now_ns)
+        if action == "update":
+            raise E.consumer_does_not_exist()
+        max_consumers = entry.stream.config.max_consumers     # consumer.go addConsumerWithAssignment
+        if max_consumers > 0 and len(entry.consumers) >= max_consumers:
+            raise E.maximum_consumers_limit()
+        if retention == "workqueue":
+            if cfg.ack_policy not in ("explicit", "flow_control"):
+                raise E.api_error("JSConsumerWQRequiresExplicitAckErr")
+            if cfg.deliver_policy != "all":
+                raise E.api_error("JSConsumerWQConsumerNotDeliverAllErr")
+            if entry.consumers:
+                if not cfg.filter_subject and not cfg.filter_subjects:
+                    raise E.api_error("JSConsumerWQMultipleUnfilteredErr")
+                if not self._partition_unique(entry, name, cfg):
+                    raise E.api_error("JSConsumerWQConsumerNotUniqueErr")
+        if not name:
+            name = new_consumer_name()
+            cfg.name = name
+        elif not cfg.name:
+            cfg.name = name
+        consumer = Consumer(entry.stream, name, cfg, created_ns=now_ns, has_interest=self.interest)
+        entry.consumers[name] = consumer
+        self._write_consumer_meta(entry, consumer)
+        self.events.emit("jetstream_consumer_created", account=self.name, stream=entry.name,
+                         consumer=name, durable=bool(cfg.durable_name),
+                         kind="push" if cfg.deliver_subject else "pull")
+        return self._consumer_info(consumer, now_ns), [Reply(m) for m in consumer.poll(now_ns)]
+
+    def _consumer_request(self, tokens: list[str], payload: bytes) -> tuple[StreamEntry, ConsumerConfig, str]:
+        """CONSUMER.CREATE's checks of the request alone (jetstream_api.go
+        jsConsumerCreateRequest, then checkConsumerCfg, then check_supported): the stream's
+        entry, the checked config and the action. Raises JSApiError; changes nothing."""
         req = decode_request(payload, "CreateConsumerRequest")
         if req is None:
             raise E.invalid_json("unexpected end of JSON input")
@@ -1131,50 +1223,11 @@ class JetStreamAccount:
         if len(cname or cfg.durable_name) > MAX_CONSUMER_NAME_LEN:
             raise E.consumer_name_too_long(MAX_CONSUMER_NAME_LEN)
         cfg = cfg.checked(entry.stream.config, pedantic=pedantic)
+        cfg.check_supported()
         cfg.metadata = _static_consumer_metadata(cfg)
         if not cfg.durable_name and cfg.inactive_threshold <= 0:
             cfg.inactive_threshold = EPHEMERAL_INACTIVE_THRESHOLD   # consumer.go updateInactiveThreshold
-        name = cfg.durable_name or cfg.name
-        existing = entry.consumers.get(name) if name else None
-        retention = entry.stream.config.retention
-        if existing is not None:
-            if action == "create" and _comparable(cfg) != _comparable(existing.config):
-                raise E.consumer_already_exists()
-            if retention == "workqueue" and not self._partition_unique(entry, name, cfg):
-                raise E.api_error("JSConsumerWQConsumerNotUniqueErr")
-            if _comparable(cfg) != _comparable(existing.config):
-                try:
-                    _check_update(existing.config, cfg)
-                except ValueError as exc:
-                    raise E.consumer_create(str(exc)) from None
-                out = existing.update_config(cfg, now_ns)
-                self._write_consumer_meta(entry, existing)
-                return self._consumer_info(existing, now_ns), [Reply(m) for m in out]
-            return self._consumer_info(existing, now_ns)
-        if action == "update":
-            raise E.consumer_does_not_exist()
-        if retention == "workqueue":
-            if cfg.ack_policy not in ("explicit", "flow_control"):
-                raise E.api_error("JSConsumerWQRequiresExplicitAckErr")
-            if cfg.deliver_policy != "all":
-                raise E.api_error("JSConsumerWQConsumerNotDeliverAllErr")
-            if entry.consumers:
-                if not cfg.filter_subject and not cfg.filter_subjects:
-                    raise E.api_error("JSConsumerWQMultipleUnfilteredErr")
-                if not self._partition_unique(entry, name, cfg):
-                    raise E.api_error("JSConsumerWQConsumerNotUniqueErr")
-        if not name:
-            name = new_consumer_name()
-            cfg.name = name
-        elif not cfg.name:
-            cfg.name = name
-        consumer = Consumer(entry.stream, name, cfg, created_ns=now_ns, has_interest=self.interest)
-        entry.consumers[name] = consumer
-        self._write_consumer_meta(entry, consumer)
-        self.events.emit("jetstream_consumer_created", account=self.name, stream=entry.name,
-                         consumer=name, durable=bool(cfg.durable_name),
-                         kind="push" if cfg.deliver_subject else "pull")
-        return self._consumer_info(consumer, now_ns), [Reply(m) for m in consumer.poll(now_ns)]
+        return entry, cfg, action
 
     @staticmethod
     def _partition_unique(entry: StreamEntry, name: str, cfg: ConsumerConfig) -> bool:

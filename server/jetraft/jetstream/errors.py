@@ -27,6 +27,7 @@ from typing import Any
 __all__ = [
     "ERRORS",
     "JSApiError",
+    "UnsupportedSetting",
     "api_error",
     "go_duration",
 ]
@@ -462,6 +463,30 @@ def subjects_overlap() -> JSApiError:
     return api_error("JSStreamSubjectOverlapErr")
 
 
+class UnsupportedSetting(JSApiError):
+    """The refusal of a stream or consumer setting jetraft does not act on (never stored
+    and ignored): nats-server's error for an invalid configuration, its description
+    ``"<setting> is not supported by jetraft"``. On the wire a plain :class:`JSApiError`."""
+
+
+#: The end of an :class:`UnsupportedSetting` description.
+UNSUPPORTED = "is not supported by jetraft"
+
+
+def unsupported_stream_setting(what: str) -> UnsupportedSetting:
+    """10052 (500) "<what> is not supported by jetraft" -- JSStreamInvalidConfigF, as
+    nats-server's checkStreamCfg refuses an invalid stream configuration."""
+    err = api_error("JSStreamInvalidConfigF", err=f"{what} {UNSUPPORTED}")
+    return UnsupportedSetting(err.code, err.err_code, err.description, err.constant)
+
+
+def unsupported_consumer_setting(what: str) -> UnsupportedSetting:
+    """10012 (500) "<what> is not supported by jetraft" -- JSConsumerCreateErrF,
+    nats-server's consumer creation failure."""
+    err = api_error("JSConsumerCreateErrF", err=f"{what} {UNSUPPORTED}")
+    return UnsupportedSetting(err.code, err.err_code, err.description, err.constant)
+
+
 def stream_invalid_config(err: Any) -> JSApiError:
     """10052 (500) "<err>" -- JSStreamInvalidConfigF (checkStreamCfg's refusals)."""
     return api_error("JSStreamInvalidConfigF", err=err)
@@ -593,6 +618,14 @@ def duplicate_message_conflict() -> JSApiError:
 def message_ttl_invalid() -> JSApiError:
     """10165 (400) "invalid per-message TTL" -- JSMessageTTLInvalidErr."""
     return api_error("JSMessageTTLInvalidErr")
+
+
+def message_ttl_unsupported() -> UnsupportedSetting:
+    """10166 (400) "per-message TTL is not supported by jetraft": JSMessageTTLDisabledErr's
+    code with jetraft's reason -- a ``Nats-TTL`` on a stream with ``allow_msg_ttl`` (jetraft
+    does not remove messages one by one, so such a message is refused, not kept)."""
+    err = api_error("JSMessageTTLDisabledErr")
+    return UnsupportedSetting(err.code, err.err_code, f"per-message TTL {UNSUPPORTED}", err.constant)
 
 
 def message_ttl_disabled() -> JSApiError:

@@ -60,6 +60,7 @@ __all__ = [
     "MAX_DESCRIPTION_LEN",
     "MAX_METADATA_LEN",
     "MAX_NAME_LEN",
+    "UNSUPPORTED",
     "AccountInfo",
     "AccountLimits",
     "ClusterInfo",
@@ -91,6 +92,9 @@ STREAM_MAX_REPLICAS = 5
 #: Refusal (10052) of subjects whose overlap check would exceed its work bound
 #: (jetraft only: protocol/subjects.py OVERLAP_STEPS_PER_NODE; nats-server has no bound).
 SUBJECTS_TOO_COMPLEX = "subjects too complex to check for overlap"
+#: How a refused setting jetraft does not act on is described: "<setting> is not supported
+#: by jetraft" (StreamConfig.check_supported, ConsumerConfig.check_supported).
+UNSUPPORTED = E.UNSUPPORTED
 #: First tokens of the subjects that can overlap "$JS.>", "$JSC.>", "$NRG.>" or "$SYS.>".
 _API_HEADS = frozenset(("$JS", "$JSC", "$NRG", "$SYS", "*", ">"))
 #: StreamDefaultDuplicatesWindow (server/stream.go): 2 minutes.
@@ -820,6 +824,56 @@ class StreamConfig(_Model):
         cfg.pedantic = False
         return cfg
 
+    def unsupported(self) -> str | None:
+        """The first setting of this (checked) config that jetraft does not act on, named as
+        in the JSON (``"mirror"``, ``"compression s2"``), or None when every setting is one
+        jetraft enforces.
+
+        Refused (each when set to anything but its default): ``mirror``, ``sources``,
+        ``subject_transform``, ``republish``, ``first_seq``, ``compression`` other than
+        none, ``mirror_direct``, ``subject_delete_marker_ttl``, ``allow_msg_counter``,
+        ``allow_atomic``, ``allow_msg_schedules``, ``persist_mode`` async, ``allow_batched``.
+        ``allow_msg_ttl`` is accepted (nats-py sets it on every key-value bucket): a
+        ``Nats-TTL`` header is then refused at publish (stream.py), never stored and kept.
+        Every other field is enforced (README "Stream and consumer settings").
+        """
+        if self.mirror is not None:
+            return "mirror"
+        if self.sources:
+            return "sources"
+        if self.subject_transform is not None:
+            return "subject_transform"
+        if self.republish is not None:
+            return "republish"
+        if self.first_seq > 0:
+            return "first_seq"
+        if self.compression not in ("", "none"):
+            return f"compression {self.compression}"
+        if self.mirror_direct:
+            return "mirror_direct"
+        if self.subject_delete_marker_ttl > 0:
+            return "subject_delete_marker_ttl"
+        if self.allow_msg_counter:
+            return "allow_msg_counter"
+        if self.allow_atomic:
+            return "allow_atomic"
+        if self.allow_msg_schedules:
+            return "allow_msg_schedules"
+        if self.persist_mode == "async":
+            return "persist_mode async"
+        if self.allow_batched:
+            return "allow_batched"
+        return None
+
+    def check_supported(self) -> None:
+        """Refuse a config with a setting jetraft does not act on (see :meth:`unsupported`):
+        JSApiError 10052 (500, JSStreamInvalidConfigF, the error nats-server gives for an
+        invalid stream configuration) ``"<setting> is not supported by jetraft"``. Call it
+        after nats-server's own checks, before anything is stored or proposed."""
+        what = self.unsupported()
+        if what is not None:
+            raise E.unsupported_stream_setting(what)
+
     def create_request_checks(self, subject_name: str) -> None:
         """The checks STREAM.CREATE makes before checkStreamCfg (jetstream_api.go jsStreamCreateRequest).
 
@@ -1257,6 +1311,39 @@ class ConsumerConfig(_Model):
         if not c.name and c.durable_name:
             c.name = c.durable_name  # nats-server reports a durable's name (verified by the compat test)
         return c
+
+    def unsupported(self) -> str | None:
+        """The first setting of this consumer config that jetraft does not act on (named as
+        in the JSON), or None. Refused: ``replay_policy`` original, ``rate_limit_bps``,
+        ``sample_freq``, ``priority_policy`` other than none (and so ``priority_groups`` and
+        ``priority_timeout``, which need one), ``ack_policy`` flow_control, ``direct`` and
+        ``sourcing`` (nats-server's own consumers for mirrors and sources)."""
+        if self.replay_policy == "original":
+            return "replay_policy original"
+        if self.rate_limit_bps > 0:
+            return "rate_limit_bps"
+        if self.sample_freq:
+            return "sample_freq"
+        if self.priority_policy != "none":
+            return f"priority_policy {self.priority_policy}"
+        if self.priority_groups:
+            return "priority_groups"
+        if self.ack_policy == "flow_control":
+            return "ack_policy flow_control"
+        if self.direct:
+            return "direct"
+        if self.sourcing:
+            return "sourcing"
+        return None
+
+    def check_supported(self) -> None:
+        """Refuse a consumer config with a setting jetraft does not act on (see
+        :meth:`unsupported`): JSApiError 10012 (500, JSConsumerCreateErrF, nats-server's
+        general consumer creation failure) ``"<setting> is not supported by jetraft"``.
+        Call it after nats-server's own checks, before anything is stored or proposed."""
+        what = self.unsupported()
+        if what is not None:
+            raise E.unsupported_consumer_setting(what)
 
     @staticmethod
     def _check_deliver_policy(c: ConsumerConfig) -> None:

@@ -10,7 +10,8 @@ Publish checks, in nats-server's order (each raises :class:`JSApiError`):
 
 1. sealed stream -> 10109;
 2. ``Nats-Expected-Stream`` not this stream -> 10060 "expected stream does not match";
-3. ``Nats-TTL`` on a stream without ``allow_msg_ttl`` -> 10166 (TTLs are not honoured yet);
+3. a valid ``Nats-TTL`` (a number of seconds, a Go duration of at least 1 s, ``never``) on
+   a stream without ``allow_msg_ttl`` -> 10166 "per-message TTL is disabled";
 4. ``Nats-Expected-Last-Subject-Sequence`` (optionally on the subject named by
    ``Nats-Expected-Last-Subject-Sequence-Subject``; that header alone -> 10193) not the
    last sequence on the subject -> 10071 "wrong last sequence: <actual>";
@@ -22,6 +23,11 @@ Publish checks, in nats-server's order (each raises :class:`JSApiError`):
    "rollup not permitted"; a value other than ``sub``/``all`` -> 10111
    ``rollup value invalid: "<v>"``;
 9. headers + data over ``max_msg_size`` -> 10054; headers over 65535 bytes -> 10097;
+9b. an invalid ``Nats-TTL`` (``0``, under 1 s, not a number) -> 10165 "invalid per-message
+    TTL"; a valid one (the stream has ``allow_msg_ttl``) -> 10166 "per-message TTL is not
+    supported by jetraft" (jetraft does not expire messages one by one: a message that
+    must expire is refused, never stored and kept; nats-server stores it and removes it
+    when its TTL passes);
 10. ``discard: new`` at a limit -> 10077 (503) "maximum messages per subject exceeded"
     (only with ``discard_new_per_subject``; a rollup passes), "maximum messages exceeded",
     "maximum bytes exceeded".
@@ -39,13 +45,14 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from jetraft.config.durations import parse_duration
 from jetraft.protocol.headers import get_header
 
 from . import errors as E
 from .model import LostStreamData, StreamConfig, StreamInfo, StreamState, format_time
 from .store import CorruptMessage, MessageNotFound, StoredMessage
 
-__all__ = ["Stream"]
+__all__ = ["Stream", "parse_message_ttl"]
 
 # Header names (nats-server server/stream.go constants).
 MSG_ID = "Nats-Msg-Id"
@@ -77,6 +84,32 @@ def _parse_u64(text: str) -> int:
     if not text or not text.isascii() or not text.isdigit() or len(text) > 19:
         return _U64
     return int(text)
+
+
+def parse_message_ttl(text: str) -> tuple[int, bool]:
+    """A ``Nats-TTL`` header value as nats-server reads it (stream.go parseMessageTTL):
+    ``(seconds, invalid)``. ``"never"`` (any case) is -1; a Go duration of at least 1 s is
+    its whole seconds; else a string of ASCII digits is seconds (``"00"`` is 0: no TTL,
+    Go's parseInt64 wraps past 2**63). A duration under 1 s (``"0"``, ``"500ms"``) or
+    anything else is ``(0, True)``, answered 10165 "invalid per-message TTL". ``""``
+    (no header) is ``(0, False)``."""
+    if not text:
+        return 0, False
+    if text.lower() == "never":
+        return -1, False
+    try:
+        seconds = parse_duration(text)
+    except ValueError:
+        pass
+    else:
+        if seconds < 1:
+            return 0, True
+        return int(seconds), False
+    if not text.isascii() or not text.isdigit():
+        return 0, True
+    n = int(text) % (1 << 64)
+    n = n - (1 << 64) if n >= 1 << 63 else n
+    return (0, True) if n < 0 else (n, False)
 
 
 def _go_quote(text: str) -> str:
@@ -196,12 +229,13 @@ class Stream:
         headers = headers or None
         msg_id = ""
         rollup = ""
+        ttl, ttl_invalid = 0, False
         if headers:
             expected = _hdr(headers, EXPECTED_STREAM)
             if expected and expected != cfg.name:
                 raise E.stream_not_match()
-            ttl = _hdr(headers, MSG_TTL)
-            if ttl and ttl != "0" and not cfg.allow_msg_ttl:
+            ttl, ttl_invalid = parse_message_ttl(_hdr(headers, MSG_TTL))
+            if ttl != 0 and not cfg.allow_msg_ttl:
                 raise E.message_ttl_disabled()
             subj_seq_text = _hdr(headers, EXPECTED_LAST_SUBJ_SEQ)
             subj_override = _hdr(headers, EXPECTED_LAST_SUBJ_SEQ_SUBJ)
@@ -238,6 +272,10 @@ class Stream:
             raise E.message_exceeds_maximum()
         if hlen > MAX_HEADER_BYTES:
             raise E.header_exceeds_maximum()
+        if ttl_invalid:
+            raise E.message_ttl_invalid()
+        if ttl != 0:        # allow_msg_ttl: jetraft cannot expire it, so it is not stored
+            raise E.message_ttl_unsupported()
         self._check_discard_new(subject, headers, data)
 
         seq = self.store.store(subject, headers, data, now_ns)

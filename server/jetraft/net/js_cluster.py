@@ -841,6 +841,11 @@ class ClusterJetStream:
             if kind == "CONSUMER.MSG" and not acc.knows_consumer(
                     f"$JS.ACK.{tokens[5]}.{tokens[6]}", "$JS.ACK."):
                 return False
+            if kind in ("CONSUMER.CREATE", "CONSUMER.DURABLE"):
+                refusal = acc.consumer_create_refusal(subject, payload)
+                if refusal is not None:     # a setting jetraft does not act on: not proposed
+                    self._error(acc.name, reply, rtype, refusal)
+                    return True
             replica = self.replicas[key]
             pull_inbox = reply if kind == "CONSUMER.MSG" else None
             data = encode_entry(API, replica.next_ts(now), self._push_interest(acc, stream, pull_inbox),
@@ -861,6 +866,7 @@ class ClusterJetStream:
         try:
             req = decode_request(payload, "StreamConfigRequest") or {}
             new = StreamConfig.decode(req).checked()
+            new.check_supported()   # refused before the meta group stores the new config
         except E.JSApiError as err:
             return err
         sa = self.meta.streams.get((acc.name, stream))
@@ -995,6 +1001,7 @@ class ClusterJetStream:
         cfg = StreamConfig.decode(req)
         cfg.create_request_checks(tokens[4])
         cfg = cfg.checked(pedantic=pedantic).with_static_metadata()
+        cfg.check_supported()       # refused before anything is proposed
         key = (acc.name, cfg.name)
         existing = self.meta.streams.get(key)
         if existing is not None:

@@ -96,6 +96,12 @@ EVENTS: dict[str, EventSpec] = {
         "warn", "A client failed authentication (the password itself is never logged).",
         {"cid": "int", "ip": "str", "port": "int", "user": "user name or null", "reason": "str"},
     ),
+    "permissions_violation": EventSpec(
+        "warn", "A client published or subscribed where its user's permissions do not allow; it was "
+        "answered with -ERR 'Permissions Violation ...' and the connection kept (nats-server client.go).",
+        {"cid": "int", "user": "user name or null", "kind": "publish or subscribe", "subject": "str",
+         "queue": "queue group (subscribe only) or null"},
+    ),
     "protocol_error": EventSpec(
         "debug", "A client sent something the protocol forbids; it was answered with -ERR.",
         {"cid": "int", "error": "the -ERR text", "fatal": "bool"},

@@ -266,7 +266,7 @@ class Server:
             "headers": True,
             "max_payload": cfg.max_payload,
         }
-        if self.auth.required:
+        if self.auth.advertise_auth:  # server.go: not with a configured no_auth_user
             info["auth_required"] = True
         if cfg.cluster is not None:
             info["cluster"] = cfg.cluster.name
@@ -375,8 +375,8 @@ class Server:
             target = sub.client
             if target is sender and not echo:
                 continue
-            target.deliver(sub, wire, reply, headers, payload)
-            delivered = True
+            if target.deliver(sub, wire, reply, headers, payload):
+                delivered = True
         if forward:
             remote = self.routes.match_remote(account.name, subject)
             if remote is not None:
@@ -389,9 +389,8 @@ class Server:
                 members = [m for m in members if m.client is not sender]
                 if not members:
                     continue
-            sub = members[random.randrange(len(members))] if len(members) > 1 else members[0]
-            sub.client.deliver(sub, wire, reply, headers, payload)
-            delivered = True
+            if _deliver_to_one(members, wire, reply, headers, payload):
+                delivered = True
         return delivered
 
     def _deliver_in_cluster(self, account: str, match: Match, remote: Match, subject: str,
@@ -412,12 +411,15 @@ class Server:
             if not echo:
                 members = [m for m in members if m.client is not sender]
             n = len(members)
-            pick = random.randrange(n + sum(r.weight for r in rmembers))
+            remote_weight = sum(r.weight for r in rmembers)
+            pick = random.randrange(n + remote_weight)
             if pick < n:
-                sub = members[pick]
-                sub.client.deliver(sub, wire, reply, headers, payload)
-                delivered = True
-                continue
+                if _deliver_to_one(members, wire, reply, headers, payload, pick):
+                    delivered = True
+                    continue
+                if not remote_weight:
+                    continue
+                pick = n + random.randrange(remote_weight)  # every local member refused it
             pick -= n
             for rsub in rmembers:
                 if pick < rsub.weight:
@@ -429,9 +431,8 @@ class Server:
                 members = [m for m in members if m.client is not sender]
                 if not members:
                     continue
-            sub = members[random.randrange(len(members))]
-            sub.client.deliver(sub, wire, reply, headers, payload)
-            delivered = True
+            if _deliver_to_one(members, wire, reply, headers, payload):
+                delivered = True
         if targets:
             self.routes.forward(account, subject, reply, headers, payload, targets, shown)
             delivered = True
@@ -527,7 +528,9 @@ class Server:
 
         Applies users, accounts, authorization, limits and logging; refuses the whole reload
         (and logs ``config_reload_failed``) when the file is broken or changes an option in
-        :data:`NOT_RELOADABLE`. Clients whose credentials no longer hold are disconnected.
+        :data:`NOT_RELOADABLE`. Clients whose credentials no longer hold are disconnected;
+        clients whose user's permissions changed get them, and lose the subscriptions they
+        no longer allow (each with an -ERR).
         """
         old = self.config
         if old.source is None:
@@ -550,7 +553,7 @@ class Server:
         previous_auth = self.auth
         self.config = new
         self.config_load_ns = time.time_ns()
-        self.auth = Authenticator(new)
+        self.auth = Authenticator(new, previous_auth)
         for name in new.accounts:
             self.account(name)
         self.events.threshold = log_threshold(new)
@@ -562,6 +565,11 @@ class Server:
             if client.identity is not None and not self.auth.still_valid(client.identity, previous_auth):
                 client.send(encode_err("Authorization Violation"))
                 client.close("Authentication Failure")
+            elif client.identity is not None:
+                # permissions changed: applied to the connection, which stays (reload.go)
+                identity = self.auth.refresh(client.identity)
+                if identity is not client.identity:
+                    client.update_identity(identity)
         self.events.emit("config_reloaded", config=old.source, changed=changed)
         return True
 
@@ -597,6 +605,20 @@ class Server:
     @property
     def healthy(self) -> bool:
         return not self.lame_duck_mode and not self._stopping.is_set()
+
+
+def _deliver_to_one(members: Any, wire: str, reply: str | None, headers: bytes | None, payload: bytes,
+                    start: int | None = None) -> bool:
+    """Deliver to one member of a queue group, starting at ``start`` (random if None) and
+    trying the next ones when a member's permissions refuse the subject (nats-server
+    client.go processMsgResults). True if one took it."""
+    n = len(members)
+    first = (random.randrange(n) if n > 1 else 0) if start is None else start
+    for i in range(n):
+        sub = members[(first + i) % n]
+        if sub.client.deliver(sub, wire, reply, headers, payload):
+            return True
+    return False
 
 
 def log_threshold(config: ServerConfig) -> str:

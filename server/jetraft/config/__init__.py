@@ -11,6 +11,8 @@ Entry points:
 * :func:`validate` - the cross-field checks, to re-run after command-line overrides.
 * :func:`parse_route_url` - one ``--routes`` URL, checked as the ``routes`` key is.
 * :func:`dumps` - plain values back to configuration text.
+* :class:`Permissions` (:class:`SubjectPermission`, :class:`ResponsePermission`) - a
+  user's publish/subscribe permissions, in :attr:`UserConfig.permissions`.
 
 Every failure is a :class:`ConfigError` with ``message``, ``file``, ``line`` and
 ``column``; ``str(err)`` is ``"file:line:column: message"``.
@@ -33,6 +35,7 @@ from .model import (
     validate,
 )
 from .parser import parse_text
+from .permissions import Permissions, ResponsePermission, SubjectPermission
 from .writer import dumps
 
 __all__ = [
@@ -42,9 +45,12 @@ __all__ = [
     "ConfigError",
     "JetStreamConfig",
     "LoggingConfig",
+    "Permissions",
     "Position",
+    "ResponsePermission",
     "RouteURL",
     "ServerConfig",
+    "SubjectPermission",
     "UserConfig",
     "config_from_text",
     "dumps",

@@ -32,12 +32,13 @@ import re
 import types
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .durations import parse_duration
 from .errors import COMMAND_LINE, ConfigError, Position
 from .parser import Entry, Value, load_tree, parse_tree
+from .permissions import Permissions, read_permissions
 
 __all__ = [
     "DEFAULT_SYSTEM_ACCOUNT",
@@ -80,12 +81,15 @@ _DEFAULT_ROUTE_PORT = 6222
 
 @dataclass(frozen=True, slots=True)
 class UserConfig:
-    """A user: name, password (plain or bcrypt hash; None if absent) and the name of
-    the account it belongs to."""
+    """A user: name, password (plain or bcrypt hash; None if absent), the name of
+    the account it belongs to, and its effective ``permissions`` (its own, else its
+    account's ``default_permissions``, or for a user of the ``authorization`` block that
+    block's; None: no restriction; nats-server opts.go applyDefaultPermissions)."""
 
     user: str
     password: str | None = None
     account: str = GLOBAL_ACCOUNT
+    permissions: Permissions | None = None
 
     @property
     def is_bcrypt(self) -> bool:
@@ -103,18 +107,21 @@ class AccountConfig:
     name: str
     users: tuple[UserConfig, ...] = ()
     jetstream: bool = False
+    default_permissions: Permissions | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class AuthorizationConfig:
     """The top-level ``authorization`` block: a single user/password or a token
     (its ``users`` go to account ``$G``), and ``timeout``, the seconds a client has to
-    authenticate (nats-server default 2 s)."""
+    authenticate (nats-server default 2 s). ``default_permissions`` (also written
+    ``permissions``) go to the block's ``users`` that have none of their own."""
 
     user: str | None = None
     password: str | None = None
     token: str | None = None
     timeout: float = 2.0
+    default_permissions: Permissions | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -564,11 +571,14 @@ class _Builder:
             item_label = f"{label}[{i}]"
             name: tuple[str, Position] | None = None
             password: str | None = None
+            permissions: Permissions | None = None
             for key, entry, entry_label in self.entries(item, item_label):
                 if key in ("user", "username"):
                     name = (_string(entry.value, entry_label), entry.value.position)
                 elif key in ("pass", "password"):
                     password = _string(entry.value, entry_label)
+                elif key in ("permission", "permissions", "authorization"):  # opts.go parseUsers
+                    permissions = read_permissions(entry.value, entry_label)
                 elif key == "nkey":
                     raise ConfigError.at(
                         entry.key_position, f"{entry_label!r}: nkey users are not supported by jetraft (use user and password)"
@@ -577,13 +587,24 @@ class _Builder:
                     self.ignore(entry, entry_label, _UNSUPPORTED_USER)
             if name is None:
                 raise ConfigError.at(item.position, f"{item_label}: user entry requires a user")
-            users.append((UserConfig(name[0], password, account), name[1]))
+            users.append((UserConfig(name[0], password, account, permissions), name[1]))
         return users
+
+    @staticmethod
+    def _with_defaults(
+        users: list[tuple[UserConfig, Position]], defaults: Permissions | None
+    ) -> list[tuple[UserConfig, Position]]:
+        """Users without permissions of their own get ``defaults`` (opts.go
+        applyDefaultPermissions)."""
+        if defaults is None:
+            return users
+        return [(u if u.permissions is not None else replace(u, permissions=defaults), p) for u, p in users]
 
     def _authorization(self, entry: Entry, label: str) -> None:
         user = password = token = None
         timeout = 2.0
         users: list[tuple[UserConfig, Position]] | None = None
+        defaults: Permissions | None = None
         for key, item, item_label in self.entries(entry.value, label):
             if key in ("user", "username"):
                 user = _string(item.value, item_label)
@@ -595,6 +616,8 @@ class _Builder:
                 timeout = self._auth_timeout(item.value, item_label)
             elif key == "users":
                 users = self._users(item.value, item_label, GLOBAL_ACCOUNT)
+            elif key in ("default_permission", "default_permissions", "permissions"):  # opts.go parseAuthorization
+                defaults = read_permissions(item.value, item_label)
             else:
                 self.ignore(item, item_label, _UNSUPPORTED_AUTHORIZATION)
         if (user or password) and token:
@@ -603,8 +626,8 @@ class _Builder:
             raise ConfigError.at(entry.key_position, f"{label}: cannot have a single user/pass and a users array")
         if users is not None and token:
             raise ConfigError.at(entry.key_position, f"{label}: cannot have a token and a users array")
-        self.authorization = AuthorizationConfig(user, password, token, timeout)
-        self.global_users = users or []
+        self.authorization = AuthorizationConfig(user, password, token, timeout, defaults)
+        self.global_users = self._with_defaults(users or [], defaults)
 
     def _auth_timeout(self, value: Value, label: str) -> float:
         """Authorization ``timeout``: seconds as a number, or a duration string."""
@@ -631,6 +654,7 @@ class _Builder:
             _expect(account.value, account_label, "map")
             users: list[tuple[UserConfig, Position]] = []
             jetstream = False
+            defaults: Permissions | None = None
             for key, item, item_label in self.entries(account.value, account_label):
                 if key == "users":
                     users = self._users(item.value, item_label, name)
@@ -638,9 +662,14 @@ class _Builder:
                     jetstream = self._account_jetstream(item.value, item_label)
                     if jetstream:
                         self.origins[f"accounts.{name}.jetstream"] = Origin(item.key_position, True)
+                elif key == "default_permissions":  # opts.go parseAccounts
+                    defaults = read_permissions(item.value, item_label)
                 else:
                     self.ignore(item, item_label, _UNSUPPORTED_ACCOUNT)
-            self._add_account(AccountConfig(name, tuple(u for u, _ in users), jetstream), account.key_position)
+            users = self._with_defaults(users, defaults)
+            self._add_account(
+                AccountConfig(name, tuple(u for u, _ in users), jetstream, defaults), account.key_position
+            )
             self.account_users.extend(users)
 
     def _add_account(self, account: AccountConfig, position: Position) -> None:
@@ -800,6 +829,9 @@ class _Builder:
             self.set("system_account", system[0], system[1])
         system_name = fields.get("system_account", DEFAULT_SYSTEM_ACCOUNT)
         fields["http_host"] = self.http_host or fields.get("host", "0.0.0.0")
+        if self.http_host is not None:  # http: "host:port" in the file; the -a flag does not move it (nats-server)
+            where = self.origins["http_port"].position if "http_port" in self.origins else self.root.position
+            self.origins["http_host"] = Origin(where, self.http_host)
         fields["logging"] = LoggingConfig(**self.logging)
         fields["authorization"] = self.authorization
         self._check_users()

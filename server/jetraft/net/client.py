@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from jetraft.auth import AuthError, Identity
+from jetraft.auth import SYSTEM_QUEUE_GROUP, AuthError, ClientPermissions, Identity, go_quote
 from jetraft.protocol import (
     ERR_AUTHORIZATION_VIOLATION,
     ERR_INVALID_SUBJECT,
@@ -272,6 +272,8 @@ class ClientConnection(StreamConnection):
         #: requires authentication, from the start otherwise (see :meth:`_bind_anonymous`).
         self.account: Account | None = None
         self.identity: Identity | None = None
+        #: what the identity may publish and subscribe to; None: no restriction
+        self.perms: ClientPermissions | None = None
         self.connected = False
         # nats-server's defaults until CONNECT says otherwise (client.go defaultOpts)
         self.verbose = True
@@ -305,6 +307,7 @@ class ClientConnection(StreamConnection):
             self.parser.awaiting_auth = True
             return
         self.identity = identity
+        self.perms = auth.client_permissions(identity)
         self.account = self.server.account(identity.account)
 
     # ------------------------------------------------------------------ lifecycle
@@ -400,6 +403,13 @@ class ClientConnection(StreamConnection):
                         self.last_in = self.last_activity
                         self.in_msgs += 1
                         self.in_bytes += len(op.payload) + (len(op.headers) if op.headers else 0)
+                        perms = self.perms
+                        if (perms is not None and perms.restricts_publish
+                                and not perms.can_publish(op.subject, time.monotonic())):
+                            # before +OK and before anything, JetStream's $JS.API included,
+                            # sees the message (client.go processInboundClientMsg)
+                            self._publish_violation(op.subject)
+                            continue
                         if self.verbose:  # +OK precedes delivery (nats-server client.go processPub)
                             self.send(OK)
                         server.publish(self, op.subject, op.reply, op.headers, op.payload)
@@ -472,6 +482,7 @@ class ClientConnection(StreamConnection):
             # to before CONNECT was in the other account's subject space
             self.remove_all_subscriptions()
         self.identity = identity
+        self.perms = self.server.auth.client_permissions(identity)
         self.account = account
         self.connected = True
         self.server.events.emit("client_connected", cid=self.cid, ip=self.ip, port=self.port,
@@ -498,7 +509,42 @@ class ClientConnection(StreamConnection):
         self.send(encode_err("Authorization Violation"))
         self.close("Authentication Failure")
 
+    def _publish_violation(self, subject: str) -> None:
+        """client.go pubPermissionViolation: -ERR, the message dropped, the connection kept."""
+        self.server.events.emit("permissions_violation", cid=self.cid, user=self.identity.user,
+                                kind="publish", subject=subject)
+        self.send(encode_err(f"Permissions Violation for Publish to {go_quote(subject)}"))
+
+    def _subscription_violation(self, subject: str, queue: str | None, sid: str | None = None) -> None:
+        """client.go subPermissionViolation (``sid``: processSubsOnConfigReload's form)."""
+        text = f"Permissions Violation for Subscription to {go_quote(subject)}"
+        if queue is not None:
+            text += f" using queue {go_quote(queue)}"
+        if sid is not None:
+            text += f" (sid {go_quote(sid)})"
+        self.server.events.emit("permissions_violation", cid=self.cid, user=self.identity.user,
+                                kind="subscribe", subject=subject, queue=queue)
+        self.send(encode_err(text))
+
+    def update_identity(self, identity: Identity) -> None:
+        """After a reload: the client's user now has ``identity``'s permissions. Its
+        subscriptions are checked again; those no longer allowed are removed, each with an
+        -ERR (nats-server client.go processSubsOnConfigReload). The connection stays."""
+        self.identity = identity
+        self.perms = perms = self.server.auth.client_permissions(identity)
+        if perms is None:
+            return
+        for sub in list(self.subs.values()):
+            if not perms.can_subscribe(sub.subject, sub.queue):
+                self.remove_subscription(sub)
+                self._subscription_violation(sub.subject, sub.queue, sub.sid)
+
     def _subscribe(self, op: Sub) -> None:
+        perms = self.perms
+        if ((op.queue is not None and op.queue == SYSTEM_QUEUE_GROUP)
+                or (perms is not None and not perms.can_subscribe(op.subject, op.queue))):
+            self._subscription_violation(op.subject, op.queue)   # client.go processSubEx
+            return
         if op.sid in self.subs:
             if self.verbose:
                 self.send(OK)
@@ -532,8 +578,18 @@ class ClientConnection(StreamConnection):
     # ------------------------------------------------------------------ delivery
 
     def deliver(self, sub: Subscription, subject: str, reply: str | None,
-                headers: bytes | None, payload: bytes) -> None:
-        """Queue one message for ``sub``; honours UNSUB max (nats-server client.go deliverMsg)."""
+                headers: bytes | None, payload: bytes) -> bool:
+        """Queue one message for ``sub``; honours UNSUB max (nats-server client.go deliverMsg).
+
+        Returns False, delivering nothing, when the client's subscribe deny list refuses
+        ``subject`` (client.go checkDenySub). With ``allow_responses``, the client may then
+        publish to ``reply``."""
+        perms = self.perms
+        if perms is not None:
+            if perms.filters_delivery and perms.delivery_denied(subject, sub.queue):
+                return False
+            if reply and perms.tracks_replies:
+                perms.note_delivery(reply, time.monotonic())
         if not self.headers:
             headers = None
         self.send(encode_msg(subject, sub.sid, reply, payload, headers))
@@ -546,6 +602,7 @@ class ClientConnection(StreamConnection):
         sub.delivered += 1
         if sub.max_msgs is not None and sub.delivered >= sub.max_msgs:
             self.remove_subscription(sub)
+        return True
 
     # ------------------------------------------------------------------ timers
 

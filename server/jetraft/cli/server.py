@@ -75,6 +75,11 @@ def build_overrides(opts: dict) -> Callable[[ServerConfig], ServerConfig]:
             changes["port"] = opts["port"]
         if opts.get("addr"):
             changes["host"] = opts["addr"]
+            # Monitoring binds the client host unless the file's http/https gave one
+            # (nats-server server/opts.go setBaselineOptions: HTTPHost defaults to Host,
+            # after the flags have overridden Host).
+            if "http_host" not in cfg.origins:
+                changes["http_host"] = opts["addr"]
         if opts.get("http_port") is not None:
             changes["http_port"] = opts["http_port"]
         if opts.get("server_name"):

@@ -40,6 +40,10 @@ SCHEMA_VERSION = 1
 
 LEVELS = {"error": 40, "warn": 30, "info": 20, "debug": 10, "trace": 5}
 
+#: Mode of an event log file jetraft creates (``-l``/``log_file``): owner read/write,
+#: group read, as nats-server's log (logger/log.go defaultLogPerms).
+LOG_FILE_MODE = 0o640
+
 #: Field names that must never be logged (a programming error if passed).
 REDACTED_FIELDS = frozenset({"pass", "password", "auth_token", "token", "sig", "jwt", "nkey"})
 
@@ -112,6 +116,12 @@ EVENTS: dict[str, EventSpec] = {
         "and every other connection go on.",
         {"kind": "client | route", "error": "repr of the exception", "traceback": "str",
          "cid": "int (clients)", "ip": "str", "port": "int", "peer_name": "str or null (routes)"},
+    ),
+    "tls_handshake_failed": EventSpec(
+        "warn", "A connection did not complete its TLS handshake in time, spoke plain text, or "
+        "presented a certificate that does not verify or is not pinned; that connection alone was "
+        "closed (nats-server client.go doTLSHandshake).",
+        {"kind": "client | route", "ip": "str", "port": "int", "cid": "int (clients)", "reason": "str"},
     ),
     "slow_consumer": EventSpec(
         "warn", "A client could not keep up and was disconnected; other clients are unaffected.",
@@ -413,8 +423,12 @@ class EventLog:
         self._min = LEVELS[level]
 
     def open_file(self, path: str | os.PathLike[str]) -> None:
-        """Append events to ``path`` as well (replacing any previous file)."""
-        f = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - owned, closed in close()
+        """Append events to ``path`` as well (replacing any previous file). A file it
+        creates is mode 0640 (owner read/write, group read), whatever the umask, as
+        nats-server creates its log (logger/log.go defaultLogPerms): events name
+        streams, subjects and users. An existing file keeps its mode. Raises OSError."""
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, LOG_FILE_MODE)
+        f = os.fdopen(fd, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - owned, closed in close()
         with self._lock:
             old, self._file = self._file, f
         if old is not None:

@@ -11,6 +11,8 @@ Entry points:
 * :func:`validate` - the cross-field checks, to re-run after command-line overrides.
 * :func:`parse_route_url` - one ``--routes`` URL, checked as the ``routes`` key is.
 * :func:`dumps` - plain values back to configuration text.
+* :func:`server_context` / :func:`client_context` - ``ssl.SSLContext`` objects from a
+  :class:`TLSConfig`, its certificate, key and CA files read at the call.
 * :class:`Permissions` (:class:`SubjectPermission`, :class:`ResponsePermission`) - a
   user's publish/subscribe permissions, in :attr:`UserConfig.permissions`.
 
@@ -35,6 +37,7 @@ from .model import (
     validate,
 )
 from .parser import parse_text
+from .tls import TLSConfig, client_context, server_context
 from .permissions import Permissions, ResponsePermission, SubjectPermission
 from .writer import dumps
 
@@ -52,11 +55,13 @@ __all__ = [
     "ServerConfig",
     "SubjectPermission",
     "UserConfig",
+    "client_context",
     "config_from_text",
     "dumps",
     "is_bcrypt",
     "load_config",
     "parse_route_url",
     "parse_text",
+    "server_context",
     "validate",
 ]

@@ -38,6 +38,7 @@ from typing import Any
 from .durations import parse_duration
 from .errors import COMMAND_LINE, ConfigError, Position
 from .parser import Entry, Value, load_tree, parse_tree
+from .tls import TLSConfig, read_tls
 from .permissions import Permissions, read_permissions
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "Origin",
     "RouteURL",
     "ServerConfig",
+    "TLSConfig",
     "UserConfig",
     "build_config",
     "config_from_text",
@@ -167,7 +169,8 @@ class ClusterConfig:
     """The ``cluster`` block: cluster ``name``, the route listener ``host``/``port``
     (-1: random port), ``routes`` to solicit, and the credentials routes must
     present (``authorization { user, password, timeout }``; ``auth_timeout`` in
-    seconds)."""
+    seconds). ``tls``: every route, accepted and solicited, is TLS with certificates
+    verified both ways (nats-server opts.go getTLSConfig); None: plain TCP."""
 
     name: str | None = None
     host: str = "0.0.0.0"
@@ -176,6 +179,7 @@ class ClusterConfig:
     user: str | None = None
     password: str | None = None
     auth_timeout: float = 2.0
+    tls: TLSConfig | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +218,8 @@ class ServerConfig:
     ``accounts`` always holds ``$G`` and, when ``system_account`` is ``$SYS``, an
     (empty if undeclared) ``$SYS`` account. ``jetstream`` and ``cluster`` are None when
     absent or disabled. ``warnings`` are ``"file:line:col: message"`` strings.
+    ``tls``: clients must speak TLS (the top-level ``tls`` block); ``https_port``: the
+    monitoring listener serves HTTPS with that block's certificate (on ``http_host``).
     ``origins`` maps setting paths (``"port"``, ``"cluster"``,
     ``"accounts.A.jetstream"``) to where they were read, for :func:`validate`.
     """
@@ -224,6 +230,8 @@ class ServerConfig:
     port: int = 4222
     http_host: str = "0.0.0.0"
     http_port: int | None = None
+    https_port: int | None = None
+    tls: TLSConfig | None = None
     accounts: Mapping[str, AccountConfig] = field(default_factory=_default_accounts)
     system_account: str = DEFAULT_SYSTEM_ACCOUNT
     authorization: AuthorizationConfig | None = None
@@ -484,6 +492,9 @@ class _Builder:
             "pid_file": setting("pid_file", _string),
             "http": self._http,
             "http_port": setting("http_port", lambda v, label: _port(v, label) or None),  # 0: no monitoring
+            "tls": lambda e, label: self.set("tls", read_tls(e.value, label, client_context=True), e.key_position),
+            "https": self._https,
+            "https_port": setting("https_port", lambda v, label: _port(v, label) or None),
             "accounts": self._accounts,
             "authorization": self._authorization,
             "no_auth_user": setting("no_auth_user", _string),
@@ -519,6 +530,12 @@ class _Builder:
         if host is not None:
             self.http_host = host
         self.set("http_port", port or None, entry.value.position)
+
+    def _https(self, entry: Entry, label: str) -> None:
+        host, port = _listen(entry.value, label)
+        if host is not None:
+            self.http_host = host
+        self.set("https_port", port or None, entry.value.position)
 
     def _server_name(self, entry: Entry, label: str) -> None:
         name = _string(entry.value, label)
@@ -785,6 +802,8 @@ class _Builder:
                 settings.update(self._cluster_authorization(item, item_label))
             elif key == "routes":
                 settings["routes"] = self._routes(v, item_label)
+            elif key == "tls":
+                settings["tls"] = read_tls(v, item_label, client_context=False)
             else:
                 self.ignore(item, item_label, _UNSUPPORTED_CLUSTER)
         if settings.get("port") == 0:
@@ -1035,7 +1054,8 @@ def validate(config: ServerConfig) -> None:
     JetStream cluster has a ``server_name``; a ``system_account`` other than
     ``$SYS`` names a defined account, which must not enable JetStream;
     ``max_payload <= max_pending``; lame-duck grace period shorter than the
-    duration; ``no_auth_user`` names a user; user names are unique.
+    duration; ``no_auth_user`` names a user; user names are unique; ``https_port`` needs
+    the top-level ``tls`` block and excludes ``http_port`` (server.go StartMonitoring).
 
     Raises ConfigError at the file position of the offending setting when it still
     has the value read from the file, else at ``<command line>:0:0``.
@@ -1046,9 +1066,15 @@ def validate(config: ServerConfig) -> None:
 
     if config.server_name is not None and " " in config.server_name:
         raise fail("server_name", config.server_name, "server name cannot contain spaces")
-    for path, port in (("port", config.port), ("http_port", config.http_port)):
+    for path, port in (("port", config.port), ("http_port", config.http_port), ("https_port", config.https_port)):
         if port is not None and not -1 <= port <= 65535:
             raise fail(path, port, f"{path}: {port} is out of range (a port is 0 to 65535, or -1 for a random port)")
+    if config.https_port is not None:  # nats-server server.go StartMonitoring
+        if config.http_port is not None:
+            raise fail("https_port", config.https_port,
+                       f"can't specify both HTTP ({config.http_port}) and HTTPs ({config.https_port}) ports")
+        if config.tls is None:
+            raise fail("https_port", config.https_port, "TLS cert and key required for HTTPS (a top-level tls block)")
     cluster = config.cluster
     if cluster is not None:
         if not -1 <= cluster.port <= 65535:

@@ -550,7 +550,6 @@ REFUSED = "is not supported by jetraft; refused rather than ignored (it matters 
         ("resolver_preload { ACC: jwt }", "1:1", "resolver_preload"),
         ("trusted: [OABC]", "1:1", "trusted"),
         ("port: 4222\nno_system_account: true", "2:1", "no_system_account"),
-        ("tls { cert_file: x }", "1:1", "tls"),
         ("allow_non_tls: true", "1:1", "allow_non_tls"),
         ("leafnodes { port: 7422 }", "1:1", "leafnodes"),
         ("gateway { name: g }", "1:1", "gateway"),

@@ -1,0 +1,384 @@
+"""Stream and consumer settings jetraft does not act on: refused, never stored and ignored.
+
+Each setting below is one nats-server 2.15.1 acts on (mirrors, sources, republish, subject
+transforms, per-message TTLs, counters, ...) and jetraft does not. nats-server accepts it
+(asserted: the test documents the difference); jetraft answers nats-server's error for an
+invalid configuration -- 10052 (500) for a stream, 10012 (500) for a consumer -- described
+``"<setting> is not supported by jetraft"``, and nothing is created or changed (STREAM.INFO
+answers 10059, CONSUMER.INFO 10014, an update leaves the config as it was).
+
+Also side by side and identical on both: a ``Nats-TTL`` header on a stream without
+``allow_msg_ttl`` (10166 for a valid TTL, 10165 for an invalid one), ``max_consumers``
+(10026), ``no_ack`` (no acknowledgement), and the defaults nats-py sends for key-value and
+object-store buckets (accepted). The same refusals hold on the clustered path (a
+three-server cluster of each kind).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+import servers
+from cluster import Cluster
+from compat_support import connect, run
+from js_support import NS, js_server, js_session  # noqa: F401  (fixture)
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
+
+STREAM_NOT_FOUND = {"code": 404, "err_code": 10059, "description": "stream not found"}
+CONSUMER_NOT_FOUND = {"code": 404, "err_code": 10014, "description": "consumer not found"}
+
+
+def stream_refusal(setting: str) -> dict:
+    return {"code": 500, "err_code": 10052, "description": f"{setting} is not supported by jetraft"}
+
+
+def consumer_refusal(setting: str) -> dict:
+    return {"code": 500, "err_code": 10012, "description": f"{setting} is not supported by jetraft"}
+
+
+#: (setting named in jetraft's refusal, STREAM.CREATE body); every body is valid for nats-server.
+STREAM_CASES = [
+    ("mirror", {"name": "MIR", "mirror": {"name": "ORIGIN"}}),
+    ("mirror", {"name": "MIRD", "mirror": {"name": "ORIGIN"}, "mirror_direct": True}),
+    ("sources", {"name": "SRC", "subjects": ["src.>"], "sources": [{"name": "ORIGIN"}]}),
+    ("sources", {"name": "SRCT", "sources": [{"name": "ORIGIN", "opt_start_time": "2020-01-01T00:00:00Z"}]}),
+    ("subject_transform", {"name": "ST", "subjects": ["st.>"],
+                           "subject_transform": {"src": "st.>", "dest": "tr.>"}}),
+    ("republish", {"name": "RP", "subjects": ["rp.>"], "republish": {"src": "rp.>", "dest": "out.>"}}),
+    ("first_seq", {"name": "FS", "subjects": ["fs"], "first_seq": 100}),
+    ("compression s2", {"name": "CMP", "subjects": ["cmp"], "compression": "s2"}),
+    ("subject_delete_marker_ttl", {"name": "SDM", "subjects": ["sdm"], "allow_msg_ttl": True,
+                                   "allow_rollup_hdrs": True, "subject_delete_marker_ttl": 5 * NS}),
+    ("allow_msg_counter", {"name": "CNT", "subjects": ["cnt"], "allow_msg_counter": True}),
+    ("allow_atomic", {"name": "AT", "subjects": ["at"], "allow_atomic": True}),
+    ("allow_msg_schedules", {"name": "SCH", "subjects": ["sch.>"], "allow_msg_schedules": True,
+                             "allow_rollup_hdrs": True}),
+    ("persist_mode async", {"name": "PM", "subjects": ["pm"], "persist_mode": "async"}),
+    ("allow_batched", {"name": "BT", "subjects": ["bt"], "allow_batched": True}),
+]
+
+#: (setting, what an update of stream U {"subjects": ["u"]} adds).
+UPDATE_CASES = [
+    ("republish", {"republish": {"src": "u", "dest": "u.out"}}),
+    ("subject_transform", {"subject_transform": {"src": "u", "dest": "u.t"}}),
+    ("sources", {"sources": [{"name": "ORIGIN"}]}),
+    ("compression s2", {"compression": "s2"}),
+    ("subject_delete_marker_ttl", {"allow_msg_ttl": True, "allow_rollup_hdrs": True,
+                                   "subject_delete_marker_ttl": 5 * NS}),
+    ("allow_atomic", {"allow_atomic": True}),
+    ("allow_batched", {"allow_batched": True}),
+]
+
+#: (setting, consumer config on stream C {"subjects": ["c.>"]}); valid for nats-server.
+CONSUMER_CASES = [
+    ("replay_policy original", {"durable_name": "RO", "ack_policy": "explicit", "replay_policy": "original"}),
+    ("rate_limit_bps", {"durable_name": "RL", "deliver_subject": "dl.rl", "rate_limit_bps": 8000}),
+    ("sample_freq", {"durable_name": "SF", "ack_policy": "explicit", "sample_freq": "50%"}),
+    ("priority_policy overflow", {"durable_name": "PO", "ack_policy": "explicit",
+                                  "priority_policy": "overflow", "priority_groups": ["g"]}),
+    ("priority_policy pinned_client", {"durable_name": "PC", "ack_policy": "explicit",
+                                       "priority_policy": "pinned_client", "priority_groups": ["g"]}),
+    ("ack_policy flow_control", {"name": "AF", "deliver_subject": "dl.af", "ack_policy": "flow_control"}),
+    ("direct", {"name": "DI", "deliver_subject": "dl.di", "direct": True}),
+    ("sourcing", {"name": "SO", "deliver_subject": "dl.so", "sourcing": True}),
+]
+
+
+async def _api(nc, subject: str, body=None) -> dict:
+    raw = b"" if body is None else json.dumps(body).encode()
+    msg = await nc.request(subject, raw, timeout=5)
+    return json.loads(msg.data)
+
+
+def test_stream_settings_jetraft_does_not_act_on_are_refused_and_nothing_is_created(js_server, server_kind):
+    async def scenario():
+        async with js_session(js_server.url) as s:
+            origin = await _api(s.nc, "$JS.API.STREAM.CREATE.ORIGIN", {"name": "ORIGIN", "subjects": ["origin.>"]})
+            assert "error" not in origin, origin
+            for setting, body in STREAM_CASES:
+                name = body["name"]
+                reply = await _api(s.nc, f"$JS.API.STREAM.CREATE.{name}", body)
+                info = await _api(s.nc, f"$JS.API.STREAM.INFO.{name}")
+                if server_kind == "jetraft":
+                    assert reply.get("error") == stream_refusal(setting), (name, reply)
+                    assert info.get("error") == STREAM_NOT_FOUND, (name, info)
+                else:       # nats-server acts on the setting: created
+                    assert "error" not in reply, (name, reply)
+                    assert info["config"]["name"] == name
+            names = await _api(s.nc, "$JS.API.STREAM.NAMES")
+            expected = ["ORIGIN"] if server_kind == "jetraft" else sorted(["ORIGIN"] + [b["name"] for _, b in STREAM_CASES])
+            assert sorted(names["streams"]) == expected
+
+    run(scenario)
+
+
+def test_a_stream_update_to_a_setting_jetraft_does_not_act_on_is_refused_and_changes_nothing(js_server, server_kind):
+    async def scenario():
+        async with js_session(js_server.url) as s:
+            await _api(s.nc, "$JS.API.STREAM.CREATE.ORIGIN", {"name": "ORIGIN", "subjects": ["origin.>"]})
+            base = {"name": "U", "subjects": ["u"]}
+            for setting, change in UPDATE_CASES:     # each on a new stream U
+                await _api(s.nc, "$JS.API.STREAM.DELETE.U")
+                created = await _api(s.nc, "$JS.API.STREAM.CREATE.U", base)
+                assert "error" not in created, created
+                before = (await _api(s.nc, "$JS.API.STREAM.INFO.U"))["config"]
+                reply = await _api(s.nc, "$JS.API.STREAM.UPDATE.U", {**base, **change})
+                after = (await _api(s.nc, "$JS.API.STREAM.INFO.U"))["config"]
+                if server_kind == "jetraft":
+                    assert reply.get("error") == stream_refusal(setting), (setting, reply)
+                    assert after == before, setting
+                else:
+                    assert "error" not in reply, (setting, reply)
+
+    run(scenario)
+
+
+def test_consumer_settings_jetraft_does_not_act_on_are_refused_and_nothing_is_created(js_server, server_kind):
+    async def scenario():
+        async with js_session(js_server.url) as s:
+            await _api(s.nc, "$JS.API.STREAM.CREATE.C", {"name": "C", "subjects": ["c.>"]})
+            for setting, config in CONSUMER_CASES:
+                name = config.get("durable_name") or config["name"]
+                reply = await _api(s.nc, f"$JS.API.CONSUMER.CREATE.C.{name}", {"stream_name": "C", "config": config})
+                info = await _api(s.nc, f"$JS.API.CONSUMER.INFO.C.{name}")
+                if server_kind == "jetraft":
+                    assert reply.get("error") == consumer_refusal(setting), (name, reply)
+                    assert info.get("error") == CONSUMER_NOT_FOUND, (name, info)
+                else:
+                    assert "error" not in reply, (name, reply)
+                    assert info["name"] == name
+            # An update of a consumer to such a setting is refused too and changes nothing.
+            plain = {"durable_name": "UPD", "ack_policy": "explicit"}
+            assert "error" not in await _api(s.nc, "$JS.API.CONSUMER.CREATE.C.UPD", {"stream_name": "C", "config": plain})
+            reply = await _api(s.nc, "$JS.API.CONSUMER.CREATE.C.UPD",
+                               {"stream_name": "C", "config": {**plain, "sample_freq": "10%"}})
+            info = await _api(s.nc, "$JS.API.CONSUMER.INFO.C.UPD")
+            if server_kind == "jetraft":
+                assert reply.get("error") == consumer_refusal("sample_freq")
+                assert "sample_freq" not in info["config"]
+            else:
+                assert "error" not in reply, reply
+                assert info["config"]["sample_freq"] == "10%"
+
+    run(scenario)
+
+
+#: Nats-TTL on a stream without allow_msg_ttl: nats-server stream.go processJetStreamMsg.
+TTL_DISABLED = {"code": 400, "err_code": 10166, "description": "per-message TTL is disabled"}
+TTL_INVALID = {"code": 400, "err_code": 10165, "description": "invalid per-message TTL"}
+
+
+@pytest.mark.parametrize(("ttl", "expected"), [
+    ("5", TTL_DISABLED), ("1s", TTL_DISABLED), ("1h", TTL_DISABLED), ("never", TTL_DISABLED),
+    ("NEVER", TTL_DISABLED), ("0", TTL_INVALID), ("500ms", TTL_INVALID), ("-1s", TTL_INVALID),
+    ("abc", TTL_INVALID), ("+5", TTL_INVALID), ("00", None),
+])
+def test_a_ttl_header_on_a_stream_without_allow_msg_ttl_is_answered_as_nats_server_does(js_server, ttl, expected):
+    async def scenario():
+        async with js_session(js_server.url) as s:
+            await _api(s.nc, "$JS.API.STREAM.CREATE.T", {"name": "T", "subjects": ["t"]})
+            msg = await s.nc.request("t", b"x", timeout=5, headers={"Nats-TTL": ttl})
+            body = json.loads(msg.data)
+            state = (await _api(s.nc, "$JS.API.STREAM.INFO.T"))["state"]
+            if expected is None:
+                assert body == {"stream": "T", "seq": 1}
+                assert state["messages"] == 1
+            else:
+                assert body == {"error": expected, "stream": "T", "seq": 0}
+                assert state["messages"] == 0
+
+    run(scenario)
+
+
+def test_a_ttl_header_on_a_stream_with_allow_msg_ttl_is_refused_by_jetraft_never_kept(js_server, server_kind):
+    """nats-server stores the message and removes it when its TTL passes; jetraft does not
+    remove messages one by one, so it refuses the message rather than keep it."""
+    async def scenario():
+        async with js_session(js_server.url) as s:
+            created = await _api(s.nc, "$JS.API.STREAM.CREATE.TT", {"name": "TT", "subjects": ["tt"],
+                                                                    "allow_msg_ttl": True})
+            assert "error" not in created, created
+            for ttl in ("5", "never"):
+                msg = await s.nc.request("tt", b"x", timeout=5, headers={"Nats-TTL": ttl})
+                body = json.loads(msg.data)
+                if server_kind == "jetraft":
+                    assert body == {"error": {"code": 400, "err_code": 10166,
+                                              "description": "per-message TTL is not supported by jetraft"},
+                                    "stream": "TT", "seq": 0}
+                else:
+                    assert "error" not in body and body["seq"] >= 1, body
+            plain = json.loads((await s.nc.request("tt", b"y", timeout=5)).data)
+            assert "error" not in plain, plain     # a message without a TTL is stored as usual
+            state = (await _api(s.nc, "$JS.API.STREAM.INFO.TT"))["state"]
+            assert state["messages"] == (1 if server_kind == "jetraft" else 3)
+
+    run(scenario)
+
+
+def test_max_consumers_is_enforced(js_server):
+    async def scenario():
+        async with js_session(js_server.url) as s:
+            await _api(s.nc, "$JS.API.STREAM.CREATE.MC", {"name": "MC", "subjects": ["mc"], "max_consumers": 1})
+            first = await _api(s.nc, "$JS.API.CONSUMER.CREATE.MC.a",
+                               {"stream_name": "MC", "config": {"durable_name": "a", "ack_policy": "explicit"}})
+            assert "error" not in first, first
+            second = await _api(s.nc, "$JS.API.CONSUMER.CREATE.MC.b",
+                                {"stream_name": "MC", "config": {"durable_name": "b", "ack_policy": "explicit"}})
+            assert second["error"] == {"code": 400, "err_code": 10026, "description": "maximum consumers limit reached"}
+            again = await _api(s.nc, "$JS.API.CONSUMER.CREATE.MC.a",     # the same consumer again is fine
+                               {"stream_name": "MC", "config": {"durable_name": "a", "ack_policy": "explicit"}})
+            assert "error" not in again, again
+            names = await _api(s.nc, "$JS.API.CONSUMER.NAMES.MC")
+            assert names["consumers"] == ["a"]
+
+    run(scenario)
+
+
+def test_no_ack_stream_sends_no_acknowledgement(js_server):
+    async def scenario():
+        async with js_session(js_server.url) as s:
+            await _api(s.nc, "$JS.API.STREAM.CREATE.NA", {"name": "NA", "subjects": ["na"], "no_ack": True,
+                                                          "storage": "memory"})
+            await _api(s.nc, "$JS.API.STREAM.CREATE.WA", {"name": "WA", "subjects": ["wa"], "storage": "memory"})
+            inbox = s.nc.new_inbox()
+            sub = await s.nc.subscribe(inbox)
+            await s.nc.publish("na", b"1", reply=inbox)
+            await s.nc.publish("wa", b"2", reply=inbox)
+            acked = json.loads((await sub.next_msg(timeout=5)).data)
+            assert acked["stream"] == "WA", acked
+            state = (await _api(s.nc, "$JS.API.STREAM.INFO.NA"))["state"]
+            assert state["messages"] == 1       # stored, not acknowledged
+            await s.nc.flush()
+            assert sub.pending_msgs == 0
+
+    run(scenario)
+
+
+def test_key_value_and_object_store_defaults_of_nats_py_are_accepted(js_server):
+    """nats-py sets allow_msg_ttl on every key-value bucket: accepted (a TTL header is what
+    jetraft refuses), as are its object-store defaults."""
+    async def scenario():
+        async with js_session(js_server.url) as s:
+            kv = await s.js.create_key_value(bucket="B", history=3)
+            assert await kv.put("k", b"v") == 1
+            assert (await kv.get("k")).value == b"v"
+            await kv.delete("k")
+            await kv.purge("k")
+            obj = await s.js.create_object_store(bucket="O")
+            await obj.put("o", b"data")
+            assert (await obj.get("o")).data == b"data"
+            info = await s.jsm.stream_info("KV_B")
+            assert info.config.allow_msg_ttl is True
+
+    run(scenario)
+
+
+# --------------------------------------------------------------------------- clustered path
+
+@pytest.fixture(scope="module", params=servers.KINDS)
+def cluster(request, tmp_path_factory):
+    """A formed three-server JetStream cluster of one kind with an agreed meta leader."""
+    c = Cluster(request.param, tmp_path_factory.mktemp(f"unsupported-{request.param}"), 3, jetstream=True)
+    try:
+        c.start()
+        c.wait_formed()
+        yield c
+    finally:
+        c.stop()
+
+
+async def _ask(nc, subject: str, body=None) -> dict:
+    """A JSON API request asked again (15 s at most) while no leader or interest is known yet."""
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            return await _api(nc, subject, body)
+        except (NatsTimeoutError, NoRespondersError):
+            if time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(0.05)
+
+
+async def _ask_until(nc, subject: str, body, accept) -> dict:
+    """Ask until the answer is accepted (a cluster still electing answers 10008 first)."""
+    deadline = time.monotonic() + 20
+    while True:
+        reply = await _ask(nc, subject, body)
+        if accept(reply) or time.monotonic() > deadline:
+            return reply
+        await asyncio.sleep(0.1)
+
+
+def test_clustered_refusals_leave_nothing_created_or_changed(cluster):
+    kind = cluster.kind
+
+    async def scenario():
+        nc = await connect(cluster.servers["n1"].url)
+        other = await connect(cluster.servers["n3"].url)
+        try:
+            not_unavailable = lambda r: r.get("error", {}).get("err_code") != 10008  # noqa: E731
+            # create: refused by jetraft before the meta group assigns anything
+            body = {"name": "CR", "subjects": ["cr.>"], "num_replicas": 3,
+                    "republish": {"src": "cr.>", "dest": "out.>"}}
+            reply = await _ask_until(nc, "$JS.API.STREAM.CREATE.CR", body, not_unavailable)
+            info = await _ask_until(other, "$JS.API.STREAM.INFO.CR", None, not_unavailable)
+            if kind == "jetraft":
+                assert reply.get("error") == stream_refusal("republish"), reply
+                assert info.get("error") == STREAM_NOT_FOUND, info
+            else:
+                assert "error" not in reply, reply
+                assert info["config"]["republish"]["dest"] == "out.>"
+
+            # update of an R3 stream: refused, its config unchanged on every server
+            base = {"name": "CU", "subjects": ["cu"], "num_replicas": 3}
+            created = await _ask_until(nc, "$JS.API.STREAM.CREATE.CU", base, not_unavailable)
+            assert "error" not in created, created
+            reply = await _ask_until(nc, "$JS.API.STREAM.UPDATE.CU", {**base, "subject_transform":
+                                                                     {"src": "cu", "dest": "cu.t"}},
+                                     not_unavailable)
+            info = await _ask_until(other, "$JS.API.STREAM.INFO.CU", None, not_unavailable)
+            if kind == "jetraft":
+                assert reply.get("error") == stream_refusal("subject_transform"), reply
+                assert "subject_transform" not in info["config"]
+            else:
+                assert "error" not in reply, reply
+                assert info["config"]["subject_transform"] == {"src": "cu", "dest": "cu.t"}
+
+            # consumer on the R3 stream: refused by jetraft before its group takes the request
+            config = {"durable_name": "RO", "ack_policy": "explicit", "replay_policy": "original"}
+            reply = await _ask_until(nc, "$JS.API.CONSUMER.CREATE.CU.RO", {"stream_name": "CU", "config": config},
+                                     not_unavailable)
+            cinfo = await _ask_until(other, "$JS.API.CONSUMER.INFO.CU.RO", None, not_unavailable)
+            if kind == "jetraft":
+                assert reply.get("error") == consumer_refusal("replay_policy original"), reply
+                assert cinfo.get("error") == CONSUMER_NOT_FOUND, cinfo
+            else:
+                assert "error" not in reply, reply
+                assert cinfo["config"]["replay_policy"] == "original"
+
+            # a TTL on an R3 stream with allow_msg_ttl: refused by jetraft, not stored
+            ttl = {"name": "CT", "subjects": ["ct"], "num_replicas": 3, "allow_msg_ttl": True}
+            assert "error" not in await _ask_until(nc, "$JS.API.STREAM.CREATE.CT", ttl, not_unavailable)
+            ack = None
+            deadline = time.monotonic() + 15
+            while ack is None:
+                try:
+                    ack = json.loads((await nc.request("ct", b"x", timeout=2, headers={"Nats-TTL": "5"})).data)
+                except (NatsTimeoutError, NoRespondersError):
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.05)
+            state = (await _ask_until(other, "$JS.API.STREAM.INFO.CT", None, not_unavailable))["state"]
+            if kind == "jetraft":
+                assert ack["error"]["err_code"] == 10166, ack
+                assert state["messages"] == 0
+            else:
+                assert "error" not in ack, ack
+        finally:
+            await nc.close()
+            await other.close()
+
+    run(scenario, timeout=120)

@@ -27,11 +27,14 @@ from jetraft.config import (
     ConfigError,
     JetStreamConfig,
     ServerConfig,
+    TLSConfig,
     config_from_text,
+    server_context,
     load_config,
     parse_route_url,
     validate,
 )
+from jetraft.config.errors import COMMAND_LINE
 
 PROG = "jetraft-server"
 
@@ -82,6 +85,11 @@ def build_overrides(opts: dict) -> Callable[[ServerConfig], ServerConfig]:
                 changes["http_host"] = opts["addr"]
         if opts.get("http_port") is not None:
             changes["http_port"] = opts["http_port"]
+        if opts.get("https_port") is not None:
+            changes["https_port"] = opts["https_port"] or None
+        tls = tls_override(opts, cfg.tls)
+        if tls is not False:
+            changes["tls"] = tls
         if opts.get("server_name"):
             changes["server_name"] = opts["server_name"]
         if opts.get("pid_file"):
@@ -128,12 +136,56 @@ def build_overrides(opts: dict) -> Callable[[ServerConfig], ServerConfig]:
     return apply
 
 
+_GO_BOOLS = {**dict.fromkeys(("1", "t", "T", "TRUE", "true", "True"), True),
+             **dict.fromkeys(("0", "f", "F", "FALSE", "false", "False"), False)}
+
+
+def _go_bool(name: str, text: str) -> bool:
+    """A boolean flag's value as Go's flag package reads it (strconv.ParseBool)."""
+    value = _GO_BOOLS.get(text)
+    if value is None:
+        raise UsageFailure(f"invalid boolean value {text!r} for -{name}")
+    return value
+
+
+def tls_override(opts: dict, current: TLSConfig | None) -> TLSConfig | None | bool:
+    """The client TLS the ``--tls*`` flags ask for (nats-server opts.go ConfigureOptions and
+    overrideTLS): ``--tls=false`` turns TLS off; any of ``--tls``, ``--tlscert``,
+    ``--tlskey``, ``--tlscacert``, ``--tlsverify`` builds a new block from the flags alone
+    (certificate and key required), keeping the file's ``timeout``, ``handshake_first`` and
+    ``verify_and_map`` as nats-server keeps TLSTimeout, TLSHandshakeFirst and TLSMap. Returns
+    False when no TLS flag was given. Raises UsageFailure; the files are checked by the
+    configuration's loader (ConfigError)."""
+    enabled = opts.get("tls")
+    verify = opts.get("tlsverify")
+    given = [enabled, verify, opts.get("tlscert"), opts.get("tlskey"), opts.get("tlscacert")]
+    if all(v is None for v in given):
+        return False
+    if enabled is not None and not _go_bool("tls", enabled):
+        return None
+    if not opts.get("tlscert"):
+        raise UsageFailure("TLS Server certificate must be present and valid")
+    if not opts.get("tlskey"):
+        raise UsageFailure("TLS Server private key must be present and valid")
+    kept = {}
+    if current is not None:
+        kept = {"timeout": current.timeout, "handshake_first": current.handshake_first,
+                "handshake_first_fallback": current.handshake_first_fallback,
+                "verify_and_map": current.verify_and_map}
+    verify_on = verify is not None and _go_bool("tlsverify", verify)
+    tls = TLSConfig(cert_file=opts["tlscert"], key_file=opts["tlskey"], ca_file=opts.get("tlscacert") or None,
+                    **kept)
+    return dataclasses.replace(tls, verify=verify_on or tls.verify_and_map)
+
+
 def load(config_path: str | None, opts: dict) -> tuple[ServerConfig, Callable[[ServerConfig], ServerConfig]]:
     """Load the file (or the defaults), apply the flags, validate. Raises ConfigError/UsageFailure."""
     overrides = build_overrides(opts)
     base = load_config(config_path) if config_path else config_from_text("", filename="<command line>")
     cfg = overrides(base)
     validate(cfg)
+    if cfg.tls is not None and cfg.tls is not base.tls:  # from the flags: load its files now
+        server_context(cfg.tls, COMMAND_LINE)
     return cfg, overrides
 
 
@@ -162,6 +214,14 @@ def send_signal(spec: str, pid_file: str | None) -> None:
         raise UsageFailure(f"not permitted to signal PID {pid}") from exc
 
 
+def write_pid_file(path: str) -> None:
+    """Write this process's id to ``path``. A file it creates is mode 0600 whatever the
+    umask, as nats-server's (server/server.go logPid, defaultFilePerms). Raises OSError."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(f"{os.getpid()}\n")
+
+
 def run_server(cfg: ServerConfig, overrides: Callable[[ServerConfig], ServerConfig]) -> int:
     """Run until stopped by a signal; returns the exit status."""
     # Imported here so that -t, -v and --signal do not load trio, hypercorn and the server.
@@ -173,7 +233,7 @@ def run_server(cfg: ServerConfig, overrides: Callable[[ServerConfig], ServerConf
     if cfg.logging.log_file:
         events.open_file(cfg.logging.log_file)
     if cfg.pid_file:
-        Path(cfg.pid_file).write_text(f"{os.getpid()}\n")
+        write_pid_file(cfg.pid_file)
     # Everything loaded so far lives as long as the process: keep it out of the cyclic
     # collector's scans (gc.freeze), and collect the youngest generation every 20,000
     # allocations instead of 700: the hot paths allocate many short-lived objects that
@@ -197,6 +257,7 @@ def run_server(cfg: ServerConfig, overrides: Callable[[ServerConfig], ServerConf
 @click.option("-p", "--port", type=int, help="Port for clients (default 4222; -1 for a random port).")
 @click.option("-a", "--addr", "--net", "addr", metavar="HOST", help="Bind to host address (default 0.0.0.0).")
 @click.option("-m", "--http_port", type=int, help="Port for HTTP monitoring.")
+@click.option("-ms", "--https_port", type=int, help="Port for HTTPS monitoring (needs TLS).")
 @click.option("-n", "--name", "--server_name", "server_name", help="Server name (default: the server id).")
 @click.option("-P", "--pid", "pid_file", metavar="FILE", help="File to store the PID.")
 @click.option("-l", "--log", "log_file", metavar="FILE", help="Also write the event log to FILE.")
@@ -209,6 +270,13 @@ def run_server(cfg: ServerConfig, overrides: Callable[[ServerConfig], ServerConf
 @click.option("--user", help="User required for connections.")
 @click.option("--pass", "password", help="Password required for connections.")
 @click.option("--auth", "auth_token", help="Token required for connections.")
+@click.option("-tls", "--tls", "tls", is_flag=False, flag_value="true", default=None, metavar="[=BOOL]",
+              help="Enable TLS (-tls=false turns off the file's tls block).")
+@click.option("-tlsverify", "--tlsverify", "tlsverify", is_flag=False, flag_value="true", default=None,
+              metavar="[=BOOL]", help="Enable TLS with client verification.")
+@click.option("-tlscert", "--tlscert", "tlscert", metavar="FILE", help="Server certificate file.")
+@click.option("-tlskey", "--tlskey", "tlskey", metavar="FILE", help="Private key for server certificate.")
+@click.option("-tlscacert", "--tlscacert", "tlscacert", metavar="FILE", help="Client certificate CA for verification.")
 @click.option("--routes", metavar="URL[,URL]", help="Routes to solicit and connect.")
 @click.option("--cluster", metavar="URL", help="Cluster URL for solicited routes.")
 @click.option("--cluster_listen", metavar="URL", help="Cluster URL from which members can solicit routes.")

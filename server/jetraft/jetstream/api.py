@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jetraft.protocol.client import status_headers
+from jetraft.raft.storage import fileio
 from jetraft.protocol.subjects import (
     OverlapWorkExceeded,
     SubjectIndex,
@@ -307,7 +308,7 @@ def new_consumer_name() -> str:
 def _atomic_write(path: str, data: bytes) -> None:
     """Write ``data`` to ``path`` durably: temp file, fsync, rename, fsync the directory."""
     tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, fileio.FILE_MODE)
     try:
         os.write(fd, data)
         os.fsync(fd)
@@ -895,7 +896,7 @@ class JetStreamAccount:
             entry = StreamEntry(Stream(cfg, MemoryStore(), created_ns=now_ns, domain=self.domain))
         else:
             sdir = os.path.join(self.base, cfg.name)
-            os.makedirs(sdir, exist_ok=True)
+            fileio.make_dirs(sdir)
             self._write_stream_meta(sdir, cfg, now_ns)
             store = FileStore(os.path.join(sdir, "msgs"), sync=self.sync, sync_always=self.sync_always)
             entry = StreamEntry(Stream(cfg, store, created_ns=now_ns, domain=self.domain), directory=sdir)
@@ -1253,7 +1254,7 @@ class JetStreamAccount:
         if entry.directory is None or consumer.config.mem_storage:
             return
         cdir = os.path.join(entry.directory, "obs", consumer.name)
-        os.makedirs(cdir, exist_ok=True)
+        fileio.make_dirs(cdir)
         _atomic_write(os.path.join(cdir, "meta.json"),
                       _json_bytes({"config": consumer.config.to_json(), "created": consumer.created_ns}))
         _atomic_write(os.path.join(cdir, "state.json"), _json_bytes(consumer.state_to_json()))

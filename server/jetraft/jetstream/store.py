@@ -451,7 +451,7 @@ class FileStore(_IndexedStore):
         #: on disk, before ``skip_to`` moved past the rolled back ones.
         self.recovered_last: int | None = None
         if not os.path.isdir(self.directory):
-            os.makedirs(self.directory)
+            fileio.make_dirs(self.directory)
             self._gc.mark_dir_dirty(os.path.dirname(os.path.abspath(self.directory)), self)
         self._recover()
 
@@ -585,7 +585,7 @@ class FileStore(_IndexedStore):
         records). Nothing changes when that fails (the file is removed again)."""
         path = os.path.join(self.directory, fmt.block_name(start))
         try:
-            fd = fileio.open_file(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            fd = fileio.open_file(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, fileio.FILE_MODE)
         except OSError as exc:
             raise self.fail(storage_error("create", path, exc)) from exc
         blk = _Block(start, path, fd, 0, self)

@@ -144,7 +144,7 @@ def write_state_file(path: str, data: bytes) -> None:
     """Write a consumer state file durably (temp file, fdatasync, rename, directory fsync),
     through the :mod:`~jetraft.raft.storage.fileio` seam. Raises OSError."""
     tmp = path + ".tmp"
-    fd = fileio.open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
+    fd = fileio.open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, fileio.FILE_MODE)
     try:
         fileio.pwrite_all(fd, data, 0, tmp)
         fileio.fdatasync(fd, tmp)
@@ -229,7 +229,7 @@ class JetStreamService:
         """Recover every account's streams, then serve until cancelled; on the way out,
         sync every file and write consumer state (shielded)."""
         now = time.time_ns()
-        os.makedirs(self.store_dir, exist_ok=True)
+        fileio.make_dirs(self.store_dir)
         if self.clustered:
             from jetraft.net.js_cluster import ClusterJetStream
             self.cluster = ClusterJetStream(self)

@@ -13,7 +13,7 @@ import hashlib
 import os
 import re
 
-from . import meta
+from . import fileio, meta
 from .group import GroupLog
 from .sync import GroupCommit, StorageError
 
@@ -41,7 +41,7 @@ class LogDirectory:
         self.root = os.fspath(root)
         self.sync = sync
         self._open: dict[str, GroupLog] = {}
-        os.makedirs(self.root, exist_ok=True)
+        fileio.make_dirs(self.root)
 
     def open(self, group: str, peers: tuple[str, ...] = (), **options) -> GroupLog:
         log = self._open.get(group)
@@ -49,7 +49,7 @@ class LogDirectory:
             return log
         path = os.path.join(self.root, group_dir_name(group))
         if meta.read_file(os.path.join(path, NAME_FILE)) is None:
-            os.makedirs(path, exist_ok=True)
+            fileio.make_dirs(path)
             self.sync.fsync_dir_now(self.root)
             meta.write_atomic(path, NAME_FILE, group.encode(), self.sync)
         log = GroupLog(path, sync=self.sync, peers=tuple(peers), **options)

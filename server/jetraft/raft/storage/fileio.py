@@ -29,8 +29,15 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-__all__ = ["Fault", "errno_name", "fdatasync", "fsync_dir", "ftruncate", "inject", "open_file",
-           "pwrite", "pwrite_all", "replace", "unlink"]
+__all__ = ["DIR_MODE", "FILE_MODE", "Fault", "errno_name", "fdatasync", "fsync_dir", "ftruncate", "inject",
+           "make_dirs", "open_file", "pwrite", "pwrite_all", "replace", "unlink"]
+
+#: Mode of every store directory jetraft creates: owner only (nats-server
+#: server/filestore.go defaultDirPerms). The process umask can only narrow it.
+DIR_MODE = 0o700
+#: Mode of every store file jetraft creates: owner read/write only (nats-server
+#: server/filestore.go defaultFilePerms). The process umask can only narrow it.
+FILE_MODE = 0o600
 
 #: ``fault(op, path, size) -> None | int``, raising OSError to fail the operation.
 Fault = Callable[[str, str, int], "int | None"]
@@ -56,10 +63,31 @@ def _check(op: str, path: str, size: int = 0) -> int | None:
     return fault(op, path, size) if fault is not None else None
 
 
-def open_file(path: str, flags: int, mode: int = 0o644) -> int:
-    """``os.open`` of a file to be written (``flags`` include O_RDWR or O_WRONLY)."""
+def open_file(path: str, flags: int, mode: int = FILE_MODE) -> int:
+    """``os.open`` of a file to be written (``flags`` include O_RDWR or O_WRONLY); a file
+    it creates gets ``mode`` (default :data:`FILE_MODE`, 0600) at creation, so that it is
+    never readable by others, whatever the umask."""
     _check("open", path)
     return os.open(path, flags, mode)
+
+
+def make_dirs(path: str | os.PathLike[str], mode: int = DIR_MODE) -> None:
+    """Create directory ``path`` and every missing parent, each created with ``mode``
+    (default :data:`DIR_MODE`, 0700) as ``mkdir(2)`` makes it, as Go's ``os.MkdirAll`` does
+    (``os.makedirs`` creates the parents with 0777 less the umask). Existing directories
+    are left as they are. Raises OSError (FileExistsError when ``path`` or a parent is
+    not a directory)."""
+    path = os.path.normpath(os.fspath(path))
+    if os.path.isdir(path):
+        return
+    parent = os.path.dirname(path)
+    if parent and parent != path:
+        make_dirs(parent, mode)
+    try:
+        os.mkdir(path, mode)
+    except FileExistsError:
+        if not os.path.isdir(path):
+            raise
 
 
 def pwrite(fd: int, data, offset: int, path: str) -> int:

@@ -118,7 +118,7 @@ class GroupLog:
         self._hs_written_slot = 1
         self._hs_lazy = False
         self._hs_sf: SyncFile | None = None
-        os.makedirs(self.directory, exist_ok=True)
+        fileio.make_dirs(self.directory)
         self._open(tuple(peers))
 
     # ------------------------------------------------------------------ recovery
@@ -211,7 +211,7 @@ class GroupLog:
     def _open_hard_state_file(self) -> None:
         path = os.path.join(self.directory, meta.HARDSTATE_FILE)
         try:
-            fd = fileio.open_file(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = fileio.open_file(path, os.O_RDWR | os.O_CREAT, fileio.FILE_MODE)
         except OSError as exc:
             raise storage_error("open", path, exc) from exc
         self._hs_sf = SyncFile(fd, path, self._hard_state_synced, owner=self,
@@ -507,7 +507,7 @@ class GroupLog:
     def _create_segment(self, first: int) -> _Segment:
         path = os.path.join(self.directory, wal.segment_name(first))
         try:
-            fd = fileio.open_file(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            fd = fileio.open_file(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, fileio.FILE_MODE)
         except OSError as exc:
             raise self.fail(storage_error("create", path, exc)) from exc
         seg = _Segment(first, path, fd, 0, self._tail_crc, self)

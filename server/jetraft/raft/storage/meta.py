@@ -105,7 +105,7 @@ def write_atomic(directory: str, name: str, data: bytes, sync: GroupCommit) -> N
     the temp file is removed when possible."""
     tmp = os.path.join(directory, name + ".tmp")
     try:
-        fd = fileio.open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = fileio.open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, fileio.FILE_MODE)
         try:
             write_all(fd, data, 0, tmp)
             sync.fsync_now(fd, tmp)

@@ -33,7 +33,7 @@ import trio
 
 from jetraft import NATS_COMPAT_VERSION, __version__
 from jetraft.auth import GLOBAL_ACCOUNT, Authenticator
-from jetraft.config import ServerConfig, load_config, validate
+from jetraft.config import ConfigError, ServerConfig, TLSConfig, load_config, server_context, validate
 from jetraft.events import EventLog
 from jetraft.net.client import ClientConnection, Subscription, accept_connections
 from jetraft.net.jetstream import JetStreamService
@@ -45,7 +45,26 @@ from jetraft.protocol import Match, SubjectIndex, encode_err, encode_info, encod
 _B32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
 
 #: Options a SIGHUP reload cannot change (nats-server server/reload.go refuses them too).
-NOT_RELOADABLE = ("host", "port", "http_host", "http_port", "server_name", "cluster", "jetstream")
+NOT_RELOADABLE = ("host", "port", "http_host", "http_port", "https_port", "server_name", "cluster", "jetstream")
+
+
+def _reload_key(config: ServerConfig, name: str) -> Any:
+    """What a reload compares for option ``name``: the cluster's TLS files may change (they
+    are read again), turning cluster TLS on or off may not (the mesh would split)."""
+    value = getattr(config, name)
+    if name == "cluster" and value is not None:
+        return dataclasses.replace(value, tls=value.tls is not None)
+    return value
+
+
+def client_tls_context(config: ServerConfig) -> tuple[TLSConfig, Any] | None:
+    """(the ``tls`` block, a server-side ``ssl.SSLContext`` with its files read now), or
+    None without TLS. Raises ConfigError when a file cannot be loaded."""
+    if config.tls is None:
+        return None
+    origin = config.origins.get("tls")
+    return config.tls, (server_context(config.tls, origin.position) if origin is not None
+                        else server_context(config.tls))
 
 
 def new_server_id() -> str:
@@ -97,6 +116,13 @@ class Server:
         self._overrides = overrides or (lambda c: c)
         self._handle_signals = handle_signals
         self.auth = Authenticator(config)
+        #: (TLSConfig, ssl.SSLContext) new client connections use; None: plain TCP. A SIGHUP
+        #: reload replaces it (certificate, key and CA read again).
+        self.client_tls = client_tls_context(config)
+        #: the monitoring listener's context with ``https_port`` (mutated in place on reload:
+        #: hypercorn holds it)
+        self.monitor_tls = (server_context(config.tls, require_client_cert=False)
+                            if config.https_port is not None and config.tls is not None else None)
         self.accounts: dict[str, Account] = {}
         for name in config.accounts:
             self.account(name)
@@ -177,7 +203,7 @@ class Server:
                 if self.routes is not None:
                     self.routes.refresh_info()  # the peers learn our client URL
                 nursery.start_soon(self._accept_loop, listeners)
-                if cfg.http_port is not None:
+                if cfg.http_port is not None or cfg.https_port is not None:
                     self.monitor_port = await nursery.start(serve_monitor, self)
                     self.events.emit("listening", kind="monitor", host=cfg.http_host,
                                      port=self.monitor_port)
@@ -268,6 +294,10 @@ class Server:
         }
         if self.auth.advertise_auth:  # server.go: not with a configured no_auth_user
             info["auth_required"] = True
+        if cfg.tls is not None:  # server.go NewServer: tls_required, tls_verify
+            info["tls_required"] = True
+            if cfg.tls.verify:
+                info["tls_verify"] = True
         if cfg.cluster is not None:
             info["cluster"] = cfg.cluster.name
         self._base_info = info
@@ -542,11 +572,22 @@ class Server:
         except Exception as exc:  # noqa: BLE001 - any failure leaves the running config intact
             self.events.emit("config_reload_failed", config=old.source, error=str(exc))
             return False
-        fixed = [name for name in NOT_RELOADABLE if getattr(new, name) != getattr(old, name)]
+        fixed = [name for name in NOT_RELOADABLE if _reload_key(new, name) != _reload_key(old, name)]
         if fixed:
             self.events.emit("config_reload_failed", config=old.source,
                              error=f"config reload not supported for {', '.join(fixed)}")
             return False
+        try:  # certificates, keys and CAs are read again: new connections use them
+            client_tls = client_tls_context(new)
+            monitor_tls = server_context(new.tls, require_client_cert=False) if self.monitor_tls else None
+            if self.routes is not None:
+                self.routes.reload_tls(new.cluster)
+        except ConfigError as exc:
+            self.events.emit("config_reload_failed", config=old.source, error=str(exc))
+            return False
+        self.client_tls = client_tls
+        if monitor_tls is not None:
+            self.monitor_tls.load_cert_chain(new.tls.cert_file, new.tls.key_file)
         changed = [f.name for f in dataclasses.fields(new)
                    if f.compare and f.name not in ("warnings", "source")
                    and getattr(new, f.name) != getattr(old, f.name)]

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from jetraft.auth import SYSTEM_QUEUE_GROUP, AuthError, ClientPermissions, Identity, go_quote
+from jetraft.net.tls import HandshakeFailed, certificate_user, first_bytes, peer_certificate, pinned, server_handshake
 from jetraft.protocol import (
     ERR_AUTHORIZATION_VIOLATION,
     ERR_INVALID_SUBJECT,
@@ -123,10 +124,13 @@ class StreamConnection:
     """
 
     server: Server
-    stream: trio.SocketStream
+    stream: trio.SocketStream | trio.SSLStream
 
     def __init__(self) -> None:
         self.close_reason: str | None = None
+        #: False for a TLS connection: its bytes are written by the writer task only (they
+        #: must go through the TLS layer), never directly to the socket by flush_now
+        self.direct_writes = True
         self._writer_parked = False
         self._writing = False           # the writer holds taken bytes (inside send_all)
         self._lot = trio.lowlevel.ParkingLot()
@@ -152,7 +156,18 @@ class StreamConnection:
     async def _linger_close(self) -> None:
         """Close the socket gracefully: send FIN and read (discarding) until the peer closes
         or half a second passes. Closing with unread input would make the kernel send RST,
-        and the peer would lose the last error we sent (e.g. -ERR after a rejected CONNECT)."""
+        and the peer would lose the last error we sent (e.g. -ERR after a rejected CONNECT).
+        A TLS stream sends close_notify first; its transport (:class:`~jetraft.net.tls.PrefixedStream`)
+        lingers the same way when closed."""
+        if isinstance(self.stream, trio.SSLStream):
+            with trio.CancelScope(shield=True), trio.move_on_after(1.0):
+                try:
+                    await self.stream.aclose()
+                except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError, OSError):
+                    pass
+            with trio.CancelScope(shield=True):
+                await self.stream.transport_stream.aclose()
+            return
         with trio.move_on_after(0.5) as cs:
             cs.shield = True
             try:
@@ -211,8 +226,11 @@ class StreamConnection:
         """Write what is queued to the socket now, without blocking, unless the writer
         task is in the middle of a write (order is kept: its bytes go first). What the socket
         does not take stays queued for the writer; a socket error is left for the writer to
-        find. Never raises."""
+        find. Never raises. A TLS connection's writer is woken instead."""
         if self._writing or self.close_reason is not None:
+            return
+        if not self.direct_writes:
+            self._wake_writer()
             return
         data = self._take()
         if not data:
@@ -291,6 +309,14 @@ class ClientConnection(StreamConnection):
         self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
         self.pings_out = 0
         self._out = bytearray()
+        #: (TLSConfig, SSLContext) when clients must speak TLS, as the server had them when
+        #: this connection was accepted (a reload changes them for later connections only)
+        self.tls = server.client_tls
+        #: the DER certificate the client presented in its TLS handshake, or None
+        self.peer_cert: bytes | None = None
+        self._setup_scope: trio.CancelScope | None = None
+        if self.tls is not None:
+            self.direct_writes = False
         self._bind_anonymous()
 
     def _bind_anonymous(self) -> None:
@@ -317,7 +343,10 @@ class ClientConnection(StreamConnection):
         exception while serving it closes this connection alone and is written to the event
         log as ``connection_error`` with its traceback (fault isolation)."""
         try:
-            self.send(encode_info(self.server.client_info(self)))
+            if self.tls is None:
+                self.send(encode_info(self.server.client_info(self)))
+            elif not await self._start_tls():
+                return
             tasks = [self._pinger, self._auth_timer] if self.server.auth.required else [self._pinger]
             await self._serve(tasks, "Client Closed")
         except* Exception as group:
@@ -327,6 +356,57 @@ class ClientConnection(StreamConnection):
             with trio.CancelScope(shield=True):
                 self.server.client_closed(self)
                 await self._linger_close()
+
+    async def _start_tls(self) -> bool:
+        """INFO (``tls_required: true``) then the TLS handshake, or with ``handshake_first``
+        the handshake then INFO; the handshake within the TLS ``timeout`` (nats-server
+        server.go createClientEx, client.go doTLSHandshake). With a fallback delay
+        (``handshake_first: auto`` or a duration) a client silent for that long gets INFO
+        first and then the handshake. The authentication timer starts after it, as there.
+        Returns False when the connection is to be closed: a failed or timed-out handshake
+        (``tls_handshake_failed`` event, close reason "TLS Handshake Error"), a certificate
+        not in ``pinned_certs``, or :meth:`close` meanwhile."""
+        tls, context = self.tls
+        raw = self.stream
+        prefix = b""
+        try:
+            with trio.CancelScope() as self._setup_scope:
+                first = tls.handshake_first
+                if first and tls.handshake_first_fallback > 0:
+                    with trio.move_on_after(tls.handshake_first_fallback):
+                        prefix = await first_bytes(raw)
+                    first = bool(prefix)
+                with trio.fail_after(tls.timeout):
+                    if not first:
+                        await raw.send_all(encode_info(self.server.client_info(self)))
+                    stream = await server_handshake(raw, context, prefix)
+                    self.peer_cert = peer_certificate(stream)
+                if not pinned(self.peer_cert, tls.pinned_certs):
+                    self.stream = stream
+                    raise HandshakeFailed("peer certificate not in pinned_certs")
+            if self._setup_scope.cancelled_caught:  # closed meanwhile (server shutdown)
+                return False
+        except (HandshakeFailed, trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError,
+                OSError) as exc:
+            reason = "TLS handshake timeout" if isinstance(exc, trio.TooSlowError) else str(exc)
+            self.server.events.emit("tls_handshake_failed", kind="client", cid=self.cid, ip=self.ip,
+                                    port=self.port, reason=reason)
+            if self.close_reason is None:
+                self.close_reason = "TLS Handshake Error"
+            return False
+        finally:
+            self._setup_scope = None
+        self.stream = stream
+        if first:
+            self.send(encode_info(self.server.client_info(self)))
+        return True
+
+    def close(self, reason: str, *, flush: bool = True) -> None:
+        """End the connection (see :meth:`StreamConnection.close`); during the TLS setup the
+        handshake is abandoned."""
+        if self._setup_scope is not None and self.close_reason is None:
+            self._setup_scope.cancel()
+        super().close(reason, flush=flush)
 
     def _failed(self, exc: BaseException) -> None:
         """Handling this client's input raised ``exc``: report it, tell the client, close."""
@@ -461,7 +541,9 @@ class ClientConnection(StreamConnection):
                 self.send(OK)
             return
         try:
-            if self.server.auth.required:
+            if self.tls is not None and self.tls[0].verify_and_map and self.server.auth.required:
+                identity = self._certificate_identity()
+            elif self.server.auth.required:
                 identity = await trio.to_thread.run_sync(
                     self.server.auth.verify,
                     _str_or_none(options.get("user")),
@@ -490,6 +572,18 @@ class ClientConnection(StreamConnection):
                                 user=identity.user, account=identity.account)
         if self.verbose:
             self.send(OK)
+
+    def _certificate_identity(self) -> Identity:
+        """``verify_and_map``: the user the client certificate names is who the client is;
+        CONNECT's user and password are not used (nats-server auth.go
+        processClientOrLeafAuthentication with tlsMap). Raises AuthError."""
+        auth = self.server.auth
+        users = {name: user for name, user in auth.users.items() if name != auth.hidden_user}
+        name = certificate_user(self.peer_cert, users) if self.peer_cert is not None else None
+        if name is None:
+            raise AuthError("no user found for the client certificate (verify_and_map)")
+        entry = users[name]
+        return Identity(user=entry.user, account=entry.account, permissions=entry.permissions)
 
     def _apply_options(self, options: dict) -> None:
         """The CONNECT options the server acts on; every CONNECT applies them again, as

@@ -1,4 +1,5 @@
-"""Monitoring over HTTP on the ``http``/``-m`` port: /healthz, /varz, /connz, /subsz, /routez.
+"""Monitoring over HTTP on the ``http``/``-m`` port (or HTTPS on ``https``/``-ms``): /healthz,
+/varz, /connz, /subsz, /routez.
 
 Served by hypercorn (ASGI on trio). Field names, types and units follow nats-server
 server/monitor.go: durations are integer nanoseconds, times RFC 3339 UTC, uptime a Go-style
@@ -12,6 +13,7 @@ import json
 import logging
 import os
 import re
+import ssl
 import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
@@ -59,7 +61,9 @@ def varz(server: Server) -> dict[str, Any]:
         "ping_interval": _ns(cfg.ping_interval),
         "ping_max": cfg.ping_max,
         "http_host": cfg.http_host,
-        "http_port": server.monitor_port,
+        "http_port": server.monitor_port if cfg.https_port is None else 0,
+        "https_port": server.monitor_port if cfg.https_port is not None else 0,
+        "tls_timeout": cfg.tls.timeout if cfg.tls is not None else 2.0,
         "auth_timeout": server.auth.timeout,
         "max_control_line": cfg.max_control_line,
         "max_payload": cfg.max_payload,
@@ -85,6 +89,10 @@ def varz(server: Server) -> dict[str, Any]:
         "system_account": cfg.system_account,
         "tags": list(cfg.server_tags),
     }
+    if cfg.tls is not None:  # monitor.go Varz: tls_required, tls_verify (omitempty)
+        out["tls_required"] = True
+        if cfg.tls.verify:
+            out["tls_verify"] = True
     if cfg.cluster is not None:
         routes = server.routes
         out["cluster"] = {
@@ -93,6 +101,8 @@ def varz(server: Server) -> dict[str, Any]:
             "auth_timeout": cfg.cluster.auth_timeout,
             "urls": [f"{r.host}:{r.port}" for r in cfg.cluster.routes],
         }
+        if cfg.cluster.tls is not None:  # routes always verify certificates (opts.go getTLSConfig)
+            out["cluster"].update(tls_timeout=cfg.cluster.tls.timeout, tls_required=True, tls_verify=True)
     return out
 
 
@@ -287,12 +297,35 @@ def make_app(server: Server):
     return app
 
 
+class _HTTPSConfig(HypercornConfig):
+    """Hypercorn's configuration serving HTTPS with a context the server owns (and reloads in
+    place on SIGHUP) instead of one hypercorn builds from file names."""
+
+    def __init__(self, context: ssl.SSLContext) -> None:
+        super().__init__()
+        self._context = context
+        self.certfile = self.keyfile = "<the server's tls block>"  # makes ssl_enabled true
+
+    def create_ssl_context(self) -> ssl.SSLContext:
+        return self._context
+
+
 async def serve_monitor(server: Server, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-    """Serve the monitoring endpoints until cancelled; reports the bound port."""
+    """Serve the monitoring endpoints until cancelled; reports the bound port.
+
+    With ``https_port`` the listener speaks HTTPS with the top-level ``tls`` block's
+    certificate and asks for no client certificate (nats-server server.go startMonitoring
+    sets ClientAuth to NoClientCert); a handshake is bounded by that block's ``timeout``."""
     cfg = server.config
-    hc = HypercornConfig()
+    if cfg.https_port is not None and server.monitor_tls is not None:
+        hc = _HTTPSConfig(server.monitor_tls)
+        hc.ssl_handshake_timeout = cfg.tls.timeout
+        port = max(cfg.https_port, 0)
+    else:
+        hc = HypercornConfig()
+        port = max(cfg.http_port, 0)
     host = cfg.http_host
-    hc.bind = [f"[{host}]:{max(cfg.http_port, 0)}" if ":" in host else f"{host}:{max(cfg.http_port, 0)}"]
+    hc.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     hc.accesslog = None
     hc.errorlog = logging.getLogger("jetraft.monitor")
     hc.errorlog.propagate = False

@@ -69,8 +69,9 @@ from typing import TYPE_CHECKING
 import trio
 
 from jetraft.auth import check_password
-from jetraft.config import is_bcrypt
+from jetraft.config import ClusterConfig, client_context, is_bcrypt, server_context
 from jetraft.net.client import StreamConnection, accept_connections, report_connection_error
+from jetraft.net.tls import HandshakeFailed, client_handshake, peer_certificate, pinned, server_handshake
 from jetraft.protocol import Match, SubjectIndex
 from jetraft.protocol import route as rp
 
@@ -229,6 +230,9 @@ class RouteConnection(StreamConnection):
         self.interest_work = 0  # subjects of interest applied since the reader last yielded
         self._out: list[bytes] = []
         self._pending = 0
+        self._setup_scope: trio.CancelScope | None = None
+        if manager.tls is not None:
+            self.direct_writes = False
 
     @property
     def remote(self) -> str:
@@ -261,6 +265,8 @@ class RouteConnection(StreamConnection):
         route alone and is written to the event log as ``connection_error`` (it is redialled
         like any route that ended)."""
         try:
+            if self.manager.tls is not None and not await self._start_tls():
+                return
             if self.solicited:
                 t = self.target
                 self.send(rp.encode_connect(t.user if t else None, t.password if t else None)
@@ -277,6 +283,46 @@ class RouteConnection(StreamConnection):
                 self.close_reason = "Server Shutdown"
             self.manager._closed(self)
             await self._linger_close()
+
+    async def _start_tls(self) -> bool:
+        """``cluster { tls }``: the TLS handshake, before any route frame, within the block's
+        ``timeout``. Both sides present a certificate and verify the other's against
+        ``ca_file`` (nats-server opts.go getTLSConfig: RequireAndVerifyClientCert on routes);
+        the dialling side also checks the certificate names the host it dialled. A failure
+        is logged as ``route_refused`` and closes this connection alone (a configured route
+        is dialled again later). Returns False when the connection is to be closed."""
+        tls, accept_ctx, dial_ctx = self.manager.tls
+        raw = self.stream
+        try:
+            with trio.CancelScope() as self._setup_scope:
+                with trio.fail_after(tls.timeout):
+                    if self.solicited:
+                        stream = await client_handshake(raw, dial_ctx, self.target.host)
+                    else:
+                        stream = await server_handshake(raw, accept_ctx)
+                self.stream = stream
+                if not pinned(peer_certificate(stream), tls.pinned_certs):
+                    raise HandshakeFailed("peer certificate not in pinned_certs")
+            if self._setup_scope.cancelled_caught:
+                return False
+        except (HandshakeFailed, trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError,
+                OSError) as exc:
+            reason = "TLS handshake timeout" if isinstance(exc, trio.TooSlowError) else str(exc)
+            self.refused = self.quiet = True
+            self.manager.log_refused(self.remote, f"TLS handshake failed: {reason}")
+            if self.close_reason is None:
+                self.close_reason = f"refused: TLS handshake failed: {reason}"
+            return False
+        finally:
+            self._setup_scope = None
+        return True
+
+    def close(self, reason: str, *, flush: bool = True) -> None:
+        """End the route (see :meth:`StreamConnection.close`); during the TLS handshake the
+        handshake is abandoned."""
+        if self._setup_scope is not None and self.close_reason is None:
+            self._setup_scope.cancel()
+        super().close(reason, flush=flush)
 
     def refuse(self, code: str, reason: str, *, log: bool = True, level: str | None = None) -> None:
         """Send ERR ``code`` and close; ``route_refused`` is logged (at ``level``, default
@@ -530,6 +576,20 @@ class RouteManager:
             creds = next(((r.user, r.password) for r in self.cluster.routes if r.user), (None, None))
             user, password = creds
         self._implicit_creds = (user, password)
+        #: (the cluster's TLSConfig, context for accepted routes, context for dialled ones),
+        #: or None: plain TCP. Replaced by :meth:`reload_tls`.
+        self.tls = self._tls_contexts(self.cluster)
+
+    @staticmethod
+    def _tls_contexts(cluster: ClusterConfig) -> tuple | None:
+        if cluster.tls is None:
+            return None
+        return (cluster.tls, server_context(cluster.tls, require_client_cert=True), client_context(cluster.tls))
+
+    def reload_tls(self, cluster: ClusterConfig) -> None:
+        """Read the cluster's certificate, key and CA again (SIGHUP): routes connected from
+        now on use them; routes up stay as they are. Raises ConfigError (nothing changes)."""
+        self.tls = self._tls_contexts(cluster)
 
     # ------------------------------------------------------------------ public API
 

@@ -32,6 +32,7 @@ __all__ = [
     "PrefixedStream",
     "certificate_user",
     "client_handshake",
+    "first_bytes",
     "peer_certificate",
     "server_handshake",
     "spki_sha256",
@@ -82,10 +83,20 @@ class PrefixedStream(trio.abc.Stream):
         await self.transport.send_eof()
 
     async def aclose(self) -> None:
+        """Close the socket gracefully: FIN, then read (discarding) until the peer closes or
+        half a second passes, so that the kernel does not answer unread input with RST and
+        the peer gets what was sent last (close_notify, an alert)."""
+        with trio.move_on_after(0.5):
+            try:
+                await self.transport.send_eof()
+                while await self.transport.receive_some(65536):
+                    pass
+            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError, OSError):
+                pass
         await self.transport.aclose()
 
 
-async def _first_bytes(stream: trio.SocketStream) -> bytes:
+async def first_bytes(stream: trio.SocketStream) -> bytes:
     """The first bytes the peer sends (at least one); raises HandshakeFailed when it closes."""
     try:
         data = await stream.receive_some(4096)
@@ -102,7 +113,7 @@ async def server_handshake(stream: trio.SocketStream, context: ssl.SSLContext,
     The caller bounds the time (the TLS ``timeout``). Returns the encrypted stream.
     Raises HandshakeFailed (nothing is sent to a peer that does not start with a TLS
     handshake record)."""
-    data = prefix or await _first_bytes(stream)
+    data = prefix or await first_bytes(stream)
     if data[0] != _TLS_HANDSHAKE_RECORD:
         raise HandshakeFailed("first record does not look like a TLS handshake")
     tls = trio.SSLStream(PrefixedStream(stream, data), context, server_side=True)
@@ -113,7 +124,7 @@ async def server_handshake(stream: trio.SocketStream, context: ssl.SSLContext,
 async def client_handshake(stream: trio.SocketStream, context: ssl.SSLContext, host: str) -> trio.SSLStream:
     """Client side of a TLS handshake (a solicited route), verifying the server's certificate
     for ``host``. The caller bounds the time. Raises HandshakeFailed."""
-    tls = trio.SSLStream(stream, context, server_hostname=host)
+    tls = trio.SSLStream(PrefixedStream(stream, b""), context, server_hostname=host)
     await _handshake(tls)
     return tls
 

@@ -96,19 +96,25 @@ def is_valid_permission_subject(subject: str) -> bool:
     return ">" not in tokens[:-1]
 
 
+def _quoted(text: str) -> str:
+    """Double-quoted, as nats-server's ``%q`` shows a subject."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def _check_subject(subject: str, allow_queue: bool) -> str | None:
-    """Why ``subject`` cannot be a permission entry (None if it can); checkPermSubjectArray."""
+    """Why ``subject`` cannot be a permission entry (None if it can), in nats-server's
+    words (opts.go checkPermSubjectArray)."""
     if is_valid_permission_subject(subject):
         return None
     if not allow_queue:
-        return f"subject {subject!r} is not a valid subject"
+        return f"subject {_quoted(subject)} is not a valid subject"
     elements = subject.split()
     if len(elements) != 2:
-        return f"subject {subject!r} is not a valid subject"
+        return f"subject {_quoted(subject)} is not a valid subject"
     if not is_valid_permission_subject(elements[0]):
-        return f"subject {elements[0]!r} is not a valid subject"
+        return f"subject {_quoted(elements[0])} is not a valid subject"
     if not is_valid_permission_subject(elements[1]):
-        return f"queue {elements[1]!r} is not a valid queue"
+        return f"queue {_quoted(elements[1])} is not a valid queue"
     return None
 
 

@@ -10,6 +10,11 @@ pyinfra's Python API:
   from the other servers (SSH from the controller keeps working);
 - healing deletes that table and starts the servers again.
 
+The client and the monitoring requests speak TLS when the inventory's servers do
+(``jetraft_server_tls``, on unless set false), verifying each server against the cluster's
+CA bundle on the controller (``<jetraft_certs_dir>/ca-bundle.crt``; by default the
+inventory's directory's ``pki/``).
+
 A client (nats-py) publishes to an R3 stream (one replica per zone through unique_tag)
 with a unique ``Nats-Msg-Id`` per attempt throughout. Every attempt goes to a ledger
 (``lab/artifacts/<run>/<drill>.ledger.jsonl``): sent and acknowledged times in
@@ -22,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shlex
+import ssl
 import subprocess
 import sys
 import time
@@ -68,12 +74,16 @@ class Target:
     app_password: str
     client_port: int = 4222
     http_port: int = 8222
+    #: The CA bundle servers are verified against (None: the servers do not speak TLS).
+    ca_file: str | None = None
 
     @classmethod
     def from_inventory(cls, inventory: Path, group: str = "jetraft") -> "Target":
         """Read ``inventory`` with ``ansible-inventory --list``. The client account is the
-        first user of the first JetStream account in ``jetraft_server_accounts``. Raises
-        DrillError when the inventory has no such group or no such user."""
+        first user of the first JetStream account in ``jetraft_server_accounts``. With TLS
+        (``jetraft_server_tls``, default true) the CA bundle is ``ca-bundle.crt`` in
+        ``jetraft_certs_dir`` (default ``pki/`` beside the inventory). Raises DrillError
+        when the inventory has no such group or no such user."""
         tool = Path(sys.executable).with_name("ansible-inventory")
         result = subprocess.run([str(tool), "-i", str(inventory), "--list"],
                                 capture_output=True, text=True)
@@ -96,11 +106,19 @@ class Target:
         for word in shlex.split(first.get("ansible_ssh_common_args", "")):
             if word.startswith("UserKnownHostsFile="):
                 known = word.split("=", 1)[1]
+        ca_file = None
+        if _truthy(first.get("jetraft_server_tls", True)):
+            inventory_dir = inventory if inventory.is_dir() else inventory.parent
+            certs_dir = first.get("jetraft_certs_dir")
+            if not certs_dir or "{{" in str(certs_dir):
+                certs_dir = inventory_dir / "pki"
+            ca_file = str(Path(certs_dir) / "ca-bundle.crt")
         return cls(servers=servers, ssh_user=first.get("ansible_user", "root"),
                    ssh_key=first.get("ansible_ssh_private_key_file"), known_hosts=known,
                    app_user=users[0]["user"], app_password=users[0]["password"],
                    client_port=int(first.get("jetraft_server_client_port", 4222)),
-                   http_port=int(first.get("jetraft_server_http_port", 8222)))
+                   http_port=int(first.get("jetraft_server_http_port", 8222)),
+                   ca_file=ca_file)
 
     def zone(self, zone: str) -> list[Server]:
         return [s for s in self.servers if s.zone == zone]
@@ -110,6 +128,35 @@ class Target:
 
     def urls(self, exclude: list[Server] = ()) -> list[str]:
         return [f"nats://{s.address}:{self.client_port}" for s in self.servers if s not in exclude]
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """A client context verifying servers (names and addresses) against the CA bundle;
+        None when the servers do not speak TLS. Raises DrillError when the bundle is not
+        there."""
+        if self.ca_file is None:
+            return None
+        if not Path(self.ca_file).is_file():
+            raise DrillError(f"no CA bundle at {self.ca_file}: site.yml makes it (the servers "
+                             "speak TLS; set jetraft_certs_dir if it is elsewhere)")
+        return ssl.create_default_context(cafile=self.ca_file)
+
+    def monitor_url(self, server: Server, path: str) -> str:
+        """``server``'s monitoring endpoint ``path`` (https with TLS)."""
+        scheme = "https" if self.ca_file else "http"
+        return f"{scheme}://{server.address}:{self.http_port}{path}"
+
+    def get_json(self, server: Server, path: str) -> dict:
+        """GET ``path`` on ``server``'s monitoring port (2 s timeout); the decoded JSON."""
+        with urllib.request.urlopen(self.monitor_url(server, path), timeout=2,
+                                    context=self.ssl_context()) as response:
+            return json.load(response)
+
+
+def _truthy(value: object) -> bool:
+    """An inventory boolean (YAML true/false, or Ansible's strings yes/no/true/false)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
 
 
 def _group_hosts(data: dict, group: str) -> list[str]:
@@ -318,6 +365,7 @@ class Drills:
     async def _connect(self, exclude: list[Server] = ()):
         nc = await nats.connect(servers=self.target.urls(exclude), user=self.target.app_user,
                                 password=self.target.app_password, connect_timeout=2,
+                                tls=self.target.ssl_context(),
                                 # a silent server is left after about 2 s (as a client
                                 # that must ride out a stalled host would be set up)
                                 ping_interval=1, max_outstanding_pings=2,
@@ -352,7 +400,7 @@ class Drills:
 
     def _meta_current(self, server: Server) -> bool:
         """The meta group, as ``server``'s /jsz reports it: a leader, every peer current."""
-        jsz = _get_json(f"http://{server.address}:{self.target.http_port}/jsz")
+        jsz = self.target.get_json(server, "/jsz")
         meta = jsz.get("meta_cluster", {})
         if not meta.get("leader"):
             return False
@@ -360,8 +408,7 @@ class Drills:
             leader = next((s for s in self.target.servers if s.name == meta["leader"]), None)
             if leader is None:
                 return False
-            meta = _get_json(f"http://{leader.address}:{self.target.http_port}/jsz").get(
-                "meta_cluster", {})
+            meta = self.target.get_json(leader, "/jsz").get("meta_cluster", {})
         replicas = meta.get("replicas", [])
         return len(replicas) == len(self.target.servers) - 1 and all(
             r.get("current") for r in replicas)
@@ -574,11 +621,6 @@ async def _deleted(js, name: str) -> bool:
     except nats.js.errors.NotFoundError:
         pass
     return True
-
-
-def _get_json(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=2) as response:
-        return json.load(response)
 
 
 async def _quiet(_exc: Exception) -> None:

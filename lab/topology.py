@@ -67,8 +67,10 @@ def write_inventory(*, data_disks: dict[str, str], ssh_key: Path | None, known_h
     ``data_disks`` maps host name to its data disk's device path (``jetraft_storage_device``).
     Hosts are reached as ``ssh_user`` (with become when not root) with ``ssh_key``;
     their host keys are pinned in ``known_hosts`` (None: not checked, for Vagrant boxes);
-    ``host_vars`` adds variables per host. The lab's secrets (the `$SYS` and route passwords, and the APP
-    account's user ``app`` that clients and drills use) are ``lab_secrets`` when given,
+    ``host_vars`` adds variables per host. The cluster's PKI (CA, certificates; made by
+    site.yml) is ``directory``/pki (``jetraft_certs_dir``). The lab's secrets (the `$SYS`
+    and route passwords, and the APP account's user ``app`` that clients and drills use)
+    are ``lab_secrets`` when given,
     else made once per inventory directory (kept across ``up``/``down``); lab-only.
     """
     directory.mkdir(parents=True, exist_ok=True)
@@ -100,8 +102,10 @@ def write_inventory(*, data_disks: dict[str, str], ssh_key: Path | None, known_h
     jetraft_vars = group_vars / "jetraft"
     jetraft_vars.mkdir(exist_ok=True)
     (jetraft_vars / "lab.yml").write_text(
-        "---\n# The lab's cluster (written by the lab on every up).\n"
-        + yaml.safe_dump({"jetraft_cluster_name": "jetraft-lab"}, sort_keys=False))
+        "---\n# The lab's cluster (written by the lab on every up): TLS everywhere (the role's\n"
+        "# default), with the CA and certificates site.yml makes in pki/ beside this inventory.\n"
+        + yaml.safe_dump({"jetraft_cluster_name": "jetraft-lab",
+                          "jetraft_certs_dir": str(directory.resolve() / "pki")}, sort_keys=False))
     secrets_file = jetraft_vars / "secrets.yml"
     if lab_secrets is not None:
         secrets_file.write_text("---\n# The lab's own secrets (not in git).\n"

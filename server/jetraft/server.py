@@ -20,6 +20,7 @@ routed message is delivered locally only, never forwarded again (the mesh is ful
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import random
@@ -35,6 +36,8 @@ from jetraft import NATS_COMPAT_VERSION, __version__
 from jetraft.auth import GLOBAL_ACCOUNT, Authenticator
 from jetraft.config import ConfigError, ServerConfig, TLSConfig, load_config, server_context, validate
 from jetraft.events import EventLog
+from jetraft.jetstream.errors import not_enabled_for_account
+from jetraft.jetstream.outbound import Outbound
 from jetraft.net.client import ClientConnection, Subscription, accept_connections
 from jetraft.net.jetstream import JetStreamService
 from jetraft.net.monitor import serve_monitor
@@ -347,6 +350,9 @@ class Server:
         if self.jetstream is not None and self.jetstream.handle(
                 client.account.name, subject, reply, headers, payload):
             delivered = True
+        elif (self.jetstream is not None and reply and subject.startswith("$JS.API.")
+              and client.account.name == self.config.system_account):
+            delivered = self._system_account_js_refusal(subject, reply) or delivered
         if self._deliver(client.account, subject, None, reply, headers, payload, client, client.echo,
                          None, self.routes is not None):
             delivered = True
@@ -378,6 +384,20 @@ class Server:
         if account != self.config.system_account or not subject.startswith("$SYS.REQ.SERVER."):
             return False
         return handle_system_request(self, subject, reply, payload)
+
+    def _system_account_js_refusal(self, subject: str, reply: str) -> bool:
+        """A JetStream API request from a client of the system account, which JetStream does
+        not serve: answered 10039 "JetStream not enabled for account" (an account_info_response
+        for ``$JS.API.INFO``, a system_response otherwise), but for the system-level subjects
+        (meta step-down, server remove/evacuate, meta rescue, ``$JS.API.ACCOUNT.``), which get
+        no answer here (nats-server jetstream_api.go apiDispatch). True when answered."""
+        if subject in _SYSTEM_JS_SUBJECTS or subject.startswith("$JS.API.ACCOUNT."):
+            return False
+        kind = "account_info_response" if subject == "$JS.API.INFO" else "system_response"
+        body = {"type": f"io.nats.jetstream.api.v1.{kind}", "error": not_enabled_for_account().to_json()}
+        self.route_internal(self.config.system_account,
+                            Outbound(reply, None, None, json.dumps(body, separators=(",", ":")).encode()))
+        return True
 
     def route_internal(self, account: str, out: Any) -> None:
         """Deliver a message JetStream produced (an :class:`~jetraft.jetstream.outbound.Outbound`)
@@ -646,6 +666,11 @@ class Server:
     @property
     def healthy(self) -> bool:
         return not self.lame_duck_mode and not self._stopping.is_set()
+
+
+#: JetStream API subjects of the system account itself (jetstream_api.go apiDispatch).
+_SYSTEM_JS_SUBJECTS = frozenset(("$JS.API.META.LEADER.STEPDOWN", "$JS.API.SERVER.REMOVE",
+                                 "$JS.API.SERVER.EVACUATE", "$JS.API.META.RESCUE"))
 
 
 def _deliver_to_one(members: Any, wire: str, reply: str | None, headers: bytes | None, payload: bytes,

@@ -310,6 +310,30 @@ def test_anonymous_clients_use_global_account_when_only_sys_has_users(start_serv
         assert raw.read_until_closed() == b"-ERR 'Authorization Violation'\r\n"
 
 
+def test_system_account_is_not_served_jetstream(start_server, tmp_path):
+    """The $SYS admin's JetStream API requests are answered 10039 "JetStream not enabled
+    for account" (nats-server jetstream_api.go apiDispatch), while $SYS.REQ requests are
+    served to it."""
+    server = start_server(f'jetstream {{ store_dir: "{tmp_path / "js"}" }}\n' + SYS_ONLY)
+
+    async def scenario():
+        admin = await connect(server.url, user="admin", password="a very long s3cr3t! password")
+        refusal = {"code": 503, "err_code": 10039, "description": "JetStream not enabled for account"}
+        info = json.loads((await admin.request("$JS.API.INFO", b"", timeout=5)).data)
+        assert info == {"type": "io.nats.jetstream.api.v1.account_info_response", "error": refusal}
+        body = json.dumps({"name": "S", "subjects": ["s.>"]}).encode()
+        create = json.loads((await admin.request("$JS.API.STREAM.CREATE.S", body, timeout=5)).data)
+        assert create == {"type": "io.nats.jetstream.api.v1.system_response", "error": refusal}
+        varz = json.loads((await admin.request("$SYS.REQ.SERVER.PING.VARZ", b"", timeout=5)).data)
+        assert "server_id" in varz["data"] or "server_id" in varz.get("server", {})
+        await admin.close()
+        anonymous = await connect(server.url)       # $G, where JetStream is served: no stream S
+        assert await anonymous.jsm().streams_info() == []
+        await anonymous.close()
+
+    run(scenario)
+
+
 def test_no_auth_user_with_permissions(start_server):
     """A configured ``no_auth_user``: INFO does not say auth_required (nats-server), and
     a client without credentials has that user's permissions."""

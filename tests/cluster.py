@@ -87,7 +87,8 @@ class Cluster:
     ``route_auth``: the credentials put in the route URLs (default ``auth``). ``tags``: one
     sequence of ``server_tags`` per server. ``jetstream``: a jetstream block with a store
     under the working directory (``unique_tag`` when given). ``extra``: text appended to every
-    configuration, or one text per server.
+    configuration, or one text per server. ``cluster_extra``: text put inside every
+    ``cluster`` block (a ``tls { ... }`` block, say), or one text per server.
     """
 
     def __init__(self, kind: str, workdir: Path, size: int = 3, *, name: str = "C1",
@@ -96,7 +97,7 @@ class Cluster:
                  auth: tuple[str, str] | None = None, route_auth: tuple[str, str] | None = None,
                  tags: Sequence[Sequence[str]] | None = None, jetstream: bool = False,
                  unique_tag: str | None = None, extra: str | Sequence[str] = "",
-                 ready_timeout: float = 20.0) -> None:
+                 cluster_extra: str | Sequence[str] = "", ready_timeout: float = 20.0) -> None:
         if kind not in servers.KINDS:
             raise ValueError(f"unknown server kind {kind!r}; expected one of {servers.KINDS}")
         self.kind = kind
@@ -112,6 +113,8 @@ class Cluster:
         if len(names) != size:
             raise ValueError("names must have one entry per server")
         extras = [extra] * size if isinstance(extra, str) else list(extra)
+        self.cluster_extras = dict(zip(names, [cluster_extra] * size if isinstance(cluster_extra, str)
+                                       else list(cluster_extra)))
         self.members: dict[str, Member] = {}
         for i, member_name in enumerate(names):
             self.members[member_name] = Member(
@@ -160,6 +163,8 @@ class Cluster:
         if self.auth is not None:
             lines += ["  authorization {", f"    user: {_q(self.auth[0])}",
                       f"    password: {_q(self.auth[1])}", "  }"]
+        if self.cluster_extras.get(name):
+            lines.append(self.cluster_extras[name].strip())
         lines.append("}")
         if self.jetstream:
             lines += ["jetstream {", f"  store_dir: {_q(str(self.store_dir(name)))}"]

@@ -337,8 +337,6 @@ def _base_context(config: TLSConfig, purpose: ssl.Purpose, position: Position) -
             raise _fail(position, f"error parsing X509 certificate/key pair: open {path}: {reason}") from None
     try:
         ctx.load_cert_chain(config.cert_file, config.key_file)
-    except OSError as e:
-        raise _fail(position, f"error parsing X509 certificate/key pair: {e.strerror or e}") from None
     except ssl.SSLError as e:
         text = str(e)
         if "KEY_VALUES_MISMATCH" in text:
@@ -346,6 +344,8 @@ def _base_context(config: TLSConfig, purpose: ssl.Purpose, position: Position) -
         elif "PEM" in text:
             text = f"{config.cert_file} and {config.key_file} are not a PEM certificate and its PEM private key ({text})"
         raise _fail(position, f"error parsing X509 certificate/key pair: {text}") from None
+    except OSError as e:
+        raise _fail(position, f"error parsing X509 certificate/key pair: {e.strerror or e}") from None
     if config.ca_file:
         try:
             with open(config.ca_file, "rb") as f:

@@ -51,9 +51,10 @@ Deviations from nats-server, by design:
 
 - a pull request body that is neither JSON nor an integer is a request for one message, as
   nats-server ``nextReqFromMsg`` does (not a 400: nats-server sends nothing else);
-- ``replay_policy: original`` is delivered as ``instant``; ``rate_limit_bps``,
-  ``sample_freq`` and priority groups are accepted and ignored; no advisories are emitted;
-- ack policy ``flow_control`` acks like ``all`` (flow-control replies carry no ack here);
+- ``replay_policy: original``, ``rate_limit_bps``, ``sample_freq``, priority groups, ack
+  policy ``flow_control``, ``direct`` and ``sourcing`` are refused when the consumer is
+  created (model.py ``ConsumerConfig.check_supported``), so never reach this class; no
+  advisories are emitted;
 - a message removed from the stream while pending is dropped from the pending set (as a
   term of that one message, whatever the ack policy; nats-server's ack-all consumer
   acknowledges everything below it then);

@@ -530,7 +530,9 @@ class StreamConfig(_Model):
     Zero values are Go's; ``checked()`` turns them into nats-server's defaults
     (``max_*`` 0 -> -1, ``duplicate_window`` 0 -> 2 min (or max_age if smaller),
     ``num_replicas`` 0 -> 1, ``storage`` -> file, ``subjects`` [] -> [name]).
-    ``mirror`` and ``sources`` are kept as raw JSON objects (jetraft does not source).
+    ``mirror`` and ``sources`` are kept as raw JSON objects; jetraft neither mirrors nor
+    sources, and refuses them with every other setting it does not act on
+    (:meth:`check_supported`, called by the API after ``checked()``).
     ``pedantic`` is the request flag (StreamConfigRequest), never written.
     """
 

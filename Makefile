@@ -37,6 +37,7 @@ bench: setup
 	$(BIN)/python tests/bench/raft_storage.py
 	$(BIN)/python tests/bench/jetstream.py
 	$(BIN)/python tests/bench/cluster.py
+	$(BIN)/python tests/bench/tls.py
 	$(BIN)/python tests/bench/validation.py
 	$(BIN)/python tests/bench/hostile.py
 	$(BIN)/python tests/bench/hostile_json.py

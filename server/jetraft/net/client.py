@@ -36,7 +36,21 @@ from typing import TYPE_CHECKING
 import trio
 
 from jetraft.auth import SYSTEM_QUEUE_GROUP, AuthError, ClientPermissions, Identity, go_quote
-from jetraft.net.tls import HandshakeFailed, certificate_user, first_bytes, peer_certificate, pinned, server_handshake
+from jetraft.net.tls import (
+    BACKLOG,
+    NOT_NOW,
+    HandshakeFailed,
+    certificate_user,
+    direct_write,
+    first_bytes,
+    has_backlog,
+    peer_certificate,
+    pinned,
+    read_buffered,
+    send_backlog,
+    server_handshake,
+    socket_fd,
+)
 from jetraft.protocol import (
     ERR_AUTHORIZATION_VIOLATION,
     ERR_INVALID_SUBJECT,
@@ -128,9 +142,11 @@ class StreamConnection:
 
     def __init__(self) -> None:
         self.close_reason: str | None = None
-        #: False for a TLS connection: its bytes are written by the writer task only (they
-        #: must go through the TLS layer), never directly to the socket by flush_now
+        #: False for a TLS connection: flush_now encrypts through its SSLStream (when that is
+        #: idle, see jetraft.net.tls.direct_write) instead of writing the socket directly
         self.direct_writes = True
+        #: the socket under a TLS connection once its handshake is done (None before)
+        self.tls_fd: int | None = None
         self._writer_parked = False
         self._writing = False           # the writer holds taken bytes (inside send_all)
         self._lot = trio.lowlevel.ParkingLot()
@@ -198,11 +214,17 @@ class StreamConnection:
         raise NotImplementedError
 
     async def _read_some(self, size: int = READ_SIZE) -> bytes:
-        """Up to ``size`` bytes from the peer; empty once it closed or the socket failed."""
+        """Up to ``size`` bytes from the peer; empty once it closed or the socket failed. On a
+        TLS connection, every complete record already received (not just the first)."""
         try:
-            return await self.stream.receive_some(size)
+            data = await self.stream.receive_some(size)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             return b""
+        if data and self.tls_fd is not None and len(data) < size:
+            more = read_buffered(self.stream, size - len(data))
+            if more:
+                data += more
+        return data
 
     def _take(self) -> bytes | bytearray:
         """Everything queued (emptying the queue); empty when nothing is."""
@@ -230,7 +252,7 @@ class StreamConnection:
         if self._writing or self.close_reason is not None:
             return
         if not self.direct_writes:
-            self._wake_writer()
+            self._flush_tls_now()
             return
         data = self._take()
         if not data:
@@ -243,6 +265,22 @@ class StreamConnection:
             self._put_back(bytes(memoryview(data)[n:]))
             self._wake_writer()
 
+    def _flush_tls_now(self) -> None:
+        """flush_now for a TLS connection: encrypt and write now when its SSLStream is idle,
+        else leave the bytes to the writer."""
+        if self.tls_fd is None:
+            self._wake_writer()
+            return
+        data = self._take()
+        if not data:
+            return
+        result = direct_write(self.stream, self.tls_fd, data)
+        if result == NOT_NOW:
+            self._put_back(bytes(data))
+            self._wake_writer()
+        elif result == BACKLOG:
+            self._wake_writer()
+
     def _write_timed_out(self, size: int) -> None:
         """A write of ``size`` bytes took longer than ``write_deadline``."""
         raise NotImplementedError
@@ -251,7 +289,9 @@ class StreamConnection:
         deadline = self.server.config.write_deadline
         while True:
             data = self._take()
-            if not data:
+            if not data and self.tls_fd is not None and has_backlog(self.stream):
+                data = b""  # ciphertext a direct write left: sent below, ahead of anything else
+            elif not data:
                 if self._flush_then_close:
                     self._scope.cancel()
                     return
@@ -262,7 +302,10 @@ class StreamConnection:
             self.server.outbound_queued.discard(self)
             with trio.move_on_after(deadline) as cs:
                 try:
-                    await self.stream.send_all(data)
+                    if data:
+                        await self.stream.send_all(data)
+                    else:
+                        await send_backlog(self.stream)
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                     self.close("Write Error", flush=False)
                     return
@@ -397,6 +440,7 @@ class ClientConnection(StreamConnection):
         finally:
             self._setup_scope = None
         self.stream = stream
+        self.tls_fd = socket_fd(stream)
         if first:
             self.send(encode_info(self.server.client_info(self)))
         return True

@@ -71,7 +71,7 @@ import trio
 from jetraft.auth import check_password
 from jetraft.config import ClusterConfig, client_context, is_bcrypt, server_context
 from jetraft.net.client import StreamConnection, accept_connections, report_connection_error
-from jetraft.net.tls import HandshakeFailed, client_handshake, peer_certificate, pinned, server_handshake
+from jetraft.net.tls import HandshakeFailed, client_handshake, peer_certificate, pinned, server_handshake, socket_fd
 from jetraft.protocol import Match, SubjectIndex
 from jetraft.protocol import route as rp
 
@@ -301,6 +301,7 @@ class RouteConnection(StreamConnection):
                     else:
                         stream = await server_handshake(raw, accept_ctx)
                 self.stream = stream
+                self.tls_fd = socket_fd(stream)
                 if not pinned(peer_certificate(stream), tls.pinned_certs):
                     raise HandshakeFailed("peer certificate not in pinned_certs")
             if self._setup_scope.cancelled_caught:

@@ -18,6 +18,7 @@ with the certificate's domain components appended when it has some, then without
 from __future__ import annotations
 
 import hashlib
+import os
 import ssl
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -138,6 +139,107 @@ async def _handshake(tls: trio.SSLStream) -> None:
         raise HandshakeFailed(f"TLS handshake error: {reason}") from None
     except (trio.ClosedResourceError, OSError) as exc:
         raise HandshakeFailed(f"TLS handshake error: {exc}") from None
+
+
+# -- writing without awaiting ------------------------------------------------------------------
+#
+# The server writes latency-critical output (AppendEntries, acks) to sockets synchronously
+# before it blocks the event loop on an fsync (Server.flush_outbound). A TLS connection can do
+# the same when trio's SSLStream is idle: the plaintext is encrypted by the stream's own
+# ssl.SSLObject into its own outgoing memory buffer, and that ciphertext is written to the
+# socket. This uses trio.SSLStream's internals (checked once; without them every write goes
+# through the connection's writer task, which is correct but slower): the stream must have
+# finished its handshake, hold no ciphertext (its outgoing buffer empty, no delayed handshake
+# output, its inner send lock free: trio holds that lock whenever it has taken ciphertext it has
+# not yet sent), so that TLS records leave in the order they were made. Ciphertext the socket
+# does not take is put back in the stream's outgoing buffer, which trio sends first with its
+# next write; :func:`send_backlog` sends it when nothing else is to be written.
+
+_INTERNALS = ("_ssl_object", "_outgoing", "_inner_send_lock", "_inner_recv_lock", "_delayed_outgoing", "_handshook",
+              "_check_status")
+_direct_ok: bool | None = None
+
+#: direct_write results
+NOT_NOW, WRITTEN, BACKLOG = 0, 1, 2
+
+
+def _has_internals(tls: trio.SSLStream) -> bool:
+    global _direct_ok
+    if _direct_ok is None:
+        _direct_ok = all(hasattr(tls, name) for name in _INTERNALS) and hasattr(tls._handshook, "done")
+    return _direct_ok
+
+
+def direct_write(tls: trio.SSLStream, fd: int, data: bytes | bytearray) -> int:
+    """Encrypt ``data`` and write it to the socket ``fd`` now, without awaiting (see above).
+
+    Returns NOT_NOW when the stream is busy or in an unusual state (nothing was consumed:
+    the caller queues ``data`` for its writer), WRITTEN when every byte left, BACKLOG when
+    ciphertext remains in the stream's buffer (the caller wakes its writer, which calls
+    :func:`send_backlog`). Never raises."""
+    if not _has_internals(tls):
+        return NOT_NOW
+    try:
+        tls._check_status()
+        if (not tls._handshook.done or tls._delayed_outgoing is not None or tls._inner_send_lock.locked()
+                or tls._outgoing.pending):
+            return NOT_NOW
+        tls._ssl_object.write(data)
+    except Exception:  # noqa: BLE001 - closed, broken, or wants a read: the writer task deals with it
+        return NOT_NOW
+    out = tls._outgoing.read()
+    try:
+        n = os.write(fd, out)
+    except OSError:  # EAGAIN, or an error the writer will meet
+        n = 0
+    if n < len(out):
+        tls._outgoing.write(out[n:])
+        return BACKLOG
+    return WRITTEN
+
+
+def has_backlog(tls: trio.SSLStream) -> bool:
+    """Whether ciphertext a direct write left is waiting in the stream's buffer."""
+    return bool(_direct_ok) and tls._outgoing.pending > 0
+
+
+async def send_backlog(tls: trio.SSLStream) -> None:
+    """Send the ciphertext waiting in the stream's buffer, as trio's own sends do (under its
+    inner send lock). Raises trio.BrokenResourceError / ClosedResourceError / OSError."""
+    async with tls._inner_send_lock:
+        data = tls._outgoing.read()
+        if data:
+            await tls.transport_stream.send_all(data)
+
+
+def read_buffered(tls: trio.SSLStream, limit: int) -> bytes:
+    """Up to ``limit`` bytes of plaintext from the complete TLS records the stream has already
+    received, without waiting; empty when there are none. An SSLStream's receive_some returns
+    one record at a time; a reader that handles a whole socket read at once (one pass over its
+    operations, one flush, one RAFT proposal batch) calls this after it to get the rest of what
+    arrived. Uses trio.SSLStream's internals as :func:`direct_write` does (empty without them,
+    or while another task is in the middle of a TLS read). Never raises: an error is left for
+    the next receive_some to report."""
+    if not _has_internals(tls) or not tls._handshook.done or tls._inner_recv_lock.locked():
+        return b""
+    parts: list[bytes] = []
+    total = 0
+    while total < limit:
+        try:
+            chunk = tls._ssl_object.read(limit - total)
+        except Exception:  # noqa: BLE001 - wants more bytes (a partial record), closed or broken
+            break
+        if not chunk:
+            break
+        parts.append(chunk)
+        total += len(chunk)
+    return b"".join(parts)
+
+
+def socket_fd(tls: trio.SSLStream) -> int:
+    """The file descriptor under a stream made by :func:`server_handshake` or
+    :func:`client_handshake`."""
+    return tls.transport_stream.transport.socket.fileno()
 
 
 def peer_certificate(tls: trio.SSLStream) -> bytes | None:

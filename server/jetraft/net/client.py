@@ -18,6 +18,10 @@ buffer is bounded by ``max_pending`` bytes and a write may take at most ``write_
 seconds; past either, the connection is closed without waiting for it and every other
 client is unaffected.
 
+TLS (a top-level ``tls`` block): INFO, then the handshake (or the handshake first), bounded by
+the TLS ``timeout``, before any client byte is parsed (:meth:`ClientConnection._start_tls`,
+:mod:`jetraft.net.tls`); the reader and writer then work on the encrypted stream.
+
 :class:`StreamConnection` (the task layout, the writer, closing with or without a flush, the
 lingering close) and :func:`accept_connections` are shared with the cluster's route
 connections (:mod:`jetraft.net.route`).

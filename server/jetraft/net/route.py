@@ -28,6 +28,12 @@ keeps at most one route per remote server. It follows nats-server server/route.g
   exponential backoff from :data:`INITIAL_BACKOFF` to :data:`MAX_BACKOFF` seconds, each delay
   jittered to 50-100 % (route.go connectToRoute with connect_backoff, reConnectToRoute's
   random delay).
+- **TLS.** With ``cluster { tls { ... } }`` every route, dialled or accepted, starts with a
+  TLS handshake (within the block's ``timeout``) in which both sides present a certificate and
+  verify the other's against ``ca_file``; the dialling side also checks that the certificate
+  names the host it dialled (nats-server opts.go getTLSConfig requires client certificates on
+  routes). A connection that fails it is closed and logged as ``route_refused``. A SIGHUP
+  reload reads the certificate, key and CA again for routes connected from then on.
 - **Keepalive.** A PING every ``min(ping_interval, ROUTE_PING_INTERVAL)`` seconds; a route
   with ``ping_max`` PINGs unanswered is closed ("Stale Connection").
 - **Interest.** Subscriptions of local clients and interest held by the server itself

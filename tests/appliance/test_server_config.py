@@ -1,11 +1,13 @@
 """playbooks/deploy.yml, tag jetraft_server_config: the configuration the role templates
-for five local hosts in zones 2/2/1, checked as an operator would, and accepted by both
-jetraft-server -t and the real nats-server -t."""
+for five local hosts in zones 2/2/1 (TLS on clients, routes and monitoring by default, with
+certificates the jetraft_certs role makes on the controller), checked as an operator would,
+and accepted by both jetraft-server -t and the real nats-server -t."""
 
 from __future__ import annotations
 
 import grp
 import os
+import pwd
 import re
 import stat
 import subprocess
@@ -36,6 +38,7 @@ def write_inventory(tmp_path: Path, **extra) -> Path:
     group_vars = {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
         "jetraft_server_group": grp.getgrgid(os.getgid()).gr_name,
+        "jetraft_server_user": pwd.getpwuid(os.getuid()).pw_name,
         "jetraft_server_binary": str(JETRAFT_SERVER),
         "jetraft_server_sys_password": SYS_PASSWORD,
         "jetraft_server_route_password": "route-secret",
@@ -138,4 +141,119 @@ def test_missing_secrets_are_named(tmp_path):
     result = deploy(inv)
     out = flat(result)
     assert result.returncode != 0
-    assert "set jetraft_server_sys_password (the $SYS user's password)" in out, out[-2000:]
+    # the role's argument specification requires it
+    assert "missing required arguments: jetraft_server_sys_password" in out, out[-2000:]
+
+
+def test_an_account_user_without_a_password_is_named_and_no_password_is_shown(tmp_path):
+    inv = write_inventory(tmp_path, jetraft_server_accounts={
+        "APP": {"jetstream": True, "users": [{"user": "app", "password": APP_PASSWORD},
+                                             {"user": "nopass"}]}})
+    result = deploy(inv)
+    out = flat(result)
+    assert result.returncode != 0
+    assert "a password for every user of jetraft_server_accounts (none for APP/nopass)" in out, out[-2000:]
+    assert SYS_PASSWORD not in out and APP_PASSWORD not in out and "route-secret" not in out
+
+
+def test_a_refused_configuration_is_shown_with_every_secret_masked(deployed, tmp_path):
+    """A validator that prints the file it is given (as an error would quote it) and refuses
+    it: the operator reads its words with the route password masked."""
+    tmp, _, _ = deployed
+    echo = tmp_path / "echo-and-refuse"
+    echo.write_text('#!/bin/sh\ncat "$3"; exit 1\n')
+    echo.chmod(0o755)
+    result = deploy(write_inventory(tmp, jetraft_server_binary=str(echo),
+                                    jetraft_server_lame_duck_duration=7))
+    out = flat(result)
+    assert result.returncode != 0
+    assert "failed to validate" in out and "nats://route:********@127.0.0.2:6222" in out, out[-3000:]
+    assert "route-secret" not in out and SYS_PASSWORD not in out and APP_PASSWORD not in out
+
+
+def _block(text: str, opener: str) -> str:
+    """The text of the ``opener {`` block (first one) up to its closing brace."""
+    start = text.index(opener + " {")
+    depth, i = 0, start
+    while True:
+        if text[i] == "{":
+            depth += 1
+        elif text[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[start:i + 1]
+        i += 1
+
+
+def test_tls_on_clients_routes_and_monitoring_by_default(deployed):
+    tmp, _, _ = deployed
+    for host in HOSTS:
+        text = conf(tmp, host)
+        tls_dir = tmp / host / "tls"
+        assert re.search(r'^https: "0\.0\.0\.0:8222"$', text, re.M)
+        assert not re.search(r"^http:", text, re.M)
+        client = _block(text, "\ntls")
+        cluster_tls = _block(_block(text, "cluster"), "tls")
+        for block in (client, cluster_tls):
+            assert f'cert_file: "{tls_dir}/server.crt"' in block
+            assert f'key_file: "{tls_dir}/server.key"' in block
+            assert f'ca_file: "{tls_dir}/ca.crt"' in block
+        assert "verify: false" in client
+        assert "verify" not in cluster_tls        # routes always verify both ways
+        assert 'listen: "0.0.0.0:4222"' in text and 'listen: "0.0.0.0:6222"' in text
+
+
+def test_each_host_gets_its_certificate_key_and_the_ca_with_their_modes(deployed):
+    from cryptography import x509
+
+    tmp, _, _ = deployed
+    pki = tmp / "pki"
+    assert stat.S_IMODE(pki.stat().st_mode) == 0o700
+    assert stat.S_IMODE((pki / "ca.key").stat().st_mode) == 0o600
+    ca = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
+    for k, host in enumerate(HOSTS, start=1):
+        tls_dir = tmp / host / "tls"
+        modes = {p.name: (stat.S_IMODE(p.stat().st_mode), p.stat().st_uid)
+                 for p in tls_dir.iterdir() if not p.name.startswith(".")}
+        assert modes == {"ca.crt": (0o644, 0), "server.crt": (0o644, 0),
+                         "server.key": (0o600, os.getuid())}
+        assert stat.S_IMODE(tls_dir.stat().st_mode) == 0o750
+        assert (tls_dir / "ca.crt").read_bytes() == (pki / "ca-bundle.crt").read_bytes()
+        cert = x509.load_pem_x509_certificate((tls_dir / "server.crt").read_bytes())
+        cert.verify_directly_issued_by(ca)
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        assert {host, "localhost"} <= set(san.get_values_for_type(x509.DNSName))
+        assert {f"127.0.0.{k}", "127.0.0.1"} <= {str(a) for a in san.get_values_for_type(x509.IPAddress)}
+        usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+        assert {u.dotted_string for u in usages} == {"1.3.6.1.5.5.7.3.1", "1.3.6.1.5.5.7.3.2"}
+        assert b"PRIVATE KEY" in (tls_dir / "server.key").read_bytes()
+        assert (tls_dir / "server.key").read_bytes() == (pki / "hosts" / f"{host}.key").read_bytes()
+
+
+def test_no_key_reaches_the_output(deployed):
+    tmp, _, first = deployed
+    out = first.stdout + first.stderr
+    for key in (tmp / "pki").rglob("*.key"):
+        body = key.read_text().splitlines()[1]
+        assert body not in out
+
+
+@pytest.mark.parametrize("extra, expect", [
+    ({"jetraft_server_tls": False}, "plain"),
+    ({"jetraft_server_tls_verify_clients": True}, "verify"),
+])
+def test_tls_off_or_client_certificates_required_are_accepted_by_both_servers(tmp_path, extra, expect):
+    inv = write_inventory(tmp_path, **extra)
+    result = deploy(inv)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    text = conf(tmp_path, "n1")
+    if expect == "plain":
+        assert re.search(r'^http: "0\.0\.0\.0:8222"$', text, re.M)
+        assert "tls {" not in text and "https" not in text
+        assert not (tmp_path / "pki").exists() and not (tmp_path / "n1" / "tls").exists()
+    else:
+        assert "verify: true" in _block(text, "\ntls")
+    for exe in (JETRAFT_SERVER, binary("nats-server")):
+        checked = subprocess.run([str(exe), "-t", "-c", str(tmp_path / "n1" / "jetraft.conf")],
+                                 capture_output=True, text=True, timeout=60)
+        assert checked.returncode == 0, f"{exe}: {checked.stdout}{checked.stderr}"

@@ -24,7 +24,9 @@ def write_inventory(tmp: Path, wheelhouse: Path) -> Path:
             "jetraft_server_venv": str(tmp / "opt" / "jetraft"),
             "jetraft_server_python": sys.executable,
             "jetraft_server_wheelhouse": str(wheelhouse),
-            "jetraft_server_wheelhouse_dest": str(tmp / "cache" / "wheelhouse")}
+            "jetraft_server_wheelhouse_dest": str(tmp / "cache" / "wheelhouse"),
+            # required by the role's argument specification, whatever the tags
+            "jetraft_server_sys_password": "unused", "jetraft_server_route_password": "unused"}
     path = tmp / "hosts.yml"
     path.write_text(yaml.safe_dump({"jetraft": {"hosts": {"h1": host}}}))
     return path

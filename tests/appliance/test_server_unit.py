@@ -25,7 +25,9 @@ def unit(tmp_path_factory) -> Path:
     host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
             "jetraft_zone": "b", "jetraft_server_binary": str(JETRAFT_SERVER),
             "jetraft_server_unit_path": str(path), "jetraft_server_lame_duck_duration": 45,
-            "jetraft_server_store_dir": "/srv/jetraft"}
+            "jetraft_server_store_dir": "/srv/jetraft",
+            # required by the role's argument specification, whatever the tags
+            "jetraft_server_sys_password": "unused", "jetraft_server_route_password": "unused"}
     inv = tmp / "hosts.yml"
     inv.write_text(yaml.safe_dump({"jetraft": {"hosts": {"n3": host}}}))
     result = run_playbook("deploy", inv, "jetraft_server_unit")

@@ -14,6 +14,7 @@ testinfra_hosts = [f"ansible://jetraft?ansible_inventory={INVENTORY}"]
 
 CONFIG = "/etc/jetraft/jetraft.conf"
 STORE = "/var/lib/jetraft"
+TLS = "/etc/jetraft/tls"
 
 
 @pytest.fixture(scope="module")
@@ -22,9 +23,12 @@ def hostvars(host):
 
 
 def _http_json(host, path: str) -> dict:
-    cmd = host.run("python3 -c 'import sys, urllib.request; "
-                   "sys.stdout.write(urllib.request.urlopen(\"http://127.0.0.1:8222%s\", timeout=5).read().decode())'"
-                   % path)
+    """GET ``path`` on the monitoring port from the host itself: https, verified against
+    the CA bundle the server trusts."""
+    cmd = host.run("python3 -c 'import ssl, sys, urllib.request; "
+                   "ctx = ssl.create_default_context(cafile=\"%s/ca.crt\"); "
+                   "sys.stdout.write(urllib.request.urlopen(\"https://127.0.0.1:8222%s\", timeout=5, "
+                   "context=ctx).read().decode())'" % (TLS, path))
     assert cmd.rc == 0, cmd.stderr
     return json.loads(cmd.stdout)
 
@@ -66,6 +70,10 @@ def test_the_sys_user_is_a_bcrypt_hash_never_the_password(host, hostvars):
     ("/etc/jetraft", 0o750, "root", "jetraft"),
     ("/etc/systemd/system/jetraft.service", 0o644, "root", "root"),
     (STORE, 0o750, "jetraft", "jetraft"),
+    (TLS, 0o750, "root", "jetraft"),
+    (f"{TLS}/server.key", 0o600, "jetraft", "jetraft"),
+    (f"{TLS}/server.crt", 0o644, "root", "root"),
+    (f"{TLS}/ca.crt", 0o644, "root", "root"),
 ])
 def test_file_modes_and_owners(host, path, mode, owner, group):
     f = host.file(path)

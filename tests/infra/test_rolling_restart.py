@@ -51,7 +51,7 @@ def test_a_rolling_restart_refuses_to_start_while_a_server_is_down():
                           "-e", "jetraft_server_verify_delay=1")
         out = " ".join((result.stdout + result.stderr).split())
         assert result.returncode != 0
-        assert f"Before the restart, every other server answers /healthz: {first}" in out
+        assert f"Before the restart or reload, every other server answers /healthz: {first}" in out
         assert f"-> {down}" in out and "FAILED" in out
         assert started_at(first) == before, "a server was restarted while another was down"
     finally:

@@ -146,3 +146,29 @@ def test_a_server_with_another_ca_never_joins(cluster, pki, tmp_path):
         assert cluster.routes_of("n1") == {"n2", "n3"}
     finally:
         stranger.stop()
+
+
+def route_tls_map(pki: PKI) -> str:
+    return route_tls(pki.server, pki.ca).replace("  }", "    verify_and_map: true\n  }")
+
+
+def test_verify_and_map_routes_need_the_certificate_to_name_the_cluster_user(pki, tmp_path):
+    """cluster { tls { verify_and_map } }: a route is accepted when its certificate's subject
+    (CN=server) is the cluster's authorization user, whatever password the route URL carries;
+    with another user configured, no route is ever accepted."""
+    good = Cluster("jetraft", tmp_path / "good", 2, auth=("CN=server", "unused"),
+                   route_auth=("CN=server", "wrong password"), cluster_extra=route_tls_map(pki))
+    good.start()
+    try:
+        good.wait_formed()
+    finally:
+        good.stop()
+    bad = Cluster("jetraft", tmp_path / "bad", 2, auth=("CN=someone-else", "pw"), cluster_extra=route_tls_map(pki))
+    bad.start()
+    try:
+        for name in bad.members:
+            wait_for(lambda name=name: any("verify_and_map" in e["reason"] for e in bad.events(name)
+                                           if e["event"] == "route_refused"), f"{name} refusing the mapped route")
+            assert bad.routes_of(name) == set()
+    finally:
+        bad.stop()

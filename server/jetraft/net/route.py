@@ -32,7 +32,9 @@ keeps at most one route per remote server. It follows nats-server server/route.g
   TLS handshake (within the block's ``timeout``) in which both sides present a certificate and
   verify the other's against ``ca_file``; the dialling side also checks that the certificate
   names the host it dialled (nats-server opts.go getTLSConfig requires client certificates on
-  routes). A connection that fails it is closed and logged as ``route_refused``. A SIGHUP
+  routes). A connection that fails it is closed and logged as ``route_refused``. With
+  ``verify_and_map`` an accepted route's certificate must name the cluster's authorization user
+  (e-mail, DNS name or subject, as for clients) instead of CONNECT's credentials. A SIGHUP
   reload reads the certificate, key and CA again for routes connected from then on.
 - **Keepalive.** A PING every ``min(ping_interval, ROUTE_PING_INTERVAL)`` seconds; a route
   with ``ping_max`` PINGs unanswered is closed ("Stale Connection").
@@ -77,7 +79,15 @@ import trio
 from jetraft.auth import check_password
 from jetraft.config import ClusterConfig, client_context, is_bcrypt, server_context
 from jetraft.net.client import StreamConnection, accept_connections, report_connection_error
-from jetraft.net.tls import HandshakeFailed, client_handshake, peer_certificate, pinned, server_handshake, socket_fd
+from jetraft.net.tls import (
+    HandshakeFailed,
+    certificate_user,
+    client_handshake,
+    peer_certificate,
+    pinned,
+    server_handshake,
+    socket_fd,
+)
 from jetraft.protocol import Match, SubjectIndex
 from jetraft.protocol import route as rp
 
@@ -489,7 +499,16 @@ class RouteConnection(StreamConnection):
             self.refuse(rp.ERR_PROTOCOL, "unexpected CONNECT")
             return
         cluster = self.manager.cluster
-        if cluster.user is not None:
+        tls = self.manager.tls
+        if tls is not None and tls[0].verify_and_map:
+            # the route's certificate must name the cluster's authorization user; CONNECT's
+            # credentials are not used (nats-server auth.go isRouterAuthorized with TLSMap)
+            der = peer_certificate(self.stream) if isinstance(self.stream, trio.SSLStream) else None
+            if der is None or cluster.user is None or certificate_user(der, [cluster.user]) is None:
+                self.refuse(rp.ERR_AUTH, "authorization violation: the route's certificate does not name "
+                            "the cluster's authorization user (verify_and_map)")
+                return
+        elif cluster.user is not None:
             stored = cluster.password or ""
             given = frame.password or ""
             if frame.user != cluster.user:

@@ -108,3 +108,52 @@ def test_an_unsupported_system_is_refused(tmp_path):
                     jetraft_preflight_supported_os=["Plan9 4"], jetraft_storage_allow_rotational=True,
                     jetraft_storage_device="/dev/no-such-disk")
     fails_with(preflight(inv, "jetraft_preflight_host"), "supported: Plan9 4.")
+
+
+def test_tls_checks_pass_before_any_certificate_exists(tmp_path):
+    inv = inventory(tmp_path, ZONES_221, jetraft_server_config_dir=str(tmp_path / "etc"))
+    result = preflight(inv, "jetraft_preflight_tls")
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "failed=0" in result.stdout
+
+
+def _certs(inv: Path) -> None:
+    """The jetraft_certs role's certificates for ``inv`` (deploy.yml, tag jetraft_certs)."""
+    made = run_playbook("deploy", inv, "jetraft_certs")
+    assert made.returncode == 0, made.stdout[-3000:]
+
+
+def test_a_certificate_expiring_within_the_threshold_says_to_run_rotate_certs(tmp_path):
+    inv = inventory(tmp_path, ZONES_221, jetraft_server_config_dir=str(tmp_path / "etc"),
+                    jetraft_server_sys_password="x", jetraft_server_route_password="y",
+                    jetraft_certs_days=10)
+    _certs(inv)
+    fails_with(preflight(inv, "jetraft_preflight_tls"),
+               "the certificate of h1 on the controller "
+               f"({tmp_path}/pki/hosts/h1.crt) expires on")
+    fails_with(preflight(inv, "jetraft_preflight_tls"),
+               "(9 days left; at least 30 are wanted): run ansible-playbook playbooks/rotate_certs.yml")
+    # with a threshold below the certificates' life, they pass
+    ok = preflight(inventory(tmp_path, ZONES_221, jetraft_server_config_dir=str(tmp_path / "etc"),
+                             jetraft_preflight_cert_min_days=5), "jetraft_preflight_tls")
+    assert ok.returncode == 0, ok.stdout[-3000:]
+
+
+def test_a_host_missing_its_key_is_named(tmp_path):
+    inv = inventory(tmp_path, {"a": ["h1"], "b": ["h2"], "c": ["h3"]},
+                    jetraft_server_config_dir=str(tmp_path / "etc"))
+    tls = tmp_path / "etc" / "tls"
+    tls.mkdir(parents=True)
+    (tls / "server.crt").write_text("")
+    (tls / "ca.crt").write_text("")
+    fails_with(preflight(inv, "jetraft_preflight_tls"),
+               f"has {tls}/server.crt, {tls}/ca.crt but not {tls}/server.key: run "
+               "ansible-playbook playbooks/rotate_certs.yml")
+
+
+def test_a_ca_key_without_its_certificate_is_named(tmp_path):
+    inv = inventory(tmp_path, ZONES_221, jetraft_server_config_dir=str(tmp_path / "etc"))
+    (tmp_path / "pki").mkdir()
+    (tmp_path / "pki" / "ca.key").write_text("")
+    fails_with(preflight(inv, "jetraft_preflight_tls"),
+               f"{tmp_path}/pki holds ca.key but not ca.crt: restore it from a backup")

@@ -8,8 +8,9 @@ It speaks only through nats-py, so it manages jetraft and nats-server alike::
     jetraft server report jetstream --user sys --password sys
 
 Global options (``--server/-s``, ``--user``, ``--password``, ``--creds``, ``--context``,
-``--context-file``, ``--timeout``, ``--json``) may be given before or after the command,
-as with the ``nats`` CLI. Where the connection settings come from, most specific first:
+``--context-file``, ``--timeout``, ``--json``, and TLS: ``--tlscert``, ``--tlskey``,
+``--tlsca``, ``--tlsfirst``) may be given before or after the command, as with the
+``nats`` CLI. Where the connection settings come from, most specific first:
 the flags, the context (``--context NAME`` reads ``~/.config/nats/context/NAME.json``,
 ``--context-file PATH`` any such file; else ``NATS_CONTEXT`` or the context selected with
 ``nats context select``), ``NATS_URL``, then ``nats://127.0.0.1:4222``.
@@ -45,6 +46,17 @@ __all__ = ["cli", "main"]
 @click.option("--context", "context", metavar="NAME",
               help="Use the nats CLI context NAME (~/.config/nats/context/NAME.json).")
 @click.option("--context-file", metavar="PATH", help="Use the context file at PATH.")
+@click.option("--tlscert", envvar="NATS_CERT", metavar="FILE",
+              type=click.Path(exists=True, dir_okay=False),
+              help="TLS client certificate file (or NATS_CERT).")
+@click.option("--tlskey", envvar="NATS_KEY", metavar="FILE",
+              type=click.Path(exists=True, dir_okay=False),
+              help="TLS client private key file (or NATS_KEY).")
+@click.option("--tlsca", envvar="NATS_CA", metavar="FILE",
+              type=click.Path(exists=True, dir_okay=False),
+              help="TLS certificate authority chain file the server is verified against (or NATS_CA).")
+@click.option("--tlsfirst/--no-tlsfirst", default=None,
+              help="Perform the TLS handshake before expecting the server greeting.")
 @click.option("--timeout", type=click.FloatRange(min=0.01), metavar="SECONDS",
               help="Time to wait for the server: connecting and each request (default 5).")
 @click.option("--json", "json_out", is_flag=True, help="Print JSON instead of text where a command has it.")

@@ -14,8 +14,8 @@ from jetraft.cli.admin.session import CliError, Options, fail, resolve_options
 
 #: Global options that take a value, and the global flags (for :func:`hoist_global_options`).
 GLOBAL_VALUED = frozenset({"-s", "--server", "--user", "--password", "--creds", "--context",
-                           "--context-file", "--timeout"})
-GLOBAL_FLAGS = frozenset({"--json"})
+                           "--context-file", "--timeout", "--tlscert", "--tlskey", "--tlsca"})
+GLOBAL_FLAGS = frozenset({"--json", "--tlsfirst", "--no-tlsfirst"})
 
 #: Short names the ``nats`` CLI accepts for its commands.
 ALIASES = {
@@ -99,6 +99,8 @@ def options(json_out: bool = False) -> Options:
             server=raw.get("server"), user=raw.get("user"), password=raw.get("password"),
             creds=raw.get("creds"), context=raw.get("context"), context_file=raw.get("context_file"),
             timeout=raw.get("timeout"), json_out=bool(raw.get("json_out")) or json_out,
+            tlscert=raw.get("tlscert"), tlskey=raw.get("tlskey"), tlsca=raw.get("tlsca"),
+            tlsfirst=raw.get("tlsfirst"),
         )
     except CliError as exc:
         fail(str(exc))

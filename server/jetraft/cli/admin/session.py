@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -61,6 +62,31 @@ class Options:
     json: bool = False
     js_domain: str | None = None
     js_api_prefix: str | None = None
+    #: TLS, as the ``nats`` CLI's --tlscert/--tlskey/--tlsca/--tlsfirst: a client
+    #: certificate and key, the CAs servers are verified against, TLS before the INFO.
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_ca: str | None = None
+    tls_first: bool = False
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS context for the connection, or None when nothing asks for TLS (no TLS
+        option and no ``tls://`` URL; a server that requires TLS then gets nats-py's
+        default context). Raises CliError for a certificate without its key (or the
+        reverse) and for files that cannot be loaded."""
+        wanted = (self.tls_cert or self.tls_key or self.tls_ca or self.tls_first
+                  or any(u.startswith("tls://") for u in self.servers))
+        if not wanted:
+            return None
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise CliError("a client certificate needs its key: give both --tlscert and --tlskey")
+        try:
+            ctx = ssl.create_default_context(cafile=self.tls_ca)
+            if self.tls_cert:
+                ctx.load_cert_chain(self.tls_cert, self.tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            raise CliError(f"cannot load the TLS files: {exc}") from None
+        return ctx
 
     @property
     def api_prefix(self) -> str:
@@ -115,9 +141,13 @@ def split_urls(text: str) -> list[str]:
 
 def resolve_options(*, server: str | None, user: str | None, password: str | None,
                     creds: str | None, context: str | None, context_file: str | None,
-                    timeout: float | None, json_out: bool) -> Options:
-    """Combine, most specific first: flags, the context (``--context``/``--context-file``,
-    ``NATS_CONTEXT`` or the selected one), ``NATS_URL``, the defaults."""
+                    timeout: float | None, json_out: bool, tlscert: str | None = None,
+                    tlskey: str | None = None, tlsca: str | None = None,
+                    tlsfirst: bool | None = None) -> Options:
+    """Combine, most specific first: flags (``--tlscert`` and friends also from
+    ``NATS_CERT``, ``NATS_KEY``, ``NATS_CA``, as the ``nats`` CLI reads them), the context
+    (``--context``/``--context-file``, ``NATS_CONTEXT`` or the selected one; its ``cert``,
+    ``key``, ``ca`` and ``tls_first`` fields), ``NATS_URL``, the defaults."""
     if context is None and context_file is None:
         context = os.environ.get("NATS_CONTEXT") or selected_context()
     ctx = load_context(context, context_file)
@@ -135,6 +165,10 @@ def resolve_options(*, server: str | None, user: str | None, password: str | Non
         json=json_out,
         js_domain=ctx.get("jetstream_domain") or None,
         js_api_prefix=ctx.get("jetstream_api_prefix") or None,
+        tls_cert=tlscert if tlscert is not None else ctx.get("cert") or None,
+        tls_key=tlskey if tlskey is not None else ctx.get("key") or None,
+        tls_ca=tlsca if tlsca is not None else ctx.get("ca") or None,
+        tls_first=tlsfirst if tlsfirst is not None else bool(ctx.get("tls_first")),
     )
 
 
@@ -146,6 +180,10 @@ def _describe_connect_error(exc: BaseException, timeout: float) -> str:
         return f"cannot resolve the host name ({exc.strerror or exc})"
     if isinstance(exc, (asyncio.TimeoutError, nats.errors.TimeoutError)):
         return f"no answer within {timeout:g}s"
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"TLS: the server's certificate is not trusted ({exc.verify_message}; check --tlsca)"
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS: {exc.reason or exc} (check --tlsca, --tlscert/--tlskey and --tlsfirst)"
     if isinstance(exc, nats.errors.AuthorizationError) or "authorization" in str(exc).lower():
         return "authorization violation (check --user/--password, --creds or the context)"
     text = str(exc).removeprefix("nats: ").strip()
@@ -170,6 +208,9 @@ async def connect(opts: Options) -> Client:
         kwargs["token"] = opts.token
     if opts.creds:
         kwargs["user_credentials"] = opts.creds
+    tls = opts.ssl_context()
+    if tls is not None:
+        kwargs.update(tls=tls, tls_handshake_first=opts.tls_first)
     # Every URL gets two tries, each bounded by connect_timeout.
     overall = opts.timeout * 2 * len(opts.servers) + 1
     try:

@@ -48,7 +48,10 @@ def test_nspawn_and_vagrant_write_the_same_inventory(tmp_path):
     assert shape(nspawn) == shape(vagrant)
     assert shape(nspawn)["groups"] == {"zone_a": ["jr-a1", "jr-a2"], "zone_b": ["jr-b1", "jr-b2"],
                                        "zone_c": ["jr-c1"]}
-    for data in (nspawn, vagrant):          # the drills log in as root, host keys pinned
+    for data, directory in ((nspawn, nspawn_dir), (vagrant, vagrant_dir)):
         a1 = data["_meta"]["hostvars"]["jr-a1"]
-        assert a1["ansible_user"] == "root"
+        assert a1["ansible_user"] == "root"     # the drills log in as root, host keys pinned
+        # TLS by default; the CA and certificates site.yml makes beside the inventory
+        assert a1.get("jetraft_server_tls", True) is True
+        assert a1["jetraft_certs_dir"] == str(directory.resolve() / "pki")
         assert "StrictHostKeyChecking=yes" in a1["ansible_ssh_common_args"]

@@ -141,6 +141,8 @@ def test_five_machines_and_site_yml_once_from_the_last(machines, provider):
         assert groups[f"zone_{zone}"] == [h.name for h in topology.zone_hosts(zone)]
         assert groups[f"zone_{zone}:vars"] == {"jetraft_zone": zone}
     assert groups["jetraft:children"] == ["zone_a", "zone_b", "zone_c"]
+    # site.yml makes the PKI where inventories/lab/ (testinfra, the drills) says it is
+    assert groups["jetraft:vars"]["jetraft_certs_dir"] == str(ROOT / "inventories" / "lab" / "pki")
     assert site["host_vars"] == {h.name: {"jetraft_storage_device": DISK[provider],
                                           "jetraft_server_address": h.address}
                                  for h in topology.HOSTS}
@@ -169,6 +171,7 @@ def test_the_written_inventory_reaches_root_with_pinned_host_keys(machines, vagr
     assert [(s.name, s.address, s.zone) for s in target.servers] == \
         [(h.name, h.address, h.zone) for h in topology.HOSTS]
     assert target.ssh_user == "root"
+    assert target.ca_file == str((tmp_path / "inv" / "pki" / "ca-bundle.crt").resolve())
     assert target.ssh_key == str(dot / "jetraft-lab-key")
     assert target.known_hosts == str(dot / "jetraft-known-hosts")
     lab_secrets = yaml.safe_load((dot / "jetraft-secrets.yml").read_text())

@@ -16,7 +16,7 @@ TAGS = [["az:a"], ["az:a"], ["az:b"], ["az:b"], ["az:c"]]
 def write_inventory(tmp: Path, c: Cluster, **extra) -> Path:
     hosts = {name: {"jetraft_server_http_port": m.http_port, "jetraft_server_name": name}
              for name, m in c.members.items()}
-    # tests/cluster.py's servers speak plain text (tests/appliance/test_tls_cluster.py runs
+    # tests/cluster.py's servers speak plain text (tests/appliance/test_role_tls.py runs
     # verify.yml against servers configured with TLS by the role)
     return local_inventory(tmp / "hosts.yml", hosts=hosts, jetraft_server_tls=False, **extra)
 

@@ -156,6 +156,8 @@ class StreamConnection:
         self._lot = trio.lowlevel.ParkingLot()
         self._flush_then_close = False
         self._scope: trio.CancelScope | None = None
+        #: the scope of a TLS handshake in progress; close() abandons the handshake
+        self._setup_scope: trio.CancelScope | None = None
 
     async def _serve(self, tasks: list[Callable[[], Awaitable[None]]], closed_reason: str) -> None:
         """Run the reader, the writer and ``tasks`` until the connection closes;
@@ -200,9 +202,12 @@ class StreamConnection:
             await self.stream.aclose()
 
     def close(self, reason: str, *, flush: bool = True) -> None:
-        """End the connection; with ``flush`` the writer first sends what is queued."""
+        """End the connection; with ``flush`` the writer first sends what is queued. During
+        a TLS handshake the handshake is abandoned."""
         if self.close_reason is not None:
             return
+        if self._setup_scope is not None:
+            self._setup_scope.cancel()
         self.close_reason = reason
         if flush and self._scope is not None:
             self._flush_then_close = True
@@ -361,7 +366,6 @@ class ClientConnection(StreamConnection):
         self.tls = server.client_tls
         #: the DER certificate the client presented in its TLS handshake, or None
         self.peer_cert: bytes | None = None
-        self._setup_scope: trio.CancelScope | None = None
         if self.tls is not None:
             self.direct_writes = False
         self._bind_anonymous()
@@ -448,13 +452,6 @@ class ClientConnection(StreamConnection):
         if first:
             self.send(encode_info(self.server.client_info(self)))
         return True
-
-    def close(self, reason: str, *, flush: bool = True) -> None:
-        """End the connection (see :meth:`StreamConnection.close`); during the TLS setup the
-        handshake is abandoned."""
-        if self._setup_scope is not None and self.close_reason is None:
-            self._setup_scope.cancel()
-        super().close(reason, flush=flush)
 
     def _failed(self, exc: BaseException) -> None:
         """Handling this client's input raised ``exc``: report it, tell the client, close."""

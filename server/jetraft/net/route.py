@@ -246,7 +246,6 @@ class RouteConnection(StreamConnection):
         self.interest_work = 0  # subjects of interest applied since the reader last yielded
         self._out: list[bytes] = []
         self._pending = 0
-        self._setup_scope: trio.CancelScope | None = None
         if manager.tls is not None:
             self.direct_writes = False
 
@@ -333,13 +332,6 @@ class RouteConnection(StreamConnection):
         finally:
             self._setup_scope = None
         return True
-
-    def close(self, reason: str, *, flush: bool = True) -> None:
-        """End the route (see :meth:`StreamConnection.close`); during the TLS handshake the
-        handshake is abandoned."""
-        if self._setup_scope is not None and self.close_reason is None:
-            self._setup_scope.cancel()
-        super().close(reason, flush=flush)
 
     def refuse(self, code: str, reason: str, *, log: bool = True, level: str | None = None) -> None:
         """Send ERR ``code`` and close; ``route_refused`` is logged (at ``level``, default

@@ -33,13 +33,13 @@ import ssl
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for cluster.py
 
 import nats  # noqa: E402
 from cluster import Cluster  # noqa: E402
+from cluster_bench import BenchCluster, Results, log, table  # noqa: E402
 from nats.js.api import StorageType  # noqa: E402
 from servers import KINDS  # noqa: E402
 from tls_support import PKI, client_context, make_pki  # noqa: E402
@@ -48,9 +48,6 @@ PAYLOAD = b"x" * 128
 STREAM, SUBJECT = "BENCH", "bench.tls"
 SETTLE_DEADLINE = 90.0
 
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def tls_block(pki: PKI, indent: str = "") -> str:
@@ -61,26 +58,6 @@ def tls_block(pki: PKI, indent: str = "") -> str:
             f"{indent}}}")
 
 
-class BenchCluster(Cluster):
-    """The launcher's cluster, with nats-server told to fsync before every ack."""
-
-    def config_text(self, name: str) -> str:
-        text = super().config_text(name)
-        if self.kind == "nats-server":
-            text = text.replace("jetstream {\n", "jetstream {\n  sync_interval: always\n", 1)
-        return text
-
-
-@dataclass
-class Results:
-    values: dict[str, float | None] = field(default_factory=dict)
-    raw: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-
-    def fail(self, phase: str, exc: BaseException) -> None:
-        text = f"{phase}: {type(exc).__name__}: {exc}"[:300]
-        log(f"  FAILED {text}")
-        self.errors.append(text)
 
 
 async def connect(url: str, ctx: ssl.SSLContext | None):
@@ -190,24 +167,6 @@ ROWS = [  # key, label, "rate" or "time", format
 ]
 
 
-def table(results: dict[str, Results], kinds: list[str]) -> str:
-    both = set(kinds) == set(KINDS)
-    header = ["metric", *kinds] + (["ratio (>1: jetraft better)"] if both else [])
-    lines = []
-    for key, label, sort, fmt in ROWS:
-        cells = [fmt.format(v) if (v := results[k].values.get(key)) is not None else "n/a" for k in kinds]
-        row = [label, *cells]
-        if both:
-            ours, ref = results["jetraft"].values.get(key), results["nats-server"].values.get(key)
-            if ours and ref:
-                ratio, how = (ours / ref, "jetraft/nats-server") if sort == "rate" else (ref / ours, "nats-server/jetraft")
-                row.append(f"{ratio:.2f} ({how})")
-            else:
-                row.append("n/a")
-        lines.append(row)
-    widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in [header, *lines])
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -243,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"3-server clusters, R3 file stream, fsync before each ack, TLS 1.3 (EC P-256) on client "
           f"connections and routes; {args.sync_msgs} sync / {args.async_msgs} async msgs; "
           f"{time.monotonic() - started:.0f} s in all\n")
-    print(table(results, kinds))
+    print(table(ROWS, results, kinds))
     for kind in kinds:
         print(f"\n{kind}:")
         for line in results[kind].raw:

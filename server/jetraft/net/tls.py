@@ -147,7 +147,8 @@ async def _handshake(tls: trio.SSLStream) -> None:
 # before it blocks the event loop on an fsync (Server.flush_outbound). A TLS connection can do
 # the same when trio's SSLStream is idle: the plaintext is encrypted by the stream's own
 # ssl.SSLObject into its own outgoing memory buffer, and that ciphertext is written to the
-# socket. This uses trio.SSLStream's internals (checked once; without them every write goes
+# socket. This uses trio.SSLStream's internals (checked once, and only on the trio releases in
+# _TRIO_TESTED; otherwise every write goes
 # through the connection's writer task, which is correct but slower): the stream must have
 # finished its handshake, hold no ciphertext (its outgoing buffer empty, no delayed handshake
 # output, its inner send lock free: trio holds that lock whenever it has taken ciphertext it has
@@ -157,16 +158,26 @@ async def _handshake(tls: trio.SSLStream) -> None:
 
 _INTERNALS = ("_ssl_object", "_outgoing", "_inner_send_lock", "_inner_recv_lock", "_delayed_outgoing", "_handshook",
               "_check_status")
+#: trio releases whose SSLStream internals these functions were written against and tested
+#: with (major, minor), inclusive; any other release takes the writer task's path.
+_TRIO_TESTED = ((0, 25), (0, 35))
 _direct_ok: bool | None = None
 
 #: direct_write results
 NOT_NOW, WRITTEN, BACKLOG = 0, 1, 2
 
 
+def _trio_release() -> tuple[int, int] | None:
+    """trio's (major, minor) version, or None when it does not read as numbers."""
+    parts = trio.__version__.split(".")[:2]
+    return (int(parts[0]), int(parts[1])) if len(parts) == 2 and all(p.isdigit() for p in parts) else None
+
+
 def _has_internals(tls: trio.SSLStream) -> bool:
     global _direct_ok
     if _direct_ok is None:
-        _direct_ok = all(hasattr(tls, name) for name in _INTERNALS) and hasattr(tls._handshook, "done")
+        _direct_ok = (_trio_release() is not None and _TRIO_TESTED[0] <= _trio_release() <= _TRIO_TESTED[1]
+                      and all(hasattr(tls, name) for name in _INTERNALS) and hasattr(tls._handshook, "done"))
     return _direct_ok
 
 

@@ -173,3 +173,19 @@ def test_mapping_by_distinguished_name(pki):
     assert certificate_user(cert, ["CN=bob,OU=eng,O=Acme"]) == "CN=bob,OU=eng,O=Acme"
     assert certificate_user(cert, ["O=Acme,OU=eng,CN=bob"]) == "O=Acme,OU=eng,CN=bob"  # reordered RDNs
     assert certificate_user(cert, ["CN=bob,OU=eng"]) is None
+
+
+async def test_an_untested_trio_release_takes_the_writers_path(pki, monkeypatch):
+    import jetraft.net.tls as tls_module
+
+    monkeypatch.setattr(tls_module, "_direct_ok", None)
+    monkeypatch.setattr(trio, "__version__", "9.1.0")
+    server, client = await pair(pki)
+    await server.send_all(b"first ")
+    # trio's internals are not touched: every write is the caller's (its writer task's)
+    assert direct_write(server, socket_fd(server), b"second ") == NOT_NOW
+    await client.send_all(b"one")
+    assert await receive_exactly(server, 3) == b"one"
+    assert read_buffered(server, 65536) == b""
+    await server.send_all(b"second")
+    assert await receive_exactly(client, 12) == b"first second"

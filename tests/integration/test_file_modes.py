@@ -22,7 +22,7 @@ from pathlib import Path
 import nats
 import pytest
 from cluster import Cluster
-from nats.js.errors import APIError
+from nats.js.errors import APIError, NoStreamResponseError, ServiceUnavailableError
 from servers import KINDS, start_server
 
 
@@ -61,24 +61,34 @@ def mode(path: Path) -> str:
     return oct(stat.S_IMODE(path.stat().st_mode))
 
 
+async def until_answered(request, deadline: float):
+    """``await request()`` until it is answered: a cluster that is still electing leaders
+    answers 10008 or 503, no-responders, or not at all, for a while after it formed (both
+    servers)."""
+    while True:
+        try:
+            return await request()
+        except (APIError, NoStreamResponseError, nats.errors.TimeoutError, nats.errors.NoRespondersError) as err:
+            refused = isinstance(err, APIError) and not isinstance(err, ServiceUnavailableError) and err.err_code != 10008
+            if refused or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.1)
+
+
 async def publish_and_consume(urls: list[str], replicas: int) -> None:
     """A file stream with a durable consumer: 20 messages, the first 10 acknowledged."""
     nc = await nats.connect(servers=urls, connect_timeout=2, max_reconnect_attempts=-1, reconnect_time_wait=0.1)
     try:
         js = nc.jetstream(timeout=5)
-        deadline = time.monotonic() + 30
-        while True:  # a cluster answers 10008 until it has a meta leader
-            try:
-                await js.add_stream(name="SECRETS", subjects=["secret.>"], num_replicas=replicas)
-                break
-            except APIError as err:
-                if err.err_code != 10008 or time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.1)
-        for i in range(20):
-            await js.publish(f"secret.{i}", b"the password is swordfish")
+        deadline = time.monotonic() + 60
+        await until_answered(lambda: js.add_stream(name="SECRETS", subjects=["secret.>"], num_replicas=replicas),
+                             deadline)
+        for i in range(20):  # a message asked again is stored once (Nats-Msg-Id)
+            await until_answered(lambda: js.publish(f"secret.{i}", b"the password is swordfish",
+                                                            headers={"Nats-Msg-Id": str(i)}),
+                                 deadline)
         sub = await js.pull_subscribe("secret.>", durable="READER")
-        msgs = await sub.fetch(10, timeout=5)
+        msgs = await until_answered(lambda: sub.fetch(10, timeout=5), deadline)
         assert len(msgs) == 10
         for msg in msgs:
             await msg.ack_sync()

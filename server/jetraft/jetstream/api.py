@@ -121,7 +121,7 @@ def go_json_error(text: str, exc: json.JSONDecodeError) -> str:
     """The message nats-server gives for the syntax error Python's json found in ``text``
     (see :mod:`jetraft.jetstream.gojson`): ``invalid character ... at offset N`` or
     ``unexpected EOF``."""
-    message, index, trim = gojson._go_syntax(text, exc)     # noqa: SLF001 - one module's two faces
+    message, index, trim = gojson.go_syntax(text, exc)
     if index is None:
         return "unexpected EOF"
     return f"{message} at offset {len(text[:index + 1].encode('utf-8', 'surrogateescape')) - trim}"
@@ -775,6 +775,11 @@ class JetStreamAccount:
         return mem, file
 
     def _api_info(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
+        return self.account_info(payload, now_ns)
+
+    def account_info(self, payload: bytes, now_ns: int) -> dict[str, Any]:
+        """The ``$JS.API.INFO`` body (nats-server JSApiAccountInfoResponse without its type):
+        usage in bytes, stream and consumer counts, limits, API level and counters."""
         mem, file = self.usage()
         info = AccountInfo(memory=mem, storage=file, streams=len(self.streams),
                            consumers=sum(len(e.consumers) for e in self.streams.values()),
@@ -790,8 +795,8 @@ class JetStreamAccount:
             raise E.stream_not_found()
         return entry
 
-    def _stream_info(self, entry: StreamEntry, now_ns: int, *, dynamic: bool = True,
-                     **kw: Any) -> dict[str, Any]:
+    def stream_info(self, entry: StreamEntry, now_ns: int, *, dynamic: bool = True,
+                    **kw: Any) -> dict[str, Any]:
         """STREAM.INFO body; ``dynamic`` adds ``_nats.ver``/``_nats.level`` to the config's
         metadata (CREATE, UPDATE and INFO do; LIST does not, as nats-server)."""
         info = entry.stream.info(now_ns, consumer_count=len(entry.consumers), **kw)
@@ -881,7 +886,7 @@ class JetStreamAccount:
         if existing is not None:
             if existing.stream.config.to_json() != cfg.to_json():
                 raise E.stream_name_exist()
-            return {**self._stream_info(existing, now_ns), "did_create": True}
+            return {**self.stream_info(existing, now_ns), "did_create": True}
         if stream_subjects_overlap(cfg.subjects, self._capture):
             raise E.subjects_overlap()
         if cfg.storage == "file" and self.base is None:
@@ -889,7 +894,7 @@ class JetStreamAccount:
         entry = self._create_stream(cfg, now_ns)
         self.events.emit("jetstream_stream_created", account=self.name, stream=cfg.name,
                          subjects=list(cfg.subjects), storage=cfg.storage, retention=cfg.retention)
-        return {**self._stream_info(entry, now_ns), "did_create": True}
+        return {**self.stream_info(entry, now_ns), "did_create": True}
 
     def _create_stream(self, cfg: StreamConfig, now_ns: int) -> StreamEntry:
         if cfg.storage == "memory":
@@ -928,9 +933,9 @@ class JetStreamAccount:
             self._capture.insert(subject, entry.name)
         if entry.directory is not None:
             self._write_stream_meta(entry.directory, cfg, entry.stream.created_ns)
-        entry.stream._enforce_limits("")   # noqa: SLF001 - apply tightened limits now
+        entry.stream.enforce_limits("")  # tightened limits apply now
         self.events.emit("jetstream_stream_updated", account=self.name, stream=cfg.name)
-        return self._stream_info(entry, now_ns), self._poll_stream(entry, now_ns, removed=True)
+        return self.stream_info(entry, now_ns), self._poll_stream(entry, now_ns, removed=True)
 
     def _api_stream_info(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
         req = decode_request(payload, "JSApiStreamInfoRequest") or {}
@@ -938,7 +943,7 @@ class JetStreamAccount:
                        {"deleted_details": "bool", "subjects_filter": "string", "offset": "int"})
         entry = self._entry(tokens[4])
         sf = _str_field(req, "subjects_filter", "JSApiStreamInfoRequest") or None
-        info = self._stream_info(entry, now_ns, subjects_filter=sf,
+        info = self.stream_info(entry, now_ns, subjects_filter=sf,
                                  deleted_details=bool(req.get("deleted_details")))
         # nats-server adds paging fields (meaningful with subjects_filter) and, even on a
         # single server, cluster.leader (its own name).
@@ -1007,7 +1012,7 @@ class JetStreamAccount:
         body = entry.stream.delete_message(seq)
         return body, self._poll_stream(entry, now_ns, removed=True)
 
-    def _names_request(self, payload: bytes, go_type: str, allowed: tuple[str, ...]) -> dict[str, Any]:
+    def names_request(self, payload: bytes, go_type: str, allowed: tuple[str, ...]) -> dict[str, Any]:
         """A NAMES/LIST request's object (``{}`` when the body is not one), its ``allowed``
         keys (``offset``, ``subject``) checked as Go decodes them (JSApiError 10025)."""
         text = payload.lstrip()
@@ -1025,7 +1030,7 @@ class JetStreamAccount:
         return sorted(names)
 
     def _api_stream_names(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
-        req = self._names_request(payload, "JSApiStreamNamesRequest", ("offset", "subject"))
+        req = self.names_request(payload, "JSApiStreamNamesRequest", ("offset", "subject"))
         offset = max(_int_field(req, "offset", "JSApiStreamNamesRequest", "int"), 0)
         names = self._filtered_streams(_str_field(req, "subject", "JSApiStreamNamesRequest"))
         offset = min(offset, len(names))
@@ -1033,11 +1038,11 @@ class JetStreamAccount:
         return {"total": len(names), "offset": offset, "limit": NAMES_LIMIT, "streams": page or None}
 
     def _api_stream_list(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
-        req = self._names_request(payload, "JSApiStreamListRequest", ("offset", "subject"))
+        req = self.names_request(payload, "JSApiStreamListRequest", ("offset", "subject"))
         offset = max(_int_field(req, "offset", "JSApiStreamListRequest", "int"), 0)
         names = self._filtered_streams(_str_field(req, "subject", "JSApiStreamListRequest"))
         offset = min(offset, len(names))
-        infos = [self._stream_info(self.streams[n], now_ns, dynamic=False)
+        infos = [self.stream_info(self.streams[n], now_ns, dynamic=False)
                  for n in names[offset:offset + LIST_LIMIT]]
         return {"total": len(names), "offset": offset, "limit": LIST_LIMIT, "streams": infos}   # [] when none
 
@@ -1310,7 +1315,7 @@ class JetStreamAccount:
         return {"success": True}, [Reply(m) for m in out]
 
     def _api_consumer_names(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
-        req = self._names_request(payload, "JSApiConsumersRequest", ("offset",))
+        req = self.names_request(payload, "JSApiConsumersRequest", ("offset",))
         offset = max(_int_field(req, "offset", "JSApiConsumersRequest", "int"), 0)
         entry = self._entry(tokens[4])
         names = sorted(entry.consumers)
@@ -1319,7 +1324,7 @@ class JetStreamAccount:
                 "consumers": names[offset:offset + NAMES_LIMIT]}
 
     def _api_consumer_list(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
-        req = self._names_request(payload, "JSApiConsumersRequest", ("offset",))
+        req = self.names_request(payload, "JSApiConsumersRequest", ("offset",))
         offset = max(_int_field(req, "offset", "JSApiConsumersRequest", "int"), 0)
         entry = self._entry(tokens[4])
         names = sorted(entry.consumers)

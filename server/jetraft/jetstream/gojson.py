@@ -53,6 +53,7 @@ __all__ = [
     "GoNumber",
     "NotAnObject",
     "go_int",
+    "go_syntax",
     "iter_values",
     "json_kind",
     "merge_objects",
@@ -357,7 +358,7 @@ class _Body:
         if isinstance(exc, json.JSONDecodeError):
             if self.limit_char is not None and exc.pos > self.limit_char:
                 return self._too_deep()
-            message, offset, trim = _go_syntax(self.text, exc)
+            message, offset, trim = go_syntax(self.text, exc)
             if offset is None:
                 return GoJSONError(message, None, eof=True)
             return GoJSONError(message, self.offset(offset) - trim)
@@ -628,7 +629,7 @@ def _go_escape_quote(seq: bytes) -> str:
 _GO_CONTROL = {7: "\\a", 8: "\\b", 12: "\\f", 10: "\\n", 13: "\\r", 9: "\\t", 11: "\\v"}
 
 
-def _go_syntax(text: str, exc: json.JSONDecodeError) -> tuple[str, int | None, int]:
+def go_syntax(text: str, exc: json.JSONDecodeError) -> tuple[str, int | None, int]:
     """Go's syntax error for the one Python's json found in ``text``: ``(message, index of
     the bad character, trim)``, index None when Go reports ``unexpected EOF``. Go's offset is
     the UTF-8 length of ``text`` through that character less ``trim`` bytes (Go reads a bad

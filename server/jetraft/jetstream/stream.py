@@ -287,7 +287,7 @@ class Stream:
             self.store.purge(subject, keep=1)
         elif rollup == "all":
             self.store.purge(None, keep=1)
-        self._enforce_limits(subject)
+        self.enforce_limits(subject)
         return self._ack(seq)
 
     def _check_discard_new(self, subject: str, headers: bytes | None, data: bytes) -> None:
@@ -314,7 +314,7 @@ class Stream:
             if first is None or self.store.msg_size(first.subject, first.headers, first.data) < size:
                 raise E.stream_store_failed(ERR_MAX_BYTES)
 
-    def _enforce_limits(self, subject: str) -> int:
+    def enforce_limits(self, subject: str) -> int:
         """After a store, as nats-server memstore: per-subject limit (always discards the
         subject's oldest), then, with ``discard: old``, max_msgs then max_bytes (oldest
         first). Returns the number of messages removed."""

@@ -254,7 +254,7 @@ class ClusterJetStream:
 
     def _expected_servers(self) -> int:
         """How many servers the configured routes name (ourselves included once)."""
-        targets = list(getattr(self.routes, "_targets", {}).values())
+        targets = self.routes.targets()
         others = sum(1 for t in targets if not t.is_self)
         return max(others + 1, len(self.routes.peers) + 1)
 
@@ -262,7 +262,7 @@ class ClusterJetStream:
         """Every route this server dials (configured or discovered) reached its server,
         or turned out to be ourselves."""
         peers = self.routes.peers
-        for target in getattr(self.routes, "_targets", {}).values():
+        for target in self.routes.targets():
             if not target.is_self and (target.peer_name is None or target.peer_name not in peers):
                 return False
         return True
@@ -576,7 +576,7 @@ class ClusterJetStream:
         entry = acc.streams.get(key[1])
         if entry is None:
             return
-        body = {"type": E.STREAM_CREATE_RESPONSE, **acc._stream_info(entry, time.time_ns()),
+        body = {"type": E.STREAM_CREATE_RESPONSE, **acc.stream_info(entry, time.time_ns()),
                 "did_create": True}
         self._send(key[0], Outbound(reply, None, None, _json_bytes(body)))
 
@@ -588,7 +588,7 @@ class ClusterJetStream:
             self._error(acc.name, reply, E.STREAM_CREATE_RESPONSE, E.cluster_not_available())
             return
         self._respond(acc.name, reply, {"type": E.STREAM_CREATE_RESPONSE,
-                                        **acc._stream_info(entry, time.time_ns())})
+                                        **acc.stream_info(entry, time.time_ns())})
 
     def _answer_meta(self, op: str, account: str, stream: str, body: dict[str, Any],
                      reply_account: str | None = None) -> None:
@@ -967,11 +967,11 @@ class ClusterJetStream:
         state from this server's replicas where it holds one. Raises JSApiError for a bad
         request."""
         if subject == "$JS.API.INFO":
-            info = acc._api_info([], payload, now)
+            info = acc.account_info(payload, now)
             info["streams"] = sum(1 for (account, _name) in self.meta.streams if account == acc.name)
             return info
         go_type = "JSApiStreamNamesRequest" if kind == "STREAM.NAMES" else "JSApiStreamListRequest"
-        req = acc._names_request(payload, go_type, ("offset", "subject"))
+        req = acc.names_request(payload, go_type, ("offset", "subject"))
         filt = _str_field(req, "subject", go_type)
         offset = max(_int_field(req, "offset", go_type, "int"), 0)
         names = sorted(name for (account, name), sa in self.meta.streams.items()
@@ -985,7 +985,7 @@ class ClusterJetStream:
         for name in names[offset:offset + LIST_LIMIT]:
             entry = acc.streams.get(name)
             if entry is not None:
-                infos.append(acc._stream_info(entry, now, dynamic=False))
+                infos.append(acc.stream_info(entry, now, dynamic=False))
             else:       # no replica here: the assigned config, state unknown (zeros)
                 sa = self.meta.streams[(acc.name, name)]
                 info = StreamInfo(config=StreamConfig.from_json(sa.config).checked(),

@@ -115,7 +115,7 @@ def routez(server: Server, params: dict[str, list[str]]) -> dict[str, Any]:
     manager = server.routes
     peers = sorted(manager.peers.values(), key=lambda p: p.server_name) if manager is not None else []
     for peer in peers:
-        conn = peer._conn
+        conn = peer.conn
         if conn is None:  # being replaced by another route to the same server
             continue
         entry: dict[str, Any] = {

@@ -168,6 +168,11 @@ class RoutePeer:
         self.listen = conn.peer_addr(info.listen)
         self.client_url = conn.peer_addr(info.client_url) if info.client_url else None
 
+    @property
+    def conn(self) -> RouteConnection | None:
+        """The route connection to this peer; None while it is being replaced."""
+        return self._conn
+
     def __repr__(self) -> str:
         return (f"RoutePeer({self.server_name!r}, id={self.server_id[:8]}…, remote={self.remote}, "
                 f"tags={self.tags}, jetstream={self.jetstream})")
@@ -186,7 +191,7 @@ class RemoteSub:
         self.weight = weight
 
 
-class _Target:
+class RouteTarget:
     """A route address this server dials: configured, or learnt from a peer's INFO."""
 
     __slots__ = ("addr", "configured", "host", "is_self", "password", "peer_name", "port", "user")
@@ -216,7 +221,7 @@ class RouteConnection(StreamConnection):
     """
 
     def __init__(self, manager: RouteManager, stream: trio.SocketStream, ip: str, port: int,
-                 *, solicited: bool, target: _Target | None = None) -> None:
+                 *, solicited: bool, target: RouteTarget | None = None) -> None:
         super().__init__()
         manager._next_rid += 1
         self.rid = manager._next_rid
@@ -572,7 +577,7 @@ class RouteManager:
         self.peers: dict[str, RoutePeer] = {}
         self.connections: dict[int, RouteConnection] = {}
         self._next_rid = 0
-        self._targets: dict[str, _Target] = {}
+        self._targets: dict[str, RouteTarget] = {}
         self._self_addrs: set[str] = set()
         self._app_handlers: dict[str, Callable[[str, bytes], None]] = {}
         self._peer_handlers: list[Callable[[str, bool], None]] = []
@@ -597,6 +602,10 @@ class RouteManager:
         #: (the cluster's TLSConfig, context for accepted routes, context for dialled ones),
         #: or None: plain TCP. Replaced by :meth:`reload_tls`.
         self.tls = self._tls_contexts(self.cluster)
+
+    def targets(self) -> list[RouteTarget]:
+        """Every route address this server dials: configured, or learnt from peers."""
+        return list(self._targets.values())
 
     @staticmethod
     def _tls_contexts(cluster: ClusterConfig) -> tuple | None:
@@ -931,7 +940,7 @@ class RouteManager:
         self._register(conn, info)
         self._gossip_received(conn, info)
 
-    def _is_self(self, target: _Target) -> None:
+    def _is_self(self, target: RouteTarget) -> None:
         """``target`` leads back to this server: never dial it again (nats-server routesToSelf)."""
         if not target.is_self:
             target.is_self = True
@@ -1056,7 +1065,7 @@ class RouteManager:
         if any(p.listen == key for p in self.peers.values()):
             return
         user, password = self._implicit_creds
-        target = self._targets[key] = _Target(parts[0], parts[1], user, password, configured=False)
+        target = self._targets[key] = RouteTarget(parts[0], parts[1], user, password, configured=False)
         self._nursery.start_soon(self._solicit, target)
 
     def _update_connect_urls(self) -> None:
@@ -1087,7 +1096,7 @@ class RouteManager:
                 for listener in listeners:
                     nursery.start_soon(self._accept_on, listener)
                 for route in self.cluster.routes:
-                    target = _Target(route.host, route.port, route.user, route.password, configured=True)
+                    target = RouteTarget(route.host, route.port, route.user, route.password, configured=True)
                     if target.addr in self._targets:
                         continue
                     self._targets[target.addr] = target
@@ -1128,7 +1137,7 @@ class RouteManager:
         self._no_connections = trio.Event()
         self._nursery.start_soon(conn.run)
 
-    async def _solicit(self, target: _Target) -> None:
+    async def _solicit(self, target: RouteTarget) -> None:
         """Dial ``target`` until it turns out to be this server; redial when its route ends."""
         delay = INITIAL_BACKOFF
         while not target.is_self and not self._closing:

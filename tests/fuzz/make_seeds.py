@@ -7,7 +7,12 @@ compat tests create, pull and DIRECT.GET requests, and the server configuration 
 the specification (tests/unit/config/seeds) plus small configurations for each piece of
 the syntax. The output is deterministic; existing files are left alone.
 
-Usage: ``python tests/fuzz/make_seeds.py [target ...]`` (all targets without arguments).
+Usage, from the project root (the test helpers it imports are on PYTHONPATH, as the
+Makefile's TEST_HELPERS and pyproject.toml's pytest pythonpath put them)::
+
+    PYTHONPATH=tests:tests/compat:tests/unit/config python tests/fuzz/make_seeds.py [target ...]
+
+(all targets without arguments).
 """
 
 from __future__ import annotations
@@ -16,15 +21,8 @@ import hashlib
 import json
 import sys
 from collections.abc import Iterable
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-TESTS = HERE.parent
-for p in (HERE, TESTS, TESTS / "compat", TESTS / "unit" / "config"):
-    if str(p) not in sys.path:
-        sys.path.insert(0, str(p))
-
-from fuzz_support import CORPUS, frame  # noqa: E402
+from fuzz_support import CORPUS, frame
 
 CONNECT = (b'CONNECT {"verbose":false,"pedantic":false,"tls_required":false,"name":"seed",'
            b'"lang":"python3","version":"2.16.0","protocol":1,"echo":true,"headers":true,'
@@ -69,7 +67,7 @@ def client_parser_seeds() -> Iterable[bytes]:
 
 
 def route_frames_seeds() -> Iterable[bytes]:
-    from jetraft.protocol import raft_wire
+    from jetraft.raft import wire as raft_wire
     from jetraft.protocol import route as rp
 
     info = rp.RouteInfo(server_name="n1", server_id="NABC", cluster="C1", tags=("az:a", "ssd"),
@@ -115,7 +113,7 @@ def _raft_messages():
 
 
 def raft_wire_seeds() -> Iterable[bytes]:
-    from jetraft.protocol import raft_wire
+    from jetraft.raft import wire as raft_wire
 
     msgs = list(_raft_messages())
     yield raft_wire.encode_batch(msgs)

@@ -1,4 +1,4 @@
-"""Fuzz target: the RAFT batch decoder (jetraft.protocol.raft_wire.decode_batch).
+"""Fuzz target: the RAFT batch decoder (jetraft.raft.wire.decode_batch).
 
 Input: the body of a route APP frame of kind ``raft`` (a msgpack batch), as a peer sends it.
 
@@ -16,7 +16,7 @@ import atheris
 from fuzz_support import main
 
 with atheris.instrument_imports() if __name__ == "__main__" else contextlib.nullcontext():
-    from jetraft.protocol.raft_wire import decode_batch, encode_batch
+    from jetraft.raft.wire import decode_batch, encode_batch
     from jetraft.raft.types import Entry, EntryType, Message, MessageType, Snapshot
 
 _U64 = 1 << 64

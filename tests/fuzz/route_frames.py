@@ -8,7 +8,7 @@ Invariants (route.py's docstrings): ``feed`` returns only the documented frame t
 raises RouteProtocolError, and nothing else; the frames (and whether it fails) do not
 depend on how the bytes are cut; ``buffered`` never exceeds ``max_frame`` + 4; every frame,
 encoded again with the module's encoder, decodes to itself; an APP frame of kind ``raft``
-carries a RAFT batch whose decoder (jetraft.protocol.raft_wire) raises only ValueError.
+carries a RAFT batch whose decoder (jetraft.raft.wire) raises only ValueError.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import atheris
 from fuzz_support import chunks, main
 
 with atheris.instrument_imports() if __name__ == "__main__" else contextlib.nullcontext():
-    from jetraft.protocol import raft_wire
+    from jetraft.raft import wire as raft_wire
     from jetraft.protocol import route as rp
 
 _ENCODERS = {

@@ -20,7 +20,7 @@ import trio
 
 from jetraft.events import EventLog
 from jetraft.net.raft_host import RaftGroup, RaftHost
-from jetraft.protocol.raft_wire import decode_batch
+from jetraft.raft.wire import decode_batch
 from jetraft.raft.storage import GroupCommit, StorageError
 from jetraft.raft.types import Entry, EntryType, MessageType, NotLeaderError, ProposalDroppedError
 
@@ -374,7 +374,7 @@ async def test_messages_for_unknown_groups_or_other_servers_are_dropped(cluster)
     cl = cluster
     await elect_all(cl)
     before = cl.hosts["b"].stats["messages_dropped"]
-    from jetraft.protocol.raft_wire import encode_batch
+    from jetraft.raft.wire import encode_batch
     from jetraft.raft.types import Message
 
     cl.hosts["b"].receive("a", encode_batch([

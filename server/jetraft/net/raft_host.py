@@ -14,7 +14,7 @@ some group ready:
    the pass is sent or applied before it returns: persist before send (Raft Figure 2;
    etcd ``Ready.MustSync``);
 3. send: every message of the pass for one server goes into one
-   :func:`~jetraft.protocol.raft_wire.encode_batch` and one ``send(server, payload)`` (the
+   :func:`~jetraft.raft.wire.encode_batch` and one ``send(server, payload)`` (the
    heartbeats of all groups to a peer cost one call; a pass carrying more than
    :data:`MAX_BATCH_BYTES` of entry and snapshot data to one peer is split);
 4. apply: the installed snapshot (``StateMachine.restore``) and the committed entries
@@ -66,7 +66,7 @@ from typing import TYPE_CHECKING, Protocol
 import trio
 
 from jetraft.events import EVENTS
-from jetraft.protocol.raft_wire import decode_batch, encode_batch
+from jetraft.raft.wire import decode_batch, encode_batch
 from jetraft.raft.memory import apply_config_entry
 from jetraft.raft.node import RaftNode
 from jetraft.raft.storage import GroupCommit, GroupLog, LogDirectory, StorageError, SyncFailed

@@ -30,7 +30,7 @@ from typing import Any
 
 import msgpack
 
-from jetraft.raft.types import Entry, EntryType, Message, MessageType, Snapshot
+from .types import Entry, EntryType, Message, MessageType, Snapshot
 
 __all__ = ["VERSION", "decode_batch", "encode_batch"]
 

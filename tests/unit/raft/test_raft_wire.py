@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jetraft.protocol.raft_wire import VERSION, decode_batch, encode_batch
+from jetraft.raft.wire import VERSION, decode_batch, encode_batch
 from jetraft.raft.types import Entry, EntryType, Message, MessageType, Snapshot
 
 u64 = st.integers(min_value=0, max_value=(1 << 64) - 1)

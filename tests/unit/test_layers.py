@@ -1,0 +1,98 @@
+"""The layers of server/jetraft are a test: import-linter's contracts in pyproject.toml.
+
+What the contracts ([tool.importlinter] in pyproject.toml) cover:
+
+- ``layers``: cli > server > net > auth | jetstream | validation > config | protocol | raft |
+  events. A module imports only from the layers below it (directly or through a chain);
+  modules of one layer joined by ``|`` import nothing of each other, so config/, protocol/,
+  raft/ and events.py import nothing of ours outside themselves, and auth, jetstream/ and
+  validation/ import only those four. ``exhaustive``: a new top-level module must be placed.
+  Let through today: net/'s annotations naming the Server (issue 16 item 3).
+- ``io``: only net/, server.py and cli/ import trio, socket or hypercorn (directly or
+  through a chain of our modules).
+- ``acyclic``: no import cycle between the sibling modules of any package of jetraft
+  (import-linter's ``acyclic_siblings``: each package's children, their own children
+  folded in, form no cycle). Let through today, each by the one import that closes it:
+  server <-> net, net.jetstream <-> net.js_cluster, net.monitor <-> net.sysreq.
+  Not covered: a cycle between a package's ``__init__`` and its own submodules (say
+  jetraft/config/__init__.py importing .model and model.py importing ``jetraft.config``),
+  as no two siblings are in it; import-linter 2.17 has no whole-graph acyclic contract.
+
+Imports under ``if TYPE_CHECKING:`` and inside functions count. Run by hand with
+``lint-imports`` from the project root.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LINT = "from importlinter.cli import lint_imports_command; lint_imports_command()"
+
+
+def lint_imports(cwd: Path, source_root: Path) -> subprocess.CompletedProcess[str]:
+    """``lint-imports`` on cwd's pyproject.toml, with jetraft imported from source_root."""
+    env = {**os.environ, "PYTHONPATH": str(source_root), "NO_COLOR": "1", "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-c", LINT, "--config", "pyproject.toml", "--no-cache"],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=60,
+    )
+
+
+def test_the_layers_hold():
+    result = lint_imports(ROOT, ROOT / "server")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Contracts: 3 kept, 0 broken." in result.stdout, result.stdout
+
+
+# One import that breaks one contract, and what lint-imports says about it.
+BREAKS = {
+    "protocol imports raft": (
+        "protocol/subjects.py", "from jetraft.raft import types as _types\n",
+        "jetraft.protocol is not allowed to import jetraft.raft"),
+    "events imports jetstream": (
+        "events.py", "from jetraft.jetstream import gojson as _gojson\n",
+        "jetraft.events is not allowed to import jetraft.jetstream"),
+    "jetstream imports auth": (
+        "jetstream/gojson.py", "from jetraft import auth as _auth\n",
+        "jetraft.jetstream is not allowed to import jetraft.auth"),
+    "jetstream imports net": (
+        "jetstream/gojson.py", "import jetraft.net.tls\n",
+        "jetraft.jetstream is not allowed to import jetraft.net"),
+    "raft does I/O with trio": (
+        "raft/types.py", "import trio\n",
+        "jetraft.raft.types -> trio"),
+    "auth opens sockets": (
+        "auth.py", "import socket\n",
+        "jetraft.auth -> socket"),
+    "validation serves HTTP": (
+        "validation/report.py", "import hypercorn\n",
+        "jetraft.validation.report -> hypercorn"),
+    "config modules import each other in a cycle": (
+        "config/durations.py", "from jetraft.config import model as _model\n",
+        "No cycles are allowed in jetraft.config"),
+    "a new top-level module outside every layer": (
+        "extra.py", "",
+        "jetraft.extra"),
+}
+
+
+@pytest.mark.parametrize("case", list(BREAKS))
+def test_a_broken_contract_fails_with_its_report(tmp_path, case):
+    path, line, report = BREAKS[case]
+    shutil.copytree(ROOT / "server" / "jetraft", tmp_path / "server" / "jetraft",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    target = tmp_path / "server" / "jetraft" / path
+    target.write_text((target.read_text() if target.exists() else "") + line)
+
+    result = lint_imports(tmp_path, tmp_path / "server")
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "BROKEN" in result.stdout and report in result.stdout, result.stdout

@@ -61,14 +61,13 @@ Deviations from nats-server, by design:
 - ``is_inactive`` follows nats-server ``deleteNotActive``: it applies to any consumer with
   ``inactive_threshold`` > 0 and to ephemerals without one (nats-server's 5 s default).
 
-Store access: the counts of messages still to deliver use the message stores' shared index
-(``_subjects``/``_index``/``_matching_subjects`` of ``store._IndexedStore``) when present,
-and fall back to ``load_next`` scans otherwise.
+Store access: the counts of messages still to deliver come from the store's
+``num_pending(filters, start, last)``, and subjects of pending messages from its
+``subject_of(seq)`` (both answered from the store's index, without I/O).
 """
 
 from __future__ import annotations
 
-import bisect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -324,46 +323,11 @@ class Consumer:
         return not self._filters or any(subject_matches(f, subject) for f in self._filters)
 
     def _subject_at(self, seq: int) -> str | None:
-        index = getattr(self._store, "_index", None)
-        if index is not None:
-            entry = index.get(seq)
-            return None if entry is None else entry[0]
-        try:
-            return self._store.load(seq).subject
-        except (MessageNotFound, CorruptMessage):
-            return None
+        return self._store.subject_of(seq)
 
     def _count_matching(self, start: int, last: int) -> int:
         """Messages with seq in [start, last] matching the filters."""
-        if start > last:
-            return 0
-        store = self._store
-        index = getattr(store, "_index", None)
-        subjects = getattr(store, "_subjects", None)
-        if index is not None and subjects is not None:
-            if last - start < 2048:
-                n = 0
-                for seq in range(start, last + 1):
-                    entry = index.get(seq)
-                    if entry is not None and self._matches(entry[0]):
-                        n += 1
-                return n
-            names: set[str] = set()
-            for f in self._filters or [">"]:
-                names.update(store._matching_subjects(f))
-            n = 0
-            for s in names:
-                lst = subjects[s]
-                n += bisect.bisect_left(lst, last + 1) - bisect.bisect_left(lst, start)
-            return n
-        n, seq = 0, start
-        while seq <= last:
-            sm, seq = self._scan_next(seq)
-            if sm is None or sm.seq > last:
-                break
-            n += 1
-            seq = sm.seq + 1
-        return n
+        return self._store.num_pending(self._filters, start, last)
 
     def _scan_next(self, start: int) -> tuple[StoredMessage | None, int]:
         """The next matching, readable message at or after ``start`` and the sequence a

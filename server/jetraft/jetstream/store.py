@@ -113,6 +113,10 @@ def _is_literal(subject: str) -> bool:
     return not any(t in ("*", ">") for t in subject.split("."))
 
 
+#: Below this many sequences, num_pending walks the range instead of the subjects.
+_WALK_RANGE = 2048
+
+
 class _IndexedStore:
     """The index both stores share: ``seq -> (subject, size, ts, loc)`` in sequence order
     (``loc`` is what the implementation needs to read the message back) and per-subject
@@ -255,6 +259,33 @@ class _IndexedStore:
         """The sequence of the last message on ``subject``, 0 if none."""
         return max((self._subjects[s][-1] for s in self._matching_subjects(subject)),
                    default=0)
+
+    def subject_of(self, seq: int) -> str | None:
+        """The subject of message ``seq``, None when the store does not hold it (no I/O)."""
+        entry = self._index.get(seq)
+        return None if entry is None else entry[0]
+
+    def num_pending(self, filters: tuple[str, ...] | list[str], start: int, last: int) -> int:
+        """How many stored messages with ``start <= seq <= last`` match one of ``filters``
+        (every message when ``filters`` is empty). A short range is walked; a long one costs
+        two binary searches per matching subject."""
+        if start > last:
+            return 0
+        if last - start < _WALK_RANGE:
+            n = 0
+            for seq in range(start, last + 1):
+                entry = self._index.get(seq)
+                if entry is not None and (not filters or any(subject_matches(f, entry[0]) for f in filters)):
+                    n += 1
+            return n
+        names: set[str] = set()
+        for f in filters or (">",):
+            names.update(self._matching_subjects(f))
+        n = 0
+        for name in names:
+            seqs = self._subjects[name]
+            n += bisect.bisect_left(seqs, last + 1) - bisect.bisect_left(seqs, start)
+        return n
 
     def _matching_subjects(self, filt: str) -> list[str]:
         if _matches_all(filt):

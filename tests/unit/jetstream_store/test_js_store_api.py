@@ -8,6 +8,7 @@ import pytest
 from js_store_helpers import make_store
 
 from jetraft.jetstream.store import MemoryStore, MessageNotFound, StoredMessage, msg_size
+from jetraft.protocol.subjects import subject_matches
 
 
 @pytest.fixture(params=["memory", "file"])
@@ -204,3 +205,23 @@ def test_closed_store_refuses(store):
     store.close()
     with pytest.raises(Exception):
         store.store("a", None, b"", 1)
+
+
+def test_subject_of_and_num_pending_answer_from_the_index(store):
+    subjects = [f"orders.{'eu' if i % 3 else 'us'}.{i % 5}" for i in range(1, 5001)]
+    fill(store, subjects)
+    store.remove(3)
+    store.remove(4000)
+    assert store.subject_of(1) == "orders.eu.1"
+    assert store.subject_of(3) is None and store.subject_of(9999) is None
+
+    def brute(filters, start, last):
+        return sum(1 for seq in range(start, last + 1)
+                   if (subj := store.subject_of(seq)) is not None
+                   and (not filters or any(subject_matches(f, subj) for f in filters)))
+
+    # short ranges are walked, long ones counted per subject: both give the same answer
+    for filters in ([], ["orders.us.*"], ["orders.eu.1", "orders.*.2"], [">"], ["nothing.here"]):
+        for start, last in ((1, 10), (2, 2047), (1, 5000), (3, 4000), (2500, 9999), (10, 9)):
+            assert store.num_pending(filters, start, last) == brute(filters, start, last), (filters, start, last)
+    assert store.num_pending([], 1, 5000) == 4998

@@ -45,7 +45,7 @@ class LogDirectory:
 
     def open(self, group: str, peers: tuple[str, ...] = (), **options) -> GroupLog:
         log = self._open.get(group)
-        if log is not None and not log._closed:
+        if log is not None and not log.closed:
             return log
         path = os.path.join(self.root, group_dir_name(group))
         if meta.read_file(os.path.join(path, NAME_FILE)) is None:

@@ -731,6 +731,11 @@ class GroupLog:
         if self._bad is not None:
             self._bad.seg -= drop
 
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran (the log then refuses every call)."""
+        return self._closed
+
     def close(self) -> None:
         """Make everything durable (a GroupCommit.sync()) and close the files. The files
         are closed even when that sync fails; then its StorageError is raised."""

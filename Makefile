@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.jetraft-installed
 
-.PHONY: setup test bench fuzz lab lab-deps clean wheelhouse
+.PHONY: setup check test bench fuzz lab lab-deps clean wheelhouse
 
 # Debian packages the lab needs on this machine (systemd-nspawn, debootstrap, ...).
 LAB_DEBS := debootstrap systemd-container xfsprogs openssh-client iproute2 vagrant vagrant-libvirt
@@ -25,23 +25,34 @@ lab-deps:
 	@dpkg -s $(LAB_DEBS) >/dev/null 2>&1 || { apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(LAB_DEBS); }
 
+# The fast lane (about a minute; no server process, no lab): the unit tests (tests/unit) and
+# the RAFT simulator at its default seeds (tests/sim). Every compat test starts a server
+# (side by side with nats-server), so none runs here; `make test` runs them all.
+check: setup
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit tests/sim
+
 # The whole suite, then the lab end to end (site.yml, testinfra, drills); the lab is removed.
 test: setup lab-deps wheelhouse
 	$(BIN)/python -m pytest
 	$(BIN)/python -m lab run
 
+# The test helpers the bench scripts import by name (tests/servers.py, tests/cluster.py,
+# tests/tls_support.py, tests/compat/...), as pyproject.toml's pytest pythonpath gives them to
+# the suite; the scripts run as modules so that tests/bench/cluster.py is not `cluster`.
+TEST_HELPERS := tests:tests/compat
+
 bench: setup
-	$(BIN)/python tests/bench/core.py
-	$(BIN)/python tests/bench/subjects.py
-	$(BIN)/python tests/bench/raft.py
-	$(BIN)/python tests/bench/raft_storage.py
-	$(BIN)/python tests/bench/jetstream.py
-	$(BIN)/python tests/bench/cluster.py
-	$(BIN)/python tests/bench/tls.py
-	$(BIN)/python tests/bench/validation.py
-	$(BIN)/python tests/bench/hostile.py
-	$(BIN)/python tests/bench/hostile_json.py
-	$(BIN)/python tests/bench/stream_subjects.py
+	PYTHONPATH=$(TEST_HELPERS) $(BIN)/python -m tests.bench.core
+	PYTHONPATH=$(TEST_HELPERS) $(BIN)/python -m tests.bench.subjects
+	PYTHONPATH=$(TEST_HELPERS) $(BIN)/python -m tests.bench.raft
+	PYTHONPATH=$(TEST_HELPERS) $(BIN)/python -m tests.bench.raft_storage
+	PYTHONPATH=$(TEST_HELPERS) $(BIN)/python -m tests.bench.jetstream
+	PYTHONPATH=$(TEST_HELPERS) $(BIN)/python -m tests.bench.cluster
+	PYTHONPATH=$(TEST_HELPERS) $(BIN)/python -m tests.bench.tls
+	PYTHONPATH=$(TEST_HELPERS) $(BIN)/python -m tests.bench.validation
+	PYTHONPATH=$(TEST_HELPERS) $(BIN)/python -m tests.bench.hostile
+	PYTHONPATH=$(TEST_HELPERS) $(BIN)/python -m tests.bench.hostile_json
+	PYTHONPATH=$(TEST_HELPERS) $(BIN)/python -m tests.bench.stream_subjects
 
 # Every fuzz target in tests/fuzz for FUZZ_SECONDS each, one after another; crash inputs and
 # logs in build/fuzz/. FUZZ_STRICT=1: the known crash classes stop a target too.

@@ -17,11 +17,9 @@ from pathlib import Path
 
 import yaml
 
-HERE = Path(__file__).resolve().parent
-if str(HERE.parent) not in sys.path:       # also runnable as lab/vagrant_inventory.py
-    sys.path.insert(0, str(HERE.parent))
+from lab import topology
 
-from lab import topology  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 #: What lab/Vagrantfile keeps in Vagrant's directory (.vagrant/ or VAGRANT_DOTFILE_PATH).
 SSH_KEY = "jetraft-lab-key"

@@ -7,16 +7,9 @@ the same test runs against jetraft-server and nats-server.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-_HERE = Path(__file__).resolve().parent
-if str(_HERE) not in sys.path:
-    sys.path.insert(0, str(_HERE))
-
-import servers  # noqa: E402  (needs the sys.path entry above)
+import servers  # tests/servers.py (pyproject.toml's pythonpath)
 
 #: The last lines of a server's output shown when a test fails.
 _OUTPUT_TAIL = 6000

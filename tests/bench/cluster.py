@@ -1,9 +1,11 @@
 """JetStream cluster benchmark: a 5-server jetraft cluster next to a 5-server nats-server
 cluster, an R3 file stream, measured with nats-py.
 
-Run from the project root:  .venv/bin/python tests/bench/cluster.py [--quick]
-                            [--only jetraft|nats-server] [--sync-msgs N] [--async-msgs N]
-                            [--rounds N] [--catchup-msgs N]
+Run from the project root (``make bench`` runs it the same way)::
+
+    PYTHONPATH=tests:tests/compat .venv/bin/python -m tests.bench.cluster [--quick]
+        [--only jetraft|nats-server] [--sync-msgs N] [--async-msgs N]
+        [--rounds N] [--catchup-msgs N]
 
 Each kind gets its own fresh cluster (tests/cluster.py): n1..n5 in zones az:a, az:a, az:b,
 az:b, az:c, JetStream with ``unique_tag: "az:"`` (so an R3 stream spans the three zones)
@@ -40,13 +42,11 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for cluster.py
-
-import nats  # noqa: E402
-from cluster import Cluster  # noqa: E402
-from cluster_bench import BenchCluster, Results, log, table  # noqa: E402
-from nats.js.api import StorageType  # noqa: E402
-from servers import KINDS  # noqa: E402
+import nats
+from cluster import Cluster
+from tests.bench.cluster_bench import BenchCluster, Results, log, table
+from nats.js.api import StorageType
+from servers import KINDS
 
 PAYLOAD = b"x" * 128
 STREAM, SUBJECT = "BENCH", "bench.cluster"

@@ -7,12 +7,9 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for cluster.py
-
-from cluster import Cluster  # noqa: E402
-from servers import KINDS  # noqa: E402
+from cluster import Cluster
+from servers import KINDS
 
 #: (key, label, "rate" (higher is better) or "time" (lower is better), format)
 Row = tuple[str, str, str, str]

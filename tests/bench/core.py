@@ -1,6 +1,8 @@
 """Core NATS benchmark: jetraft-server next to nats-server, measured with nats-py.
 
-Run from the project root:  .venv/bin/python tests/bench/core.py [--messages N] [--requests N]
+Run from the project root (``make bench`` runs it the same way)::
+
+    PYTHONPATH=tests:tests/compat .venv/bin/python -m tests.bench.core [--messages N] [--requests N]
 
 Both servers run side by side in this one process's lifetime, with the same
 configuration except ports.  For each server it measures
@@ -28,10 +30,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for servers.py
-
-import nats  # noqa: E402
-from servers import KINDS, RunningServer, ServerStartError, start_server  # noqa: E402
+import nats
+from servers import KINDS, RunningServer, ServerStartError, start_server
 
 PAYLOAD_SIZE = 128
 CONFIG = 'max_pending: 268435456\nwrite_deadline: "30s"'

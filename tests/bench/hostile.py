@@ -1,6 +1,8 @@
 """Memory before authentication: jetraft-server next to nats-server under the same attacks.
 
-Run from the project root:  .venv/bin/python tests/bench/hostile.py [--clients N] [--strangers N]
+Run from the project root (``make bench`` runs it the same way)::
+
+    PYTHONPATH=tests:tests/compat .venv/bin/python -m tests.bench.hostile [--clients N] [--strangers N]
 
 For each server: its RSS once idle (a client did one round trip), then its peak RSS (VmHWM)
 after each attack (a fresh server per attack):
@@ -14,15 +16,11 @@ Prints peak/idle per server and the jetraft/nats-server ratio of the peaks.
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))             # tests/
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compat"))  # the attacks
-
-from servers import KINDS, free_port, start_server  # noqa: E402
-from test_compat_hostile_clients import (  # noqa: E402
+from servers import KINDS, free_port, start_server
+from test_compat_hostile_clients import (
     AUTH,
     idle_rss,
     route_config,

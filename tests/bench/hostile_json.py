@@ -1,6 +1,8 @@
 """Hostile JSON on the JetStream API: jetraft-server next to nats-server, one request at a time.
 
-Run from the project root:  .venv/bin/python tests/bench/hostile_json.py [--rounds N]
+Run from the project root (``make bench`` runs it the same way)::
+
+    PYTHONPATH=tests:tests/compat .venv/bin/python -m tests.bench.hostile_json [--rounds N]
 
 For each server (JetStream, default max_payload of 1 MiB) it sends each body below to its
 API subject, ``--rounds`` times (default 5), and reports the best time from publishing the
@@ -14,16 +16,12 @@ run is the result. Not run by CI; asserts nothing.
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))             # tests/
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compat"))  # RawClient
-
-from compat_support import RawClient  # noqa: E402
-from servers import KINDS, start_server  # noqa: E402
+from compat_support import RawClient
+from servers import KINDS, start_server
 
 MIB = 1 << 20
 BODY = MIB - 64      # under max_payload with the request's own bytes

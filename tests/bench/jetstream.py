@@ -1,7 +1,9 @@
 """JetStream benchmark: jetraft-server next to nats-server, measured with nats-py.
 
-Run from the project root:  .venv/bin/python tests/bench/jetstream.py [--messages N]
-                            [--seconds S] [--only jetraft|nats-server]
+Run from the project root (``make bench`` runs it the same way)::
+
+    PYTHONPATH=tests:tests/compat .venv/bin/python -m tests.bench.jetstream [--messages N]
+        [--seconds S] [--only jetraft|nats-server]
 
 Both servers run JetStream with a file store, R1, and an fsync before every
 acknowledgement (jetraft's default; nats-server with ``sync_interval: always``), so the
@@ -27,11 +29,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for servers.py
-
-import nats  # noqa: E402
-from nats.js.api import AckPolicy, StorageType  # noqa: E402
-from servers import KINDS, RunningServer, ServerStartError, start_server  # noqa: E402
+import nats
+from nats.js.api import AckPolicy, StorageType
+from servers import KINDS, RunningServer, ServerStartError, start_server
 
 PAYLOAD = b"x" * 128
 STREAM, SUBJECT = "BENCH", "bench.js"

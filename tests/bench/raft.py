@@ -17,17 +17,13 @@ side with nats-server is in tests/bench/core.py).
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "server"))
-
-from jetraft.raft.memory import MemoryStorage  # noqa: E402
-from jetraft.raft.node import RaftNode  # noqa: E402
-from jetraft.raft.types import Config, Role  # noqa: E402
+from jetraft.raft.memory import MemoryStorage
+from jetraft.raft.node import RaftNode
+from jetraft.raft.types import Config, Role
 
 ENTRY = b"x" * 128
 

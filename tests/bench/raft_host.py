@@ -20,19 +20,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from collections import Counter
-from pathlib import Path
 
 import trio
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "server"))
-
-from jetraft.net.raft_host import RaftHost  # noqa: E402
-from jetraft.raft.types import Entry  # noqa: E402
+from jetraft.net.raft_host import RaftHost
+from jetraft.raft.types import Entry
 
 HOSTS = ("a", "b", "c")
 

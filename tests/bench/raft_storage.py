@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "server"))
-
-from jetraft.raft.storage import GroupCommit, GroupLog  # noqa: E402
-from jetraft.raft.types import Entry, HardState  # noqa: E402
+from jetraft.raft.storage import GroupCommit, GroupLog
+from jetraft.raft.types import Entry, HardState
 
 
 def run(root: str, batch: int, groups: int, seconds: float) -> tuple[float, float, float]:

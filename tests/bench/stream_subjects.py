@@ -1,8 +1,10 @@
 """Streams with many subjects: jetraft-server next to nats-server, measured with nats-py.
 
-Run from the project root:  .venv/bin/python tests/bench/stream_subjects.py
-                            [--sizes 1000,3000,10000] [--deadline S] [--only KIND]
-                            [--cluster N]
+Run from the project root (``make bench`` runs it the same way)::
+
+    PYTHONPATH=tests:tests/compat .venv/bin/python -m tests.bench.stream_subjects
+        [--sizes 1000,3000,10000] [--deadline S] [--only KIND]
+        [--cluster N]
 
 For each server (JetStream, file store; standalone, or with --cluster N an N-server
 cluster and R3 streams, every client on the first server) and each size N it creates one
@@ -32,10 +34,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for servers.py
-
-import nats  # noqa: E402
-from servers import KINDS, RunningServer, ServerStartError, start_server  # noqa: E402
+import nats
+from servers import KINDS, RunningServer, ServerStartError, start_server
 
 PROBE_SUBJECT = "bench.probe"
 

@@ -1,9 +1,11 @@
 """TLS benchmark: R3 sync publish over TLS (clients and routes), a 3-server jetraft cluster
 next to a 3-server nats-server cluster, measured with nats-py.
 
-Run from the project root:  .venv/bin/python tests/bench/tls.py [--quick]
-                            [--only jetraft|nats-server] [--sync-msgs N] [--async-msgs N]
-                            [--no-plain]
+Run from the project root (``make bench`` runs it the same way)::
+
+    PYTHONPATH=tests:tests/compat .venv/bin/python -m tests.bench.tls [--quick]
+        [--only jetraft|nats-server] [--sync-msgs N] [--async-msgs N]
+        [--no-plain]
 
 Certificates come from tests/tls_support.py (a throwaway CA; EC P-256 keys). Each kind gets
 fresh clusters (tests/cluster.py): n1..n3 with JetStream, an fsync before every
@@ -35,14 +37,12 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for cluster.py
-
-import nats  # noqa: E402
-from cluster import Cluster  # noqa: E402
-from cluster_bench import BenchCluster, Results, log, table  # noqa: E402
-from nats.js.api import StorageType  # noqa: E402
-from servers import KINDS  # noqa: E402
-from tls_support import PKI, client_context, make_pki  # noqa: E402
+import nats
+from cluster import Cluster
+from tests.bench.cluster_bench import BenchCluster, Results, log, table
+from nats.js.api import StorageType
+from servers import KINDS
+from tls_support import PKI, client_context, make_pki
 
 PAYLOAD = b"x" * 128
 STREAM, SUBJECT = "BENCH", "bench.tls"

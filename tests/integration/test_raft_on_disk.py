@@ -8,18 +8,14 @@ catch up from the leader, end with the leader's log, and reopen clean.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
+from raft_pump import GROUP, Cluster  # tests/unit/raft (pyproject.toml's pythonpath)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "raft"))
-
-from raft_pump import GROUP, Cluster  # noqa: E402
-
-from jetraft.raft import Ready  # noqa: E402
-from jetraft.raft.storage import GroupCommit, GroupLog, LogDirectory  # noqa: E402
-from jetraft.raft.types import Config, CorruptRangeError  # noqa: E402
+from jetraft.raft import Ready
+from jetraft.raft.storage import GroupCommit, GroupLog, LogDirectory
+from jetraft.raft.types import Config, CorruptRangeError
 
 ELECTION_TICKS = Config("n", "g").election_ticks  # the pump uses the defaults
 

@@ -10,14 +10,12 @@ accident). A test here fails if a broken node goes unnoticed.
 from __future__ import annotations
 
 import pytest
+from raftsim import Cluster, InvariantViolation
+from raftsim_random import RandomSim, SimParams
+from raftsim_script import elect_by_votes, figure8
 
-pytest.importorskip("jetraft.raft.node", reason="the RAFT core (jetraft.raft.node) is not there yet")
-
-from jetraft.raft.node import RaftNode  # noqa: E402
-from jetraft.raft.types import MessageType, Role  # noqa: E402
-from raftsim import Cluster, InvariantViolation  # noqa: E402
-from raftsim_random import RandomSim, SimParams  # noqa: E402
-from raftsim_script import elect_by_votes, figure8  # noqa: E402
+from jetraft.raft.node import RaftNode
+from jetraft.raft.types import MessageType, Role
 
 
 class CountsStaleVotes(RaftNode):

@@ -17,9 +17,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
-pytest.importorskip("jetraft.raft.node", reason="the RAFT core (jetraft.raft.node) is not there yet")
-
 from raftsim import InvariantViolation
 from raftsim_random import RandomSim, SimParams
 

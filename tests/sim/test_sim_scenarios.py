@@ -6,18 +6,16 @@ outcome the case is about."""
 from __future__ import annotations
 
 import pytest
+from raftsim import Cluster
+from raftsim_script import entry_at, figure8, pump, tick_until, ticks
 
-pytest.importorskip("jetraft.raft.node", reason="the RAFT core (jetraft.raft.node) is not there yet")
-
-from jetraft.raft.types import (  # noqa: E402
+from jetraft.raft.types import (
     ConfigChange,
     ConfigChangeType,
     MessageType,
     ProposalDroppedError,
     Role,
 )
-from raftsim import Cluster  # noqa: E402
-from raftsim_script import entry_at, figure8, pump, tick_until, ticks  # noqa: E402
 
 
 def start(n: int = 3, **kw) -> Cluster:

@@ -23,11 +23,10 @@ from pathlib import Path
 
 import pytest
 
-FUZZ = Path(__file__).resolve().parent.parent / "fuzz"
-if str(FUZZ) not in sys.path:
-    sys.path.append(str(FUZZ))
+# tests/fuzz (pyproject.toml's pythonpath)
+from fuzz_support import CORPUS, CRASHES, IGNORE_KNOWN_ENV, KNOWN_CRASHES, chunks, frame, known_crash
 
-from fuzz_support import CORPUS, CRASHES, IGNORE_KNOWN_ENV, KNOWN_CRASHES, chunks, frame, known_crash  # noqa: E402
+FUZZ = Path(__file__).resolve().parent.parent / "fuzz"
 
 
 def _load(name: str):

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from jetraft.config import parser as config_parser
+
 # tests/fuzz (pyproject.toml's pythonpath)
 from fuzz_support import CORPUS, CRASHES, IGNORE_KNOWN_ENV, KNOWN_CRASHES, chunks, frame, known_crash
 
@@ -70,11 +72,18 @@ def _scratch_dir() -> str:
 
 @pytest.fixture(scope="module", autouse=True)
 def scratch():
-    """JetStream targets keep their stores in a directory of this test run."""
+    """JetStream targets keep their stores in a directory of this test run; the
+    configuration target's file sandbox (it replaces the parser's file reader) ends with
+    this module, so tests that run later read files as usual."""
     previous = os.environ.get(SCRATCH_ENV)
     directory = _scratch_dir()
     os.environ[SCRATCH_ENV] = directory
+    read_config_file = config_parser.read_config_file
     yield directory
+    config_parser.read_config_file = read_config_file
+    config_target = sys.modules.get("jetraft_fuzz_nats_config")
+    if config_target is not None:
+        config_target._sandbox = None
     shutil.rmtree(directory, ignore_errors=True)
     if previous is None:
         os.environ.pop(SCRATCH_ENV, None)

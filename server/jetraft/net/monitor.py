@@ -24,6 +24,7 @@ from hypercorn.trio import serve
 
 from jetraft import NATS_COMPAT_VERSION, __version__
 from jetraft.events import rfc3339_ns
+from jetraft.jetstream.model import format_time
 
 if TYPE_CHECKING:
     from jetraft.server import Server
@@ -103,6 +104,61 @@ def varz(server: Server) -> dict[str, Any]:
         }
         if cfg.cluster.tls is not None:  # routes always verify certificates (opts.go getTLSConfig)
             out["cluster"].update(tls_timeout=cfg.cluster.tls.timeout, tls_required=True, tls_verify=True)
+    return out
+
+
+def jsz(server: Server) -> dict[str, Any]:
+    """nats-server JSInfo: totals over this server's streams (replicas included) and, in a
+    cluster, ``meta_cluster`` with the meta leader and every peer's state."""
+    now = time.time_ns()
+    service = server.jetstream
+    out: dict[str, Any] = {"server_id": server.server_id, "now": format_time(now)}
+    if service is None:
+        out.update({"disabled": True, "streams": 0, "consumers": 0, "messages": 0, "bytes": 0,
+                    "total": 0})
+        return out
+    cfg = service.config
+    out["config"] = {"max_memory": cfg.max_memory_store or -1, "max_storage": cfg.max_file_store or -1,
+                     "store_dir": service.store_dir, "sync_interval": 0 if service.sync_always
+                     else int((cfg.sync_interval or 0) * 1e9)}
+    if cfg.sync_always:
+        out["config"]["sync_always"] = True
+    streams = consumers = messages = nbytes = 0
+    mem = store = api_total = api_errors = 0
+    cluster = service.cluster
+    leaders = cons_leaders = 0
+    for acc in service.accounts.values():
+        api_total += acc.api_total
+        api_errors += acc.api_errors
+        m, f = acc.usage()
+        mem += m
+        store += f
+        for name, entry in acc.streams.items():
+            streams += 1
+            consumers += len(entry.consumers)
+            st = entry.stream.store.state()
+            messages += st.messages
+            nbytes += st.bytes
+            group = cluster.groups.get((acc.name, name)) if cluster is not None else None
+            if group is None or group.is_leader:
+                leaders += 1
+                cons_leaders += len(entry.consumers)
+    out.update({"memory": mem, "storage": store, "reserved_memory": 0, "reserved_storage": 0,
+                "accounts": len(service.accounts), "ha_assets": leaders,
+                "api": {"level": 1, "total": api_total, "errors": api_errors}})
+    out["streams"] = streams
+    if cluster is not None:
+        out["streams_leader"] = leaders
+    out["consumers"] = consumers
+    if cluster is not None:
+        out["consumers_leader"] = cons_leaders
+    out["messages"] = messages
+    out["bytes"] = nbytes
+    if cluster is not None:
+        meta = cluster.meta_cluster_info()
+        if meta is not None:
+            out["meta_cluster"] = meta
+    out["total"] = 0
     return out
 
 
@@ -286,7 +342,6 @@ def make_app(server: Server):
         elif path == "/routez":
             body = routez(server, params)
         elif path == "/jsz":
-            from jetraft.net.sysreq import jsz
             body = jsz(server)
         elif path == "/":
             body = {"endpoints": ["/healthz", "/varz", "/connz", "/subsz", "/routez", "/jsz"]}

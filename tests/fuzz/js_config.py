@@ -24,7 +24,7 @@ import atheris
 from fuzz_support import main
 
 with atheris.instrument_imports() if __name__ == "__main__" else contextlib.nullcontext():
-    from jetraft.jetstream.api import _json_bytes, decode_request
+    from jetraft.jetstream.requests import decode_request, json_bytes
     from jetraft.jetstream.errors import JSApiError
     from jetraft.jetstream.model import ConsumerConfig, StreamConfig
 
@@ -41,7 +41,7 @@ PARENTS = tuple(StreamConfig.from_json(c) for c in (
 
 def _reread(cfg) -> dict:
     """``cfg`` as a restart reads it back: its JSON on disk, decoded and checked again."""
-    return json.loads(_json_bytes(cfg.to_json()))
+    return json.loads(json_bytes(cfg.to_json()))
 
 
 def _stream(body: bytes, pedantic: bool) -> None:
@@ -74,7 +74,7 @@ def TestOneInput(data: bytes) -> None:
             _stream(body, pedantic)
     except JSApiError as err:
         assert type(err.code) is int and type(err.err_code) is int and type(err.description) is str
-        assert json.loads(_json_bytes(err.to_json())) == err.to_json()
+        assert json.loads(json_bytes(err.to_json())) == err.to_json()
 
 
 if __name__ == "__main__":

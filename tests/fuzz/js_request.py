@@ -1,10 +1,10 @@
-"""Fuzz target: the $JS.API request body decoders (jetraft.jetstream.api).
+"""Fuzz target: the $JS.API request body decoders (jetraft.jetstream.requests).
 
 Input: one byte choosing the request type (its value modulo the number of types in
 REQUESTS), then the request body as a client publishes it.
 
 Each request is decoded as its handler does: ``decode_request`` (Go encoding/json's
-errors), ``_check_fields`` (unknown fields), then ``_int_field``/``_str_field`` for its
+errors), ``check_fields`` (unknown fields), then ``int_field``/``str_field`` for its
 typed fields. Invariant: these return the documented shapes (None or a dict; an int; a
 str) or raise JSApiError 10025 "invalid JSON: ..." (400), and nothing else.
 """
@@ -18,12 +18,12 @@ import atheris
 from fuzz_support import main
 
 with atheris.instrument_imports() if __name__ == "__main__" else contextlib.nullcontext():
-    from jetraft.jetstream.api import (
-        JetStreamAccount,
-        _check_fields,
-        _int_field,
-        _str_field,
+    from jetraft.jetstream.requests import (
+        MSG_GET_TYPES,
+        check_fields,
         decode_request,
+        int_field,
+        str_field,
     )
     from jetraft.jetstream.errors import JSApiError
 
@@ -33,7 +33,7 @@ REQUESTS: tuple[tuple[str, tuple[str, ...] | None, tuple[tuple[str, str], ...], 
     ("StreamConfigRequest", None, (), ()),
     ("JSApiStreamInfoRequest", ("deleted_details", "subjects_filter", "offset"), (), ("subjects_filter",)),
     ("JSApiStreamPurgeRequest", ("filter", "seq", "keep"), (("seq", "uint64"), ("keep", "uint64")), ("filter",)),
-    ("JSApiMsgGetRequest", JetStreamAccount._MSG_GET_FIELDS,
+    ("JSApiMsgGetRequest", tuple(MSG_GET_TYPES),
      (("seq", "uint64"), ("batch", "int"), ("max_bytes", "int")), ("last_by_subj", "next_by_subj")),
     ("JSApiMsgDeleteRequest", ("seq", "no_erase"), (("seq", "uint64"),), ()),
     ("JSApiStreamNamesRequest", ("offset", "subject"), (("offset", "int"),), ("subject",)),
@@ -59,13 +59,13 @@ def TestOneInput(data: bytes) -> None:
         if req is None:
             return
         if allowed is not None:
-            _check_fields(req, allowed)
+            check_fields(req, allowed)
         for key, gotype in ints:
-            value = _int_field(req, key, go_type, gotype)
+            value = int_field(req, key, go_type, gotype)
             assert type(value) is int, value
             assert not gotype.startswith("uint") or value >= 0, value
         for key in strs:
-            assert type(_str_field(req, key, go_type)) is str
+            assert type(str_field(req, key, go_type)) is str
     except JSApiError as err:
         _check_error(err)
 

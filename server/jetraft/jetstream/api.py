@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 import shutil
 import traceback
@@ -69,17 +68,27 @@ from .model import (
     ConsumerConfig,
     UNSUPPORTED,
     StreamConfig,
-    _raw_json,
     format_time,
-    parse_time,
-    stream_subjects_overlap,
 )
 from .outbound import Outbound
+from .requests import (
+    ERROR_EXTRAS,
+    PAGING_TYPES,
+    consumer_create_request,
+    decode_fields,
+    decode_request,
+    int_field,
+    internal_error,
+    json_bytes,
+    msg_get_request,
+    pub_ack_bytes,
+    str_field,
+)
 from .store import CorruptMessage, FileStore, MemoryStore, MessageNotFound
 from .stream import Stream
+from .validate import check_consumer_update, check_stream_create, check_stream_update
 
-__all__ = ["JetStreamAccount", "Reply", "StreamEntry", "go_json_error", "decode_request",
-           "internal_error"]
+__all__ = ["JetStreamAccount", "Reply", "StreamEntry"]
 
 API_PREFIX = "$JS.API."
 ACK_PREFIX = "$JS.ACK."
@@ -115,190 +124,6 @@ class StreamEntry:
         return self.stream.config.name
 
 
-# --- request decoding (Go encoding/json's answers) -----------------------------------------
-
-def go_json_error(text: str, exc: json.JSONDecodeError) -> str:
-    """The message nats-server gives for the syntax error Python's json found in ``text``
-    (see :mod:`jetraft.jetstream.gojson`): ``invalid character ... at offset N`` or
-    ``unexpected EOF``."""
-    message, index, trim = gojson.go_syntax(text, exc)
-    if index is None:
-        return "unexpected EOF"
-    return f"{message} at offset {len(text[:index + 1].encode('utf-8', 'surrogateescape')) - trim}"
-
-
-def decode_request(payload: bytes, go_type: str) -> dict[str, Any] | None:
-    """A JSON API request body: None when empty (or ``null``), else the object.
-
-    Decoded as nats-server's ``unmarshalRequest`` does (a Go ``json.Decoder``; see
-    :mod:`jetraft.jetstream.gojson` for nesting, number and string limits). Raises
-    JSApiError 10025 "invalid JSON: ..." with Go's wording for a syntax error (``... at
-    offset N``, ``unexpected EOF``, ``exceeded max depth at offset N``) or for a body
-    that is not an object (``go_type`` names the Go request struct, e.g.
-    ``"JSApiStreamPurgeRequest"``). Several concatenated objects are decoded into one
-    request, later keys overriding earlier ones, as Go decodes each into the same struct.
-    """
-    try:
-        return gojson.merge_objects(payload)
-    except gojson.GoJSONError as exc:
-        raise E.invalid_json(exc.stream_text()) from None
-    except gojson.NotAnObject as exc:
-        raise E.invalid_json(f"json: cannot unmarshal {gojson.json_kind(exc.value)} "
-                             f"into Go value of type server.{go_type}") from None
-
-
-def _unmarshal_error(kind: str, path: str, gotype: str) -> JSApiError:
-    """Go's UnmarshalTypeError text for a struct field ``path`` (``Struct.field``)."""
-    return E.invalid_json(f"json: cannot unmarshal {kind} into Go struct field {path} of type {gotype}")
-
-
-def _go_kind(value: Any, gotype: str) -> str:
-    """What Go's type error names: ``number <literal>`` when a number does not fit an
-    integer type, else the JSON kind (``number``, ``string``, ``array``...)."""
-    kind = gojson.json_kind(value)
-    if kind == "number" and gotype in gojson.INT_RANGES:
-        return f"number {gojson.number_literal(value)}"
-    return kind
-
-
-def _int_field(req: dict[str, Any], key: str, go_type: str, gotype: str = "uint64") -> int:
-    """An integer request field (0 when absent or null), refused as Go's decoder refuses
-    it: JSApiError 10025 ``json: cannot unmarshal number 1e999 into Go struct field
-    <go_type>.<key> of type <gotype>`` for a number outside ``gotype``'s range (a key of
-    :data:`gojson.INT_RANGES`), a fraction or an exponent; the JSON kind for anything else."""
-    value = req.get(key)
-    if value is None:
-        return 0
-    number = gojson.go_int(value, gotype)
-    if number is None:
-        raise _unmarshal_error(_go_kind(value, gotype), f"{go_type}.{key}", gotype)
-    return number
-
-
-def _str_field(req: dict[str, Any], key: str, go_type: str) -> str:
-    """A string request field ("" when absent or null); JSApiError 10025 otherwise."""
-    value = req.get(key)
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise _unmarshal_error(gojson.json_kind(value), f"{go_type}.{key}", "string")
-    return value
-
-
-def _bool_field(req: dict[str, Any], key: str, go_type: str) -> bool:
-    """A boolean request field (False when absent or null); JSApiError 10025 otherwise."""
-    value = req.get(key)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise _unmarshal_error(gojson.json_kind(value), f"{go_type}.{key}", "bool")
-    return value
-
-
-def _check_value(go_type: str, key: str, value: Any, gotype: str) -> None:
-    """Refuse ``value`` of field ``key`` as Go's decoder refuses it for a ``gotype`` (an
-    integer type of :data:`gojson.INT_RANGES`, ``string``, ``bool``, ``time.Time``,
-    ``[]string``; ``any`` takes anything): JSApiError 10025 with Go's text. Null is zero."""
-    if value is None or gotype == "any":
-        return
-    if gotype in gojson.INT_RANGES:
-        _int_field({key: value}, key, go_type, gotype)
-    elif gotype == "string":
-        _str_field({key: value}, key, go_type)
-    elif gotype == "bool":
-        _bool_field({key: value}, key, go_type)
-    elif gotype == "time.Time":
-        if not isinstance(value, str):
-            raise _unmarshal_error(gojson.json_kind(value), f"{go_type}.{key}", gotype)
-        try:
-            parse_time(value)
-        except ValueError as exc:
-            raise E.invalid_json(str(exc)) from None
-    elif not isinstance(value, list):
-        raise _unmarshal_error(gojson.json_kind(value), f"{go_type}.{key}", gotype)
-    else:       # []string: an element's error names its index, without "Go struct field"
-        for i, item in enumerate(value):
-            if item is not None and not isinstance(item, str):
-                raise E.invalid_json(f"json: cannot unmarshal {gojson.json_kind(item)} into "
-                                     f"{go_type}.{key}.{i} of type string")
-
-
-def _decode_fields(req: dict[str, Any], go_type: str, types: dict[str, str], *,
-                   strict: bool = True) -> None:
-    """Check ``req``'s keys in order, as nats-server's decoder meets them: an unknown key
-    (``strict``: ``json: unknown field "k"``; else ignored) or a value its Go type refuses
-    (:func:`_check_value`) raises JSApiError 10025; the first one found wins."""
-    for key, value in req.items():
-        gotype = types.get(key)
-        if gotype is None:
-            if strict:
-                raise E.invalid_json(f"json: unknown field {json.dumps(key)}")
-            continue
-        _check_value(go_type, key, value, gotype)
-
-
-#: The paging requests' fields (JSApiStreamNamesRequest, JSApiConsumersRequest...).
-_PAGING_TYPES = {"offset": "int", "subject": "string"}
-#: JSApiMsgGetRequest (nats-server jetstream_api.go): its fields and Go types.
-_MSG_GET_TYPES = {"seq": "uint64", "last_by_subj": "string", "next_by_subj": "string",
-                  "batch": "int", "max_bytes": "int", "start_time": "time.Time",
-                  "multi_last": "[]string", "up_to_seq": "uint64", "up_to_time": "time.Time",
-                  "no_hdr": "bool"}
-
-
-def _msg_get_request(req: dict[str, Any], *, strict: bool) -> dict[str, Any]:
-    """A JSApiMsgGetRequest checked as Go decodes it (``strict``: unknown keys refused, as
-    STREAM.MSG.GET; DIRECT.GET ignores them); returns the request with ``no_hdrs`` set
-    from ``no_hdr`` for the stream. Raises JSApiError 10025 with Go's text."""
-    _decode_fields(req, "JSApiMsgGetRequest", _MSG_GET_TYPES, strict=strict)
-    return {**req, "no_hdrs": bool(req.get("no_hdr"))}
-
-
-_CONSUMER_ACTIONS = ("create", "update", "")
-
-
-def _consumer_create_request(req: dict[str, Any]) -> ConsumerConfig:
-    """CreateConsumerRequest (nats-server jetstream_api.go) decoded key by key, in order, as
-    Go's strict decoder does: ``stream_name`` string, ``config`` a ConsumerConfig (null:
-    empty), ``action`` create|update|"" (ConsumerAction.UnmarshalJSON: ``unknown consumer
-    action: <raw JSON>``), ``pedantic`` bool. Returns the decoded (unchecked) config.
-    Raises JSApiError 10025."""
-    go_type = "CreateConsumerRequest"
-    cfg = None
-    for key, value in req.items():
-        if key == "stream_name":
-            _check_value(go_type, key, value, "string")
-        elif key == "pedantic":
-            _check_value(go_type, key, value, "bool")
-        elif key == "action":
-            if value not in _CONSUMER_ACTIONS or not isinstance(value, str):
-                raise E.invalid_json(f"unknown consumer action: {_raw_json(value)}")
-        elif key == "config":
-            if value is not None and not isinstance(value, dict):
-                raise _unmarshal_error(gojson.json_kind(value), f"{go_type}.config", "server.ConsumerConfig")
-            cfg = ConsumerConfig.decode(value or {}, path=f"{go_type}.config")
-        else:
-            raise E.invalid_json(f"json: unknown field {json.dumps(key)}")
-    return cfg if cfg is not None else ConsumerConfig.decode({})
-
-
-def _check_fields(req: dict[str, Any], allowed: tuple[str, ...]) -> None:
-    for key in req:
-        if key not in allowed:
-            raise E.invalid_json(f"json: unknown field {json.dumps(key)}")
-
-
-def pub_ack_bytes(ack: dict[str, Any]) -> bytes:
-    """A PubAck exactly as nats-server writes it (stream.go: a hand-built string, so a
-    duplicate reads ``{"stream":"S","seq":1,"duplicate": true}``, with that space)."""
-    text = '{"stream":' + json.dumps(ack["stream"])
-    if ack.get("domain"):
-        text += ',"domain":' + json.dumps(ack["domain"])
-    text += f',"seq":{ack["seq"]}'
-    if ack.get("duplicate"):
-        text += ',"duplicate": true'
-    return (text + "}").encode()
-
 
 def new_consumer_name() -> str:
     """A random 8-character ephemeral consumer name (nats-server createConsumerName)."""
@@ -321,26 +146,6 @@ def _atomic_write(path: str, data: bytes) -> None:
     finally:
         os.close(dfd)
 
-
-_GO_ESCAPE_PAIRS = (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
-                   ("\u2028", "\\u2028"), ("\u2029", "\\u2029"))
-
-
-def _json_bytes(obj: Any) -> bytes:
-    """Compact JSON as Go's encoder writes it (``<``, ``>``, ``&`` escaped as ``\\u003c``...;
-    a byte that is not UTF-8, carried as a surrogate escape from a subject or a body, written
-    as U+FFFD, one per byte, as Go's encoder writes invalid UTF-8)."""
-    text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
-    for ch, escaped in _GO_ESCAPE_PAIRS:     # str.replace: C speed on big bodies
-        if ch in text:
-            text = text.replace(ch, escaped)
-    try:
-        return text.encode()
-    except UnicodeEncodeError:
-        return _SURROGATE.sub("\ufffd", text).encode()
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class JetStreamAccount:
@@ -513,7 +318,7 @@ class JetStreamAccount:
             if not reply:
                 return []
             body = {"error": err.to_json(), "stream": stream.config.name, "seq": 0}
-            return [Reply(Outbound(reply, None, None, _json_bytes(body)))]
+            return [Reply(Outbound(reply, None, None, json_bytes(body)))]
         out: list[Reply] = []
         if reply:
             out.append(Reply(Outbound(reply, None, None, pub_ack_bytes(ack)),
@@ -624,7 +429,7 @@ class JetStreamAccount:
                 if consumer.config.mem_storage or not (consumer.dirty or force):
                     continue
                 path = os.path.join(entry.directory, "obs", cname, "state.json")
-                writes.append((path, _json_bytes(consumer.state_to_json())))
+                writes.append((path, json_bytes(consumer.state_to_json())))
         return writes
 
     @staticmethod
@@ -679,7 +484,7 @@ class JetStreamAccount:
         self.api_errors += 1
         self.api_total += 1
         return self._respond(reply, {**E.error_response(rtype, internal_error(rtype)),
-                                     **_ERROR_EXTRAS.get(rtype, {})})
+                                     **ERROR_EXTRAS.get(rtype, {})})
 
     def _handle_api(self, subject: str, reply: str | None, payload: bytes,
                     now_ns: int) -> list[Reply] | None:
@@ -703,7 +508,7 @@ class JetStreamAccount:
         except JSApiError as err:
             if getattr(err, "counted", True):
                 self.api_errors += 1
-            body = {**E.error_response(rtype, err), **_ERROR_EXTRAS.get(rtype, {})}
+            body = {**E.error_response(rtype, err), **ERROR_EXTRAS.get(rtype, {})}
         else:
             if isinstance(body, tuple):
                 body, extra = body
@@ -712,7 +517,7 @@ class JetStreamAccount:
         return self._respond(reply, body) + extra
 
     def _respond(self, reply: str, body: dict[str, Any]) -> list[Reply]:
-        return [Reply(Outbound(reply, None, None, _json_bytes(body)), needs_sync=True)]
+        return [Reply(Outbound(reply, None, None, json_bytes(body)), needs_sync=True)]
 
     def _route(self, tokens: list[str]) -> tuple[Callable[..., Any] | None, str]:
         n = len(tokens)
@@ -871,30 +676,20 @@ class JetStreamAccount:
         return min(deadlines) if deadlines else None
 
     def _api_stream_create(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
-        req = decode_request(payload, "StreamConfigRequest") or {}
-        pedantic = bool(req.get("pedantic"))
-        cfg = StreamConfig.decode(req)
-        cfg.create_request_checks(tokens[4])
-        cfg = cfg.checked(pedantic=pedantic).with_static_metadata()
-        if cfg.num_replicas > 1 and not self.clustered:
-            raise E.stream_replicas_not_supported()
-        cfg.check_supported()
-        if cfg.name in self.unloaded:
-            raise E.stream_create(f"stream {cfg.name} is on disk but not loaded "
-                                  f"({self.unloaded[cfg.name]})")
-        existing = self.streams.get(cfg.name)
-        if existing is not None:
-            if existing.stream.config.to_json() != cfg.to_json():
-                raise E.stream_name_exist()
-            return {**self.stream_info(existing, now_ns), "did_create": True}
-        if stream_subjects_overlap(cfg.subjects, self._capture):
-            raise E.subjects_overlap()
+        cfg, exists = check_stream_create(payload, tokens[4], self._capture, existing=self._config_json,
+                                          clustered=self.clustered, unloaded=self.unloaded)
+        if exists:
+            return {**self.stream_info(self.streams[cfg.name], now_ns), "did_create": True}
         if cfg.storage == "file" and self.base is None:
             raise E.stream_create("jetstream has no store directory")
         entry = self._create_stream(cfg, now_ns)
         self.events.emit("jetstream_stream_created", account=self.name, stream=cfg.name,
                          subjects=list(cfg.subjects), storage=cfg.storage, retention=cfg.retention)
         return {**self.stream_info(entry, now_ns), "did_create": True}
+
+    def _config_json(self, name: str) -> dict[str, Any] | None:
+        entry = self.streams.get(name)
+        return entry.stream.config.to_json() if entry is not None else None
 
     def _create_stream(self, cfg: StreamConfig, now_ns: int) -> StreamEntry:
         if cfg.storage == "memory":
@@ -910,23 +705,18 @@ class JetStreamAccount:
 
     def _write_stream_meta(self, sdir: str, cfg: StreamConfig, created: int) -> None:
         _atomic_write(os.path.join(sdir, "meta.json"),
-                      _json_bytes({"config": cfg.to_json(), "created": created}))
+                      json_bytes({"config": cfg.to_json(), "created": created}))
 
     def _api_stream_update(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
-        req = decode_request(payload, "StreamConfigRequest") or {}
-        pedantic = bool(req.get("pedantic"))
-        new = StreamConfig.decode(req).checked(pedantic=pedantic)
-        if tokens[4] != new.name:
-            raise E.stream_name_mismatch()
-        entry = self._entry(new.name)
-        cfg = StreamConfig.update_check(entry.stream.config, new, clustered=self.clustered).with_static_metadata()
-        cfg.check_supported()
-        self._remove_capture(entry)     # the other streams' subjects are left in the index
+        entry = self.streams.get(tokens[4])
+        if entry is not None:
+            self._remove_capture(entry)     # the other streams' subjects are left in the index
         try:
-            if stream_subjects_overlap(cfg.subjects, self._capture):
-                raise E.subjects_overlap()
+            cfg = check_stream_update(payload, tokens[4], lambda name: self._entry(name).stream.config,
+                                      self._capture, clustered=self.clustered)
         except Exception:
-            self._add_capture(entry)
+            if entry is not None:
+                self._add_capture(entry)
             raise
         entry.stream.config = cfg
         for subject in cfg.subjects:
@@ -939,10 +729,10 @@ class JetStreamAccount:
 
     def _api_stream_info(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
         req = decode_request(payload, "JSApiStreamInfoRequest") or {}
-        _decode_fields(req, "JSApiStreamInfoRequest",
+        decode_fields(req, "JSApiStreamInfoRequest",
                        {"deleted_details": "bool", "subjects_filter": "string", "offset": "int"})
         entry = self._entry(tokens[4])
-        sf = _str_field(req, "subjects_filter", "JSApiStreamInfoRequest") or None
+        sf = str_field(req, "subjects_filter", "JSApiStreamInfoRequest") or None
         info = self.stream_info(entry, now_ns, subjects_filter=sf,
                                  deleted_details=bool(req.get("deleted_details")))
         # nats-server adds paging fields (meaningful with subjects_filter) and, even on a
@@ -980,7 +770,7 @@ class JetStreamAccount:
 
     def _api_stream_purge(self, tokens: list[str], payload: bytes, now_ns: int):
         req = decode_request(payload, "JSApiStreamPurgeRequest") or {}
-        _decode_fields(req, "JSApiStreamPurgeRequest",
+        decode_fields(req, "JSApiStreamPurgeRequest",
                        {"filter": "string", "seq": "uint64", "keep": "uint64"})
         entry = self._entry(tokens[4])
         body = entry.stream.purge(req)
@@ -988,13 +778,11 @@ class JetStreamAccount:
                          purged=body["purged"])
         return body, self._poll_stream(entry, now_ns, removed=True)
 
-    _MSG_GET_FIELDS = tuple(_MSG_GET_TYPES)
-
     def _api_msg_get(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
         if not payload.strip():
             self._entry(tokens[5])
             raise E.bad_request()
-        req = _msg_get_request(decode_request(payload, "JSApiMsgGetRequest") or {}, strict=True)
+        req = msg_get_request(decode_request(payload, "JSApiMsgGetRequest") or {}, strict=True)
         entry = self._entry(tokens[5])
         return entry.stream.get_message(req)
 
@@ -1002,8 +790,8 @@ class JetStreamAccount:
         if not payload.strip():
             raise E.bad_request()
         req = decode_request(payload, "JSApiMsgDeleteRequest") or {}
-        _decode_fields(req, "JSApiMsgDeleteRequest", {"seq": "uint64", "no_erase": "bool"})
-        seq = _int_field(req, "seq", "JSApiMsgDeleteRequest")
+        decode_fields(req, "JSApiMsgDeleteRequest", {"seq": "uint64", "no_erase": "bool"})
+        seq = int_field(req, "seq", "JSApiMsgDeleteRequest")
         entry = self._entry(tokens[5])
         if seq > entry.stream.store.state().last_seq:
             err = E.stream_msg_delete_failed("stream store EOF")
@@ -1019,7 +807,7 @@ class JetStreamAccount:
         if not text or text[:1] not in (b"{", b"["):
             return {}           # nats-server: only a JSON object or array is read
         req = decode_request(payload, go_type) or {}
-        _decode_fields(req, go_type, {key: _PAGING_TYPES[key] for key in allowed})
+        decode_fields(req, go_type, {key: PAGING_TYPES[key] for key in allowed})
         return req
 
     def _filtered_streams(self, subject: str) -> list[str]:
@@ -1031,16 +819,16 @@ class JetStreamAccount:
 
     def _api_stream_names(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
         req = self.names_request(payload, "JSApiStreamNamesRequest", ("offset", "subject"))
-        offset = max(_int_field(req, "offset", "JSApiStreamNamesRequest", "int"), 0)
-        names = self._filtered_streams(_str_field(req, "subject", "JSApiStreamNamesRequest"))
+        offset = max(int_field(req, "offset", "JSApiStreamNamesRequest", "int"), 0)
+        names = self._filtered_streams(str_field(req, "subject", "JSApiStreamNamesRequest"))
         offset = min(offset, len(names))
         page = names[offset:offset + NAMES_LIMIT]
         return {"total": len(names), "offset": offset, "limit": NAMES_LIMIT, "streams": page or None}
 
     def _api_stream_list(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
         req = self.names_request(payload, "JSApiStreamListRequest", ("offset", "subject"))
-        offset = max(_int_field(req, "offset", "JSApiStreamListRequest", "int"), 0)
-        names = self._filtered_streams(_str_field(req, "subject", "JSApiStreamListRequest"))
+        offset = max(int_field(req, "offset", "JSApiStreamListRequest", "int"), 0)
+        names = self._filtered_streams(str_field(req, "subject", "JSApiStreamListRequest"))
         offset = min(offset, len(names))
         infos = [self.stream_info(self.streams[n], now_ns, dynamic=False)
                  for n in names[offset:offset + LIST_LIMIT]]
@@ -1075,7 +863,7 @@ class JetStreamAccount:
                 value = gojson.unmarshal(payload)
                 if value is not None and not isinstance(value, dict):
                     return status(408, "Malformed Request")
-                req = _msg_get_request(value or {}, strict=False)
+                req = msg_get_request(value or {}, strict=False)
             except (gojson.GoJSONError, JSApiError):
                 return status(408, "Malformed Request")
         seq = int(req.get("seq") or 0)
@@ -1145,7 +933,7 @@ class JetStreamAccount:
                 raise E.api_error("JSConsumerWQConsumerNotUniqueErr")
             if _comparable(cfg) != _comparable(existing.config):
                 try:
-                    _check_update(existing.config, cfg)
+                    check_consumer_update(existing.config, cfg)
                 except ValueError as exc:
                     raise E.consumer_create(str(exc)) from None
                 out = existing.update_config(cfg, now_ns)
@@ -1187,7 +975,7 @@ class JetStreamAccount:
         req = decode_request(payload, "CreateConsumerRequest")
         if req is None:
             raise E.invalid_json("unexpected end of JSON input")
-        cfg = _consumer_create_request(req)
+        cfg = consumer_create_request(req)
         stream_name = req.get("stream_name") or ""
         action = req.get("action") or ""
         pedantic = bool(req.get("pedantic"))
@@ -1261,8 +1049,8 @@ class JetStreamAccount:
         cdir = os.path.join(entry.directory, "obs", consumer.name)
         fileio.make_dirs(cdir)
         _atomic_write(os.path.join(cdir, "meta.json"),
-                      _json_bytes({"config": consumer.config.to_json(), "created": consumer.created_ns}))
-        _atomic_write(os.path.join(cdir, "state.json"), _json_bytes(consumer.state_to_json()))
+                      json_bytes({"config": consumer.config.to_json(), "created": consumer.created_ns}))
+        _atomic_write(os.path.join(cdir, "state.json"), json_bytes(consumer.state_to_json()))
 
     def _consumer_info(self, consumer: Consumer, now_ns: int) -> dict[str, Any]:
         """CONSUMER.INFO/CREATE body: the info with ``_nats.ver``/``_nats.level`` added to
@@ -1316,7 +1104,7 @@ class JetStreamAccount:
 
     def _api_consumer_names(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
         req = self.names_request(payload, "JSApiConsumersRequest", ("offset",))
-        offset = max(_int_field(req, "offset", "JSApiConsumersRequest", "int"), 0)
+        offset = max(int_field(req, "offset", "JSApiConsumersRequest", "int"), 0)
         entry = self._entry(tokens[4])
         names = sorted(entry.consumers)
         offset = min(offset, len(names))
@@ -1325,7 +1113,7 @@ class JetStreamAccount:
 
     def _api_consumer_list(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
         req = self.names_request(payload, "JSApiConsumersRequest", ("offset",))
-        offset = max(_int_field(req, "offset", "JSApiConsumersRequest", "int"), 0)
+        offset = max(int_field(req, "offset", "JSApiConsumersRequest", "int"), 0)
         entry = self._entry(tokens[4])
         names = sorted(entry.consumers)
         offset = min(offset, len(names))
@@ -1343,39 +1131,6 @@ class JetStreamAccount:
         if not reply:
             return []
         return [Reply(m) for m in consumer.request_next(reply, payload, now_ns)]
-
-
-#: The nats-server error (errors.json) a response type answers an internal failure with.
-_INTERNAL_ERRORS = {
-    E.STREAM_CREATE_RESPONSE: "JSStreamCreateErrF",
-    E.STREAM_UPDATE_RESPONSE: "JSStreamUpdateErrF",
-    E.STREAM_DELETE_RESPONSE: "JSStreamDeleteErrF",
-    E.STREAM_PURGE_RESPONSE: "JSStreamPurgeFailedF",
-    E.STREAM_MSG_DELETE_RESPONSE: "JSStreamMsgDeleteFailedF",
-    E.CONSUMER_CREATE_RESPONSE: "JSConsumerCreateErrF",
-}
-INTERNAL_ERROR_TEXT = "internal error"
-
-
-def internal_error(rtype: str) -> JSApiError:
-    """The answer to a request whose handling failed unexpectedly: nats-server's 500 error
-    for the response type ``rtype`` (errors.json: JSStreamCreateErrF 10049,
-    JSStreamUpdateErrF 10069, JSStreamDeleteErrF 10050, JSStreamPurgeFailedF 10110,
-    JSStreamMsgDeleteFailedF 10057, JSConsumerCreateErrF 10012, otherwise
-    JSStreamGeneralErrorF 10051), described as ``internal error``."""
-    return E.api_error(_INTERNAL_ERRORS.get(rtype, "JSStreamGeneralErrorF"), err=INTERNAL_ERROR_TEXT)
-
-
-_PAGED = {"total": 0, "offset": 0, "limit": 0}
-#: Fields nats-server's error responses still carry (non-omitempty fields of the Go types).
-_ERROR_EXTRAS: dict[str, dict[str, Any]] = {
-    E.STREAM_PURGE_RESPONSE: {"purged": 0},
-    E.STREAM_INFO_RESPONSE: _PAGED,
-    E.STREAM_NAMES_RESPONSE: {**_PAGED, "streams": None},
-    E.STREAM_LIST_RESPONSE: {**_PAGED, "streams": []},
-    E.CONSUMER_NAMES_RESPONSE: {**_PAGED, "consumers": []},
-    E.CONSUMER_LIST_RESPONSE: {**_PAGED, "consumers": []},
-}
 
 
 def _static_consumer_metadata(cfg: ConsumerConfig) -> dict[str, str]:
@@ -1396,31 +1151,6 @@ def _comparable(cfg: ConsumerConfig) -> dict[str, Any]:
     out = cfg.to_json()
     out.pop("metadata", None)
     return out
-
-
-def _check_update(old: ConsumerConfig, new: ConsumerConfig) -> None:
-    """nats-server consumer.go checkNewConsumerConfig: raises ValueError with its text."""
-    checks = (
-        ("deliver_policy", "deliver policy can not be updated"),
-        ("mem_storage", "storage type can not be updated"),
-        ("direct", "direct can not be updated"),
-        ("sourcing", "sourcing can not be updated"),
-        ("opt_start_seq", "start sequence can not be updated"),
-        ("opt_start_time", "start time can not be updated"),
-        ("ack_policy", "ack policy can not be updated"),
-        ("replay_policy", "replay policy can not be updated"),
-        ("idle_heartbeat", "heart beats can not be updated"),
-        ("flow_control", "flow control can not be updated"),
-    )
-    for attr, text in checks:
-        if getattr(old, attr) != getattr(new, attr):
-            raise ValueError(text)
-    if old.deliver_subject and not new.deliver_subject:
-        raise ValueError("can not update push consumer to pull based")
-    if not old.deliver_subject and new.deliver_subject:
-        raise ValueError("can not update pull consumer to push based")
-    if old.max_waiting != new.max_waiting:
-        raise ValueError("max waiting can not be updated")
 
 
 def is_api_subject(subject: str) -> bool:

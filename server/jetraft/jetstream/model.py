@@ -37,7 +37,6 @@ import dataclasses
 import datetime as _dt
 import json
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -47,7 +46,6 @@ from jetraft.jetstream.errors import JSApiError
 from jetraft.protocol.subjects import is_valid_literal_subject, is_valid_subject, subject_matches
 from jetraft.protocol.subjects import (
     OverlapWorkExceeded,
-    SubjectIndex,
     filters_overlap,
     first_covered_filter,
     first_invalid_filter,
@@ -78,7 +76,7 @@ __all__ = [
     "is_valid_asset_name",
     "is_valid_name",
     "parse_time",
-    "stream_subjects_overlap",
+    "raw_json",
 ]
 
 SECOND = 1_000_000_000
@@ -190,7 +188,7 @@ def _type_error(value: Any, path: str, gotype: str, *, element: bool = False) ->
     return E.invalid_json(f"json: cannot unmarshal {kind} into {where} of type {gotype}")
 
 
-def _raw_json(value: Any) -> str:
+def raw_json(value: Any) -> str:
     """The JSON text of ``value`` as Go hands it to an UnmarshalJSON method: numbers as
     written; arrays and objects compact (Go keeps the client's spacing)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -203,7 +201,7 @@ def _raw_json(value: Any) -> str:
 
 def _go_quote_raw(value: Any) -> str:
     """Go ``%q`` of the raw JSON bytes of ``value`` (as enum UnmarshalJSON errors print them)."""
-    return json.dumps(_raw_json(value))
+    return json.dumps(raw_json(value))
 
 
 @dataclass(frozen=True)
@@ -236,7 +234,7 @@ def _decode_value(f: _F, value: Any, path: str, *, element: bool = False) -> Any
             if f.enum_error in ("quoted", "lower"):
                 raise E.invalid_json(f"can not unmarshal {_go_quote_raw(value)}")
             if f.enum_error.startswith("raw:"):
-                raise E.invalid_json(f.enum_error[4:] + _raw_json(value))
+                raise E.invalid_json(f.enum_error[4:] + raw_json(value))
             raise E.invalid_json(f.enum_error)
         return value.lower() if f.enum_error == "lower" else value
     if value is None:
@@ -954,21 +952,6 @@ class StreamConfig(_Model):
         out["metadata"] = {**(self.metadata or {}), META_SERVER_VERSION: server_version,
                            META_SERVER_LEVEL: str(API_LEVEL)}
         return out
-
-
-def stream_subjects_overlap(subjects: Iterable[str], others: Iterable[str] | SubjectIndex) -> bool:
-    """Whether a subject of ``subjects`` overlaps one of ``others`` (another stream's subjects,
-    or a SubjectIndex of several streams' subjects): STREAM.CREATE/UPDATE answers 10065.
-
-    Same answer as nats-server's pairwise ``SubjectsCollide`` loop (stream.go
-    ``jsAccount.subjectsOverlap``, jetstream_cluster.go ``jetStream.subjectsOverlap``), from a
-    trie walk in O(total tokens) for real configurations. Raises JSApiError 10052
-    ``SUBJECTS_TOO_COMPLEX`` when the walk exceeds its bound (protocol/subjects.py).
-    """
-    try:
-        return filters_overlap(subjects, others)
-    except OverlapWorkExceeded:
-        raise E.stream_invalid_config(SUBJECTS_TOO_COMPLEX) from None
 
 
 def _metadata_len(metadata: dict[str, str] | None) -> int:

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jetraft.jetstream.api import _json_bytes, decode_request, pub_ack_bytes
+from jetraft.jetstream.requests import decode_request, json_bytes, pub_ack_bytes
 from jetraft.jetstream.errors import JSApiError
 
 
@@ -56,8 +56,8 @@ def test_any_bytes_decode_or_fail_with_10025(payload):
 
 
 def test_replies_are_encoded_as_go_does():
-    assert _json_bytes({"d": "a > b & <c>"}) == b'{"d":"a \\u003e b \\u0026 \\u003cc\\u003e"}'
-    assert json.loads(_json_bytes({"d": "a > b"})) == {"d": "a > b"}
+    assert json_bytes({"d": "a > b & <c>"}) == b'{"d":"a \\u003e b \\u0026 \\u003cc\\u003e"}'
+    assert json.loads(json_bytes({"d": "a > b"})) == {"d": "a > b"}
     assert pub_ack_bytes({"stream": "S", "seq": 7}) == b'{"stream":"S","seq":7}'
     assert pub_ack_bytes({"stream": "S", "seq": 1, "duplicate": True}) == \
         b'{"stream":"S","seq":1,"duplicate": true}'

@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from jetraft.jetstream import gojson
-from jetraft.jetstream.api import JetStreamAccount, _int_field, decode_request
+from jetraft.jetstream.api import JetStreamAccount
+from jetraft.jetstream.requests import decode_request, int_field
 from jetraft.jetstream.consumer import _BadRequest, _parse_next_request
 from jetraft.jetstream.errors import JSApiError
 from jetraft.events import EVENTS
@@ -154,11 +155,11 @@ def test_any_number_literal_is_taken_only_within_its_go_type(literal, gotype):
     expected = integer_value(literal)
     lo, hi = gojson.INT_RANGES[gotype]
     if expected is not None and lo <= expected <= hi and not (lo == 0 and literal.startswith("-")):
-        value = _int_field(req, "offset", "JSApiStreamNamesRequest", gotype)
+        value = int_field(req, "offset", "JSApiStreamNamesRequest", gotype)
         assert type(value) is int and value == expected
         return
     with pytest.raises(JSApiError) as info:
-        _int_field(req, "offset", "JSApiStreamNamesRequest", gotype)
+        int_field(req, "offset", "JSApiStreamNamesRequest", gotype)
     assert info.value.description == (f"invalid JSON: json: cannot unmarshal number {literal} into Go "
                                       f"struct field JSApiStreamNamesRequest.offset of type {gotype}")
 
@@ -177,7 +178,7 @@ def test_any_number_literal_decodes_to_its_value(literal):
 def test_pinned_integer_refusals():
     req = decode_request(b'{"offset":1e999}', "JSApiStreamNamesRequest")    # decodes fine...
     with pytest.raises(JSApiError) as info:                                 # ...the field refuses
-        _int_field(req, "offset", "JSApiStreamNamesRequest", "int")
+        int_field(req, "offset", "JSApiStreamNamesRequest", "int")
     assert info.value.description == ("invalid JSON: json: cannot unmarshal number 1e999 into Go struct "
                                       "field JSApiStreamNamesRequest.offset of type int")
 

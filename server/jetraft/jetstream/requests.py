@@ -1,0 +1,264 @@
+"""JetStream API requests decoded and responses encoded as nats-server does it in Go.
+
+Requests are decoded as nats-server's ``unmarshalRequest`` decodes them (a Go
+``json.Decoder``, see :mod:`jetraft.jetstream.gojson`): a key or value Go refuses raises
+JSApiError 10025 ``invalid JSON: ...`` with Go's wording. Responses are written as Go's
+encoder writes them (:func:`json_bytes`, :func:`pub_ack_bytes`), errors with the fields
+nats-server's Go response types still carry (:data:`ERROR_EXTRAS`) and the 500 errors of
+:func:`internal_error`. Pure functions: no I/O, no state.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from . import errors as E
+from . import gojson
+from .errors import JSApiError
+from .model import ConsumerConfig, parse_time, raw_json
+
+__all__ = ["ERROR_EXTRAS", "INTERNAL_ERROR_TEXT", "MSG_GET_TYPES", "PAGING_TYPES", "bool_field",
+           "check_fields", "check_value", "consumer_create_request", "decode_fields",
+           "decode_request", "go_json_error", "int_field", "internal_error", "json_bytes",
+           "msg_get_request", "pub_ack_bytes", "str_field"]
+
+
+def go_json_error(text: str, exc: json.JSONDecodeError) -> str:
+    """The message nats-server gives for the syntax error Python's json found in ``text``
+    (see :mod:`jetraft.jetstream.gojson`): ``invalid character ... at offset N`` or
+    ``unexpected EOF``."""
+    message, index, trim = gojson.go_syntax(text, exc)
+    if index is None:
+        return "unexpected EOF"
+    return f"{message} at offset {len(text[:index + 1].encode('utf-8', 'surrogateescape')) - trim}"
+
+
+def decode_request(payload: bytes, go_type: str) -> dict[str, Any] | None:
+    """A JSON API request body: None when empty (or ``null``), else the object.
+
+    Decoded as nats-server's ``unmarshalRequest`` does (a Go ``json.Decoder``; see
+    :mod:`jetraft.jetstream.gojson` for nesting, number and string limits). Raises
+    JSApiError 10025 "invalid JSON: ..." with Go's wording for a syntax error (``... at
+    offset N``, ``unexpected EOF``, ``exceeded max depth at offset N``) or for a body
+    that is not an object (``go_type`` names the Go request struct, e.g.
+    ``"JSApiStreamPurgeRequest"``). Several concatenated objects are decoded into one
+    request, later keys overriding earlier ones, as Go decodes each into the same struct.
+    """
+    try:
+        return gojson.merge_objects(payload)
+    except gojson.GoJSONError as exc:
+        raise E.invalid_json(exc.stream_text()) from None
+    except gojson.NotAnObject as exc:
+        raise E.invalid_json(f"json: cannot unmarshal {gojson.json_kind(exc.value)} "
+                             f"into Go value of type server.{go_type}") from None
+
+
+def _unmarshal_error(kind: str, path: str, gotype: str) -> JSApiError:
+    """Go's UnmarshalTypeError text for a struct field ``path`` (``Struct.field``)."""
+    return E.invalid_json(f"json: cannot unmarshal {kind} into Go struct field {path} of type {gotype}")
+
+
+def _go_kind(value: Any, gotype: str) -> str:
+    """What Go's type error names: ``number <literal>`` when a number does not fit an
+    integer type, else the JSON kind (``number``, ``string``, ``array``...)."""
+    kind = gojson.json_kind(value)
+    if kind == "number" and gotype in gojson.INT_RANGES:
+        return f"number {gojson.number_literal(value)}"
+    return kind
+
+
+def int_field(req: dict[str, Any], key: str, go_type: str, gotype: str = "uint64") -> int:
+    """An integer request field (0 when absent or null), refused as Go's decoder refuses
+    it: JSApiError 10025 ``json: cannot unmarshal number 1e999 into Go struct field
+    <go_type>.<key> of type <gotype>`` for a number outside ``gotype``'s range (a key of
+    :data:`gojson.INT_RANGES`), a fraction or an exponent; the JSON kind for anything else."""
+    value = req.get(key)
+    if value is None:
+        return 0
+    number = gojson.go_int(value, gotype)
+    if number is None:
+        raise _unmarshal_error(_go_kind(value, gotype), f"{go_type}.{key}", gotype)
+    return number
+
+
+def str_field(req: dict[str, Any], key: str, go_type: str) -> str:
+    """A string request field ("" when absent or null); JSApiError 10025 otherwise."""
+    value = req.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise _unmarshal_error(gojson.json_kind(value), f"{go_type}.{key}", "string")
+    return value
+
+
+def bool_field(req: dict[str, Any], key: str, go_type: str) -> bool:
+    """A boolean request field (False when absent or null); JSApiError 10025 otherwise."""
+    value = req.get(key)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise _unmarshal_error(gojson.json_kind(value), f"{go_type}.{key}", "bool")
+    return value
+
+
+def check_value(go_type: str, key: str, value: Any, gotype: str) -> None:
+    """Refuse ``value`` of field ``key`` as Go's decoder refuses it for a ``gotype`` (an
+    integer type of :data:`gojson.INT_RANGES`, ``string``, ``bool``, ``time.Time``,
+    ``[]string``; ``any`` takes anything): JSApiError 10025 with Go's text. Null is zero."""
+    if value is None or gotype == "any":
+        return
+    if gotype in gojson.INT_RANGES:
+        int_field({key: value}, key, go_type, gotype)
+    elif gotype == "string":
+        str_field({key: value}, key, go_type)
+    elif gotype == "bool":
+        bool_field({key: value}, key, go_type)
+    elif gotype == "time.Time":
+        if not isinstance(value, str):
+            raise _unmarshal_error(gojson.json_kind(value), f"{go_type}.{key}", gotype)
+        try:
+            parse_time(value)
+        except ValueError as exc:
+            raise E.invalid_json(str(exc)) from None
+    elif not isinstance(value, list):
+        raise _unmarshal_error(gojson.json_kind(value), f"{go_type}.{key}", gotype)
+    else:       # []string: an element's error names its index, without "Go struct field"
+        for i, item in enumerate(value):
+            if item is not None and not isinstance(item, str):
+                raise E.invalid_json(f"json: cannot unmarshal {gojson.json_kind(item)} into "
+                                     f"{go_type}.{key}.{i} of type string")
+
+
+def decode_fields(req: dict[str, Any], go_type: str, types: dict[str, str], *,
+                   strict: bool = True) -> None:
+    """Check ``req``'s keys in order, as nats-server's decoder meets them: an unknown key
+    (``strict``: ``json: unknown field "k"``; else ignored) or a value its Go type refuses
+    (:func:`check_value`) raises JSApiError 10025; the first one found wins."""
+    for key, value in req.items():
+        gotype = types.get(key)
+        if gotype is None:
+            if strict:
+                raise E.invalid_json(f"json: unknown field {json.dumps(key)}")
+            continue
+        check_value(go_type, key, value, gotype)
+
+
+#: The paging requests' fields (JSApiStreamNamesRequest, JSApiConsumersRequest...).
+PAGING_TYPES = {"offset": "int", "subject": "string"}
+#: JSApiMsgGetRequest (nats-server jetstream_api.go): its fields and Go types.
+MSG_GET_TYPES = {"seq": "uint64", "last_by_subj": "string", "next_by_subj": "string",
+                  "batch": "int", "max_bytes": "int", "start_time": "time.Time",
+                  "multi_last": "[]string", "up_to_seq": "uint64", "up_to_time": "time.Time",
+                  "no_hdr": "bool"}
+
+
+def msg_get_request(req: dict[str, Any], *, strict: bool) -> dict[str, Any]:
+    """A JSApiMsgGetRequest checked as Go decodes it (``strict``: unknown keys refused, as
+    STREAM.MSG.GET; DIRECT.GET ignores them); returns the request with ``no_hdrs`` set
+    from ``no_hdr`` for the stream. Raises JSApiError 10025 with Go's text."""
+    decode_fields(req, "JSApiMsgGetRequest", MSG_GET_TYPES, strict=strict)
+    return {**req, "no_hdrs": bool(req.get("no_hdr"))}
+
+
+_CONSUMER_ACTIONS = ("create", "update", "")
+
+
+def consumer_create_request(req: dict[str, Any]) -> ConsumerConfig:
+    """CreateConsumerRequest (nats-server jetstream_api.go) decoded key by key, in order, as
+    Go's strict decoder does: ``stream_name`` string, ``config`` a ConsumerConfig (null:
+    empty), ``action`` create|update|"" (ConsumerAction.UnmarshalJSON: ``unknown consumer
+    action: <raw JSON>``), ``pedantic`` bool. Returns the decoded (unchecked) config.
+    Raises JSApiError 10025."""
+    go_type = "CreateConsumerRequest"
+    cfg = None
+    for key, value in req.items():
+        if key == "stream_name":
+            check_value(go_type, key, value, "string")
+        elif key == "pedantic":
+            check_value(go_type, key, value, "bool")
+        elif key == "action":
+            if value not in _CONSUMER_ACTIONS or not isinstance(value, str):
+                raise E.invalid_json(f"unknown consumer action: {raw_json(value)}")
+        elif key == "config":
+            if value is not None and not isinstance(value, dict):
+                raise _unmarshal_error(gojson.json_kind(value), f"{go_type}.config", "server.ConsumerConfig")
+            cfg = ConsumerConfig.decode(value or {}, path=f"{go_type}.config")
+        else:
+            raise E.invalid_json(f"json: unknown field {json.dumps(key)}")
+    return cfg if cfg is not None else ConsumerConfig.decode({})
+
+
+def check_fields(req: dict[str, Any], allowed: tuple[str, ...]) -> None:
+    """Refuse a key of ``req`` not in ``allowed`` as Go's strict decoder does: JSApiError
+    10025 ``json: unknown field "k"``."""
+    for key in req:
+        if key not in allowed:
+            raise E.invalid_json(f"json: unknown field {json.dumps(key)}")
+
+
+def pub_ack_bytes(ack: dict[str, Any]) -> bytes:
+    """A PubAck exactly as nats-server writes it (stream.go: a hand-built string, so a
+    duplicate reads ``{"stream":"S","seq":1,"duplicate": true}``, with that space)."""
+    text = '{"stream":' + json.dumps(ack["stream"])
+    if ack.get("domain"):
+        text += ',"domain":' + json.dumps(ack["domain"])
+    text += f',"seq":{ack["seq"]}'
+    if ack.get("duplicate"):
+        text += ',"duplicate": true'
+    return (text + "}").encode()
+
+
+_GO_ESCAPE_PAIRS = (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
+                   ("\u2028", "\\u2028"), ("\u2029", "\\u2029"))
+
+
+def json_bytes(obj: Any) -> bytes:
+    """Compact JSON as Go's encoder writes it (``<``, ``>``, ``&`` escaped as ``\\u003c``...;
+    a byte that is not UTF-8, carried as a surrogate escape from a subject or a body, written
+    as U+FFFD, one per byte, as Go's encoder writes invalid UTF-8)."""
+    text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    for ch, escaped in _GO_ESCAPE_PAIRS:     # str.replace: C speed on big bodies
+        if ch in text:
+            text = text.replace(ch, escaped)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text).encode()
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+#: The nats-server error (errors.json) a response type answers an internal failure with.
+_INTERNAL_ERRORS = {
+    E.STREAM_CREATE_RESPONSE: "JSStreamCreateErrF",
+    E.STREAM_UPDATE_RESPONSE: "JSStreamUpdateErrF",
+    E.STREAM_DELETE_RESPONSE: "JSStreamDeleteErrF",
+    E.STREAM_PURGE_RESPONSE: "JSStreamPurgeFailedF",
+    E.STREAM_MSG_DELETE_RESPONSE: "JSStreamMsgDeleteFailedF",
+    E.CONSUMER_CREATE_RESPONSE: "JSConsumerCreateErrF",
+}
+INTERNAL_ERROR_TEXT = "internal error"
+
+
+def internal_error(rtype: str) -> JSApiError:
+    """The answer to a request whose handling failed unexpectedly: nats-server's 500 error
+    for the response type ``rtype`` (errors.json: JSStreamCreateErrF 10049,
+    JSStreamUpdateErrF 10069, JSStreamDeleteErrF 10050, JSStreamPurgeFailedF 10110,
+    JSStreamMsgDeleteFailedF 10057, JSConsumerCreateErrF 10012, otherwise
+    JSStreamGeneralErrorF 10051), described as ``internal error``."""
+    return E.api_error(_INTERNAL_ERRORS.get(rtype, "JSStreamGeneralErrorF"), err=INTERNAL_ERROR_TEXT)
+
+
+_PAGED = {"total": 0, "offset": 0, "limit": 0}
+#: Fields nats-server's error responses still carry (non-omitempty fields of the Go types).
+ERROR_EXTRAS: dict[str, dict[str, Any]] = {
+    E.STREAM_PURGE_RESPONSE: {"purged": 0},
+    E.STREAM_INFO_RESPONSE: _PAGED,
+    E.STREAM_NAMES_RESPONSE: {**_PAGED, "streams": None},
+    E.STREAM_LIST_RESPONSE: {**_PAGED, "streams": []},
+    E.CONSUMER_NAMES_RESPONSE: {**_PAGED, "consumers": []},
+    E.CONSUMER_LIST_RESPONSE: {**_PAGED, "consumers": []},
+}

@@ -1,0 +1,159 @@
+"""STREAM.CREATE and STREAM.UPDATE request checks, and consumer config update checks.
+
+One validator for both places that decide on a stream request: a single server's
+:class:`~jetraft.jetstream.api.JetStreamAccount` and a cluster's meta leader
+(``net/js_cluster.py``). Pure functions: the caller hands in what they need to know of
+the account (the other streams' subjects, the stream as it is) and acts on the answer.
+Each raises :class:`~jetraft.jetstream.errors.JSApiError` with nats-server's code and text
+(errors.json) for the first check that fails, in nats-server's order
+(jetstream_api.go jsStreamCreateRequest / jsStreamUpdateRequest, stream.go
+checkStreamCfg and configUpdateCheck, jetstream_cluster.go jsClusteredStreamRequest /
+jsClusteredStreamUpdateRequest).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from jetraft.protocol.subjects import OverlapWorkExceeded, SubjectIndex, filters_overlap
+
+from . import errors as E
+from .model import SUBJECTS_TOO_COMPLEX, ConsumerConfig, StreamConfig
+from .requests import decode_request
+
+__all__ = ["check_consumer_update", "check_stream_create", "check_stream_update",
+           "check_subjects_overlap"]
+
+#: The other streams' subjects: a plain list, or a SubjectIndex of several streams'.
+Subjects = Iterable[str] | SubjectIndex
+
+
+def check_subjects_overlap(subjects: Iterable[str], others: Subjects) -> None:
+    """Refuse ``subjects`` when one overlaps one of ``others`` (the account's other streams'
+    subjects; a stream without subjects counts with its name): JSApiError 10065
+    ``subjects overlap with an existing stream``.
+
+    Same answer as nats-server's pairwise ``SubjectsCollide`` loop (stream.go
+    ``jsAccount.subjectsOverlap``, jetstream_cluster.go ``jetStream.subjectsOverlap``), from a
+    trie walk in O(total tokens) for real configurations. Raises JSApiError 10052
+    ``subjects too complex to check for overlap`` when the walk exceeds its bound
+    (protocol/subjects.py).
+    """
+    try:
+        overlap = filters_overlap(subjects, others)
+    except OverlapWorkExceeded:
+        raise E.stream_invalid_config(SUBJECTS_TOO_COMPLEX) from None
+    if overlap:
+        raise E.subjects_overlap()
+
+
+def check_stream_create(payload: bytes, subject_name: str, others: Subjects, *,
+                        existing: Callable[[str], dict[str, Any] | None], clustered: bool,
+                        unloaded: Mapping[str, str] | None = None) -> tuple[StreamConfig, bool]:
+    """Check a ``$JS.API.STREAM.CREATE.<subject_name>`` request body ``payload``.
+
+    Returns ``(config, exists)``: the checked config with its static metadata, and whether
+    a stream of that name with that very config exists already (the create is then
+    answered with that stream and changes nothing). ``others``: the subjects of the
+    account's streams (looked at only when no stream of that name exists);
+    ``existing(name)``: the config JSON of the account's stream ``name``, or None.
+
+    Checks, in this order: the request's JSON (10025), the config's decoding, the
+    create-only checks (10056 name mismatch, 10128 path separators, 10052 sealed or
+    mirror_direct), checkStreamCfg (``pedantic`` honoured); then 10074 for replicas > 1
+    when not ``clustered``; 10052 for a setting jetraft does not act on; then, for a
+    single server only (``unloaded``: streams on disk but not loaded, name -> why),
+    10049 for such a name; 10058 for a stream of that name with another config; 10065
+    for subjects that overlap the other streams'. A cluster's meta leader passes
+    ``clustered=True`` and no ``unloaded`` (its assignments have no files).
+    """
+    req = decode_request(payload, "StreamConfigRequest") or {}
+    pedantic = bool(req.get("pedantic"))
+    cfg = StreamConfig.decode(req)
+    cfg.create_request_checks(subject_name)
+    cfg = cfg.checked(pedantic=pedantic).with_static_metadata()
+    if cfg.num_replicas > 1 and not clustered:
+        raise E.stream_replicas_not_supported()
+    cfg.check_supported()       # refused before anything is stored or proposed
+    if unloaded and cfg.name in unloaded:
+        raise E.stream_create(f"stream {cfg.name} is on disk but not loaded "
+                              f"({unloaded[cfg.name]})")
+    current = existing(cfg.name)
+    if current is not None:
+        if current != cfg.to_json():
+            raise E.stream_name_exist()
+        return cfg, True
+    check_subjects_overlap(cfg.subjects, others)
+    return cfg, False
+
+
+def check_stream_update(payload: bytes, subject_name: str, current: Callable[[str], StreamConfig],
+                        others: Subjects, *, clustered: bool,
+                        meta_leader: bool = False) -> StreamConfig:
+    """Check a ``$JS.API.STREAM.UPDATE.<subject_name>`` request body ``payload``; returns
+    the new config.
+
+    ``current(name)``: the stream's config as it is (raises JSApiError 10059 stream not
+    found when there is none); ``others``: the subjects of the account's other streams.
+
+    A single server (``meta_leader=False``; nats-server jsStreamUpdateRequest) checks, in
+    this order: the request's JSON (10025), checkStreamCfg with ``pedantic`` honoured,
+    10056 for a name that is not ``subject_name``, 10059 for an unknown stream,
+    configUpdateCheck against the current config (10052, 10055; 10074 for replicas > 1
+    when not ``clustered``), 10052 for a setting jetraft does not act on, 10065 for
+    subjects that overlap the other streams'. The returned config carries its static
+    metadata.
+
+    A cluster's meta leader (``meta_leader=True``; nats-server
+    jsClusteredStreamUpdateRequest) checks what needs the whole cluster's view before it
+    proposes the new config: the request's JSON, checkStreamCfg without ``pedantic``,
+    10052 for a setting jetraft does not act on, 10059 for an unknown stream, 10074 for a
+    replica count that differs from the assignment's (``replicas can not be updated``), then
+    10065 for overlapping subjects. The stream's replicas then apply the update through
+    their log with every single-server check, and answer it.
+    """
+    req = decode_request(payload, "StreamConfigRequest") or {}
+    new = StreamConfig.decode(req).checked(pedantic=bool(req.get("pedantic")) and not meta_leader)
+    if meta_leader:
+        new.check_supported()   # refused before the meta group stores the new config
+    elif subject_name != new.name:
+        raise E.stream_name_mismatch()
+    old = current(subject_name)
+    if meta_leader:
+        if new.num_replicas != old.num_replicas:
+            raise E.stream_replicas_not_updatable()
+        cfg = new
+    else:
+        cfg = StreamConfig.update_check(old, new, clustered=clustered).with_static_metadata()
+        cfg.check_supported()
+    check_subjects_overlap(cfg.subjects, others)
+    return cfg
+
+
+_FIXED_CONSUMER_FIELDS = (
+    ("deliver_policy", "deliver policy can not be updated"),
+    ("mem_storage", "storage type can not be updated"),
+    ("direct", "direct can not be updated"),
+    ("sourcing", "sourcing can not be updated"),
+    ("opt_start_seq", "start sequence can not be updated"),
+    ("opt_start_time", "start time can not be updated"),
+    ("ack_policy", "ack policy can not be updated"),
+    ("replay_policy", "replay policy can not be updated"),
+    ("idle_heartbeat", "heart beats can not be updated"),
+    ("flow_control", "flow control can not be updated"),
+)
+
+
+def check_consumer_update(old: ConsumerConfig, new: ConsumerConfig) -> None:
+    """nats-server consumer.go checkNewConsumerConfig: raises ValueError with its text for
+    the first setting of ``old`` that ``new`` may not change."""
+    for attr, text in _FIXED_CONSUMER_FIELDS:
+        if getattr(old, attr) != getattr(new, attr):
+            raise ValueError(text)
+    if old.deliver_subject and not new.deliver_subject:
+        raise ValueError("can not update push consumer to pull based")
+    if not old.deliver_subject and new.deliver_subject:
+        raise ValueError("can not update pull consumer to push based")
+    if old.max_waiting != new.max_waiting:
+        raise ValueError("max waiting can not be updated")

@@ -21,20 +21,14 @@ Subjects served (nats-server ``server/jetstream_api.go``, ``server/stream.go``):
 Every response carries nats-server's ``type`` string and, on failure, an ``error`` object
 with exactly ``code``, ``err_code`` and ``description``.
 
-Files (nats-server's layout, JSON instead of its binary meta files)::
-
-    <store_dir>/jetstream/<account>/streams/<stream>/meta.json         {"config", "created"}
-    <store_dir>/jetstream/<account>/streams/<stream>/msgs/             FileStore blocks
-    <store_dir>/jetstream/<account>/streams/<stream>/obs/<consumer>/meta.json   {"config", "created"}
-    <store_dir>/jetstream/<account>/streams/<stream>/obs/<consumer>/state.json  Consumer.state_to_json()
-
-A meta file that cannot be read is reported (``jetstream_recovery_problem``) and its stream
-or consumer left on disk, untouched, for the operator; it is never deleted.
+Files: nats-server's layout, JSON instead of its binary meta files
+(:mod:`jetraft.jetstream.layout`). A meta file that cannot be read is reported
+(``jetstream_recovery_problem``) and its stream or consumer left on disk, untouched, for
+the operator; it is never deleted.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import shutil
@@ -54,7 +48,7 @@ from jetraft.protocol.subjects import (
 )
 
 from . import errors as E
-from . import gojson
+from . import gojson, layout
 from .consumer import Consumer
 from .errors import JSApiError, UnsupportedSetting
 from .model import (
@@ -66,7 +60,6 @@ from .model import (
     AccountLimits,
     APIStats,
     ConsumerConfig,
-    UNSUPPORTED,
     StreamConfig,
     format_time,
 )
@@ -130,24 +123,6 @@ def new_consumer_name() -> str:
     return "".join(secrets.choice(_NAME_CHARS) for _ in range(8))
 
 
-def _atomic_write(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` durably: temp file, fsync, rename, fsync the directory."""
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, fileio.FILE_MODE)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dfd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
-
 class JetStreamAccount:
     """JetStream for one account (nats-server ``jsAccount``).
 
@@ -186,8 +161,7 @@ class JetStreamAccount:
         self.api_total = 0
         self.api_errors = 0
         self.limits = AccountLimits()
-        self.base = (os.path.join(store_dir, "jetstream", name, "streams")
-                     if store_dir is not None else None)
+        self.base = layout.streams_dir(store_dir, name) if store_dir is not None else None
 
     # ------------------------------------------------------------------ recovery
 
@@ -201,73 +175,19 @@ class JetStreamAccount:
         reported with the setting named, and its files are left untouched; such a stream
         is listed in :attr:`unloaded`.
         """
-        if self.base is None or not os.path.isdir(self.base):
-            return
-        for sname in sorted(os.listdir(self.base)):
-            sdir = os.path.join(self.base, sname)
-            meta_path = os.path.join(sdir, "meta.json")
-            try:
-                with open(meta_path, "rb") as fh:
-                    meta = json.loads(fh.read())
-                config = StreamConfig.from_json(meta["config"])
-                created = int(meta.get("created", now_ns))
-            except (OSError, ValueError, KeyError, TypeError, JSApiError) as exc:
-                self._problem(sname, None, meta_path, f"stream meta unreadable: {exc}")
-                self.unloaded[sname] = f"stream meta unreadable: {exc}"
+        for found in layout.recover_streams(self.base, now_ns, sync=self.sync, sync_always=self.sync_always,
+                                            domain=self.domain, problem=self._problem):
+            if found.stream is None:
+                self.unloaded[found.name] = found.unloaded
                 continue
-            try:
-                config.check_supported()
-            except JSApiError as exc:
-                detail = f"stream not loaded: {exc.description}; its files are kept"
-                self._problem(sname, None, meta_path, detail)
-                self.unloaded[sname] = detail
-                continue
-            store = FileStore(os.path.join(sdir, "msgs"), sync=self.sync, sync_always=self.sync_always)
-            for item in store.recovery_report:
-                self._problem(sname, None, os.path.join(sdir, "msgs", item["file"]),
-                              f"{item['kind']} at offset {item['offset']} (seq {item['first_seq']}): "
-                              f"{item['detail']}")
-            entry = StreamEntry(Stream(config, store, created_ns=created, domain=self.domain,
-                                       now_ns=now_ns), directory=sdir)
+            entry = StreamEntry(found.stream, directory=found.directory)
             self._add_stream(entry)
-            self.events.emit("jetstream_stream_recovered", account=self.name, stream=sname,
-                             messages=store.state().messages, last_seq=store.state().last_seq)
-            obs = os.path.join(sdir, "obs")
-            if not os.path.isdir(obs):
-                continue
-            for cname in sorted(os.listdir(obs)):
-                cdir = os.path.join(obs, cname)
-                try:
-                    with open(os.path.join(cdir, "meta.json"), "rb") as fh:
-                        cmeta = json.loads(fh.read())
-                    ccfg = ConsumerConfig.decode(cmeta["config"]).checked(entry.stream.config)
-                    ccreated = int(cmeta.get("created", now_ns))
-                except (OSError, ValueError, KeyError, TypeError, JSApiError) as exc:
-                    self._problem(sname, cname, os.path.join(cdir, "meta.json"),
-                                  f"consumer meta unreadable: {exc}")
-                    continue
-                what = ccfg.unsupported()
-                if what is not None:
-                    self._problem(sname, cname, os.path.join(cdir, "meta.json"),
-                                  f"consumer not loaded: {what} {UNSUPPORTED}; its files are kept")
-                    continue
-                state = None
-                state_path = os.path.join(cdir, "state.json")
-                if os.path.exists(state_path):
-                    try:
-                        with open(state_path, "rb") as fh:
-                            state = json.loads(fh.read())
-                    except (OSError, ValueError) as exc:
-                        self._problem(sname, cname, state_path,
-                                      f"consumer state unreadable, delivering from its start: {exc}")
-                try:
-                    consumer = Consumer(entry.stream, cname, ccfg, created_ns=ccreated, state=state,
-                                        has_interest=self.interest)
-                except Exception as exc:  # noqa: BLE001 - a bad state file must not stop the server
-                    self._problem(sname, cname, state_path, f"consumer state rejected: {exc}")
-                    consumer = Consumer(entry.stream, cname, ccfg, created_ns=ccreated,
-                                        has_interest=self.interest)
-                entry.consumers[cname] = consumer
+            state = found.stream.store.state()
+            self.events.emit("jetstream_stream_recovered", account=self.name, stream=found.name,
+                             messages=state.messages, last_seq=state.last_seq)
+            for consumer in layout.recover_consumers(found, now_ns, interest=self.interest,
+                                                     problem=self._problem):
+                entry.consumers[consumer.name] = consumer
 
     def _problem(self, stream: str, consumer: str | None, path: str, detail: str) -> None:
         self.events.emit("jetstream_recovery_problem", account=self.name, stream=stream,
@@ -428,7 +348,7 @@ class JetStreamAccount:
             for cname, consumer in entry.consumers.items():
                 if consumer.config.mem_storage or not (consumer.dirty or force):
                     continue
-                path = os.path.join(entry.directory, "obs", cname, "state.json")
+                path = layout.consumer_state_path(entry.directory, cname)
                 writes.append((path, json_bytes(consumer.state_to_json())))
         return writes
 
@@ -438,7 +358,7 @@ class JetStreamAccount:
         for path, data in writes:
             if os.path.isdir(os.path.dirname(path)):
                 try:
-                    _atomic_write(path, data)
+                    layout.atomic_write(path, data)
                 except FileNotFoundError:
                     continue
 
@@ -629,7 +549,7 @@ class JetStreamAccount:
         if old is not None:
             self.delete_replica(cfg.name)
         if cfg.storage == "file" and self.base is not None:
-            shutil.rmtree(os.path.join(self.base, cfg.name), ignore_errors=True)
+            shutil.rmtree(layout.stream_dir(self.base, cfg.name), ignore_errors=True)
         if cfg.storage == "file" and self.base is None:
             raise E.stream_create("jetstream has no store directory")
         return self._create_stream(cfg, created_ns)
@@ -695,17 +615,13 @@ class JetStreamAccount:
         if cfg.storage == "memory":
             entry = StreamEntry(Stream(cfg, MemoryStore(), created_ns=now_ns, domain=self.domain))
         else:
-            sdir = os.path.join(self.base, cfg.name)
+            sdir = layout.stream_dir(self.base, cfg.name)
             fileio.make_dirs(sdir)
-            self._write_stream_meta(sdir, cfg, now_ns)
-            store = FileStore(os.path.join(sdir, "msgs"), sync=self.sync, sync_always=self.sync_always)
+            layout.write_stream_meta(sdir, cfg, now_ns)
+            store = FileStore(layout.msgs_dir(sdir), sync=self.sync, sync_always=self.sync_always)
             entry = StreamEntry(Stream(cfg, store, created_ns=now_ns, domain=self.domain), directory=sdir)
         self._add_stream(entry)
         return entry
-
-    def _write_stream_meta(self, sdir: str, cfg: StreamConfig, created: int) -> None:
-        _atomic_write(os.path.join(sdir, "meta.json"),
-                      json_bytes({"config": cfg.to_json(), "created": created}))
 
     def _api_stream_update(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
         entry = self.streams.get(tokens[4])
@@ -722,7 +638,7 @@ class JetStreamAccount:
         for subject in cfg.subjects:
             self._capture.insert(subject, entry.name)
         if entry.directory is not None:
-            self._write_stream_meta(entry.directory, cfg, entry.stream.created_ns)
+            layout.write_stream_meta(entry.directory, cfg, entry.stream.created_ns)
         entry.stream.enforce_limits("")  # tightened limits apply now
         self.events.emit("jetstream_stream_updated", account=self.name, stream=cfg.name)
         return self.stream_info(entry, now_ns), self._poll_stream(entry, now_ns, removed=True)
@@ -1044,13 +960,8 @@ class JetStreamAccount:
             return False
 
     def _write_consumer_meta(self, entry: StreamEntry, consumer: Consumer) -> None:
-        if entry.directory is None or consumer.config.mem_storage:
-            return
-        cdir = os.path.join(entry.directory, "obs", consumer.name)
-        fileio.make_dirs(cdir)
-        _atomic_write(os.path.join(cdir, "meta.json"),
-                      json_bytes({"config": consumer.config.to_json(), "created": consumer.created_ns}))
-        _atomic_write(os.path.join(cdir, "state.json"), json_bytes(consumer.state_to_json()))
+        if entry.directory is not None and not consumer.config.mem_storage:
+            layout.write_consumer_meta(entry.directory, consumer)
 
     def _consumer_info(self, consumer: Consumer, now_ns: int) -> dict[str, Any]:
         """CONSUMER.INFO/CREATE body: the info with ``_nats.ver``/``_nats.level`` added to
@@ -1080,7 +991,7 @@ class JetStreamAccount:
         consumer = entry.consumers.pop(cname)
         out = consumer.stop()
         if entry.directory is not None:
-            shutil.rmtree(os.path.join(entry.directory, "obs", cname), ignore_errors=True)
+            shutil.rmtree(layout.consumer_dir(entry.directory, cname), ignore_errors=True)
         self.events.emit("jetstream_consumer_deleted", account=self.name, stream=entry.name,
                          consumer=cname, reason=reason)
         if entry.stream.config.retention == "interest":

@@ -1,0 +1,214 @@
+"""One account's JetStream files: the store directory layout, the stream and consumer meta
+files, and recovery from them.
+
+nats-server's layout (server/filestore.go, server/jetstream.go), JSON instead of its binary
+meta files::
+
+    <store_dir>/jetstream/<account>/streams/<stream>/meta.json         {"config", "created"}
+    <store_dir>/jetstream/<account>/streams/<stream>/msgs/             FileStore blocks
+    <store_dir>/jetstream/<account>/streams/<stream>/obs/<consumer>/meta.json   {"config", "created"}
+    <store_dir>/jetstream/<account>/streams/<stream>/obs/<consumer>/state.json  Consumer.state_to_json()
+
+``created`` is ns since the epoch. Every file is written whole and durably
+(:func:`atomic_write`) through the :mod:`~jetraft.raft.storage.fileio` seam, so that tests
+can fail any step as a full or failing disk does.
+
+A meta file that cannot be read is reported (``problem(stream, consumer, path, detail)``,
+the account's ``jetstream_recovery_problem``) and its stream or consumer left on disk,
+untouched, for the operator; it is never deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from jetraft.raft.storage import fileio
+
+from .consumer import Consumer
+from .errors import JSApiError
+from .model import UNSUPPORTED, ConsumerConfig, StreamConfig
+from .requests import json_bytes
+from .store import FileStore
+from .stream import Stream
+
+__all__ = ["RecoveredStream", "atomic_write", "consumer_dir", "consumer_state_path", "msgs_dir",
+           "recover_consumers", "recover_streams", "stream_dir", "streams_dir", "write_consumer_meta",
+           "write_stream_meta"]
+
+#: ``problem(stream, consumer or None, path, detail)``: report what recovery could not load.
+Problem = Callable[[str, "str | None", str, str], None]
+
+T = TypeVar("T")
+
+META = "meta.json"
+STATE = "state.json"
+
+
+def streams_dir(store_dir: str, account: str) -> str:
+    """``<store_dir>/jetstream/<account>/streams``: the account's stream directories."""
+    return os.path.join(store_dir, "jetstream", account, "streams")
+
+
+def stream_dir(base: str, stream: str) -> str:
+    """A stream's directory under :func:`streams_dir` ``base``."""
+    return os.path.join(base, stream)
+
+
+def msgs_dir(sdir: str) -> str:
+    """The FileStore directory of the stream in ``sdir``."""
+    return os.path.join(sdir, "msgs")
+
+
+def consumer_dir(sdir: str, consumer: str) -> str:
+    """A consumer's directory in its stream's directory ``sdir``."""
+    return os.path.join(sdir, "obs", consumer)
+
+
+def consumer_state_path(sdir: str, consumer: str) -> str:
+    """A consumer's state file (its delivered and acknowledged state)."""
+    return os.path.join(consumer_dir(sdir, consumer), STATE)
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    """Replace ``path`` with ``data`` durably: temp file, fdatasync, rename, fsync the
+    directory, each step through the :mod:`~jetraft.raft.storage.fileio` seam. A crash
+    leaves the old file or the new one. Raises OSError (FileNotFoundError when the
+    directory is gone)."""
+    tmp = path + ".tmp"
+    fd = fileio.open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, fileio.FILE_MODE)
+    try:
+        fileio.pwrite_all(fd, data, 0, tmp)
+        fileio.fdatasync(fd, tmp)
+    finally:
+        os.close(fd)
+    fileio.replace(tmp, path)
+    directory = os.path.dirname(path)
+    dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fileio.fsync_dir(dfd, directory)
+    finally:
+        os.close(dfd)
+
+
+def write_stream_meta(sdir: str, cfg: StreamConfig, created: int) -> None:
+    """Write the stream's meta file (its config and creation time). Raises OSError."""
+    atomic_write(os.path.join(sdir, META), json_bytes({"config": cfg.to_json(), "created": created}))
+
+
+def write_consumer_meta(sdir: str, consumer: Consumer) -> None:
+    """Create the consumer's directory and write its meta and state files. Raises OSError."""
+    cdir = consumer_dir(sdir, consumer.name)
+    fileio.make_dirs(cdir)
+    atomic_write(os.path.join(cdir, META),
+                 json_bytes({"config": consumer.config.to_json(), "created": consumer.created_ns}))
+    atomic_write(os.path.join(cdir, STATE), json_bytes(consumer.state_to_json()))
+
+
+def _read_json(path: str) -> Any:
+    with open(path, "rb") as fh:
+        return json.loads(fh.read())
+
+
+#: What reading a meta file may raise: the file, its JSON, its shape, its config.
+_UNREADABLE = (OSError, ValueError, KeyError, TypeError, JSApiError)
+
+
+def _read_meta(path: str, decode: Callable[[Any], T], now_ns: int) -> tuple[T, int]:
+    """A meta file's decoded config and creation time (``now_ns`` when absent); raises one of
+    :data:`_UNREADABLE`."""
+    meta = _read_json(path)
+    return decode(meta["config"]), int(meta.get("created", now_ns))
+
+
+@dataclass(slots=True)
+class RecoveredStream:
+    """A stream directory found by :func:`recover_streams`: its ``stream`` (None when not
+    loaded, ``unloaded`` then saying why) and its directory."""
+
+    name: str
+    directory: str
+    stream: Stream | None = None
+    unloaded: str = ""
+
+
+def recover_streams(base: str | None, now_ns: int, *, sync: Any, sync_always: bool, domain: str,
+                    problem: Problem) -> Iterator[RecoveredStream]:
+    """The streams under ``base`` (:func:`streams_dir`), by name, each opened on its
+    FileStore (``sync``, ``sync_always``: the server's group commit and its policy).
+
+    Problems are reported through ``problem`` as they are met, before the stream is
+    yielded: an unreadable meta file; a stored config with a setting jetraft does not act
+    on (written by an older jetraft: ``StreamConfig.check_supported``), the stream then
+    yielded unloaded with its files untouched; corrupt or torn message records.
+    """
+    if base is None or not os.path.isdir(base):
+        return
+    for sname in sorted(os.listdir(base)):
+        sdir = stream_dir(base, sname)
+        meta_path = os.path.join(sdir, META)
+        try:
+            config, created = _read_meta(meta_path, StreamConfig.from_json, now_ns)
+        except _UNREADABLE as exc:
+            problem(sname, None, meta_path, f"stream meta unreadable: {exc}")
+            yield RecoveredStream(sname, sdir, unloaded=f"stream meta unreadable: {exc}")
+            continue
+        try:
+            config.check_supported()
+        except JSApiError as exc:
+            detail = f"stream not loaded: {exc.description}; its files are kept"
+            problem(sname, None, meta_path, detail)
+            yield RecoveredStream(sname, sdir, unloaded=detail)
+            continue
+        store = FileStore(msgs_dir(sdir), sync=sync, sync_always=sync_always)
+        for item in store.recovery_report:
+            problem(sname, None, os.path.join(msgs_dir(sdir), item["file"]),
+                    f"{item['kind']} at offset {item['offset']} (seq {item['first_seq']}): "
+                    f"{item['detail']}")
+        yield RecoveredStream(sname, sdir, Stream(config, store, created_ns=created, domain=domain,
+                                                  now_ns=now_ns))
+
+
+def recover_consumers(found: RecoveredStream, now_ns: int, *, interest: Callable[[str], bool],
+                      problem: Problem) -> Iterator[Consumer]:
+    """The consumers of a loaded stream :func:`recover_streams` found, by name, with their
+    stored state (``interest``: ``interest(subject) -> bool`` for push consumers).
+
+    Reported through ``problem`` and skipped, files untouched: an unreadable meta file, a
+    stored config with a setting jetraft does not act on. An unreadable or rejected state
+    file is reported and the consumer delivers from its start.
+    """
+    sname, sdir, stream = found.name, found.directory, found.stream
+    assert stream is not None
+    obs = os.path.join(sdir, "obs")
+    if not os.path.isdir(obs):
+        return
+    for cname in sorted(os.listdir(obs)):
+        cdir = consumer_dir(sdir, cname)
+        meta_path = os.path.join(cdir, META)
+        try:
+            ccfg, ccreated = _read_meta(meta_path, lambda c: ConsumerConfig.decode(c).checked(stream.config),
+                                        now_ns)
+        except _UNREADABLE as exc:
+            problem(sname, cname, meta_path, f"consumer meta unreadable: {exc}")
+            continue
+        what = ccfg.unsupported()
+        if what is not None:
+            problem(sname, cname, meta_path, f"consumer not loaded: {what} {UNSUPPORTED}; its files are kept")
+            continue
+        state = None
+        state_path = os.path.join(cdir, STATE)
+        if os.path.exists(state_path):
+            try:
+                state = _read_json(state_path)
+            except (OSError, ValueError) as exc:
+                problem(sname, cname, state_path, f"consumer state unreadable, delivering from its start: {exc}")
+        try:
+            consumer = Consumer(stream, cname, ccfg, created_ns=ccreated, state=state, has_interest=interest)
+        except Exception as exc:  # noqa: BLE001 - a bad state file must not stop the server
+            problem(sname, cname, state_path, f"consumer state rejected: {exc}")
+            consumer = Consumer(stream, cname, ccfg, created_ns=ccreated, has_interest=interest)
+        yield consumer

@@ -70,17 +70,9 @@ import trio
 
 from jetraft import NATS_COMPAT_VERSION
 from jetraft.jetstream import errors as E
-from jetraft.jetstream.api import (
-    _ERROR_EXTRAS,
-    ACK_PREFIX,
-    API_PREFIX,
-    FC_PREFIX,
-    INTERNAL_ERROR_TEXT,
-    JetStreamAccount,
-    Reply,
-    _json_bytes,
-)
+from jetraft.jetstream.api import ACK_PREFIX, API_PREFIX, FC_PREFIX, JetStreamAccount, Reply
 from jetraft.jetstream.outbound import Outbound
+from jetraft.jetstream.requests import ERROR_EXTRAS, INTERNAL_ERROR_TEXT, json_bytes
 from jetraft.jetstream.store import FileStore
 from jetraft.net.durability import (
     PROBE_TIMEOUT_S,
@@ -89,7 +81,7 @@ from jetraft.net.durability import (
     probe_directory,
     storage_api_error,
 )
-from jetraft.net.js_cluster import _api_kind, _response_type, _stream_of
+from jetraft.jetstream.api_subjects import api_kind as _api_kind, response_type as _response_type, stream_of as _stream_of
 from jetraft.raft.storage import GroupCommit, StorageError, SyncFailed, fileio
 from jetraft.raft.storage.sync import storage_error
 
@@ -133,11 +125,11 @@ def error_reply(out: Outbound, err: E.JSApiError) -> Outbound:
         body = {}
     rtype = body.get("type") if isinstance(body, dict) else None
     if isinstance(rtype, str):
-        data = {**E.error_response(rtype, err), **_ERROR_EXTRAS.get(rtype, {})}
+        data = {**E.error_response(rtype, err), **ERROR_EXTRAS.get(rtype, {})}
     else:
         data = {"error": err.to_json(), "stream": body.get("stream", "") if isinstance(body, dict)
                 else "", "seq": 0}
-    return Outbound(out.subject, None, None, _json_bytes(data))
+    return Outbound(out.subject, None, None, json_bytes(data))
 
 
 def write_state_file(path: str, data: bytes) -> None:
@@ -528,7 +520,7 @@ class JetStreamService:
                 fr.store = fresh
             for path, consumer in _state_files(entry):
                 if os.path.isdir(os.path.dirname(path)):
-                    write_state_file(path, _json_bytes(consumer.state_to_json()))
+                    write_state_file(path, json_bytes(consumer.state_to_json()))
         except (StorageError, OSError, trio.TooSlowError) as exc:
             fr.retry_at = trio.current_time() + STORAGE_RETRY_S
             self.server.events.emit("jetstream_storage_retry_failed", account=fr.account,
@@ -586,7 +578,7 @@ class JetStreamService:
 
         def refusal(err: E.JSApiError) -> Outbound:
             body = {"error": err.to_json(), "stream": name, "seq": 0}
-            return Outbound(reply, None, None, _json_bytes(body))
+            return Outbound(reply, None, None, json_bytes(body))
 
         fr = self._frozen_now(acc, name)
         if fr is not None:
@@ -613,14 +605,14 @@ class JetStreamService:
                 if reply:
                     err = _refusal_error(fr.error)
                     rtype = _response_type(tokens)
-                    body = {**E.error_response(rtype, err), **_ERROR_EXTRAS.get(rtype, {})}
-                    self._enqueue(acc.name, [Reply(Outbound(reply, None, None, _json_bytes(body)))])
+                    body = {**E.error_response(rtype, err), **ERROR_EXTRAS.get(rtype, {})}
+                    self._enqueue(acc.name, [Reply(Outbound(reply, None, None, json_bytes(body)))])
                 return True
 
         def refusal(err: E.JSApiError) -> Outbound:
             rtype = _response_type(tokens)
-            body = {**E.error_response(rtype, err), **_ERROR_EXTRAS.get(rtype, {})}
-            return Outbound(reply, None, None, _json_bytes(body))
+            body = {**E.error_response(rtype, err), **ERROR_EXTRAS.get(rtype, {})}
+            return Outbound(reply, None, None, json_bytes(body))
 
         answered = [True]
 

@@ -1,0 +1,1180 @@
+"""The JetStream cluster controller: every decision of clustered JetStream, with no I/O.
+
+In the shape of the RAFT core (:mod:`jetraft.raft.node`): the controller reads the world
+through a :class:`ClusterView` (RAFT groups' leaders and peers, the routes' peers,
+subscription interest) and is driven by inputs, each carrying the time where it matters:
+
+- :meth:`ClusterController.handle` - an inbound message: a ``$JS.API`` request, an ack or
+  flow-control message, or a publish to a stream's subject;
+- :meth:`ClusterController.meta_change` - one change of an applied meta entry;
+- :meth:`ClusterController.leader_changed` - a stream group elected a leader (or lost it);
+- :meth:`ClusterController.peer_changed` - a route came up or went down;
+- :meth:`ClusterController.tick` - time passed (bootstrap, reconciliation, consumer timers);
+- :meth:`ClusterController.step_down_done` / :meth:`ClusterController.server_remove_done`
+  - the outcome of a :class:`StepDown` / :class:`RemoveServer` action.
+
+Each returns a list of actions for the glue (``net/js_cluster.py``) to carry out, in
+order: :class:`Send` a reply or delivery, :class:`Propose` an entry to a RAFT group,
+:class:`Forward` a request to another server, :class:`OpenReplica` / :class:`CloseReplica`,
+:class:`OpenMeta`, :class:`ChangePeer`, :class:`StepDown`, :class:`RemoveServer`,
+:class:`SetInterest` (the stream leader's route interest) and :class:`Emit` an event.
+
+Where nats-server does the same: jetstream_cluster.go (meta group, stream assignments,
+placement, peer-remove, SERVER.REMOVE, step-down) and jetstream_api.go (which server answers
+which request). The parts:
+
+- **API routing**: requests about one stream and its consumers travel on the stream leader's
+  interest in those API subjects (on the same route as the publishes and acks before them,
+  so a pull request never overtakes an ack). Stream create/delete/update/list, peer-remove,
+  SERVER.REMOVE and meta step-down go to the meta leader (:class:`Forward`). Replies travel
+  back as ordinary messages to the requester's inbox, or through the server the request came
+  from while the inbox's interest has not reached the answering server yet
+  (:attr:`Send.via`).
+- **Placement** (:mod:`jetraft.jetstream.placement`): replicas on online JetStream servers,
+  honouring ``unique_tag`` and placement tags; error 10005 when impossible.
+- **Reconciliation**: every stream leader drives its group's membership towards the
+  assignment's peers one change at a time, removing before adding.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import msgpack
+
+from jetraft.jetstream import errors as E
+from jetraft.jetstream.api import API_PREFIX, LIST_LIMIT, NAMES_LIMIT, JetStreamAccount, Reply
+from jetraft.jetstream.api_subjects import ack_stream, api_kind, peer_hash, response_type, stream_of
+from jetraft.jetstream.consumer import Delivery
+from jetraft.jetstream.meta import (
+    MetaChange,
+    MetaState,
+    StreamAssignment,
+    encode_assign_stream,
+    encode_remove_server,
+    encode_remove_stream,
+    encode_replace_stream_peer,
+    encode_update_stream,
+    group_name,
+)
+from jetraft.jetstream.model import StreamConfig, StreamInfo, StreamState
+from jetraft.jetstream.outbound import Outbound
+from jetraft.jetstream.placement import PeerInfo, PlacementError, select_peers
+from jetraft.jetstream.requests import ERROR_EXTRAS, decode_request, int_field, json_bytes, str_field
+from jetraft.jetstream.validate import check_stream_create, check_stream_update
+from jetraft.jetstream.replicated import (
+    ACK,
+    API,
+    FLOW_CONTROL,
+    PUBLISH,
+    TICK,
+    EntryError,
+    InterestOverride,
+    StreamReplica,
+    decode_entry,
+    encode_entry,
+)
+from jetraft.protocol.subjects import subjects_overlap
+from jetraft.raft.types import Entry, EntryType
+
+__all__ = [
+    "META_GROUP", "ChangePeer", "CloseReplica", "ClusterController", "ClusterView", "Emit",
+    "Forward", "ForwardedRequest", "GroupView", "OpenMeta", "OpenReplica", "Propose",
+    "RemoveServer", "RoutePeerView", "Send", "SetInterest", "StepDown", "decode_forward",
+    "decode_reply_frame", "encode_reply_frame",
+]
+
+META_GROUP = "_meta_"
+#: Nanoseconds the routes must be quiet (no new peer) before the meta group is bootstrapped
+#: once every configured route is up (discovered servers may still be arriving).
+BOOTSTRAP_SETTLE_NS = 500_000_000
+#: How many times a forwarded API request may be forwarded again (stale leader views).
+MAX_HOPS = 3
+#: Reply subjects remembered with the server their request came through.
+MAX_ORIGINS = 10_000
+#: Nanoseconds between expiry ticks of a stream with a max_age.
+EXPIRY_CHECK_NS = 250_000_000
+
+#: API subjects the stream's leader holds interest in (``{}``: the stream), so that requests
+#: from any server reach it along the same route as the publishes and acks. Meta requests
+#: (create, delete, update) are not among them: they go to the meta leader.
+LEADER_API_SUBJECTS = (
+    "$JS.API.STREAM.INFO.{}", "$JS.API.STREAM.PURGE.{}", "$JS.API.STREAM.MSG.GET.{}",
+    "$JS.API.STREAM.MSG.DELETE.{}", "$JS.API.STREAM.LEADER.STEPDOWN.{}",
+    "$JS.API.CONSUMER.CREATE.{}", "$JS.API.CONSUMER.CREATE.{}.>",
+    "$JS.API.CONSUMER.DURABLE.CREATE.{}.>", "$JS.API.CONSUMER.NAMES.{}",
+    "$JS.API.CONSUMER.LIST.{}", "$JS.API.CONSUMER.INFO.{}.>", "$JS.API.CONSUMER.DELETE.{}.>",
+    "$JS.API.CONSUMER.MSG.NEXT.{}.>", "$JS.API.CONSUMER.LEADER.STEPDOWN.{}.>",
+    "$JS.API.DIRECT.GET.{}", "$JS.API.DIRECT.GET.{}.>",
+)
+
+#: API requests about one stream that change it: replicated as an "A" entry.
+_STREAM_WRITES = {"STREAM.PURGE", "STREAM.MSG.DELETE", "CONSUMER.CREATE", "CONSUMER.DURABLE",
+                  "CONSUMER.DELETE", "CONSUMER.MSG", "STREAM.UPDATE"}
+
+Key = tuple[str, str]
+
+
+# ---------------------------------------------------------------------- what the controller reads
+
+
+class GroupView(Protocol):
+    """A RAFT group as the controller sees it (``net/raft_host.py`` RaftGroup)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def leader(self) -> str | None: ...
+    @property
+    def is_leader(self) -> bool: ...
+    @property
+    def peers(self) -> tuple[str, ...]: ...
+
+
+class RoutePeerView(Protocol):
+    """A server connected by a route: its ``server_tags``, whether it runs JetStream, its
+    cluster's name (``net/route.py`` RoutePeer)."""
+
+    tags: Any
+    jetstream: bool
+    cluster: str
+
+
+class ClusterView(Protocol):
+    """What the controller reads of the world. Every method answers from memory at once."""
+
+    def group(self, key: Key) -> GroupView | None:
+        """The RAFT group of the stream ``(account, name)`` on this server, if it holds one."""
+
+    def replica(self, key: Key) -> StreamReplica | None:
+        """The replica of the stream ``(account, name)`` on this server, if it holds one."""
+
+    def meta_group_view(self) -> GroupView | None:
+        """The meta group, once opened."""
+
+    def meta_silent(self, now_ns: int) -> set[str]:
+        """Meta group peers silent past an election timeout (as its leader sees them)."""
+
+    def route_peers(self) -> Mapping[str, RoutePeerView]:
+        """The servers connected by a route now, by name."""
+
+    def routes_settled(self) -> bool:
+        """Every route this server dials (configured or discovered) reached its server."""
+
+    def has_interest(self, account: str, subject: str) -> bool:
+        """A subscription (here, or through a route) matches ``subject``."""
+
+    def has_remote_interest(self, account: str, subject: str) -> bool:
+        """A subscription through a route matches ``subject``."""
+
+    def replica_keys(self) -> list[Key]:
+        """The streams ``(account, name)`` this server holds a replica of."""
+
+    def storage_failed(self, group: str) -> bool:
+        """The RAFT group ``group`` is stopped here by a storage failure."""
+
+
+# ---------------------------------------------------------------------- what the controller asks
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Route ``out`` (a reply or a delivery) within ``account``. ``via``: the server the
+    request came through: send it back there (route APP frame ``"jsreply"``,
+    :func:`encode_reply_frame`) and route it here only when that fails."""
+
+    account: str
+    out: Outbound
+    via: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Propose:
+    """Propose ``data`` to the RAFT group named ``group``; when it is refused at once (not
+    the leader, proposal dropped) carry out ``refused`` instead, and with ``abandon`` none
+    of the actions after it in the same list either (nothing else of the request is done)."""
+
+    group: str
+    data: bytes
+    refused: tuple[Any, ...] = ()
+    abandon: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """Send the request ``frame`` (:class:`ForwardedRequest` packed) to ``server`` in a
+    route APP frame ``"jsapi"``; when there is no route to it carry out ``unreachable``."""
+
+    server: str
+    frame: bytes
+    unreachable: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class OpenReplica:
+    """Create this server's replica of ``assignment`` and open its RAFT group with
+    ``bootstrap`` as its first peers; ``campaign``: start an election at once if its log is
+    empty (a brand-new group's first peer). Then carry out ``then``."""
+
+    assignment: StreamAssignment
+    bootstrap: tuple[str, ...]
+    campaign: bool
+    then: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CloseReplica:
+    """Close this server's replica of stream ``key`` and its RAFT group; ``delete``: remove
+    its files too."""
+
+    key: Key
+    delete: bool
+
+
+@dataclass(frozen=True, slots=True)
+class OpenMeta:
+    """Open (bootstrap) the meta group with ``peers``."""
+
+    peers: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ChangePeer:
+    """One membership step of the group named ``group``: ``op`` is ``"add"`` or
+    ``"remove"`` of ``peer``, or ``"step_down"``. A RAFT refusal (a change in flight) is
+    ignored: reconciliation asks again."""
+
+    group: str
+    op: str
+    peer: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StepDown:
+    """Hand the leadership of the group named ``group`` to its most up-to-date peer, then
+    report the peer chosen (or None) with :meth:`ClusterController.step_down_done`.
+    ``kind``: meta, stream or consumer; the answer goes to ``reply`` in ``account``."""
+
+    group: str
+    kind: str
+    account: str
+    reply: str | None
+    rtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveServer:
+    """Remove ``peer`` from the meta group (a configuration change), then propose ``data``
+    (its removal record) to the meta group; report the outcome with :meth:`ClusterController.server_remove_done`."""
+
+    peer: str
+    data: bytes
+    account: str
+    reply: str | None
+    rtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class SetInterest:
+    """Add and remove internal route interest of ``account`` (a stream leader's subjects)."""
+
+    account: str
+    add: tuple[str, ...] = ()
+    remove: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Emit:
+    """Write the event ``event`` with ``fields`` to the event log."""
+
+    event: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardedRequest:
+    """An API request travelling between servers: ``hops`` forwards so far, ``via_meta``
+    sent by the meta leader, ``origin`` the server the client is on."""
+
+    hops: int
+    via_meta: bool
+    account: str
+    subject: str
+    reply: str | None
+    headers: bytes | None
+    payload: bytes
+    origin: str
+
+    def pack(self) -> bytes:
+        return msgpack.packb([self.hops, self.via_meta, self.account, self.subject, self.reply,
+                              self.headers, self.payload, self.origin], use_bin_type=True)
+
+
+def decode_forward(body: bytes) -> ForwardedRequest:
+    """A ``"jsapi"`` frame's body; ValueError (or a msgpack error) when malformed."""
+    hops, via_meta, account, subject, reply, headers, payload, origin = msgpack.unpackb(body, raw=False)
+    if not (isinstance(account, str) and isinstance(subject, str) and isinstance(payload, bytes)
+            and isinstance(origin, str)):
+        raise ValueError("bad field types")
+    return ForwardedRequest(int(hops), bool(via_meta), account, subject, reply, headers, payload, origin)
+
+
+def encode_reply_frame(account: str, out: Outbound) -> bytes:
+    """A ``"jsreply"`` frame's body: a reply or delivery sent back through its origin."""
+    return msgpack.packb([account, out.subject, out.reply, out.headers, out.data,
+                          getattr(out, "msg_subject", "") or ""], use_bin_type=True)
+
+
+def decode_reply_frame(body: bytes) -> tuple[str, Outbound]:
+    """``(account, message)`` of a ``"jsreply"`` body; ValueError/msgpack error if malformed."""
+    account, subject, reply, headers, data, shown = msgpack.unpackb(body, raw=False)
+    out = (Delivery(subject, reply, headers, data, shown) if shown
+           else Outbound(subject, reply, headers, data))
+    return account, out
+
+
+def zone_of(tags: tuple[str, ...], unique_tag: str) -> str | None:
+    """The value of the first tag starting with ``unique_tag`` (``"az:"``), or None."""
+    if not unique_tag:
+        return None
+    for tag in tags:
+        if tag.lower().startswith(unique_tag):
+            return tag[len(unique_tag):]
+    return None
+
+
+# ---------------------------------------------------------------------- the controller
+
+
+class ClusterController:
+    """Clustered JetStream's decisions on one server (see the module docstring).
+
+    ``server_name``, ``cluster_name``, ``server_tags``, ``unique_tag`` and
+    ``system_account`` as configured; ``accounts``: this server's JetStream accounts (created
+    ``clustered=True``), by name; ``view``: the world as it is now. ``meta`` is the meta
+    group's state (:class:`MetaState`), which the meta group's state machine applies entries
+    to; ``override`` the interest a replica sees while it applies an entry.
+    """
+
+    def __init__(self, *, server_name: str, cluster_name: str, server_tags: tuple[str, ...],
+                 unique_tag: str, system_account: str, accounts: Mapping[str, JetStreamAccount],
+                 view: ClusterView) -> None:
+        self.me = server_name
+        self.cluster_name = cluster_name
+        self.server_tags = tuple(server_tags)
+        self.unique_tag = unique_tag
+        self.system_account = system_account
+        self.accounts = accounts
+        self.view = view
+        self.meta = MetaState()
+        self.override = InterestOverride()
+        self._out: list[Any] = []
+        self._meta_replies: dict[tuple[str, str, str], tuple[str, str]] = {}
+        self._meta_reply_accounts: dict[tuple[str, str, str], str] = {}
+        self._interest: dict[Key, list[str]] = {}
+        self._interest_seen: dict[Key, frozenset[str]] = {}
+        self._last_tick: dict[Key, int] = {}
+        #: reply subject -> the server a forwarded request came from (bounded, oldest out)
+        self._origins: OrderedDict[str, str] = OrderedDict()
+        self._origin: str | None = None      # the origin of the request being handled
+        self._last_peer_change_ns: int | None = None
+        self._now = 0                        # ns since the epoch, of the input being handled
+
+    def _take(self) -> list[Any]:
+        out, self._out = self._out, []
+        return out
+
+    # ------------------------------------------------------------------ inputs
+
+    def peer_changed(self, name: str, connected: bool, mono_ns: int) -> None:
+        """A route to ``name`` came up or went down (monotonic ns): the bootstrap waits
+        for the routes to be quiet."""
+        self._last_peer_change_ns = mono_ns
+
+    def tick(self, now_ns: int, mono_ns: int) -> list[Any]:
+        """Time passed (``now_ns`` wall clock, ``mono_ns`` monotonic): bootstrap the meta
+        group once the routes settled, or drive every led stream group's membership towards
+        its assignment and propose a TICK entry where one is due."""
+        self._now = now_ns
+        if self._last_peer_change_ns is None:
+            self._last_peer_change_ns = mono_ns
+        if self.view.meta_group_view() is None:
+            self._maybe_bootstrap(mono_ns)
+            return self._take()
+        for key in self.view.replica_keys():
+            group = self.view.group(key)
+            replica = self.view.replica(key)
+            if replica is None or group is None or not group.is_leader:
+                continue
+            sa = self.meta.streams.get(key)
+            if sa is not None:
+                self._reconcile_peers(group, sa)
+            self._maybe_tick(key, replica, group, now_ns, mono_ns)
+        return self._take()
+
+    def _maybe_bootstrap(self, mono_ns: int) -> None:
+        # Every route is up (one of them may be ourselves), then a quiet moment: the seed
+        # configuration names every server, and discovery brings the rest meanwhile.
+        if not self.view.routes_settled():
+            return
+        if mono_ns - (self._last_peer_change_ns or mono_ns) < BOOTSTRAP_SETTLE_NS:
+            return
+        js_peers = sorted(n for n, p in self.view.route_peers().items() if p.jetstream)
+        self._out.append(OpenMeta(tuple(sorted({self.me, *js_peers}))))
+
+    def _reconcile_peers(self, group: GroupView, sa: StreamAssignment) -> None:
+        want = set(sa.peers)
+        have = set(group.peers)
+        extra = sorted(have - want)
+        if extra:
+            if extra[0] == self.me:
+                self._out.append(ChangePeer(group.name, "step_down"))
+            else:
+                self._out.append(ChangePeer(group.name, "remove", extra[0]))
+            return
+        missing = sorted(want - have)
+        if missing:
+            self._out.append(ChangePeer(group.name, "add", missing[0]))
+
+    def _maybe_tick(self, key: Key, replica: StreamReplica, group: GroupView, now: int,
+                    mono_ns: int) -> None:
+        """Propose a TICK when the leader's push interest changed, a consumer timer is due,
+        or (every EXPIRY_CHECK_NS) the stream has a max_age. A tick still in flight may be
+        proposed again: applying a poll twice is harmless."""
+        acc = self.accounts.get(key[0])
+        if acc is None:
+            return
+        interest = self._push_interest(acc, key[1])
+        changed = interest != self._interest_seen.get(key, frozenset())
+        deadline = acc.stream_deadline(key[1])
+        entry = acc.streams.get(key[1])
+        last = self._last_tick.get(key)
+        expiry = (entry is not None and entry.stream.config.max_age > 0
+                  and (last is None or mono_ns - last >= EXPIRY_CHECK_NS))
+        if not changed and not expiry and (deadline is None or deadline > now):
+            return
+        self._interest_seen[key] = interest
+        self._last_tick[key] = mono_ns
+        self._out.append(Propose(group.name, encode_entry(TICK, replica.next_ts(now), interest, changed)))
+
+    def _push_interest(self, acc: JetStreamAccount, stream: str, extra: str | None = None) -> frozenset[str]:
+        """The subjects the stream's consumers deliver to that have subscribers now: push
+        deliver subjects and the reply inboxes of waiting pull requests (plus ``extra``,
+        the inbox of a pull request being proposed). Carried in every entry."""
+        entry = acc.streams.get(stream)
+        if entry is None:
+            return frozenset()
+        out = {extra} if extra else set()
+        for consumer in entry.consumers.values():
+            subjects = [consumer.config.deliver_subject] if consumer.config.deliver_subject else []
+            subjects.extend(consumer.waiting_replies())
+            for subject in subjects:
+                if subject not in out and self.view.has_interest(acc.name, subject):
+                    out.add(subject)
+        return frozenset(out)
+
+    def interest(self, account: str, subject: str) -> bool:
+        """Push-consumer interest as a replica must see it: the applying entry's view
+        while one is applied, otherwise the cluster's subscriptions."""
+        subjects = self.override.subjects
+        if subjects is not None:
+            return subject in subjects
+        return self.view.has_interest(account, subject)
+
+    # ------------------------------------------------------------------ meta changes
+
+    def meta_change(self, change: MetaChange, now_ns: int) -> list[Any]:
+        """Act on one change of an applied meta entry (carry out its actions before the
+        next change is given). A change to a stream assignment that the MetaState no longer
+        holds (deleted, or deleted and created again with another RAFT group, later in the
+        same batch) is skipped: its removal follows."""
+        self._now = now_ns
+        kind = change.kind
+        sa = change.assignment
+        if kind in ("stream_added", "stream_updated", "stream_peers_changed"):
+            now = self.meta.streams.get((sa.account, sa.name))
+            if now is not None and now.group == sa.group:
+                self._ensure_replica(sa, kind)
+        elif kind == "stream_removed":
+            self._drop_replica((sa.account, sa.name), delete=True)
+            self._answer_meta("delete", sa.account, sa.name, {"success": True})
+        elif kind == "server_removed":
+            self._server_removed(change)
+        return self._take()
+
+    def _server_removed(self, change: MetaChange) -> None:
+        """A server left for good: answer SERVER.REMOVE, and (meta leader) give each of its
+        streams a replacement replica under the same placement rules."""
+        if change.assignment is None:
+            key = ("server-remove", "", change.server)
+            account = self._meta_reply_accounts.pop(key, None)
+            if account is not None:
+                self._answer_meta("server-remove", "", change.server, {"success": True}, account)
+            return
+        sa = change.assignment
+        if not isinstance(sa, StreamAssignment) or self._meta_leader() != self.me:
+            return
+        remaining = tuple(p for p in sa.peers if p != change.server)
+        try:
+            new = self._place(sa, exclude=(change.server,), existing=remaining)
+        except PlacementError as exc:
+            self._emit("jetstream_placement_failed", account=sa.account, stream=sa.name,
+                       replicas=len(sa.peers), reason=str(exc))
+            return
+        added = [p for p in new if p not in remaining]
+        if added:
+            self._out.append(Propose(META_GROUP, encode_replace_stream_peer(
+                sa.account, sa.name, change.server, added[0])))
+            self._emit("jetstream_peer_removed", account=sa.account, stream=sa.name,
+                       group=sa.group, peer=change.server, replacement=added[0])
+
+    def _place(self, sa: StreamAssignment, *, exclude: tuple[str, ...] = (),
+               existing: tuple[str, ...] = ()) -> list[str]:
+        """Peers for ``sa``'s replicas under its placement (PlacementError if impossible)."""
+        placement = StreamConfig.from_json(sa.config).placement
+        return select_peers(
+            self._peer_infos(), len(sa.peers), unique_tag=self.unique_tag,
+            placement_tags=tuple(getattr(placement, "tags", None) or ()) if placement else (),
+            exclude=exclude, existing=existing, load=self.meta.load())
+
+    def _ensure_replica(self, sa: StreamAssignment, kind: str) -> None:
+        key = (sa.account, sa.name)
+        peers_changed = kind == "stream_peers_changed"
+        if self.me not in sa.peers:
+            if self.view.replica(key) is not None:
+                self._drop_replica(key, delete=True)
+            if peers_changed:
+                self._answer_meta("peer-remove", sa.account, sa.name, {"success": True})
+            return
+        if sa.account not in self.accounts:
+            return
+        if self.view.replica(key) is not None:
+            if peers_changed:
+                self._answer_meta("peer-remove", sa.account, sa.name, {"success": True})
+            return
+        # A replacement joins the group as it is now (the others); its log then replays
+        # every membership change, each a no-op or a step towards the current peers.
+        bootstrap = tuple(p for p in sa.peers if p != self.me) if peers_changed else tuple(sa.peers)
+        campaign = not peers_changed and bool(sa.peers) and sa.peers[0] == self.me
+        then = (self._meta_answer("peer-remove", sa.account, sa.name, {"success": True})
+                if peers_changed else [])
+        self._out.append(OpenReplica(sa, bootstrap, campaign, tuple(then)))
+
+    def _drop_replica(self, key: Key, *, delete: bool) -> None:
+        self._set_leader_interest(key, False)
+        self._out.append(CloseReplica(key, delete))
+
+    def ensure_assigned(self, now_ns: int) -> list[Any]:
+        """After the meta group resumed from a storage failure: a replica for every
+        assignment naming this server, none for any other (what applying the meta entries
+        would have left)."""
+        self._now = now_ns
+        for key, sa in list(self.meta.streams.items()):
+            if (self.me in sa.peers and self.view.replica(key) is None
+                    and not self.view.storage_failed(sa.group)):
+                self._ensure_replica(sa, "stream_added")
+        for key in self.view.replica_keys():
+            sa = self.meta.streams.get(key)
+            if sa is None or self.me not in sa.peers:
+                self._drop_replica(key, delete=True)
+        return self._take()
+
+    def reopen_replica(self, key: Key, now_ns: int) -> list[Any]:
+        """The replica of ``key`` is to be rebuilt (its store failed while applying): close
+        its group and open it again from its assignment, if this server still holds it
+        (the glue closed the old group and forgot the old replica)."""
+        self._now = now_ns
+        sa = self.meta.streams.get(key)
+        if sa is None or self.me not in sa.peers:
+            return []
+        self._set_leader_interest(key, False)
+        self._ensure_replica(sa, "stream_added")
+        return self._take()
+
+    # ------------------------------------------------------------------ leadership
+
+    def leader_changed(self, key: Key, leader: str | None, term: int, now_ns: int) -> list[Any]:
+        """The group of stream ``key`` elected ``leader`` (None: no leader) in ``term``:
+        take or drop the stream's route interest; answer its create once it has a leader."""
+        self._now = now_ns
+        replica = self.view.replica(key)
+        if replica is None:
+            return []
+        mine = leader == self.me
+        replica.is_leader = mine
+        self._set_leader_interest(key, mine)
+        if leader is not None and replica.pending_reply:
+            reply, replica.pending_reply = replica.pending_reply, None
+            if mine:
+                self._answer_create(key, reply)
+        return self._take()
+
+    def _set_leader_interest(self, key: Key, on: bool) -> None:
+        account, stream = key
+        held = self._interest.pop(key, None)
+        add: tuple[str, ...] = ()
+        if on:
+            acc = self.accounts.get(account)
+            entry = acc.streams.get(stream) if acc else None
+            if entry is not None:
+                subjects = [*entry.stream.config.subjects, f"$JS.ACK.{stream}.>", f"$JS.FC.{stream}.>",
+                            *(s.format(stream) for s in LEADER_API_SUBJECTS)]
+                self._interest[key] = subjects
+                add = tuple(subjects)
+        if held or add:  # one batch: a stream's subjects go in a few route frames, not one each
+            self._out.append(SetInterest(account, add=add, remove=tuple(held or ())))
+
+    def step_down_done(self, action: StepDown, to: str | None, cause: str = "api") -> list[Any]:
+        """The outcome of ``action``: ``to`` the peer the leadership goes to, None when it
+        could not be handed over (answered 10008)."""
+        self._emit("jetstream_stepdown_requested", group=action.group, kind=action.kind,
+                   leader=self.me, to=to, cause=cause)
+        if to is None:
+            self._error(action.account, action.reply, action.rtype, E.cluster_not_available())
+        else:
+            self._respond(action.account, action.reply, {"type": action.rtype, "success": True})
+        return self._take()
+
+    def server_remove_done(self, action: RemoveServer, error: E.JSApiError | None) -> list[Any]:
+        """The outcome of ``action``: None when the removal was proposed (answered once it is
+        applied), otherwise the error to answer."""
+        if error is not None:
+            self._error(action.account, action.reply, action.rtype, error)
+            return self._take()
+        key = ("server-remove", "", action.peer)
+        self._meta_replies[key] = (action.reply or "", action.rtype)
+        self._meta_reply_accounts[key] = action.account
+        self._emit("jetstream_server_removed", peer=action.peer)
+        return self._take()
+
+    # ------------------------------------------------------------------ answers
+
+    def _emit(self, event: str, **fields: Any) -> None:
+        self._out.append(Emit(event, fields))
+
+    def send(self, account: str, out: Outbound) -> list[Any]:
+        """A reply or delivery to route (also what replicas' applies produce). A reply to a
+        request that reached us through another server goes back through that server when
+        no subscription for it is known here yet (the requester's interest may still be on
+        its way, on another route)."""
+        self._send(account, out)
+        return self._take()
+
+    def send_replies(self, account: str, replies: list[Reply]) -> list[Any]:
+        """:meth:`send` for each of a state machine's replies, in order."""
+        for r in replies:
+            self._send(account, r.out)
+        return self._take()
+
+    def _send(self, account: str, out: Outbound) -> None:
+        origin = self._origins.get(out.subject)
+        via = origin if origin is not None and not self.view.has_interest(account, out.subject) else None
+        self._out.append(Send(account, out, via))
+
+    def _remember_origin(self, reply: str | None, origin: str | None) -> None:
+        if not reply or not origin or origin == self.me:
+            return
+        origins = self._origins
+        origins[reply] = origin
+        origins.move_to_end(reply)
+        while len(origins) > MAX_ORIGINS:
+            origins.popitem(last=False)
+
+    def _answer_create(self, key: Key, reply: str) -> None:
+        acc = self.accounts[key[0]]
+        entry = acc.streams.get(key[1])
+        if entry is None:
+            return
+        body = {"type": E.STREAM_CREATE_RESPONSE, **acc.stream_info(entry, self._now),
+                "did_create": True}
+        self._send(key[0], Outbound(reply, None, None, json_bytes(body)))
+
+    def _answer_existing(self, acc: JetStreamAccount, stream: str, reply: str | None) -> None:
+        """STREAM.CREATE of a stream that exists with the same config: its info, without
+        ``did_create`` (what a nats-server cluster answers)."""
+        entry = acc.streams.get(stream)
+        if entry is None:
+            self._error(acc.name, reply, E.STREAM_CREATE_RESPONSE, E.cluster_not_available())
+            return
+        self._respond(acc.name, reply, {"type": E.STREAM_CREATE_RESPONSE,
+                                        **acc.stream_info(entry, self._now)})
+
+    def _meta_answer(self, op: str, account: str, stream: str, body: dict[str, Any],
+                     reply_account: str | None = None) -> list[Any]:
+        """The Send answering a meta request waiting for its entry to apply (none if none)."""
+        pending = self._meta_replies.pop((op, account, stream), None)
+        if pending is None:
+            return []
+        reply, rtype = pending
+        saved, self._out = self._out, []
+        self._respond(reply_account or account, reply, {"type": rtype, **body})
+        answer, self._out = self._out, saved
+        return answer
+
+    def _answer_meta(self, op: str, account: str, stream: str, body: dict[str, Any],
+                     reply_account: str | None = None) -> None:
+        self._out.extend(self._meta_answer(op, account, stream, body, reply_account))
+
+    def _respond(self, account: str, reply: str | None, body: dict[str, Any]) -> None:
+        if reply:
+            self._send(account, Outbound(reply, None, None, json_bytes(body)))
+
+    def _error(self, account: str, reply: str | None, rtype: str, err: E.JSApiError) -> None:
+        """An error reply with the fields nats-server keeps in its error responses."""
+        self._respond(account, reply, {**E.error_response(rtype, err), **ERROR_EXTRAS.get(rtype, {})})
+
+    def _error_actions(self, account: str, reply: str | None, rtype: str,
+                       err: E.JSApiError) -> tuple[Any, ...]:
+        saved, self._out = self._out, []
+        self._error(account, reply, rtype, err)
+        answer, self._out = self._out, saved
+        return tuple(answer)
+
+    def refuse_unsynced(self, key: Key, entries: list[Entry], err: dict[str, Any]) -> list[Any]:
+        """The publishes this (leader) server proposed in ``entries`` that its log never made
+        durable: each gets the PubAck error ``err`` (their proposers would otherwise wait
+        for an answer that cannot come from here)."""
+        for e in entries:
+            if e.type != EntryType.NORMAL or not e.data:
+                continue
+            try:
+                item = decode_entry(e.data)
+            except EntryError:
+                continue
+            if item[0] == PUBLISH and item[4]:
+                self._respond(key[0], item[4], {"error": err, "stream": key[1], "seq": 0})
+        return self._take()
+
+    # ------------------------------------------------------------------ inbound messages
+
+    def handle(self, account: str, subject: str, reply: str | None, headers: bytes | None,
+               payload: bytes, now_ns: int, *, hops: int = 0, via_meta: bool = False,
+               origin: str | None = None, routed: bool = False) -> tuple[bool, list[Any]]:
+        """An inbound message: ``(taken, actions)``. ``taken`` is False when clustered
+        JetStream does not answer it here (the route layer or no-responders takes it on).
+        ``hops``/``via_meta``/``origin``: a request forwarded by another server;
+        ``routed``: it came from another server through route interest. A request whose
+        handling raises is answered with an error, never raised (fault isolation)."""
+        self._origin = origin
+        self._now = now_ns
+        acc = self.accounts.get(account)
+        if acc is None:
+            taken = False
+            if account == self.system_account and subject.startswith(API_PREFIX):
+                taken = self._system_api(account, subject, reply, headers, payload, hops)
+            return taken, self._take()
+        if subject.startswith(API_PREFIX):
+            try:
+                taken = self._api(acc, subject, reply, headers, payload, hops, via_meta, routed)
+            except Exception as exc:  # noqa: BLE001 - one request's failure is answered, never raised
+                for r in acc.api_failed(subject, reply, exc):
+                    self._send(acc.name, r.out)
+                taken = True
+            return taken, self._take()
+        if subject.startswith("$JS.ACK.") or subject.startswith("$JS.FC."):
+            return self._ack(acc, subject, reply, payload, now_ns), self._take()
+        entry = acc.stream_for(subject)
+        if entry is None:
+            return False, []
+        key = (account, entry.name)
+        replica, group = self.view.replica(key), self.view.group(key)
+        if replica is None or group is None or not group.is_leader:
+            return False, []
+        data = encode_entry(PUBLISH, replica.next_ts(now_ns), self._push_interest(acc, entry.name),
+                            subject, reply, headers, payload)
+        refused = self._error_free_actions(account, reply, {
+            "error": E.cluster_not_available().to_json(), "stream": entry.name, "seq": 0})
+        self._out.append(Propose(group.name, data, refused))
+        return True, self._take()
+
+    def _error_free_actions(self, account: str, reply: str | None, body: dict[str, Any]) -> tuple[Any, ...]:
+        saved, self._out = self._out, []
+        self._respond(account, reply, body)
+        answer, self._out = self._out, saved
+        return tuple(answer)
+
+    def _ack(self, acc: JetStreamAccount, subject: str, reply: str | None, payload: bytes,
+             now: int) -> bool:
+        stream = ack_stream(subject)
+        key = (acc.name, stream)
+        replica, group = self.view.replica(key), self.view.group(key)
+        if replica is None or group is None or not group.is_leader:
+            return False
+        interest = self._push_interest(acc, stream)
+        if subject.startswith("$JS.ACK."):
+            data = encode_entry(ACK, replica.next_ts(now), interest, subject, reply, payload)
+        else:
+            data = encode_entry(FLOW_CONTROL, replica.next_ts(now), interest, subject)
+        self._out.append(Propose(group.name, data))
+        return True
+
+    def forwarded(self, src: str, body: bytes, now_ns: int) -> tuple[bool, list[Any]]:
+        """A ``"jsapi"`` frame from server ``src``: the request it carries, handled here. A
+        malformed frame is reported and dropped."""
+        try:
+            req = decode_forward(body)
+        except Exception as exc:  # noqa: BLE001 - a malformed frame is dropped, never fatal
+            return False, [Emit("config_warning", {"message": f"malformed jsapi frame from {src}: {exc}"})]
+        self._remember_origin(req.reply, req.origin)
+        return self.handle(req.account, req.subject, req.reply, req.headers, req.payload, now_ns,
+                           hops=req.hops, via_meta=req.via_meta, origin=req.origin)
+
+    def _forward(self, target: str | None, account: str, subject: str, reply: str | None,
+                 headers: bytes | None, payload: bytes, hops: int, rtype: str,
+                 via_meta: bool = False) -> bool:
+        """Send an API request to server ``target``; answer 10008 when there is no target,
+        no route to it, or the request went round too often."""
+        if target is None or hops >= MAX_HOPS:
+            self._error(account, reply, rtype, E.cluster_not_available())
+            return True
+        if target == self.me:
+            return False
+        origin = self._origin or self.me
+        frame = ForwardedRequest(hops + 1, via_meta, account, subject, reply, headers, payload,
+                                 origin).pack()
+        self._out.append(Forward(target, frame,
+                                 self._error_actions(account, reply, rtype, E.cluster_not_available())))
+        return True
+
+    # ------------------------------------------------------------------ the API
+
+    def _api(self, acc: JetStreamAccount, subject: str, reply: str | None, headers: bytes | None,
+             payload: bytes, hops: int, via_meta: bool = False, routed: bool = False) -> bool:
+        tokens = subject.split(".")
+        kind = api_kind(tokens)
+        if kind == "STREAM.UPDATE" and not via_meta and len(tokens) == 5:
+            return self._meta_api(acc, tokens, kind, subject, reply, headers, payload, hops)
+        if kind == "STREAM.CREATE" and via_meta and len(tokens) == 5:
+            # the meta leader found the stream exists with this config: its leader answers
+            if self._led(acc.name, tokens[4]):
+                self._answer_existing(acc, tokens[4], reply)
+                return True
+            group = self.view.group((acc.name, tokens[4]))
+            return self._forward(group.leader if group else None, acc.name, subject, reply,
+                                 headers, payload, hops, E.STREAM_CREATE_RESPONSE, via_meta=True)
+        stream = stream_of(tokens)
+        if kind in ("STREAM.CREATE", "STREAM.DELETE", "STREAM.NAMES", "STREAM.LIST",
+                    "STREAM.PEER") or subject == "$JS.API.INFO":
+            return self._meta_api(acc, tokens, kind, subject, reply, headers, payload, hops)
+        if stream is None:
+            out = acc.handle_api(subject, reply, headers, payload, self._now)
+            for r in out or ():
+                self._send(acc.name, r.out)
+            return out is not None
+        if routed and not self._led(acc.name, stream):
+            return True     # a meta request seen through stale interest: not ours
+        return self._stream_api(acc, stream, tokens, kind, subject, reply, headers, payload, hops,
+                                routed=routed)
+
+    def _led(self, account: str, stream: str) -> bool:
+        group = self.view.group((account, stream))
+        return group is not None and group.is_leader
+
+    def _meta_leader(self) -> str | None:
+        group = self.view.meta_group_view()
+        return group.leader if group is not None else None
+
+    def _stream_api(self, acc: JetStreamAccount, stream: str, tokens: list[str], kind: str,
+                    subject: str, reply: str | None, headers: bytes | None, payload: bytes,
+                    hops: int, via_meta: bool = False, routed: bool = False) -> bool:
+        """A request about one stream. Its leader answers (reads at once, writes once
+        replicated). Elsewhere it travels on the leader's subject interest, like the
+        publishes and acks before it on the same route, so a pull request never overtakes
+        an ack; one that reached a former leader is dropped, as nats-server drops it."""
+        key = (acc.name, stream)
+        rtype = response_type(tokens)
+        sa = self.meta.streams.get(key)
+        if sa is None:
+            if kind in ("DIRECT.GET", "CONSUMER.MSG"):
+                return False
+            leader = self._meta_leader()
+            if leader is not None and leader != self.me:
+                # this server may not have applied a just-made assignment yet: only the
+                # meta leader says "stream not found" (as in nats-server)
+                return self._forward(leader, acc.name, subject, reply, headers, payload, hops,
+                                     rtype, via_meta)
+            if leader is None:
+                self._error(acc.name, reply, rtype, E.cluster_not_available())
+            else:
+                self._error(acc.name, reply, rtype, E.stream_not_found())
+            return True
+        group = self.view.group(key)
+        if group is None or not group.is_leader:
+            if hops > 0 or via_meta:    # sent here by the meta leader or another server
+                target = group.leader if group is not None else self._reachable(sa.peers)
+                return self._forward(target, acc.name, subject, reply, headers, payload, hops,
+                                     rtype, via_meta)
+            if routed:      # our leader interest was stale: the client asks again
+                return True
+            if self.view.has_remote_interest(acc.name, subject):
+                return False    # the route layer takes it to the leader, behind the acks
+            if kind in ("CONSUMER.MSG", "DIRECT.GET"):
+                return False    # not a JSON API call: no leader means no-responders
+            self._error(acc.name, reply, rtype, E.cluster_not_available())
+            return True
+        now = self._now
+        if kind == "STREAM.LEADER" or kind == "CONSUMER.LEADER":
+            self._out.append(StepDown(group.name, "stream" if kind == "STREAM.LEADER" else "consumer",
+                                      acc.name, reply, rtype))
+            return True
+        if kind in _STREAM_WRITES:
+            if kind == "CONSUMER.MSG" and not acc.knows_consumer(
+                    f"$JS.ACK.{tokens[5]}.{tokens[6]}", "$JS.ACK."):
+                return False
+            if kind in ("CONSUMER.CREATE", "CONSUMER.DURABLE"):
+                refusal = acc.consumer_create_refusal(subject, payload)
+                if refusal is not None:     # a setting jetraft does not act on: not proposed
+                    self._error(acc.name, reply, rtype, refusal)
+                    return True
+            replica = self.view.replica(key)
+            pull_inbox = reply if kind == "CONSUMER.MSG" else None
+            data = encode_entry(API, replica.next_ts(now), self._push_interest(acc, stream, pull_inbox),
+                                subject, reply, headers, payload)
+            self._out.append(Propose(group.name, data,
+                                     self._error_actions(acc.name, reply, rtype, E.cluster_not_available())))
+            return True
+        out = acc.handle_api(subject, reply, headers, payload, now)
+        if out is None:
+            return False
+        for r in out:
+            self._send(acc.name, r.out)
+        return True
+
+    def _check_update(self, acc: JetStreamAccount, stream: str, payload: bytes) -> E.JSApiError | None:
+        """The meta leader's checks of STREAM.UPDATE that need the whole cluster's view
+        (replica count, overlap with streams of other peers); the stream's replicas then
+        apply the update itself through their log, with every single-server check."""
+        def current(name: str) -> StreamConfig:
+            sa = self.meta.streams.get((acc.name, name))
+            if sa is None:
+                raise E.stream_not_found()
+            return StreamConfig.from_json(sa.config).checked()
+
+        try:
+            check_stream_update(payload, stream, current, self._account_subjects(acc.name, stream),
+                                clustered=True, meta_leader=True)
+        except E.JSApiError as err:
+            return err
+        return None
+
+    def _account_subjects(self, account: str, skip: str | None = None) -> list[str]:
+        """The subjects of the account's stream assignments but ``skip``'s (a stream without
+        subjects: its name), for one overlap check against them all."""
+        out: list[str] = []
+        for (acct, name), sa in self.meta.streams.items():
+            if acct == account and name != skip:
+                out.extend(sa.config.get("subjects") or [name])
+        return out
+
+    def _reachable(self, peers: tuple[str, ...]) -> str | None:
+        routes = self.view.route_peers()
+        for name in peers:
+            if name in routes:
+                return name
+        return None
+
+    def _peer_infos(self) -> list[PeerInfo]:
+        out = [PeerInfo(self.me, self.server_tags, True, True, self.cluster_name)]
+        online = set()
+        removed = self.meta.removed_servers
+        # A peer with a route but silent in the meta group past an election timeout (a
+        # partition keeps TCP routes open) is offline: placed last, as one gone away.
+        now = self._now
+        meta = self.view.meta_group_view()
+        silent = self.view.meta_silent(now) if meta is not None else set()
+        for name, peer in self.view.route_peers().items():
+            online.add(name)
+            if name not in removed:
+                out.append(PeerInfo(name, tuple(peer.tags), name not in silent, peer.jetstream,
+                                    peer.cluster, now if name in silent else None))
+        if meta is not None:
+            for name in meta.peers:
+                if name not in online and name != self.me and name not in removed:
+                    out.append(PeerInfo(name, (), False, True, self.cluster_name))
+        return out
+
+    def _meta_api(self, acc: JetStreamAccount, tokens: list[str], kind: str, subject: str,
+                  reply: str | None, headers: bytes | None, payload: bytes, hops: int) -> bool:
+        rtype = response_type(tokens)
+        if not reply:
+            return True
+        leader = self._meta_leader()
+        if leader != self.me:
+            return self._forward(leader, acc.name, subject, reply, headers, payload, hops, rtype)
+        now = self._now
+        try:
+            if kind == "STREAM.CREATE":
+                return self._create_stream(acc, tokens, subject, reply, headers, payload, hops, now)
+            if kind == "STREAM.DELETE":
+                if payload.strip():
+                    raise E.not_empty_request()
+                sa = self.meta.streams.get((acc.name, tokens[4]))
+                if sa is None:
+                    raise E.stream_not_found()
+                self._propose_meta(encode_remove_stream(acc.name, tokens[4]), acc.name, reply, rtype)
+                self._meta_replies[("delete", acc.name, tokens[4])] = (reply, rtype)
+                return True
+            if kind == "STREAM.UPDATE":
+                err = self._check_update(acc, tokens[4], payload)
+                if err is not None:
+                    raise err
+                new = StreamConfig.decode(decode_request(payload, "StreamConfigRequest") or {}).checked()
+                self._propose_meta(encode_update_stream(acc.name, tokens[4], new.to_json()),
+                                   acc.name, reply, rtype)
+                return self._stream_api(acc, tokens[4], tokens, kind, subject, reply, headers,
+                                        payload, hops, via_meta=True)
+            if kind == "STREAM.PEER":
+                return self._peer_remove(acc, tokens[5] if len(tokens) > 5 else "", reply, payload, rtype)
+            if kind in ("STREAM.NAMES", "STREAM.LIST") or subject == "$JS.API.INFO":
+                body = self._meta_read(acc, kind, subject, payload, now)
+                self._respond(acc.name, reply, {"type": rtype, **body})
+                return True
+        except E.JSApiError as err:
+            self._error(acc.name, reply, rtype, err)
+            return True
+        return False
+
+    def _propose_meta(self, data: bytes, account: str, reply: str | None, rtype: str) -> None:
+        """A meta proposal answering a request: refused at once (no longer the meta leader)
+        means 10008 and nothing else of the request is done."""
+        self._out.append(Propose(META_GROUP, data,
+                                 self._error_actions(account, reply, rtype, E.cluster_not_available()),
+                                 abandon=True))
+
+    def _meta_read(self, acc: JetStreamAccount, kind: str, subject: str, payload: bytes,
+                   now: int) -> dict[str, Any]:
+        """NAMES, LIST and account INFO from the meta leader: the assignments (with the
+        request's ``subject`` filter and ``offset``, as a single server pages them), with
+        state from this server's replicas where it holds one. Raises JSApiError for a bad
+        request."""
+        if subject == "$JS.API.INFO":
+            info = acc.account_info(payload, now)
+            info["streams"] = sum(1 for (account, _name) in self.meta.streams if account == acc.name)
+            return info
+        go_type = "JSApiStreamNamesRequest" if kind == "STREAM.NAMES" else "JSApiStreamListRequest"
+        req = acc.names_request(payload, go_type, ("offset", "subject"))
+        filt = str_field(req, "subject", go_type)
+        offset = max(int_field(req, "offset", go_type, "int"), 0)
+        names = sorted(name for (account, name), sa in self.meta.streams.items()
+                       if account == acc.name and (not filt or any(
+                           subjects_overlap(filt, s) for s in sa.config.get("subjects") or [name])))
+        offset = min(offset, len(names))
+        if kind == "STREAM.NAMES":
+            page = names[offset:offset + NAMES_LIMIT]
+            return {"total": len(names), "offset": offset, "limit": NAMES_LIMIT, "streams": page or None}
+        infos = []
+        for name in names[offset:offset + LIST_LIMIT]:
+            entry = acc.streams.get(name)
+            if entry is not None:
+                infos.append(acc.stream_info(entry, now, dynamic=False))
+            else:       # no replica here: the assigned config, state unknown (zeros)
+                sa = self.meta.streams[(acc.name, name)]
+                info = StreamInfo(config=StreamConfig.from_json(sa.config).checked(),
+                                  created=sa.created_ns, state=StreamState(), ts=now).to_json()
+                info["cluster"] = {"name": self.cluster_name}
+                infos.append(info)
+        return {"total": len(names), "offset": offset, "limit": LIST_LIMIT, "streams": infos}
+
+    def _create_stream(self, acc: JetStreamAccount, tokens: list[str], subject: str, reply: str,
+                       headers: bytes | None, payload: bytes, hops: int, now: int) -> bool:
+        def existing_config(name: str) -> dict[str, Any] | None:
+            sa = self.meta.streams.get((acc.name, name))
+            return sa.config if sa is not None else None
+
+        cfg, exists = check_stream_create(payload, tokens[4], self._account_subjects(acc.name),
+                                          existing=existing_config, clustered=True)
+        key = (acc.name, cfg.name)
+        if exists:
+            existing = self.meta.streams[key]
+            group = self.view.group(key)
+            target = group.leader if group is not None else self._reachable(existing.peers)
+            if target == self.me:
+                self._answer_existing(acc, cfg.name, reply)
+                return True
+            return self._forward(target, acc.name, subject, reply, headers, payload, hops,
+                                 E.STREAM_CREATE_RESPONSE, via_meta=True)
+        placement = cfg.placement
+        try:
+            peers = select_peers(
+                self._peer_infos(), cfg.num_replicas, unique_tag=self.unique_tag,
+                placement_tags=tuple(getattr(placement, "tags", None) or ()) if placement else (),
+                placement_cluster=(getattr(placement, "cluster", None) or None) if placement else None,
+                load=self.meta.load())
+        except PlacementError as exc:
+            self._emit("jetstream_placement_failed", account=acc.name, stream=cfg.name,
+                       replicas=cfg.num_replicas, reason=str(exc))
+            raise E.cluster_no_peers(str(exc)) from None
+        sa = StreamAssignment(account=acc.name, name=cfg.name, config=cfg.to_json(),
+                              group=group_name("S", acc.name, cfg.name, now, replicas=len(peers),
+                                               storage=cfg.storage), peers=tuple(peers),
+                              created_ns=now, reply=reply)
+        self._propose_meta(encode_assign_stream(sa), acc.name, reply, E.STREAM_CREATE_RESPONSE)
+        self._emit("jetstream_stream_assigned", account=acc.name, stream=cfg.name,
+                   group=sa.group, peers=list(sa.peers), replicas=cfg.num_replicas)
+        return True
+
+    def _peer_remove(self, acc: JetStreamAccount, stream: str, reply: str, payload: bytes,
+                     rtype: str) -> bool:
+        req = decode_request(payload, "JSApiStreamRemovePeerRequest") or {}
+        peer = req.get("peer") or ""
+        if not peer:
+            raise E.bad_request()
+        sa = self.meta.streams.get((acc.name, stream))
+        if sa is None:
+            raise E.stream_not_found()
+        if peer not in sa.peers:
+            raise E.cluster_peer_not_member()
+        remaining = tuple(p for p in sa.peers if p != peer)
+        try:
+            new = self._place(sa, exclude=(peer,), existing=remaining)
+        except PlacementError:
+            raise E.peer_remap() from None
+        added = [p for p in new if p not in remaining]
+        replacement = added[0] if added else None
+        if replacement is None:
+            raise E.peer_remap()
+        self._propose_meta(encode_replace_stream_peer(acc.name, stream, peer, replacement),
+                           acc.name, reply, rtype)
+        self._meta_replies[("peer-remove", acc.name, stream)] = (reply, rtype)
+        self._emit("jetstream_peer_removed", account=acc.name, stream=stream, group=sa.group,
+                   peer=peer, replacement=replacement)
+        return True
+
+    def _system_api(self, account: str, subject: str, reply: str | None, headers: bytes | None,
+                    payload: bytes, hops: int) -> bool:
+        """``$JS.API.META.LEADER.STEPDOWN`` and ``$JS.API.SERVER.REMOVE`` from the system
+        account (nats-server jetstream_api.go jsLeaderStepDownRequest,
+        jsLeaderServerRemoveRequest): answered by the meta leader."""
+        if subject not in ("$JS.API.META.LEADER.STEPDOWN", "$JS.API.SERVER.REMOVE"):
+            return False
+        remove = subject == "$JS.API.SERVER.REMOVE"
+        rtype = E.META_SERVER_REMOVE_RESPONSE if remove else E.META_LEADER_STEPDOWN_RESPONSE
+        leader = self._meta_leader()
+        if leader != self.me:
+            return self._forward(leader, account, subject, reply, headers, payload, hops, rtype)
+        if remove:
+            try:
+                self._remove_server(account, reply, payload, rtype)
+            except E.JSApiError as err:
+                self._error(account, reply, rtype, err)
+            return True
+        self._out.append(StepDown(META_GROUP, "meta", account, reply, rtype))
+        return True
+
+    def _remove_server(self, account: str, reply: str | None, payload: bytes, rtype: str) -> None:
+        """SERVER.REMOVE on the meta leader: take the server out of the meta group (a
+        configuration change), then record it removed; once that entry is applied every
+        stream it held gets a replacement replica (see :meth:`meta_change`)."""
+        req = decode_request(payload, "JSApiMetaServerRemoveRequest") or {}
+        name, peer_id = req.get("peer") or "", req.get("peer_id") or ""
+        meta = self.view.meta_group_view()
+        found = next((p for p in meta.peers
+                      if (peer_id and peer_hash(p) == peer_id) or (not peer_id and p == name)), None)
+        if found is None:
+            raise E.cluster_server_not_member()
+        if found == self.me:
+            raise E.cluster_member_change_inflight()   # step down first, as nats-server
+        self._out.append(RemoveServer(found, encode_remove_server(found), account, reply, rtype))

@@ -40,9 +40,7 @@ from typing import Any
 from jetraft.protocol.client import status_headers
 from jetraft.raft.storage import fileio
 from jetraft.protocol.subjects import (
-    OverlapWorkExceeded,
     SubjectIndex,
-    filters_overlap,
     is_valid_subject,
     subjects_overlap,
 )
@@ -53,7 +51,6 @@ from .consumer import Consumer
 from .errors import JSApiError, UnsupportedSetting
 from .model import (
     API_LEVEL,
-    META_REQUIRED_LEVEL,
     META_SERVER_LEVEL,
     META_SERVER_VERSION,
     AccountInfo,
@@ -67,9 +64,10 @@ from .outbound import Outbound
 from .requests import (
     ERROR_EXTRAS,
     PAGING_TYPES,
-    consumer_create_request,
     decode_fields,
+    DirectGetRefused,
     decode_request,
+    direct_get_request,
     int_field,
     internal_error,
     json_bytes,
@@ -79,7 +77,15 @@ from .requests import (
 )
 from .store import CorruptMessage, FileStore, MemoryStore, MessageNotFound
 from .stream import Stream
-from .validate import check_consumer_update, check_stream_create, check_stream_update
+from .validate import (
+    check_consumer_create,
+    check_consumer_update,
+    check_new_consumer,
+    check_stream_create,
+    check_stream_update,
+    consumer_filters_unique,
+    same_consumer_config,
+)
 
 __all__ = ["JetStreamAccount", "Reply", "StreamEntry"]
 
@@ -89,8 +95,6 @@ FC_PREFIX = "$JS.FC."
 NAMES_LIMIT = 1024          # nats-server JSApiNamesLimit
 LIST_LIMIT = 256            # nats-server JSApiListLimit
 SUBJECTS_LIMIT = 100_000    # nats-server JSMaxSubjectDetails
-MAX_CONSUMER_NAME_LEN = 255  # nats-server JSMaxNameLen
-EPHEMERAL_INACTIVE_THRESHOLD = 5_000_000_000   # ns, nats-server JsDeleteWaitTimeDefault
 _NAME_CHARS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
@@ -769,37 +773,12 @@ class JetStreamAccount:
         def status(code: int, text: str) -> list[Reply]:
             return [Reply(Outbound(reply, None, status_headers(code, text), b""))]
 
+        try:
+            req = direct_get_request(".".join(tokens[5:]) if len(tokens) > 5 else None, payload)
+        except DirectGetRefused as refused:
+            return status(408, refused.text)
         store = entry.stream.store
-        by_subject = len(tokens) > 5
-        if not payload and not by_subject:
-            return status(408, "Empty Request")
-        req: dict[str, Any] = {}
-        if payload:
-            try:
-                value = gojson.unmarshal(payload)
-                if value is not None and not isinstance(value, dict):
-                    return status(408, "Malformed Request")
-                req = msg_get_request(value or {}, strict=False)
-            except (gojson.GoJSONError, JSApiError):
-                return status(408, "Malformed Request")
-        seq = int(req.get("seq") or 0)
-        last_for = req.get("last_by_subj") or ""
-        next_for = req.get("next_by_subj") or ""
-        batch = int(req.get("batch") or 0)
-        if by_subject:
-            if last_for or next_for or req.get("multi_last") or seq or batch \
-                    or req.get("start_time") is not None or req.get("up_to_seq") \
-                    or req.get("up_to_time") is not None:
-                return status(408, "Bad Request")
-            last_for = ".".join(tokens[5:])
-        else:
-            if seq == 0 and not last_for and not next_for and not req.get("multi_last") \
-                    and req.get("start_time") is None:
-                return status(408, "Empty Request")
-            if (seq > 0 and last_for) or (last_for and next_for) or (last_for and batch > 0):
-                return status(408, "Bad Request")
-            if batch > 1 or req.get("multi_last") or req.get("start_time") is not None:
-                return status(408, "Bad Request")   # batched direct gets are not served yet
+        seq, last_for, next_for = req.seq, req.last_for, req.next_for
         try:
             if next_for:
                 sm = store.load_next(next_for, seq)
@@ -813,7 +792,7 @@ class JetStreamAccount:
             return status(404, "Message Not Found")
         extra = (f"Nats-Stream: {entry.name}\r\nNats-Subject: {sm.subject}\r\n"
                  f"Nats-Sequence: {sm.seq}\r\nNats-Time-Stamp: {format_time(sm.ts)}\r\n")
-        if req.get("no_hdrs"):
+        if req.no_hdrs:
             headers = None
         elif sm.headers:
             base = sm.headers[:-2] if sm.headers.endswith(b"\r\n\r\n") else sm.headers
@@ -837,17 +816,24 @@ class JetStreamAccount:
             return None
         return None
 
+    def _consumer_request(self, tokens: list[str], payload: bytes) -> tuple[StreamEntry, ConsumerConfig, str]:
+        """CONSUMER.CREATE's checks of the request alone (:func:`check_consumer_create`): the
+        stream's entry, the checked config and the action. Raises JSApiError."""
+        sname, cfg, action = check_consumer_create(tokens, payload, lambda name: self._entry(name).stream.config,
+                                                   clustered=self.clustered)
+        return self.streams[sname], cfg, action
+
     def _api_consumer_create(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
         entry, cfg, action = self._consumer_request(tokens, payload)
         name = cfg.durable_name or cfg.name
         existing = entry.consumers.get(name) if name else None
-        retention = entry.stream.config.retention
         if existing is not None:
-            if action == "create" and _comparable(cfg) != _comparable(existing.config):
+            if action == "create" and not same_consumer_config(cfg, existing.config):
                 raise E.consumer_already_exists()
-            if retention == "workqueue" and not self._partition_unique(entry, name, cfg):
+            if entry.stream.config.retention == "workqueue" and \
+                    not consumer_filters_unique(name, cfg, self._consumer_configs(entry)):
                 raise E.api_error("JSConsumerWQConsumerNotUniqueErr")
-            if _comparable(cfg) != _comparable(existing.config):
+            if not same_consumer_config(cfg, existing.config):
                 try:
                     check_consumer_update(existing.config, cfg)
                 except ValueError as exc:
@@ -858,19 +844,7 @@ class JetStreamAccount:
             return self._consumer_info(existing, now_ns)
         if action == "update":
             raise E.consumer_does_not_exist()
-        max_consumers = entry.stream.config.max_consumers     # consumer.go addConsumerWithAssignment
-        if max_consumers > 0 and len(entry.consumers) >= max_consumers:
-            raise E.maximum_consumers_limit()
-        if retention == "workqueue":
-            if cfg.ack_policy not in ("explicit", "flow_control"):
-                raise E.api_error("JSConsumerWQRequiresExplicitAckErr")
-            if cfg.deliver_policy != "all":
-                raise E.api_error("JSConsumerWQConsumerNotDeliverAllErr")
-            if entry.consumers:
-                if not cfg.filter_subject and not cfg.filter_subjects:
-                    raise E.api_error("JSConsumerWQMultipleUnfilteredErr")
-                if not self._partition_unique(entry, name, cfg):
-                    raise E.api_error("JSConsumerWQConsumerNotUniqueErr")
+        check_new_consumer(entry.stream.config, self._consumer_configs(entry), name, cfg)
         if not name:
             name = new_consumer_name()
             cfg.name = name
@@ -884,80 +858,9 @@ class JetStreamAccount:
                          kind="push" if cfg.deliver_subject else "pull")
         return self._consumer_info(consumer, now_ns), [Reply(m) for m in consumer.poll(now_ns)]
 
-    def _consumer_request(self, tokens: list[str], payload: bytes) -> tuple[StreamEntry, ConsumerConfig, str]:
-        """CONSUMER.CREATE's checks of the request alone (jetstream_api.go
-        jsConsumerCreateRequest, then checkConsumerCfg, then check_supported): the stream's
-        entry, the checked config and the action. Raises JSApiError; changes nothing."""
-        req = decode_request(payload, "CreateConsumerRequest")
-        if req is None:
-            raise E.invalid_json("unexpected end of JSON input")
-        cfg = consumer_create_request(req)
-        stream_name = req.get("stream_name") or ""
-        action = req.get("action") or ""
-        pedantic = bool(req.get("pedantic"))
-        n = len(tokens)
-        filtered = ""
-        if tokens[3] == "DURABLE":
-            if n != 7:
-                raise E.api_error("JSConsumerDurableNameNotInSubjectErr")
-            sname, cname = tokens[5], tokens[6]
-            legacy = "durable"
-        elif n == 5:
-            sname, cname, legacy = tokens[4], cfg.name, "ephemeral"
-        else:
-            sname, cname, legacy = tokens[4], tokens[5], ""
-            if n > 6:
-                filtered = ".".join(tokens[6:])
-        if sname != stream_name:
-            raise E.stream_name_mismatch()
-        if cname and ("\\" in cname or "/" in cname):
-            raise E.api_error("JSConsumerNameContainsPathSeparatorsErr")
-        if legacy == "durable":
-            if not cfg.durable_name:
-                raise E.api_error("JSConsumerDurableNameNotSetErr")
-            if cname != cfg.durable_name:
-                raise E.api_error("JSConsumerDurableNameNotMatchSubjectErr")
-        if legacy == "":
-            if cfg.durable_name and cname != cfg.durable_name:
-                raise E.api_error("JSConsumerDurableNameNotMatchSubjectErr")
-            cfg.name = cname
-        if legacy == "ephemeral" and cfg.durable_name:
-            raise E.api_error("JSConsumerEphemeralWithDurableNameErr")
-        if filtered and cfg.filter_subjects:
-            raise E.api_error("JSConsumerMultipleFiltersNotAllowed")
-        if filtered and cfg.filter_subject != filtered:
-            raise E.api_error("JSConsumerCreateFilterSubjectMismatchErr")
-        if cfg.num_replicas > 1 and not self.clustered:
-            raise E.stream_replicas_not_supported()
-        entry = self._entry(sname)
-        if len(cname or cfg.durable_name) > MAX_CONSUMER_NAME_LEN:
-            raise E.consumer_name_too_long(MAX_CONSUMER_NAME_LEN)
-        cfg = cfg.checked(entry.stream.config, pedantic=pedantic)
-        cfg.check_supported()
-        cfg.metadata = _static_consumer_metadata(cfg)
-        if not cfg.durable_name and cfg.inactive_threshold <= 0:
-            cfg.inactive_threshold = EPHEMERAL_INACTIVE_THRESHOLD   # consumer.go updateInactiveThreshold
-        return entry, cfg, action
-
     @staticmethod
-    def _partition_unique(entry: StreamEntry, name: str, cfg: ConsumerConfig) -> bool:
-        """Whether a work-queue consumer's filters overlap no other consumer's (nats-server
-        stream.go isFilteredMatch over every pair): one trie walk over all the others'
-        filters, not every pair. A set too complex to check counts as overlapping."""
-        mine = [cfg.filter_subject] if cfg.filter_subject else list(cfg.filter_subjects)
-        theirs: list[str] = []
-        for other_name, other in entry.consumers.items():
-            if other_name == name:
-                continue
-            filters = ([other.config.filter_subject] if other.config.filter_subject
-                       else list(other.config.filter_subjects))
-            if not filters or not mine:
-                return False
-            theirs.extend(filters)
-        try:
-            return not theirs or not filters_overlap(mine, theirs)
-        except OverlapWorkExceeded:
-            return False
+    def _consumer_configs(entry: StreamEntry) -> dict[str, ConsumerConfig]:
+        return {name: consumer.config for name, consumer in entry.consumers.items()}
 
     def _write_consumer_meta(self, entry: StreamEntry, consumer: Consumer) -> None:
         if entry.directory is not None and not consumer.config.mem_storage:
@@ -1042,26 +945,6 @@ class JetStreamAccount:
         if not reply:
             return []
         return [Reply(m) for m in consumer.request_next(reply, payload, now_ns)]
-
-
-def _static_consumer_metadata(cfg: ConsumerConfig) -> dict[str, str]:
-    """The stored metadata: the user's, without server keys, plus ``_nats.req.level``
-    (nats-server jetstream_versioning.go setStaticConsumerMetadata)."""
-    level = 0
-    if cfg.pause_until or cfg.priority_policy != "none" or cfg.priority_groups:
-        level = 1
-    if cfg.ack_policy == "flow_control":
-        level = 4
-    meta = {k: v for k, v in (cfg.metadata or {}).items()
-            if k not in (META_SERVER_VERSION, META_SERVER_LEVEL)}
-    meta[META_REQUIRED_LEVEL] = str(level)
-    return meta
-
-
-def _comparable(cfg: ConsumerConfig) -> dict[str, Any]:
-    out = cfg.to_json()
-    out.pop("metadata", None)
-    return out
 
 
 def is_api_subject(subject: str) -> bool:

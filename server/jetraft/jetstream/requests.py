@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from . import errors as E
@@ -19,7 +20,7 @@ from . import gojson
 from .errors import JSApiError
 from .model import ConsumerConfig, parse_time, raw_json
 
-__all__ = ["ERROR_EXTRAS", "INTERNAL_ERROR_TEXT", "MSG_GET_TYPES", "PAGING_TYPES", "bool_field",
+__all__ = ["DirectGet", "DirectGetRefused", "ERROR_EXTRAS", "INTERNAL_ERROR_TEXT", "MSG_GET_TYPES", "PAGING_TYPES", "bool_field",
            "check_fields", "check_value", "consumer_create_request", "decode_fields",
            "decode_request", "go_json_error", "int_field", "internal_error", "json_bytes",
            "msg_get_request", "pub_ack_bytes", "str_field"]
@@ -188,6 +189,66 @@ def consumer_create_request(req: dict[str, Any]) -> ConsumerConfig:
         else:
             raise E.invalid_json(f"json: unknown field {json.dumps(key)}")
     return cfg if cfg is not None else ConsumerConfig.decode({})
+
+
+@dataclass(frozen=True, slots=True)
+class DirectGet:
+    """A DIRECT.GET request that can be served: the message at ``seq``, the last on
+    ``last_for``, or the first on ``next_for`` at or after ``seq``; ``no_hdrs``: without
+    the message's own headers."""
+
+    seq: int
+    last_for: str
+    next_for: str
+    no_hdrs: bool
+
+
+class DirectGetRefused(Exception):
+    """A DIRECT.GET request answered with a 408 status; ``text`` is its description."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+
+def direct_get_request(by_subject: str | None, payload: bytes) -> DirectGet:
+    """``$JS.API.DIRECT.GET.<stream>[.<by_subject>]``'s body read as nats-server reads it
+    (stream.go processDirectGetRequest, processDirectGetLastBySubjectRequest): with Go's
+    ``json.Unmarshal`` (unknown keys ignored). Raises DirectGetRefused ``Empty Request``
+    (nothing asked), ``Malformed Request`` (anything Go's decoder refuses: bad JSON,
+    nesting past the limit, a number outside its field's Go type) or ``Bad Request``
+    (fields that do not go together, fields with a subject in the subject, and batched
+    gets, which are not served yet)."""
+    if not payload and by_subject is None:
+        raise DirectGetRefused("Empty Request")
+    req: dict[str, Any] = {}
+    if payload:
+        try:
+            value = gojson.unmarshal(payload)
+            if value is not None and not isinstance(value, dict):
+                raise DirectGetRefused("Malformed Request")
+            req = msg_get_request(value or {}, strict=False)
+        except (gojson.GoJSONError, JSApiError):
+            raise DirectGetRefused("Malformed Request") from None
+    seq = int(req.get("seq") or 0)
+    last_for = req.get("last_by_subj") or ""
+    next_for = req.get("next_by_subj") or ""
+    batch = int(req.get("batch") or 0)
+    if by_subject is not None:
+        if last_for or next_for or req.get("multi_last") or seq or batch \
+                or req.get("start_time") is not None or req.get("up_to_seq") \
+                or req.get("up_to_time") is not None:
+            raise DirectGetRefused("Bad Request")
+        last_for = by_subject
+    else:
+        if seq == 0 and not last_for and not next_for and not req.get("multi_last") \
+                and req.get("start_time") is None:
+            raise DirectGetRefused("Empty Request")
+        if (seq > 0 and last_for) or (last_for and next_for) or (last_for and batch > 0):
+            raise DirectGetRefused("Bad Request")
+        if batch > 1 or req.get("multi_last") or req.get("start_time") is not None:
+            raise DirectGetRefused("Bad Request")   # batched direct gets are not served yet
+    return DirectGet(seq, last_for, next_for, bool(req.get("no_hdrs")))
 
 
 def check_fields(req: dict[str, Any], allowed: tuple[str, ...]) -> None:

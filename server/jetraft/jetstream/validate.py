@@ -1,4 +1,4 @@
-"""STREAM.CREATE and STREAM.UPDATE request checks, and consumer config update checks.
+"""STREAM.CREATE / STREAM.UPDATE and CONSUMER.CREATE request checks.
 
 One validator for both places that decide on a stream request: a single server's
 :class:`~jetraft.jetstream.api.JetStreamAccount` and a cluster's meta leader
@@ -19,11 +19,19 @@ from typing import Any
 from jetraft.protocol.subjects import OverlapWorkExceeded, SubjectIndex, filters_overlap
 
 from . import errors as E
-from .model import SUBJECTS_TOO_COMPLEX, ConsumerConfig, StreamConfig
-from .requests import decode_request
+from .model import (
+    META_REQUIRED_LEVEL,
+    META_SERVER_LEVEL,
+    META_SERVER_VERSION,
+    SUBJECTS_TOO_COMPLEX,
+    ConsumerConfig,
+    StreamConfig,
+)
+from .requests import consumer_create_request, decode_request
 
-__all__ = ["check_consumer_update", "check_stream_create", "check_stream_update",
-           "check_subjects_overlap"]
+__all__ = ["EPHEMERAL_INACTIVE_THRESHOLD", "MAX_CONSUMER_NAME_LEN", "check_consumer_create",
+           "check_consumer_update", "check_new_consumer", "check_stream_create", "check_stream_update", "check_subjects_overlap",
+           "consumer_filters_unique", "same_consumer_config"]
 
 #: The other streams' subjects: a plain list, or a SubjectIndex of several streams'.
 Subjects = Iterable[str] | SubjectIndex
@@ -157,3 +165,141 @@ def check_consumer_update(old: ConsumerConfig, new: ConsumerConfig) -> None:
         raise ValueError("can not update pull consumer to push based")
     if old.max_waiting != new.max_waiting:
         raise ValueError("max waiting can not be updated")
+
+
+#: nats-server JSMaxNameLen: the longest consumer name.
+MAX_CONSUMER_NAME_LEN = 255
+#: ns an ephemeral consumer without an inactive_threshold lives unused (nats-server
+#: JsDeleteWaitTimeDefault).
+EPHEMERAL_INACTIVE_THRESHOLD = 5_000_000_000
+
+
+def check_consumer_create(tokens: list[str], payload: bytes, stream_config: Callable[[str], StreamConfig], *,
+                          clustered: bool) -> tuple[str, ConsumerConfig, str]:
+    """Check a CONSUMER.CREATE request (``tokens``: its subject split on dots; ``payload``:
+    its body) by itself (nats-server jetstream_api.go jsConsumerCreateRequest, then
+    checkConsumerCfg, then ``ConsumerConfig.check_supported``). Returns the stream's name,
+    the checked config (static metadata set, an ephemeral's inactive threshold defaulted)
+    and the action (``create``, ``update`` or ""). ``stream_config(name)``: the stream's
+    config, raising JSApiError 10059 when there is none; ``clustered``: replicas > 1 are
+    accepted (else 10074). Raises JSApiError; changes nothing."""
+    req = decode_request(payload, "CreateConsumerRequest")
+    if req is None:
+        raise E.invalid_json("unexpected end of JSON input")
+    cfg = consumer_create_request(req)
+    stream_name = req.get("stream_name") or ""
+    action = req.get("action") or ""
+    pedantic = bool(req.get("pedantic"))
+    n = len(tokens)
+    filtered = ""
+    if tokens[3] == "DURABLE":
+        if n != 7:
+            raise E.api_error("JSConsumerDurableNameNotInSubjectErr")
+        sname, cname = tokens[5], tokens[6]
+        legacy = "durable"
+    elif n == 5:
+        sname, cname, legacy = tokens[4], cfg.name, "ephemeral"
+    else:
+        sname, cname, legacy = tokens[4], tokens[5], ""
+        if n > 6:
+            filtered = ".".join(tokens[6:])
+    if sname != stream_name:
+        raise E.stream_name_mismatch()
+    if cname and ("\\" in cname or "/" in cname):
+        raise E.api_error("JSConsumerNameContainsPathSeparatorsErr")
+    if legacy == "durable":
+        if not cfg.durable_name:
+            raise E.api_error("JSConsumerDurableNameNotSetErr")
+        if cname != cfg.durable_name:
+            raise E.api_error("JSConsumerDurableNameNotMatchSubjectErr")
+    if legacy == "":
+        if cfg.durable_name and cname != cfg.durable_name:
+            raise E.api_error("JSConsumerDurableNameNotMatchSubjectErr")
+        cfg.name = cname
+    if legacy == "ephemeral" and cfg.durable_name:
+        raise E.api_error("JSConsumerEphemeralWithDurableNameErr")
+    if filtered and cfg.filter_subjects:
+        raise E.api_error("JSConsumerMultipleFiltersNotAllowed")
+    if filtered and cfg.filter_subject != filtered:
+        raise E.api_error("JSConsumerCreateFilterSubjectMismatchErr")
+    if cfg.num_replicas > 1 and not clustered:
+        raise E.stream_replicas_not_supported()
+    stream = stream_config(sname)
+    if len(cname or cfg.durable_name) > MAX_CONSUMER_NAME_LEN:
+        raise E.consumer_name_too_long(MAX_CONSUMER_NAME_LEN)
+    cfg = cfg.checked(stream, pedantic=pedantic)
+    cfg.check_supported()
+    cfg.metadata = _static_consumer_metadata(cfg)
+    if not cfg.durable_name and cfg.inactive_threshold <= 0:
+        cfg.inactive_threshold = EPHEMERAL_INACTIVE_THRESHOLD   # consumer.go updateInactiveThreshold
+    return sname, cfg, action
+
+
+def _static_consumer_metadata(cfg: ConsumerConfig) -> dict[str, str]:
+    """The stored metadata: the user's, without server keys, plus ``_nats.req.level``
+    (nats-server jetstream_versioning.go setStaticConsumerMetadata)."""
+    level = 0
+    if cfg.pause_until or cfg.priority_policy != "none" or cfg.priority_groups:
+        level = 1
+    if cfg.ack_policy == "flow_control":
+        level = 4
+    meta = {k: v for k, v in (cfg.metadata or {}).items()
+            if k not in (META_SERVER_VERSION, META_SERVER_LEVEL)}
+    meta[META_REQUIRED_LEVEL] = str(level)
+    return meta
+
+
+def same_consumer_config(a: ConsumerConfig, b: ConsumerConfig) -> bool:
+    """Whether two consumer configs are the same but for their metadata (a create of an
+    existing consumer with the same config changes nothing)."""
+    return _comparable(a) == _comparable(b)
+
+
+def _comparable(cfg: ConsumerConfig) -> dict[str, Any]:
+    out = cfg.to_json()
+    out.pop("metadata", None)
+    return out
+
+
+def consumer_filters_unique(name: str, cfg: ConsumerConfig, others: Mapping[str, ConsumerConfig]) -> bool:
+    """Whether a work-queue consumer's filters overlap no other consumer's (nats-server
+    stream.go isFilteredMatch over every pair): ``others`` maps the stream's consumers'
+    names to their configs (``name``'s own entry is skipped). One trie walk over all the
+    others' filters, not every pair. A set too complex to check counts as overlapping."""
+    mine = [cfg.filter_subject] if cfg.filter_subject else list(cfg.filter_subjects)
+    theirs: list[str] = []
+    for other_name, other in others.items():
+        if other_name == name:
+            continue
+        filters = [other.filter_subject] if other.filter_subject else list(other.filter_subjects)
+        if not filters or not mine:
+            return False
+        theirs.extend(filters)
+    try:
+        return not theirs or not filters_overlap(mine, theirs)
+    except OverlapWorkExceeded:
+        return False
+
+
+def check_new_consumer(stream: StreamConfig, consumers: Mapping[str, ConsumerConfig], name: str,
+                       cfg: ConsumerConfig) -> None:
+    """Check a consumer ``name`` (checked config ``cfg``; "" for an ephemeral not yet named)
+    that does not exist yet against its stream (nats-server consumer.go
+    addConsumerWithAssignment): ``consumers`` maps the stream's consumers' names to their
+    configs. Raises JSApiError JSMaximumConsumersLimitErr when the stream has its
+    max_consumers; on a work-queue stream JSConsumerWQRequiresExplicitAckErr,
+    JSConsumerWQConsumerNotDeliverAllErr, JSConsumerWQMultipleUnfilteredErr (an unfiltered
+    consumer beside others) or JSConsumerWQConsumerNotUniqueErr (filters overlapping
+    another consumer's)."""
+    if stream.max_consumers > 0 and len(consumers) >= stream.max_consumers:
+        raise E.maximum_consumers_limit()
+    if stream.retention == "workqueue":
+        if cfg.ack_policy not in ("explicit", "flow_control"):
+            raise E.api_error("JSConsumerWQRequiresExplicitAckErr")
+        if cfg.deliver_policy != "all":
+            raise E.api_error("JSConsumerWQConsumerNotDeliverAllErr")
+        if consumers:
+            if not cfg.filter_subject and not cfg.filter_subjects:
+                raise E.api_error("JSConsumerWQMultipleUnfilteredErr")
+            if not consumer_filters_unique(name, cfg, consumers):
+                raise E.api_error("JSConsumerWQConsumerNotUniqueErr")

@@ -43,7 +43,8 @@ message's subject in its MSG/HMSG line (nats-server ``deliverMsg`` routes by ``d
 writes the original subject; nats-py KV watchers read keys from it). An ``Outbound`` has one
 subject, so deliveries are :class:`Delivery` (an ``Outbound`` subclass): ``subject`` is
 where to route (inbox / deliver subject; a dispatcher unaware of the subclass still routes
-correctly), ``msg_subject`` is the subject to write on the wire. Every other message
+correctly), ``msg_subject`` is the subject to write on the wire (the message's
+``deliver_as`` when it differs). Every other message
 (statuses, heartbeats, flow control, ack replies) is a plain ``Outbound`` whose subject is
 both.
 
@@ -120,13 +121,26 @@ def parse_ack_subject(subject: str) -> tuple[int, int, int, int, int]:
     return num(3), num(4), num(2), num(5), num(6)
 
 
-@dataclass(frozen=True, slots=True)
 class Delivery(Outbound):
     """A delivered stream message: routed to ``subject`` (the pull request's reply or the
     push deliver subject) and written to the subscriber with ``msg_subject`` (the stored
-    message's subject) as the MSG/HMSG subject; ``reply`` is the ack subject."""
+    message's subject) as the MSG/HMSG subject; ``reply`` is the ack subject.
+    ``deliver_as`` holds ``msg_subject`` when it differs from ``subject``, else None."""
 
-    msg_subject: str = ""
+    __slots__ = ()
+
+    def __init__(self, subject: str, reply: str | None, headers: bytes | None, payload: bytes,
+                 msg_subject: str = "") -> None:
+        self.subject = subject
+        self.reply = reply
+        self.headers = headers
+        self.payload = payload
+        self.deliver_as = msg_subject if msg_subject and msg_subject != subject else None
+
+    @property
+    def msg_subject(self) -> str:
+        """The subject written on the wire."""
+        return self.deliver_as or self.subject
 
 
 def _status(code: int, text: str, pending: tuple[int, int] | None = None) -> bytes:

@@ -7,17 +7,11 @@ client had published them (``net``/``server.py`` do the sending).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from jetraft.protocol.message import Message
 
 __all__ = ["Outbound"]
 
-
-@dataclass(frozen=True, slots=True)
-class Outbound:
-    """One message to route: ``subject``, optional ``reply`` subject, the raw NATS header
-    block (``b"NATS/1.0..."``, or None for a plain MSG) and the payload bytes."""
-
-    subject: str
-    reply: str | None
-    headers: bytes | None
-    data: bytes
+#: One message to route: the server's own :class:`~jetraft.protocol.message.Message`
+#: (``Outbound(subject, reply, headers, data)``; ``.data`` is its ``payload``), so a reply
+#: or delivery is routed as it is, never copied.
+Outbound = Message

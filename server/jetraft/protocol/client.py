@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+from jetraft.protocol.message import Message
 from jetraft.protocol.subjects import is_valid_filter_tokens
 
 __all__ = [
@@ -84,20 +85,9 @@ class Connect:
     options: dict
 
 
-@dataclass(slots=True)
-class Pub:
-    """``PUB`` or ``HPUB``.
-
-    ``headers`` is the raw header block including its final ``b"\\r\\n\\r\\n"``
-    for an HPUB with a header length > 0, else None (nats-server treats an
-    HPUB with header length 0 as a plain message). ``payload`` is the body
-    only, without headers and without the trailing CRLF.
-    """
-
-    subject: str
-    reply: str | None
-    headers: bytes | None
-    payload: bytes
+#: ``PUB`` or ``HPUB``: the parser yields each as the :class:`~jetraft.protocol.message.Message`
+#: the server routes (``deliver_as`` is always None here).
+Pub = Message
 
 
 @dataclass(slots=True)

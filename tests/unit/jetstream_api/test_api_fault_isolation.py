@@ -3,19 +3,18 @@
 An exception raised inside the handling of one request (injected here) is answered with
 nats-server's 500 error for the request's response type, reported as
 ``api_request_failed`` with its traceback, and never propagates; the next request is
-served as usual. The same holds on the clustered path (net/js_cluster.py).
+served as usual. The clustered path (the cluster controller) is tested the same way in
+tests/unit/jetstream_cluster/test_cluster_controller.py.
 """
 
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import pytest
 
 from jetraft.events import EVENTS
 from jetraft.jetstream.api import JetStreamAccount
-from jetraft.net.js_cluster import ClusterJetStream
 
 T0 = 1_800_000_000_000_000_000
 REPLY = "_INBOX.r"
@@ -111,20 +110,3 @@ def test_a_failure_without_a_reply_subject_is_reported_and_unanswered(account, m
     monkeypatch.setattr(JetStreamAccount, "_direct_get", boom)
     assert account.handle_api("$JS.API.DIRECT.GET.KV", None, None, b'{"seq":1}', T0) == []
     assert len(failures(account)) == 1
-
-
-def test_a_failure_on_the_clustered_path_is_answered_and_reported(account, monkeypatch):
-    """ClusterJetStream.handle: an exception from its API routing answers the request with
-    the response type's error through the cluster's sender."""
-    cluster = object.__new__(ClusterJetStream)
-    cluster.service = SimpleNamespace(accounts={"$G": account})
-    cluster.server = SimpleNamespace(config=SimpleNamespace(system_account="$SYS"))
-    sent = []
-    monkeypatch.setattr(cluster, "_send", lambda acc_name, out: sent.append((acc_name, out)), raising=False)
-    monkeypatch.setattr(cluster, "_api", boom, raising=False)
-    assert cluster.handle("$G", "$JS.API.STREAM.CREATE.X", REPLY, None, b"{}") is True
-    ((acc_name, out),) = sent
-    assert (acc_name, out.subject) == ("$G", REPLY)
-    assert json.loads(out.data) == {"type": "io.nats.jetstream.api.v1.stream_create_response",
-                                    "error": {"code": 500, "err_code": 10049, "description": "internal error"}}
-    assert [e["subject"] for e in failures(account)] == ["$JS.API.STREAM.CREATE.X"]

@@ -1,22 +1,21 @@
 """The JetStream API refuses settings jetraft does not act on before anything is stored or
 proposed, and never loads a stored stream or consumer that has one (its files are kept).
 
-Without a server: a JetStreamAccount on a temporary store directory, and the clustered
-path (net/js_cluster.py) with recording fakes for its RAFT groups.
+Without a server: a JetStreamAccount on a temporary store directory. The clustered path
+(the cluster controller refusing before it proposes) is tested in
+tests/unit/jetstream_cluster/test_cluster_controller.py.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from types import SimpleNamespace
 
 import pytest
 
 from jetraft.events import EVENTS
 from jetraft.jetstream.api import JetStreamAccount
 from jetraft.jetstream.store import GroupCommit
-from jetraft.net.js_cluster import ClusterJetStream
 
 T0 = 1_800_000_000_000_000_000
 REPLY = "_INBOX.r"
@@ -172,48 +171,3 @@ def test_a_ttl_header_is_refused_never_stored(allow, ttl, error):
     (reply,) = acc.publish(entry, "t", REPLY, f"NATS/1.0\r\nNats-TTL: {ttl}\r\n\r\n".encode(), b"x", T0)
     assert json.loads(reply.out.data) == {"error": error, "stream": "T", "seq": 0}
     assert entry.stream.store.state().messages == 0
-
-
-# --------------------------------------------------------------------------- clustered path
-
-class Group:
-    def __init__(self) -> None:
-        self.proposals: list[bytes] = []
-        self.is_leader = True
-        self.leader = "me"
-
-    def propose(self, data: bytes) -> None:
-        self.proposals.append(data)
-
-
-def clustered(acc: JetStreamAccount, monkeypatch):
-    cluster = object.__new__(ClusterJetStream)
-    cluster.service = SimpleNamespace(accounts={"$G": acc})
-    cluster.server = SimpleNamespace(server_name="me", config=SimpleNamespace(system_account="$SYS"))
-    cluster.meta_group = Group()
-    cluster.meta = SimpleNamespace(streams={("$G", "C"): SimpleNamespace(config={"name": "C", "subjects": ["c.>"]})})
-    cluster.groups = {("$G", "C"): Group()}
-    cluster.replicas = {}
-    cluster._meta_replies = {}
-    sent: list = []
-    monkeypatch.setattr(cluster, "_send", lambda account, out: sent.append(json.loads(out.data)), raising=False)
-    return cluster, sent
-
-
-def test_clustered_refusals_happen_before_any_proposal(monkeypatch):
-    acc = new_account(None)
-    answer(acc, "$JS.API.STREAM.CREATE.C", {"name": "C", "subjects": ["c.>"], "storage": "memory"})
-    cluster, sent = clustered(acc, monkeypatch)
-    cluster._meta_api(acc, "$JS.API.STREAM.CREATE.RP".split("."), "STREAM.CREATE", "$JS.API.STREAM.CREATE.RP",
-                      REPLY, None, json.dumps(REPUBLISH).encode(), 0)
-    update = {"name": "C", "subjects": ["c.>"], "storage": "memory", "allow_atomic": True}
-    cluster._meta_api(acc, "$JS.API.STREAM.UPDATE.C".split("."), "STREAM.UPDATE", "$JS.API.STREAM.UPDATE.C",
-                      REPLY, None, json.dumps(update).encode(), 0)
-    body = {"stream_name": "C", "config": {"durable_name": "d", "ack_policy": "explicit", "sample_freq": "1%"}}
-    subject = "$JS.API.CONSUMER.CREATE.C.d"
-    assert cluster._stream_api(acc, "C", subject.split("."), "CONSUMER.CREATE", subject, REPLY, None,
-                               json.dumps(body).encode(), 0) is True
-    assert [r["error"] for r in sent] == [refusal("republish"), refusal("allow_atomic"),
-                                          refusal("sample_freq", 10012)]
-    assert cluster.meta_group.proposals == []
-    assert cluster.groups[("$G", "C")].proposals == []

@@ -37,8 +37,8 @@ from jetraft.jetstream.cluster import (
 from jetraft.jetstream.meta import StreamAssignment, encode_assign_stream, group_name
 from jetraft.jetstream.outbound import Outbound
 from jetraft.jetstream.replicated import StreamReplica
-from jetraft.raft.storage import GroupCommit
 from jetraft.jetstream.validate import check_stream_create
+from jetraft.raft.storage import GroupCommit
 from jetraft.raft.types import Entry, EntryType
 
 T0 = 1_800_000_000_000_000_000

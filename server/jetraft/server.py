@@ -1,29 +1,17 @@
 """Wiring: a :class:`~jetraft.config.ServerConfig` becomes a running trio nursery.
 
 :class:`Server` owns the client listener, the monitoring listener, the signal handler and
-one task group per client connection. Message routing is here too: each account has its
-own subject index, so users in different accounts never see each other's messages
-(nats-server server/accounts.go). Behaviour follows nats-server server/server.go and
-server/client.go processInboundClientMsg: plain subscribers each get a copy, each queue
-group gets one copy for a member picked at random, a request that reaches nobody gets a
-503 no-responders status when the client asked for it.
-
-With a ``cluster`` block, :attr:`Server.routes` (:class:`~jetraft.net.route.RouteManager`)
-connects the servers in a full mesh and messages cross it as in nats-server client.go
-processMsgResults: a message goes to every local plain subscriber and once to each peer
-with matching interest; each queue group gets one copy in the whole cluster, for a member
-picked at random among the local members and the peers' members (a peer weighs as many
-members as it has), and a peer picked for a queue is told which queue(s) to deliver to. A
-routed message is delivered locally only, never forwarded again (the mesh is full).
+one task group per client connection; it builds the :class:`~jetraft.net.router.Router`
+(accounts and message routing), the cluster's routes and JetStream, and starts, reloads,
+drains (lame duck) and stops them. The ``net`` modules see it through the Protocols of
+:mod:`jetraft.net.ports`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
-import random
 import secrets
 import signal
 import time
@@ -36,14 +24,13 @@ from jetraft import NATS_COMPAT_VERSION, __version__
 from jetraft.auth import GLOBAL_ACCOUNT, Authenticator
 from jetraft.config import ConfigError, ServerConfig, TLSConfig, load_config, server_context, validate
 from jetraft.events import EventLog
-from jetraft.jetstream.errors import not_enabled_for_account
-from jetraft.jetstream.outbound import Outbound
-from jetraft.net.client import ClientConnection, Subscription, accept_connections
+from jetraft.net.client import ClientConnection, accept_connections
 from jetraft.net.jetstream import JetStreamService
 from jetraft.net.monitor import serve_monitor
-from jetraft.net.sysreq import PING_SUBJECTS, handle_system_request
-from jetraft.net.route import RouteConnection, RouteManager
-from jetraft.protocol import Match, SubjectIndex, encode_err, encode_info, encode_msg, no_responders_headers
+from jetraft.net.route import RouteManager
+from jetraft.net.router import Router
+from jetraft.net.sysreq import PING_SUBJECTS
+from jetraft.protocol import encode_err, encode_info
 
 _B32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
 
@@ -87,14 +74,6 @@ class Stats:
     total_connections: int = 0
 
 
-class Account:
-    """An isolated subject space: its own subject index of :class:`Subscription`."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.sublist: SubjectIndex[Subscription] = SubjectIndex()
-
-
 class Server:
     """A jetraft server. Create it, then ``await server.serve()`` inside trio.
 
@@ -126,10 +105,19 @@ class Server:
         #: hypercorn holds it)
         self.monitor_tls = (server_context(config.tls, require_client_cert=False)
                             if config.https_port is not None and config.tls is not None else None)
-        self.accounts: dict[str, Account] = {}
+        self.stats = Stats()
+        #: accounts and message routing
+        self.router = Router(self)
+        #: account name -> Account (the router's)
+        self.accounts = self.router.accounts
+        #: the router's methods JetStream and the ``$SYS`` handler send through
+        self.account = self.router.account
+        self.route_internal = self.router.route_internal
         for name in config.accounts:
             self.account(name)
         self.account(GLOBAL_ACCOUNT)
+        #: the ``seq`` of this server's answers to ``$SYS.REQ.SERVER`` requests
+        self.sys_seq = 0
         self.clients: dict[int, ClientConnection] = {}
         #: connections (clients and routes) with output queued since the last flush_outbound
         self.outbound_queued: set = set()
@@ -137,7 +125,6 @@ class Server:
         self.after_read_hooks: list[Callable[[], None]] = []
         #: a read is being processed (no await until after_read): writers are not woken
         self.in_read = False
-        self.stats = Stats()
         self.start_ns = time.time_ns()
         self.config_load_ns = self.start_ns
         self.client_port: int | None = None
@@ -155,15 +142,8 @@ class Server:
         #: The cluster's routes; None without a ``cluster`` block.
         self.routes: RouteManager | None = RouteManager(self) if config.cluster is not None else None
         self.jetstream: JetStreamService | None = JetStreamService(self) if config.jetstream else None
-
-    # ------------------------------------------------------------------ accounts
-
-    def account(self, name: str) -> Account:
-        """The account named ``name``, created on first use."""
-        acc = self.accounts.get(name)
-        if acc is None:
-            acc = self.accounts[name] = Account(name)
-        return acc
+        self.router.routes = self.routes
+        self.router.jetstream = self.jetstream
 
     # ------------------------------------------------------------------ serving
 
@@ -316,7 +296,7 @@ class Server:
             info["ldm"] = True
         return info
 
-    # ------------------------------------------------------------------ routing
+    # ------------------------------------------------------------------ output
 
     def flush_outbound(self) -> None:
         """Write every connection's queued output to its socket now, non-blocking (see
@@ -340,171 +320,6 @@ class Server:
         finally:
             self.in_read = False
 
-    def publish(self, client: ClientConnection, subject: str, reply: str | None,
-                headers: bytes | None, payload: bytes) -> None:
-        """Route one inbound message within ``client``'s account, locally and to the peers."""
-        stats = self.stats
-        stats.in_msgs += 1
-        stats.in_bytes += len(payload) + (len(headers) if headers else 0)
-        delivered = self._system_request(client.account.name, subject, reply, payload)
-        if self.jetstream is not None and self.jetstream.handle(
-                client.account.name, subject, reply, headers, payload):
-            delivered = True
-        elif (self.jetstream is not None and reply and subject.startswith("$JS.API.")
-              and client.account.name == self.config.system_account):
-            delivered = self._system_account_js_refusal(subject, reply) or delivered
-        if self._deliver(client.account, subject, None, reply, headers, payload, client, client.echo,
-                         None, self.routes is not None):
-            delivered = True
-        if not delivered and reply and client.no_responders:
-            self._no_responders(client, subject, reply)
-
-    def publish_from_route(self, src: str, account: str, subject: str, reply: str | None,
-                           headers: bytes | None, payload: bytes, queues: tuple[str, ...] = (),
-                           *, deliver_as: str | None = None) -> None:
-        """A message a peer (server_name ``src``) routed here (nats-server route.go
-        processInboundRoutedMsg): JetStream has the first look, as in :meth:`publish`, then
-        every local plain subscriber gets it and, for each queue name in ``queues``, one local
-        member of that group. Never forwarded again. ``deliver_as``: the subject shown to
-        clients when it differs from the routing ``subject`` (a consumer delivery)."""
-        acc = self.accounts.get(account)
-        if acc is None:  # an account this server does not have (client.go "Unknown account")
-            return
-        stats = self.stats
-        stats.in_msgs += 1
-        stats.in_bytes += len(payload) + (len(headers) if headers else 0)
-        self._system_request(account, subject, reply, payload)
-        if self.jetstream is not None:
-            self.jetstream.handle(account, subject, reply, headers, payload, routed=True)
-        self._deliver(acc, subject, deliver_as, reply, headers, payload, None, True, queues, False)
-
-    def _system_request(self, account: str, subject: str, reply: str | None, payload: bytes) -> bool:
-        """``$SYS.REQ.SERVER...`` in the system account, answered by this server (see
-        :mod:`jetraft.net.sysreq`); True when answered."""
-        if account != self.config.system_account or not subject.startswith("$SYS.REQ.SERVER."):
-            return False
-        return handle_system_request(self, subject, reply, payload)
-
-    def _system_account_js_refusal(self, subject: str, reply: str) -> bool:
-        """A JetStream API request from a client of the system account, which JetStream does
-        not serve: answered 10039 "JetStream not enabled for account" (an account_info_response
-        for ``$JS.API.INFO``, a system_response otherwise), but for the system-level subjects
-        (meta step-down, server remove/evacuate, meta rescue, ``$JS.API.ACCOUNT.``), which get
-        no answer here (nats-server jetstream_api.go apiDispatch). True when answered."""
-        if subject in _SYSTEM_JS_SUBJECTS or subject.startswith("$JS.API.ACCOUNT."):
-            return False
-        kind = "account_info_response" if subject == "$JS.API.INFO" else "system_response"
-        body = {"type": f"io.nats.jetstream.api.v1.{kind}", "error": not_enabled_for_account().to_json()}
-        self.route_internal(self.config.system_account,
-                            Outbound(reply, None, None, json.dumps(body, separators=(",", ":")).encode()))
-        return True
-
-    def route_internal(self, account: str, out: Any) -> None:
-        """Deliver a message JetStream produced (an :class:`~jetraft.jetstream.outbound.Outbound`)
-        within ``account``: every plain subscriber, one member of each queue group, in the
-        whole cluster (a reply's inbox may be on another server)."""
-        # A consumer delivery is routed to its inbox/deliver subject but carries the stored
-        # message's subject on the wire (nats-server consumer.go deliverMsg).
-        shown = getattr(out, "msg_subject", "") or None
-        self._deliver(self.account(account), out.subject, shown if shown != out.subject else None,
-                      out.reply, out.headers, out.data, None, True, None, self.routes is not None)
-
-    def _deliver(self, account: Account, subject: str, shown: str | None, reply: str | None,
-                 headers: bytes | None, payload: bytes, sender: ClientConnection | None,
-                 echo: bool, queues: tuple[str, ...] | None, forward: bool) -> bool:
-        """Deliver one message matched on ``subject`` (shown to clients as ``shown`` when set)
-        to the local subscribers and, with ``forward``, to the peers; True if anyone got it.
-
-        ``sender``/``echo``: the publishing client and whether it gets its own messages.
-        ``queues``: for a routed message, the only queue groups to deliver to.
-        """
-        match = account.sublist.match(subject)
-        wire = shown or subject
-        delivered = False
-        for sub in match.plain:
-            target = sub.client
-            if target is sender and not echo:
-                continue
-            if target.deliver(sub, wire, reply, headers, payload):
-                delivered = True
-        if forward:
-            remote = self.routes.match_remote(account.name, subject)
-            if remote is not None:
-                return self._deliver_in_cluster(account.name, match, remote, subject, shown, reply, headers,
-                                                payload, sender, echo) or delivered
-        for name, members in match.queues:
-            if queues is not None and name not in queues:
-                continue
-            if not echo:
-                members = [m for m in members if m.client is not sender]
-                if not members:
-                    continue
-            if _deliver_to_one(members, wire, reply, headers, payload):
-                delivered = True
-        return delivered
-
-    def _deliver_in_cluster(self, account: str, match: Match, remote: Match, subject: str,
-                            shown: str | None, reply: str | None, headers: bytes | None,
-                            payload: bytes, sender: ClientConnection | None, echo: bool) -> bool:
-        """The queue groups and peers of a message some peers have interest in (local plain
-        subscribers are served already): each queue group picks one member among the local
-        ones and the peers' (a peer weighs its member count, nats-server sublist.go
-        addNodeToResults), then each interested peer gets one MSG naming its queues."""
-        wire = shown or subject
-        delivered = False
-        targets: dict[RouteConnection, list[str]] = {}
-        for rsub in remote.plain:
-            targets.setdefault(rsub.conn, [])
-        local = dict(match.queues)
-        for name, rmembers in remote.queues:
-            members = local.pop(name, ())
-            if not echo:
-                members = [m for m in members if m.client is not sender]
-            n = len(members)
-            remote_weight = sum(r.weight for r in rmembers)
-            pick = random.randrange(n + remote_weight)
-            if pick < n:
-                if _deliver_to_one(members, wire, reply, headers, payload, pick):
-                    delivered = True
-                    continue
-                if not remote_weight:
-                    continue
-                pick = n + random.randrange(remote_weight)  # every local member refused it
-            pick -= n
-            for rsub in rmembers:
-                if pick < rsub.weight:
-                    targets.setdefault(rsub.conn, []).append(name)
-                    break
-                pick -= rsub.weight
-        for members in local.values():  # groups with local members only
-            if not echo:
-                members = [m for m in members if m.client is not sender]
-                if not members:
-                    continue
-            if _deliver_to_one(members, wire, reply, headers, payload):
-                delivered = True
-        if targets:
-            self.routes.forward(account, subject, reply, headers, payload, targets, shown)
-            delivered = True
-        return delivered
-
-    def subscription_added(self, account: str, subject: str, queue: str | None) -> None:
-        """A client subscribed: tell the peers (when clustered) and JetStream."""
-        if self.routes is not None:
-            self.routes.local_interest(account, subject, queue, 1)
-        self.subscriptions_changed(account)
-
-    def subscription_removed(self, account: str, subject: str, queue: str | None) -> None:
-        """A client unsubscribed (or went away): tell the peers (when clustered) and JetStream."""
-        if self.routes is not None:
-            self.routes.local_interest(account, subject, queue, -1)
-        self.subscriptions_changed(account)
-
-    def subscriptions_changed(self, account: str) -> None:
-        """Interest in ``account`` changed, here or on a peer (push consumers watch interest)."""
-        if self.jetstream is not None:
-            self.jetstream.interest_changed(account)
-
     def set_connect_urls(self, urls: list[str]) -> None:
         """The cluster's client URLs changed: send connected clients a new INFO (nats-server
         server.go sendAsyncInfoToClients)."""
@@ -514,14 +329,6 @@ class Server:
         for client in list(self.clients.values()):
             if client.connected:
                 client.send_info()
-
-    def _no_responders(self, client: ClientConnection, subject: str, reply: str) -> None:
-        """Send the 503 status to the requester's own plain subscription to the reply subject
-        (client.go processInboundClientMsg: queue subscriptions get none)."""
-        for sub in client.account.sublist.match(reply).plain:
-            if sub.client is client:
-                client.send(encode_msg(reply, sub.sid, None, b"", no_responders_headers(subject)))
-                return
 
     # ------------------------------------------------------------------ control
 
@@ -666,25 +473,6 @@ class Server:
     @property
     def healthy(self) -> bool:
         return not self.lame_duck_mode and not self._stopping.is_set()
-
-
-#: JetStream API subjects of the system account itself (jetstream_api.go apiDispatch).
-_SYSTEM_JS_SUBJECTS = frozenset(("$JS.API.META.LEADER.STEPDOWN", "$JS.API.SERVER.REMOVE",
-                                 "$JS.API.SERVER.EVACUATE", "$JS.API.META.RESCUE"))
-
-
-def _deliver_to_one(members: Any, wire: str, reply: str | None, headers: bytes | None, payload: bytes,
-                    start: int | None = None) -> bool:
-    """Deliver to one member of a queue group, starting at ``start`` (random if None) and
-    trying the next ones when a member's permissions refuse the subject (nats-server
-    client.go processMsgResults). True if one took it."""
-    n = len(members)
-    first = (random.randrange(n) if n > 1 else 0) if start is None else start
-    for i in range(n):
-        sub = members[(first + i) % n]
-        if sub.client.deliver(sub, wire, reply, headers, payload):
-            return True
-    return False
 
 
 def log_threshold(config: ServerConfig) -> str:

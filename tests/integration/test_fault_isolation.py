@@ -82,9 +82,10 @@ class Raw:
 
 
 def failing_on(value: str, original):
-    """``original``, made to raise when one of its positional arguments is ``value``."""
+    """``original``, made to raise when one of its positional arguments, or the subject of
+    the message among them, is ``value``."""
     def publish(*args, **kwargs):
-        if value in args:
+        if value in args or any(getattr(a, "subject", None) == value for a in args):
             raise RuntimeError(f"injected failure on {value}")
         return original(*args, **kwargs)
     return publish
@@ -95,7 +96,7 @@ async def test_an_exception_handling_one_client_closes_that_client_alone():
     server = node.server
     async with trio.open_nursery() as nursery:
         await nursery.start(server.serve)
-        server.publish = failing_on("boom", server.publish)
+        server.router.publish = failing_on("boom", server.router.publish)
         bystander = await Raw.open(server.client_port)
         await bystander.send(b'CONNECT {"verbose":false}\r\nSUB ok 1\r\nPING\r\n')
         assert await bystander.line() == b"PONG"
@@ -130,7 +131,7 @@ async def test_an_exception_handling_a_route_closes_that_route_alone_and_it_come
                 starting.start_soon(nursery.start, node.server.serve)
         await wait_until(lambda: "n0" in n1.server.routes.peers and "n1" in n0.server.routes.peers,
                          "the route is up")
-        n1.server.publish_from_route = failing_on("n0", n1.server.publish_from_route)  # src is n0
+        n1.server.router.publish_from_route = failing_on("n0", n1.server.router.publish_from_route)  # src is n0
 
         # a message routed from n0 to n1 makes n1's route handling raise
         sub = await Raw.open(n1.server.client_port)
@@ -148,7 +149,7 @@ async def test_an_exception_handling_a_route_closes_that_route_alone_and_it_come
                          "the route closed as Internal Server Error")
 
         # both servers are still up, and the route is dialled again
-        n1.server.publish_from_route = type(n1.server).publish_from_route.__get__(n1.server)
+        del n1.server.router.publish_from_route  # the method again
         await wait_until(lambda: len(n1.events("route_connected")) >= 2 and "n0" in n1.server.routes.peers,
                          "the route is up again")
         await wait_until(lambda: n0.server.routes.match_remote("$G", "x") is not None, "interest again")

@@ -152,13 +152,13 @@ async def test_internal_interest_is_propagated_and_withdrawn():
     n1 = Node("n1", route_config("n1", ports[0], [ports[1]]))
     n2 = Node("n2", route_config("n2", ports[1], []))
     routed: list[tuple] = []
-    original = n1.server.publish_from_route
+    original = n1.server.router.publish_from_route
 
-    def record(src, account, subject, reply, headers, payload, queues=(), *, deliver_as=None):
-        routed.append((src, account, subject, reply, headers, payload, queues, deliver_as))
-        original(src, account, subject, reply, headers, payload, queues, deliver_as=deliver_as)
+    def record(src, account, msg, queues=()):
+        routed.append((src, account, msg.subject, msg.reply, msg.headers, msg.payload, queues, msg.deliver_as))
+        original(src, account, msg, queues)
 
-    n1.server.publish_from_route = record
+    n1.server.router.publish_from_route = record
     marks: list[bytes] = []
     n1.routes.on_app("mark", lambda src, body: marks.append(body))
     async with trio.open_nursery() as nursery:
@@ -609,7 +609,7 @@ async def test_subs_from_a_peer_are_applied_before_the_frames_after_them():
         marks.append([subject for (acc, subject, _q) in conn.interest if acc == "APP"])
 
     node.routes.on_app("mark", on_mark)
-    changed = count_calls(node.server, "subscriptions_changed")
+    changed = count_calls(node.server.router, "subscriptions_changed")
     async with trio.open_nursery() as nursery:
         await start_nodes(nursery, node)
         early = await FakePeer.dial(port)

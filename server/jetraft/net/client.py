@@ -8,8 +8,8 @@ unanswered ("Stale Connection", nats-server server/client.go processPingTimer).
 
 Writes that cannot wait: code about to block the event loop (the RAFT host's fsync) or
 whose output is latency-critical (an AppendEntries, a PubAck) calls
-:meth:`Server.flush_outbound`, which writes every connection's queued bytes to its socket at
-once, non-blocking, instead of waiting for the writer tasks to be scheduled; what the
+the server's ``flush_outbound``, which writes every connection's queued bytes to its
+socket at once, non-blocking, instead of waiting for the writer tasks to be scheduled; what the
 socket does not take stays queued for the writer (nats-server flushes the same way at the
 end of a read loop, server/client.go flushClients).
 
@@ -63,6 +63,7 @@ from jetraft.protocol import (
     PONG,
     ClientParser,
     Connect,
+    Message,
     Ping,
     Pong,
     ProtocolViolation,
@@ -75,7 +76,7 @@ from jetraft.protocol import (
 )
 
 if TYPE_CHECKING:
-    from jetraft.server import Account, Server
+    from jetraft.net.ports import AccountView, ClientHost, ConnectionHost
 
 READ_SIZE = 65536
 #: The -ERR a client gets when handling its input failed inside the server (the connection is
@@ -83,7 +84,7 @@ READ_SIZE = 65536
 ERR_INTERNAL = "Internal Server Error"
 
 
-def report_connection_error(server: Server, kind: str, exc: BaseException, **who: object) -> None:
+def report_connection_error(server: ConnectionHost, kind: str, exc: BaseException, **who: object) -> None:
     """Write ``connection_error`` (with the traceback) for an exception that ended one
     connection of ``kind`` ("client" or "route"); ``who`` names it (cid, ip, port...)."""
     server.events.emit("connection_error", kind=kind, error=repr(exc),
@@ -141,7 +142,7 @@ class StreamConnection:
     ``_write_timed_out``.
     """
 
-    server: Server
+    server: ConnectionHost
     stream: trio.SocketStream | trio.SSLStream
 
     def __init__(self) -> None:
@@ -328,10 +329,14 @@ class StreamConnection:
 class ClientConnection(StreamConnection):
     """State and tasks of one client. Created by the server for every accepted socket."""
 
-    def __init__(self, server: Server, stream: trio.SocketStream, cid: int, ip: str, port: int) -> None:
+    server: ClientHost
+
+    def __init__(self, server: ClientHost, stream: trio.SocketStream, cid: int, ip: str, port: int) -> None:
         super().__init__()
         cfg = server.config
         self.server = server
+        #: where the client's messages and subscriptions go
+        self.router = server.router
         self.stream = stream
         self.cid = cid
         self.ip = ip
@@ -340,7 +345,7 @@ class ClientConnection(StreamConnection):
         self.subs: dict[str, Subscription] = {}
         #: None until the client may publish and subscribe: after CONNECT when the server
         #: requires authentication, from the start otherwise (see :meth:`_bind_anonymous`).
-        self.account: Account | None = None
+        self.account: AccountView | None = None
         self.identity: Identity | None = None
         #: what the identity may publish and subscribe to; None: no restriction
         self.perms: ClientPermissions | None = None
@@ -385,7 +390,7 @@ class ClientConnection(StreamConnection):
             return
         self.identity = identity
         self.perms = auth.client_permissions(identity)
-        self.account = self.server.account(identity.account)
+        self.account = self.router.account(identity.account)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -509,6 +514,7 @@ class ClientConnection(StreamConnection):
                 return
             self.last_activity = time.time_ns()
             server = self.server
+            router = self.router
             server.in_read = True           # output is flushed by after_read, not by writers
             try:
                 for op in parser.feed(data):
@@ -537,7 +543,7 @@ class ClientConnection(StreamConnection):
                             continue
                         if self.verbose:  # +OK precedes delivery (nats-server client.go processPub)
                             self.send(OK)
-                        server.publish(self, op.subject, op.reply, op.headers, op.payload)
+                        router.publish(self, op)
                     else:
                         server.after_read()             # before yielding to other tasks
                         await self._control(op)
@@ -603,7 +609,7 @@ class ClientConnection(StreamConnection):
         if self.close_reason is not None:
             return
         self._apply_options(options)
-        account = self.server.account(identity.account)
+        account = self.router.account(identity.account)
         if self.account is not None and account is not self.account:
             # credentials moved a no_auth_user client to another account: what it subscribed
             # to before CONNECT was in the other account's subject space
@@ -691,7 +697,7 @@ class ClientConnection(StreamConnection):
         sub = Subscription(self, op.subject, op.queue, op.sid)
         self.subs[op.sid] = sub
         self.account.sublist.insert(op.subject, sub, op.queue)
-        self.server.subscription_added(self.account.name, op.subject, op.queue)
+        self.router.subscription_added(self.account.name, op.subject, op.queue)
         if self.verbose:
             self.send(OK)
 
@@ -708,7 +714,7 @@ class ClientConnection(StreamConnection):
     def remove_subscription(self, sub: Subscription) -> None:
         if self.subs.pop(sub.sid, None) is not None:
             self.account.sublist.remove(sub.subject, sub, sub.queue)
-            self.server.subscription_removed(self.account.name, sub.subject, sub.queue)
+            self.router.subscription_removed(self.account.name, sub.subject, sub.queue)
 
     def remove_all_subscriptions(self) -> None:
         for sub in list(self.subs.values()):
@@ -716,13 +722,17 @@ class ClientConnection(StreamConnection):
 
     # ------------------------------------------------------------------ delivery
 
-    def deliver(self, sub: Subscription, subject: str, reply: str | None,
-                headers: bytes | None, payload: bytes) -> bool:
-        """Queue one message for ``sub``; honours UNSUB max (nats-server client.go deliverMsg).
+    def deliver(self, sub: Subscription, msg: Message) -> bool:
+        """Queue ``msg`` for ``sub`` as a MSG/HMSG on its ``deliver_as`` subject, else its
+        ``subject``; honours UNSUB max (nats-server client.go deliverMsg).
 
-        Returns False, delivering nothing, when the client's subscribe deny list refuses
-        ``subject`` (client.go checkDenySub). With ``allow_responses``, the client may then
-        publish to ``reply``."""
+        Returns False, delivering nothing, when the client's subscribe deny list refuses that
+        subject (client.go checkDenySub). With ``allow_responses``, the client may then
+        publish to the message's ``reply``."""
+        subject = msg.deliver_as or msg.subject
+        reply = msg.reply
+        headers = msg.headers
+        payload = msg.payload
         perms = self.perms
         if perms is not None:
             if perms.filters_delivery and perms.delivery_denied(subject, sub.queue):

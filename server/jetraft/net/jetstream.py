@@ -82,13 +82,14 @@ from jetraft.net.durability import (
     storage_api_error,
 )
 from jetraft.jetstream.api_subjects import api_kind as _api_kind, response_type as _response_type, stream_of as _stream_of
+from jetraft.protocol import Message
 from jetraft.raft.storage import GroupCommit, StorageError, SyncFailed, fileio
 from jetraft.raft.storage.sync import storage_error
 
 if TYPE_CHECKING:
     from jetraft.jetstream.api import StreamEntry
     from jetraft.net.js_cluster import ClusterJetStream
-    from jetraft.server import Server
+    from jetraft.net.ports import JetStreamHost
 
 #: Seconds between writes of changed consumer state files.
 STATE_FLUSH_S = 0.1
@@ -174,7 +175,7 @@ class JetStreamService:
     timer, state, sync and resume tasks until cancelled.
     """
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: JetStreamHost) -> None:
         cfg = server.config.jetstream
         assert cfg is not None
         self.server = server
@@ -546,11 +547,11 @@ class JetStreamService:
             self._queue.extend((account, r, owners, key) for r in replies)
             self._queued.set()
 
-    def handle(self, account: str, subject: str, reply: str | None, headers: bytes | None,
-               payload: bytes, *, routed: bool = False) -> bool:
+    def handle(self, account: str, msg: Message, *, routed: bool = False) -> bool:
         """Give JetStream an inbound message. Returns True if JetStream answers it (an API
         or ack subject, or a stream's subject), so a request is not a no-responders case.
         ``routed``: it came from another server (which routes nothing twice)."""
+        subject, reply, headers, payload = msg.subject, msg.reply, msg.headers, msg.payload
         if self.cluster is not None:
             return self.cluster.handle(account, subject, reply, headers, payload, routed=routed)
         acc = self.accounts.get(account)

@@ -27,7 +27,7 @@ from jetraft.events import rfc3339_ns
 from jetraft.jetstream.model import format_time
 
 if TYPE_CHECKING:
-    from jetraft.server import Server
+    from jetraft.net.ports import MonitorHost
 
 NS = 1_000_000_000
 DEFAULT_LIMIT = 1024
@@ -37,7 +37,7 @@ def _ns(seconds: float) -> int:
     return int(seconds * NS)
 
 
-def healthz(server: Server) -> tuple[int, dict[str, Any]]:
+def healthz(server: MonitorHost) -> tuple[int, dict[str, Any]]:
     """``/healthz``: 200 ``{"status":"ok"}``, or 503 with the reason."""
     if server.healthy:
         return 200, {"status": "ok"}
@@ -45,7 +45,7 @@ def healthz(server: Server) -> tuple[int, dict[str, Any]]:
     return 503, {"status": "unavailable", "error": reason}
 
 
-def varz(server: Server) -> dict[str, Any]:
+def varz(server: MonitorHost) -> dict[str, Any]:
     """``/varz``: identity, limits and counters (nats-server monitor.go Varz)."""
     cfg, stats = server.config, server.stats
     now = rfc3339_ns(time.time_ns())
@@ -107,7 +107,7 @@ def varz(server: Server) -> dict[str, Any]:
     return out
 
 
-def jsz(server: Server) -> dict[str, Any]:
+def jsz(server: MonitorHost) -> dict[str, Any]:
     """nats-server JSInfo: totals over this server's streams (replicas included) and, in a
     cluster, ``meta_cluster`` with the meta leader and every peer's state."""
     now = time.time_ns()
@@ -162,7 +162,7 @@ def jsz(server: Server) -> dict[str, Any]:
     return out
 
 
-def routez(server: Server, params: dict[str, list[str]]) -> dict[str, Any]:
+def routez(server: MonitorHost, params: dict[str, list[str]]) -> dict[str, Any]:
     """``/routez``: one entry per route (nats-server monitor.go Routez/RouteInfo).
     Raises QueryError for a ``subs`` value nats-server refuses."""
     subs = _flag(params, "subs")
@@ -242,7 +242,7 @@ def _flag(params: dict[str, list[str]], key: str) -> bool:
                      f"{_go_quote(text)}: invalid syntax")
 
 
-def connz(server: Server, params: dict[str, list[str]]) -> dict[str, Any]:
+def connz(server: MonitorHost, params: dict[str, list[str]]) -> dict[str, Any]:
     """``/connz``: one entry per client connection (nats-server monitor.go Connz).
     Raises QueryError for a parameter nats-server refuses (auth, subs, offset, limit, state)."""
     _flag(params, "auth")
@@ -277,7 +277,7 @@ def connz(server: Server, params: dict[str, list[str]]) -> dict[str, Any]:
             "total": len(clients), "offset": offset, "limit": limit, "connections": conns}
 
 
-def subsz(server: Server, params: dict[str, list[str]]) -> dict[str, Any]:
+def subsz(server: MonitorHost, params: dict[str, list[str]]) -> dict[str, Any]:
     """``/subsz``: subscription counts, and with ``subs=1`` the subscriptions themselves."""
     offset, limit = _page(params)
     total = sum(len(a.sublist) for a in server.accounts.values())
@@ -295,7 +295,7 @@ def subsz(server: Server, params: dict[str, list[str]]) -> dict[str, Any]:
     return out
 
 
-def make_app(server: Server):
+def make_app(server: MonitorHost):
     """The ASGI application answering the monitoring endpoints for ``server``."""
 
     async def app(scope: dict, receive, send) -> None:
@@ -365,7 +365,7 @@ class _HTTPSConfig(HypercornConfig):
         return self._context
 
 
-async def serve_monitor(server: Server, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+async def serve_monitor(server: MonitorHost, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve the monitoring endpoints until cancelled; reports the bound port.
 
     With ``https_port`` the listener speaks HTTPS with the top-level ``tls`` block's

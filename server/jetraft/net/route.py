@@ -50,7 +50,7 @@ keeps at most one route per remote server. It follows nats-server server/route.g
   peers. On the receiving side interest frames are applied in slices of
   :data:`INTEREST_SLICE` subjects; between slices the reader lets other tasks run, and the
   frames after them on the same route wait (order is kept). A SUBS/UNSUBS frame tells the
-  server (``Server.subscriptions_changed``, and through it JetStream) once, not once per
+  router (``Router.subscriptions_changed``, and through it JetStream) once, not once per
   subject.
 - **Output.** Each route has an outbound queue drained by one sender task that writes
   everything queued in one ``send_all`` (many small frames coalesce into one write). Past
@@ -63,7 +63,8 @@ The public API used by other layers: :attr:`RouteManager.peers`, :meth:`~RouteMa
 :meth:`~RouteManager.add_internal_interest`, :meth:`~RouteManager.remove_internal_interest`,
 :meth:`~RouteManager.add_internal_interests`, :meth:`~RouteManager.remove_internal_interests`,
 :meth:`~RouteManager.has_remote_interest`. Routed messages reach
-``Server.publish_from_route``.
+``Router.publish_from_route`` (:mod:`jetraft.net.router`) as one
+:class:`~jetraft.protocol.message.Message`; :meth:`RouteManager.forward` sends one.
 """
 
 from __future__ import annotations
@@ -88,11 +89,11 @@ from jetraft.net.tls import (
     server_handshake,
     socket_fd,
 )
-from jetraft.protocol import Match, SubjectIndex
+from jetraft.protocol import Match, Message, SubjectIndex
 from jetraft.protocol import route as rp
 
 if TYPE_CHECKING:
-    from jetraft.server import Server
+    from jetraft.net.ports import RouteHost
 
 __all__ = ["RemoteSub", "RouteConnection", "RouteManager", "RoutePeer"]
 
@@ -394,6 +395,7 @@ class RouteConnection(StreamConnection):
 
     async def _reader(self) -> None:
         parser, server = self.parser, self.server
+        router = server.router
         while self.close_reason is None:
             data = await self._read_some(READ_SIZE)
             if not data:
@@ -420,9 +422,11 @@ class RouteConnection(StreamConnection):
                     if kind is rp.RouteMsg and self.registered:
                         self.in_msgs += 1
                         self.in_bytes += len(frame.payload) + (len(frame.headers) if frame.headers else 0)
-                        server.publish_from_route(
-                            self.peer.server_name, frame.account, frame.subject, frame.reply,
-                            frame.headers, frame.payload, frame.queues, deliver_as=frame.deliver_as)
+                        router.publish_from_route(
+                            self.peer.server_name, frame.account,
+                            Message(frame.subject, frame.reply, frame.headers, frame.payload,
+                                    frame.deliver_as),
+                            frame.queues)
                     elif kind is rp.RouteConnect:
                         server.after_read()             # before yielding to other tasks
                         await self._on_connect(frame)
@@ -464,7 +468,7 @@ class RouteConnection(StreamConnection):
             if self.close_reason is not None:
                 break
         if changed:
-            self.server.subscriptions_changed(account)
+            self.server.router.subscriptions_changed(account)
 
     def _control(self, frame: rp.Frame) -> None:
         kind = type(frame)
@@ -565,7 +569,7 @@ class RouteManager:
     the port cannot be bound.
     """
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: RouteHost) -> None:
         assert server.config.cluster is not None
         self.server = server
         self.cluster = server.config.cluster
@@ -643,7 +647,7 @@ class RouteManager:
     def add_internal_interest(self, account: str, subject: str, queue: str | None = None) -> None:
         """Interest held by this server itself, propagated to peers like a client subscription
         (reference-counted: each add needs one remove). Matching messages published on other
-        servers arrive through ``Server.publish_from_route``."""
+        servers arrive through ``Router.publish_from_route``."""
         self.local_interest(account, subject, queue, 1)
 
     def remove_internal_interest(self, account: str, subject: str, queue: str | None = None) -> None:
@@ -699,11 +703,11 @@ class RouteManager:
         match = index.match(subject)
         return match if (match.plain or match.queues) else None
 
-    def forward(self, account: str, subject: str, reply: str | None, headers: bytes | None,
-                payload: bytes, targets: dict[RouteConnection, list[str]],
-                deliver_as: str | None = None) -> None:
-        """Send one MSG to each route in ``targets`` (route -> queue names it should deliver
-        to). Routes without queues share one encoded frame."""
+    def forward(self, account: str, msg: Message, targets: dict[RouteConnection, list[str]]) -> None:
+        """Send ``msg`` as one MSG to each route in ``targets`` (route -> queue names it
+        should deliver to). Routes without queues share one encoded frame."""
+        subject, reply, headers, payload = msg.subject, msg.reply, msg.headers, msg.payload
+        deliver_as = msg.deliver_as
         plain: bytes | None = None
         size = len(payload) + (len(headers) if headers else 0)
         for conn, queues in targets.items():
@@ -796,7 +800,7 @@ class RouteManager:
             conn.refuse(rp.ERR_PROTOCOL, f"invalid subject in SUB: {frame.subject!r}")
             return
         conn.interest[key] = rsub
-        self.server.subscriptions_changed(frame.account)
+        self.server.router.subscriptions_changed(frame.account)
 
     def _remote_subs(self, conn: RouteConnection, account: str, subjects: tuple[str, ...]) -> bool:
         """Plain interest of ``conn``'s peer in each of ``subjects`` (part of a SUBS frame), as
@@ -841,7 +845,7 @@ class RouteManager:
         rsub = conn.interest.pop((frame.account, frame.subject, frame.queue), None)
         if rsub is not None:
             self._remote[frame.account].remove(frame.subject, rsub, frame.queue)
-            self.server.subscriptions_changed(frame.account)
+            self.server.router.subscriptions_changed(frame.account)
 
     def _forget_interest(self, conn: RouteConnection) -> None:
         accounts = set()
@@ -850,7 +854,7 @@ class RouteManager:
             accounts.add(account)
         conn.interest.clear()
         for account in sorted(accounts):
-            self.server.subscriptions_changed(account)
+            self.server.router.subscriptions_changed(account)
 
     def remote_subscription_count(self) -> int:
         """How many (account, subject, queue) interests all peers hold (for /varz, /routez)."""

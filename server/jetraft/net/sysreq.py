@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING, Any
 from jetraft import NATS_COMPAT_VERSION
 from jetraft.jetstream.model import format_time
 from jetraft.net.monitor import jsz, varz
+from jetraft.protocol import Message
 
 if TYPE_CHECKING:
-    from jetraft.server import Server
+    from jetraft.net.ports import MonitorHost, SysreqHost
 
 PING = "$SYS.REQ.SERVER.PING"
 #: Subjects every server holds interest in (in the system account) to hear cluster-wide pings.
@@ -34,7 +35,7 @@ PING_SUBJECTS = (PING, PING + ".*")
 _JS_ENABLED = 1       # nats-server ServerCapability JetStreamEnabled
 
 
-def server_info(server: Server, seq: int = 0) -> dict[str, Any]:
+def server_info(server: MonitorHost, seq: int = 0) -> dict[str, Any]:
     """nats-server ServerInfo for this server."""
     cfg = server.config
     info: dict[str, Any] = {"name": server.server_name, "host": cfg.host, "id": server.server_id}
@@ -53,7 +54,7 @@ def server_info(server: Server, seq: int = 0) -> dict[str, Any]:
     return info
 
 
-def statsz(server: Server) -> dict[str, Any]:
+def statsz(server: MonitorHost) -> dict[str, Any]:
     """nats-server ServerStats (the subset jetraft measures)."""
     st = server.stats
     routes = getattr(server, "routes", None)
@@ -87,10 +88,10 @@ def _rss_bytes() -> int:
         return 0
 
 
-def handle_system_request(server: Server, subject: str, reply: str | None, payload: bytes) -> bool:
+def handle_system_request(server: SysreqHost, subject: str, reply: str | None, payload: bytes) -> bool:
     """Answer ``$SYS.REQ.SERVER.PING[.STATSZ|.JSZ]`` and ``$SYS.REQ.SERVER.<our id>.<kind>``
     in the system account. Returns True when the subject is one this server answers (the
-    reply goes to ``reply`` through :meth:`Server.route_internal`)."""
+    reply goes to ``reply`` through ``server.route_internal``)."""
     tokens = subject.split(".")
     if len(tokens) < 4 or tokens[:3] != ["$SYS", "REQ", "SERVER"]:
         return False
@@ -100,7 +101,7 @@ def handle_system_request(server: Server, subject: str, reply: str | None, paylo
         return False
     if len(tokens) > 5:
         return False
-    server.sys_seq = getattr(server, "sys_seq", 0) + 1
+    server.sys_seq += 1
     body: dict[str, Any] = {"server": server_info(server, server.sys_seq)}
     if kind == "STATSZ":
         body["statsz"] = statsz(server)
@@ -111,8 +112,7 @@ def handle_system_request(server: Server, subject: str, reply: str | None, paylo
     else:
         return False
     if reply:
-        from jetraft.jetstream.outbound import Outbound
         account = server.config.system_account or "$SYS"
         data = json.dumps(body, separators=(",", ":")).encode()
-        server.route_internal(account, Outbound(reply, None, None, data))
+        server.route_internal(account, Message(reply, None, None, data))
     return True

@@ -605,7 +605,7 @@ async def test_raft_applied_is_not_built_when_info_is_off(nursery, tmp_path, mon
         raise AssertionError("built an event nobody writes")
 
     monkeypatch.setattr(RaftGroup, "_applied_event_log", never)
-    monkeypatch.setattr(RaftGroup, "_track_replicas", never)
+    monkeypatch.setattr(RaftGroup, "track_replicas", never)
     out = io.StringIO()
     host = RaftHost("a", str(tmp_path / "a"), Net().sender("a"), tick_s=0.01,
                     events=EventLog("a", stream=out, threshold="warn"))

@@ -3,7 +3,10 @@
 The host drives every :class:`~jetraft.raft.node.RaftNode` of a server (the meta group, one
 per stream, one per consumer) the way etcd-io/raft's ``rawnode.go`` asks a driver to
 handle a ``Ready``, with one change of scale: a *pass* handles the Ready of every group
-that has one at once, so that the groups share one fsync and one message per peer.
+that has one at once, so that the groups share one fsync and one message per peer. Each
+group's handle, what it replicates and its share of every step of a pass are in
+:mod:`jetraft.net.raft_group` (:class:`RaftGroup`, :class:`StateMachine`; both importable
+from here too).
 
 One pass (:meth:`RaftHost._pass`), whenever a tick, a received batch or a proposal made
 some group ready:
@@ -59,40 +62,24 @@ import os
 import shutil
 import time
 import traceback
-import zlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import trio
 
 from jetraft.events import EVENTS
+from jetraft.net.raft_group import CURRENT_LAG, RaftGroup, StateMachine
 from jetraft.raft.wire import decode_batch, encode_batch
-from jetraft.raft.memory import apply_config_entry
 from jetraft.raft.node import RaftNode
 from jetraft.raft.storage import GroupCommit, GroupLog, LogDirectory, StorageError, SyncFailed
 from jetraft.raft.storage.fileio import errno_name
 from jetraft.raft.storage.sync import storage_error
-from jetraft.raft.types import (
-    Config,
-    ConfigChange,
-    ConfigChangeType,
-    Entry,
-    EntryType,
-    Message,
-    MessageType,
-    NotLeaderError,
-    ProposalDroppedError,
-    Ready,
-    Role,
-)
+from jetraft.raft.types import Config, Entry, Message, MessageType, Ready
 
 if TYPE_CHECKING:
     from jetraft.events import EventLog
 
 __all__ = ["CURRENT_LAG", "MAX_BATCH_BYTES", "RaftGroup", "RaftHost", "StateMachine"]
-
-#: A follower at most this many entries behind the leader's last index is "current".
-CURRENT_LAG = 32
 
 #: Entry and snapshot bytes per batch to one peer above which a pass's messages to that
 #: peer are split into several batches (a catching-up peer may be owed many MiB at once).
@@ -103,348 +90,11 @@ MAX_BATCH_BYTES = 4 << 20
 MAX_BYTES_PER_MESSAGE = 256 << 10
 MAX_INFLIGHT = 64
 
-#: Event for a batch that failed to decode, when jetraft.events has it (else protocol_error).
 #: Message types a leader may send before its own fsync (thesis §10.2.1).
 _LEADER_EARLY = frozenset({MessageType.APPEND, MessageType.HEARTBEAT})
+
+#: Event for a batch that failed to decode, when jetraft.events has it (else protocol_error).
 BATCH_DROPPED_EVENT = "raft_batch_dropped"
-
-_CONFIG = EntryType.CONFIG_CHANGE
-
-#: zlib.crc32 of each entry type's number as one byte: an entry's raft_applied hash is
-#: ``zlib.crc32(data, _TYPE_CRC[type])`` = ``zlib.crc32(bytes([type]) + data)``, without the copy.
-_TYPE_CRC = {t: zlib.crc32(bytes((t,))) for t in EntryType}
-
-
-class StateMachine(Protocol):
-    """What a group replicates; called by the host only, from its processing pass."""
-
-    def apply(self, entries: list[Entry]) -> None:
-        """Committed entries, in log order, each once per process lifetime after the last
-        restore: NORMAL entries (a new leader's empty no-op included) and CONFIG_CHANGE
-        entries (so that the state machine sees every index)."""
-        ...
-
-    def snapshot(self) -> bytes | None:
-        """The state as of the last applied entry; None: take no snapshot, keep the log."""
-        ...
-
-    def restore(self, data: bytes) -> None:
-        """Replace the whole state with a snapshot's data."""
-        ...
-
-    def leader_changed(self, leader: str | None, term: int) -> None:
-        """This server's view of the group's leader changed (to itself included)."""
-        ...
-
-
-class RaftGroup:
-    """One group hosted by a :class:`RaftHost`. Read the state from the properties; change
-    it with :meth:`propose`, :meth:`step_down`, :meth:`campaign`, :meth:`add_peer` and
-    :meth:`remove_peer` (each wakes the host's processing pass)."""
-
-    def __init__(self, host: RaftHost, name: str, log: GroupLog, sm: StateMachine) -> None:
-        self.name = name
-        self.host = host
-        self.log = log
-        self.sm = sm
-        self.node: RaftNode = None  # type: ignore[assignment]  # set by RaftHost.open_group
-        #: Wall-clock ns (time.time_ns) when this server first saw the current leader.
-        self.leader_since_ns: int | None = None
-        snap = log.snapshot()
-        self._applied = snap.index
-        self._applied_term = snap.term                # the term of the entry at _applied
-        self._applied_peers = tuple(snap.peers)       # the configuration at _applied
-        self._snapshot_retry = 0                      # applied index to ask for one again
-        self._seen: tuple[str | None, int] = (None, 0)  # (leader, term) last reported
-        self._heard: dict[str, int] = {}              # peer -> time.time_ns() last heard
-        self._opened_ns = time.time_ns()
-        self._applied_event: trio.Event | None = None
-        self.closed = False
-        #: The exception that stopped this group on this server (see the module
-        #: docstring), and what failed: "write" | "fsync" | "read" | "apply"; None: running.
-        self.failed: BaseException | None = None
-        self.failed_op: str | None = None
-        self._commit_broadcast = True
-        # raft_replica_current/_lagging on the leader: the term the states belong to (0: not
-        # tracking) and, per other peer, (current, time.time_ns() it entered that state).
-        self._replica_term = 0
-        self._replica_state: dict[str, tuple[bool, int]] = {}
-
-    # -- state ---------------------------------------------------------------------------
-
-    @property
-    def leader(self) -> str | None:
-        return None if self.failed is not None else self.node.leader
-
-    @property
-    def term(self) -> int:
-        return self.node.term
-
-    @property
-    def is_leader(self) -> bool:
-        return self.failed is None and self.node.role is Role.LEADER
-
-    @property
-    def peers(self) -> tuple[str, ...]:
-        """The latest configuration in the log (thesis §4.1), committed or not."""
-        return self.node.peers
-
-    @property
-    def commit_index(self) -> int:
-        return self.node.commit_index
-
-    @property
-    def applied_index(self) -> int:
-        """The index of the last entry handed to the state machine (or restored)."""
-        return self._applied
-
-    def __repr__(self) -> str:
-        return (f"RaftGroup({self.name!r}, {self.host.server_name}, {self.node.role.value}, "
-                f"term={self.term}, leader={self.leader}, applied={self._applied})")
-
-    # -- requests ------------------------------------------------------------------------
-
-    def propose(self, data: bytes) -> int:
-        """Append ``data`` as a NORMAL entry on the leader; returns its log index (it is
-        applied everywhere once committed: see :meth:`wait_applied`). Raises NotLeaderError
-        on a follower (proposals are not forwarded: the caller answers or redirects) and
-        ProposalDroppedError while a leadership transfer runs or after close."""
-        node = self._live()
-        if node.role is not Role.LEADER:
-            raise NotLeaderError(node.leader)
-        node.propose(data)
-        self.host._touch(self)
-        return node.last_index
-
-    def step_down(self, to: str | None = None) -> str | None:
-        """Hand leadership to ``to``, or to the most up-to-date peer heard from within an
-        election timeout (ties: the first by name). Returns the target, or None when there
-        is no other peer to take over. Leadership moves when the target, brought up to
-        date, receives TimeoutNow (thesis §3.10); abandoned after an election timeout.
-        NotLeaderError on a follower; ValueError for a server outside the group or self."""
-        node = self._live()
-        if node.role is not Role.LEADER:
-            raise NotLeaderError(node.leader)
-        me = self.host.server_name
-        if to is None:
-            now = time.time_ns()
-            progress = node.progress()
-            live = [(-progress[p]["match"], p) for p in node.peers
-                    if p != me and p in progress and not self._offline(p, now)]
-            if not live:
-                return None
-            to = min(live)[1]
-        elif to == me:
-            raise ValueError(f"{me} is the leader of {self.name} already")
-        node.transfer_leadership(to)
-        self.host._touch(self)
-        return to
-
-    def campaign(self) -> None:
-        """Start an election now (pre-vote first) instead of waiting for a timeout: for a
-        brand-new group, on one of its peers."""
-        self._live().campaign()
-        self.host._touch(self)
-
-    def add_peer(self, peer: str) -> None:
-        """Propose adding ``peer`` (thesis §4.1, one server at a time). Leader only; see
-        :meth:`RaftNode.propose_config_change` for the errors. The new server should open
-        the group with the current peers *without* itself, so it cannot campaign before
-        it is a member."""
-        self._live().propose_config_change(ConfigChange(ConfigChangeType.ADD_PEER, peer))
-        self.host._touch(self)
-
-    def remove_peer(self, peer: str) -> None:
-        """Propose removing ``peer`` (a removed leader steps down once it is committed)."""
-        self._live().propose_config_change(ConfigChange(ConfigChangeType.REMOVE_PEER, peer))
-        self.host._touch(self)
-
-    def heard_ns(self, peer: str) -> int | None:
-        """Wall-clock ns (time.time_ns) when a message from ``peer`` last arrived, or None."""
-        return self._heard.get(peer)
-
-    def replicas(self, now_ns: int) -> list[dict]:
-        """On the leader, one dict per other peer of the configuration: ``name``,
-        ``current`` (online and at most :data:`CURRENT_LAG` entries behind), ``active_ns``
-        (ns since last heard, against ``now_ns`` = ``time.time_ns()``), ``lag`` (entries
-        behind the leader's last index) and ``offline`` (not heard within an election
-        timeout, or reported down by the transport). [] on a follower. The shape of
-        nats-server's stream info ``cluster.replicas`` (stream.go PeerInfo)."""
-        node = self.node
-        if node.role is not Role.LEADER or self.failed is not None:
-            return []
-        last = node.last_index
-        me = self.host.server_name
-        out = []
-        for p in node.peers:
-            if p == me:
-                continue
-            lag = self._lag(p, last)
-            offline = self._offline(p, now_ns)
-            out.append({"name": p, "current": not offline and lag <= CURRENT_LAG,
-                        "active_ns": max(0, now_ns - self._heard.get(p, self._opened_ns)),
-                        "lag": lag, "offline": offline})
-        return out
-
-    def _lag(self, peer: str, last: int) -> int:
-        """On the leader: entries ``peer`` is behind ``last`` (the leader's last index)."""
-        return max(0, last - (self.node.match_index(peer) or 0))
-
-    def _offline(self, peer: str, now_ns: int) -> bool:
-        return (peer in self.host.down
-                or now_ns - self._heard.get(peer, self._opened_ns) > self.host.election_timeout_ns)
-
-    async def wait_applied(self, index: int) -> None:
-        """Return once the state machine has applied ``index`` (or a snapshot past it).
-        Raises trio.ClosedResourceError if the group is closed first."""
-        while self._applied < index:
-            if self.closed:
-                raise trio.ClosedResourceError(f"RAFT group {self.name} closed")
-            if self._applied_event is None:
-                self._applied_event = trio.Event()
-            await self._applied_event.wait()
-
-    # -- the host's side -----------------------------------------------------------------
-
-    def _live(self) -> RaftNode:
-        if self.closed:
-            raise ProposalDroppedError(f"RAFT group {self.name} is closed")
-        if self.failed is not None:
-            raise ProposalDroppedError(f"RAFT group {self.name} stopped: {self.failed}")
-        return self.node
-
-    def _persist(self, rd: Ready) -> None:
-        """Step 1 of a pass: write the Ready (durable at the pass's sync)."""
-        log = self.log
-        if rd.snapshot is not None:
-            log.apply_snapshot(rd.snapshot)
-        if rd.entries:
-            log.append(rd.entries)
-        if rd.hard_state is not None:
-            log.set_hard_state(rd.hard_state)
-
-    def _apply(self, rd: Ready) -> None:
-        """Step 4 of a pass: restore an installed snapshot, apply what is newly committed."""
-        snap = rd.snapshot
-        if snap is not None and snap.index > self._applied:
-            self.sm.restore(snap.data)
-            self._applied = snap.index
-            self._applied_term = snap.term
-            self._applied_peers = tuple(snap.peers)
-        ents = rd.committed_entries
-        if ents and ents[0].index <= self._applied:
-            ents = [e for e in ents if e.index > self._applied]
-        if ents:
-            self.sm.apply(ents)
-            if self.host._wants("raft_applied"):
-                self._applied_event_log(ents)
-            peers = self._applied_peers
-            for e in ents:
-                if e.type == _CONFIG:
-                    peers = apply_config_entry(peers, e)
-            self._applied_peers = peers
-            self._applied = ents[-1].index
-            self._applied_term = ents[-1].term
-        elif snap is None:
-            return
-        ev, self._applied_event = self._applied_event, None
-        if ev is not None:
-            ev.set()
-
-    def _applied_event_log(self, ents: list[Entry]) -> None:
-        """``raft_applied`` for one apply batch (see jetraft.events.EVENTS)."""
-        crc = zlib.crc32
-        tc = _TYPE_CRC
-        self.host._on_event(self, "raft_applied", {
-            "group": self.name, "term": self.node.term,
-            "first_index": ents[0].index, "last_index": ents[-1].index,
-            "terms": [e.term for e in ents],
-            "hashes": [crc(e.data, tc[e.type]) for e in ents]})
-
-    def _track_replicas(self, now_ns: int) -> None:
-        """On the leader, once per tick: emit ``raft_replica_current``/``raft_replica_lagging``
-        for each other peer whose state changed since the last tick, and for every peer on
-        the first evaluation of a term (a new leadership) or of a peer (it just joined), once
-        the peer answered or went offline (a new leader's match index for a peer is 0 until
-        it answers, which is not lagging). The states are those of :meth:`replicas`. On a
-        follower: forget the states."""
-        node = self.node
-        if node.role is not Role.LEADER:
-            if self._replica_term:
-                self._replica_term = 0
-                self._replica_state = {}
-            return
-        states = self._replica_state
-        term = node.term
-        if term != self._replica_term:
-            self._replica_term = term
-            states.clear()
-        last = node.last_index
-        me = self.host.server_name
-        others = 0
-        for p in node.peers:
-            if p == me:
-                continue
-            others += 1
-            lag = self._lag(p, last)
-            offline = self._offline(p, now_ns)
-            current = not offline and lag <= CURRENT_LAG
-            old = states.get(p)
-            if old is not None and old[0] == current:
-                continue
-            if old is None and not current and not offline and not self.node.match_index(p):
-                continue    # a new leader knows nothing of the peer's log until it answers
-            states[p] = (current, now_ns)
-            fields = {"group": self.name, "term": term, "peer": p, "lag": lag, "offline": offline}
-            if current:
-                fields["behind_ns"] = None if old is None else now_ns - old[1]
-                self.host._on_event(self, "raft_replica_current", fields)
-            else:
-                self.host._on_event(self, "raft_replica_lagging", fields)
-        if len(states) > others:          # a peer left the configuration
-            peers = node.peers
-            for p in [p for p in states if p not in peers]:
-                del states[p]
-
-    def _maybe_snapshot(self, every: int) -> None:
-        """Snapshot the state machine once ``every`` entries were applied since the last
-        snapshot, and compact the log up to it (Raft §7). A state machine that declines
-        (``snapshot()`` returns None) is asked again after another ``every`` entries."""
-        log = self.log
-        if self._applied - log.snapshot().index < every or self._applied < self._snapshot_retry:
-            return
-        data = self.sm.snapshot()
-        if data is None:        # the state machine keeps its whole log (it replays it on open)
-            self._snapshot_retry = self._applied + every
-            return
-        snap = log.create_snapshot(self._applied, data, self._applied_peers)
-        log.compact(snap.index)
-        self.host._on_event(self, "raft_snapshot_taken", {"group": self.name, "index": snap.index,
-                                                          "term": snap.term})
-
-    def _check_leader(self) -> None:
-        """Report a change of leader, or a new term of a known leader, to the state
-        machine (after the pass applied what it could)."""
-        node = self.node
-        leader, term = node.leader, node.term
-        if leader == self.host.server_name and self._applied_term != term:
-            # A new leader is reported once it applied its own term's first entry (the empty
-            # entry of Raft §8), so everything committed before is applied: what it answers
-            # from its state is never older than what its predecessors acknowledged.
-            leader = None
-        last_leader, last_term = self._seen
-        if leader == last_leader and (leader is None or term == last_term):
-            return
-        self._seen = (leader, term)
-        if leader != last_leader:
-            self.leader_since_ns = None if leader is None else time.time_ns()
-        self.sm.leader_changed(leader, term)
-
-    def _close(self) -> None:
-        self.closed = True
-        ev, self._applied_event = self._applied_event, None
-        if ev is not None:
-            ev.set()
 
 
 class RaftHost:
@@ -523,24 +173,23 @@ class RaftHost:
         if group in self.groups:
             raise ValueError(f"RAFT group {group!r} is open already")
         log = self.logs.open(group, peers=tuple(peers))
-        g = RaftGroup(self, group, log, sm)
+        g = RaftGroup(self, group, log, sm, commit_broadcast=commit_broadcast)
         for problem in log.recovery_report:
             self._emit("raft_log_recovered", {"group": group, **problem})
         snap = log.snapshot()
         if snap.index > 0:
             sm.restore(snap.data)
-        g._commit_broadcast = commit_broadcast
         g.node = self._new_node(g, log, tuple(peers))
         self.groups[group] = g
-        self._touch(g)
+        self.touch(g)
         return g
 
     def _new_node(self, g: RaftGroup, log: GroupLog, peers: tuple[str, ...]) -> RaftNode:
         cfg = Config(id=self.server_name, group=g.name, peers=peers,
                      election_ticks=self.election_ticks, heartbeat_ticks=self.heartbeat_ticks,
                      pre_vote=True, check_quorum=True, max_bytes_per_message=MAX_BYTES_PER_MESSAGE,
-                     max_inflight=MAX_INFLIGHT, commit_broadcast=g._commit_broadcast)
-        return RaftNode(cfg, log, on_event=lambda name, fields: self._on_event(g, name, fields))
+                     max_inflight=MAX_INFLIGHT, commit_broadcast=g.commit_broadcast)
+        return RaftNode(cfg, log, on_event=lambda name, fields: self.group_event(g, name, fields))
 
     def reopen_group(self, group: str) -> RaftGroup:
         """Resume a failed group (see the module docstring) with the same RaftGroup object
@@ -586,11 +235,8 @@ class RaftHost:
             raise
         for problem in log.recovery_report:
             self._emit("raft_log_recovered", {"group": g.name, **problem})
-        g.log, g.node = log, node
-        g.failed = g.failed_op = None
-        g._seen = (None, node.term)
-        g.leader_since_ns = None
-        self._touch(g)
+        g.resume(log, node)
+        self.touch(g)
         return g
 
     def close_group(self, group: str, *, delete: bool = False) -> None:
@@ -600,9 +246,9 @@ class RaftHost:
         g = self.groups.pop(group, None)
         if g is None:
             return
-        self._on_event(g, "raft_group_closed", {"group": group, "deleted": delete})
+        self.group_event(g, "raft_group_closed", {"group": group, "deleted": delete})
         self._pending.pop(group, None)
-        g._close()
+        g.mark_closed()
         try:
             g.log.close()       # a failed log is closed without a sync
         except (StorageError, OSError) as exc:
@@ -637,7 +283,7 @@ class RaftHost:
             if g is None or g.failed is not None or m.src != src or m.dst != me:
                 dropped += 1                        # a failed group neither votes nor acks
                 continue
-            g._heard[src] = now
+            g.heard_from(src, now)
             try:
                 g.node.step(m)
             except (StorageError, OSError) as exc:   # reading the log failed: this group stops
@@ -726,22 +372,22 @@ class RaftHost:
         # The leaders' replica states (raft_replica_current/_lagging): tracked only while
         # the events are written; when they start being written again, each leader starts
         # over with every peer's state.
-        if self._wants("raft_replica_current"):
+        if self.wants_event("raft_replica_current"):
             now = time.time_ns()
             for g in groups.values():
                 if g.failed is None:
                     try:
-                        g._track_replicas(now)
+                        g.track_replicas(now)
                     except Exception as exc:  # noqa: BLE001 - the group stops, the host goes on
                         self._group_failed(g, exc, "tick")
             self._tracking = True
         elif self._tracking:
             self._tracking = False
             for g in groups.values():
-                g._replica_term = 0
-                g._replica_state = {}
+                g.forget_replicas()
 
-    def _touch(self, g: RaftGroup) -> None:
+    def touch(self, g: RaftGroup) -> None:
+        """``g`` may have a Ready: include it in the next pass (woken unless one follows)."""
         self._pending[g.name] = g
         if not self._pass_follows():
             self._wake.set()
@@ -769,7 +415,7 @@ class RaftHost:
                 self._group_failed(g, exc, "ready")
                 continue
             try:
-                g._persist(rd)
+                g.persist(rd)
             except Exception as exc:  # noqa: BLE001 - storage or not, this group alone
                 self._group_failed(g, exc, "write", rd.entries)
                 continue
@@ -799,7 +445,7 @@ class RaftHost:
                 if g.closed or g.failed is not None:    # closed by a state machine earlier
                     continue
                 try:
-                    g._apply(rd)
+                    g.apply_ready(rd)
                 except Exception as exc:  # noqa: BLE001 - the group stops, the host goes on
                     self._group_failed(g, exc, "apply")
                     continue
@@ -807,7 +453,7 @@ class RaftHost:
                     g.node.advance(rd)
                     if g.closed:                # closed by its own state machine
                         continue
-                    g._maybe_snapshot(every)
+                    g.maybe_snapshot(every)
                     if g.node.has_ready():
                         self._pending[g.name] = g
                 except Exception as exc:  # noqa: BLE001 - storage or not, this group alone
@@ -819,7 +465,7 @@ class RaftHost:
         for g in groups:
             if not g.closed and g.failed is None:
                 try:
-                    g._check_leader()
+                    g.check_leader()
                 except Exception as exc:  # noqa: BLE001 - the group stops, the host goes on
                     self._group_failed(g, exc, "leader_changed")
 
@@ -855,15 +501,9 @@ class RaftHost:
             g.log.fail(exc)
         self._pending.pop(g.name, None)
         term = g.node.term
-        if g._seen[0] is not None:
-            g._seen = (None, term)
-            g.leader_since_ns = None
-            try:
-                g.sm.leader_changed(None, term)
-            except Exception:  # noqa: BLE001 - the group is stopped already
-                pass
+        g.forget_leader()
         if not isinstance(exc, (StorageError, OSError)):   # a fault, not the disk: for good
-            self._on_event(g, "raft_group_failed", {
+            self.group_event(g, "raft_group_failed", {
                 "group": g.name, "term": term, "op": op, "error": repr(exc),
                 "traceback": "".join(traceback.format_exception(exc))})
             return
@@ -907,7 +547,7 @@ class RaftHost:
         """Close every group and log (each log.close() syncs what is left)."""
         self._closed = True
         for g in self.groups.values():
-            g._close()
+            g.mark_closed()
         self.groups.clear()
         self._pending.clear()
         try:
@@ -917,7 +557,7 @@ class RaftHost:
 
     # -- events --------------------------------------------------------------------------
 
-    def _on_event(self, g: RaftGroup, name: str, fields: dict) -> None:
+    def group_event(self, g: RaftGroup, name: str, fields: dict) -> None:
         """The nodes' event hook: every RAFT event also carries the node's last log index,
         peers, leader and this server's zone."""
         events = self.events
@@ -933,7 +573,7 @@ class RaftHost:
         fields.setdefault("zone", self.zone)
         events.emit(name, **fields)
 
-    def _wants(self, name: str) -> bool:
+    def wants_event(self, name: str) -> bool:
         """Whether event ``name`` would be written (skip building its fields otherwise)."""
         events = self.events
         return events is not None and events.enabled(EVENTS[name].level)

@@ -1,0 +1,439 @@
+"""RaftGroup: the handle of one RAFT group hosted by a :class:`~jetraft.net.raft_host.RaftHost`.
+
+A group's owner (a stream, a consumer, the meta group) reads its state from the handle
+(leader, term, peers, commit and applied index, the leader's view of its replicas in the
+shape of nats-server's stream info ``cluster.replicas``) and changes it through the handle
+(:meth:`RaftGroup.propose`, :meth:`~RaftGroup.step_down`, :meth:`~RaftGroup.campaign`,
+:meth:`~RaftGroup.add_peer`, :meth:`~RaftGroup.remove_peer`); each request wakes the host's
+processing pass. What the group replicates is its :class:`StateMachine`.
+
+The host's pass calls the group's share of each step (see jetraft.net.raft_host): write a
+Ready to the group's log (:meth:`~RaftGroup.persist`), hand what is newly committed to the
+state machine (:meth:`~RaftGroup.apply_ready`), take a snapshot where due
+(:meth:`~RaftGroup.maybe_snapshot`), report a change of leader
+(:meth:`~RaftGroup.check_leader`) and, once per tick on the leader, log the changes of
+each replica's state (:meth:`~RaftGroup.track_replicas`).
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from typing import Protocol
+
+import trio
+
+from jetraft.raft.memory import apply_config_entry
+from jetraft.raft.node import RaftNode
+from jetraft.raft.storage import GroupLog
+from jetraft.raft.types import (
+    ConfigChange,
+    ConfigChangeType,
+    Entry,
+    EntryType,
+    NotLeaderError,
+    ProposalDroppedError,
+    Ready,
+    Role,
+)
+
+__all__ = ["CURRENT_LAG", "GroupHost", "RaftGroup", "StateMachine"]
+
+#: A follower at most this many entries behind the leader's last index is "current".
+CURRENT_LAG = 32
+
+_CONFIG = EntryType.CONFIG_CHANGE
+
+#: zlib.crc32 of each entry type's number as one byte: an entry's raft_applied hash is
+#: ``zlib.crc32(data, _TYPE_CRC[type])`` = ``zlib.crc32(bytes([type]) + data)``, without the copy.
+_TYPE_CRC = {t: zlib.crc32(bytes((t,))) for t in EntryType}
+
+
+class GroupHost(Protocol):
+    """What a :class:`RaftGroup` needs of its host (:class:`~jetraft.net.raft_host.RaftHost`)."""
+
+    #: This server's name (its id in every group).
+    server_name: str
+    #: Servers the transport reported unreachable and not back yet.
+    down: set[str]
+    #: A follower's election timeout, in ns: a peer not heard for longer is offline.
+    election_timeout_ns: int
+
+    def touch(self, g: RaftGroup) -> None:
+        """``g`` may have a Ready: include it in the next pass."""
+        ...
+
+    def wants_event(self, name: str) -> bool:
+        """Whether event ``name`` would be written."""
+        ...
+
+    def group_event(self, g: RaftGroup, name: str, fields: dict) -> None:
+        """Write RAFT event ``name`` of ``g`` (the host adds the node's state to ``fields``)."""
+        ...
+
+
+class StateMachine(Protocol):
+    """What a group replicates; called by the host only, from its processing pass."""
+
+    def apply(self, entries: list[Entry]) -> None:
+        """Committed entries, in log order, each once per process lifetime after the last
+        restore: NORMAL entries (a new leader's empty no-op included) and CONFIG_CHANGE
+        entries (so that the state machine sees every index)."""
+        ...
+
+    def snapshot(self) -> bytes | None:
+        """The state as of the last applied entry; None: take no snapshot, keep the log."""
+        ...
+
+    def restore(self, data: bytes) -> None:
+        """Replace the whole state with a snapshot's data."""
+        ...
+
+    def leader_changed(self, leader: str | None, term: int) -> None:
+        """This server's view of the group's leader changed (to itself included)."""
+        ...
+
+
+class RaftGroup:
+    """One group hosted by a :class:`RaftHost`. Read the state from the properties; change
+    it with :meth:`propose`, :meth:`step_down`, :meth:`campaign`, :meth:`add_peer` and
+    :meth:`remove_peer` (each wakes the host's processing pass). ``commit_broadcast``: the
+    node's :class:`~jetraft.raft.types.Config` setting, kept for the nodes the host makes
+    for the group when it reopens it."""
+
+    def __init__(self, host: GroupHost, name: str, log: GroupLog, sm: StateMachine, *,
+                 commit_broadcast: bool = True) -> None:
+        self.name = name
+        self.host = host
+        self.log = log
+        self.sm = sm
+        self.node: RaftNode = None  # type: ignore[assignment]  # set by the host when it opens the group
+        #: Wall-clock ns (time.time_ns) when this server first saw the current leader.
+        self.leader_since_ns: int | None = None
+        snap = log.snapshot()
+        self._applied = snap.index
+        self._applied_term = snap.term                # the term of the entry at _applied
+        self._applied_peers = tuple(snap.peers)       # the configuration at _applied
+        self._snapshot_retry = 0                      # applied index to ask for one again
+        self._seen: tuple[str | None, int] = (None, 0)  # (leader, term) last reported
+        self._heard: dict[str, int] = {}              # peer -> time.time_ns() last heard
+        self._opened_ns = time.time_ns()
+        self._applied_event: trio.Event | None = None
+        self.closed = False
+        #: The exception that stopped this group on this server (see the module
+        #: docstring), and what failed: "write" | "fsync" | "read" | "apply"; None: running.
+        self.failed: BaseException | None = None
+        self.failed_op: str | None = None
+        self.commit_broadcast = commit_broadcast
+        # raft_replica_current/_lagging on the leader: the term the states belong to (0: not
+        # tracking) and, per other peer, (current, time.time_ns() it entered that state).
+        self._replica_term = 0
+        self._replica_state: dict[str, tuple[bool, int]] = {}
+
+    # -- state ---------------------------------------------------------------------------
+
+    @property
+    def leader(self) -> str | None:
+        return None if self.failed is not None else self.node.leader
+
+    @property
+    def term(self) -> int:
+        return self.node.term
+
+    @property
+    def is_leader(self) -> bool:
+        return self.failed is None and self.node.role is Role.LEADER
+
+    @property
+    def peers(self) -> tuple[str, ...]:
+        """The latest configuration in the log (thesis §4.1), committed or not."""
+        return self.node.peers
+
+    @property
+    def commit_index(self) -> int:
+        return self.node.commit_index
+
+    @property
+    def applied_index(self) -> int:
+        """The index of the last entry handed to the state machine (or restored)."""
+        return self._applied
+
+    def __repr__(self) -> str:
+        return (f"RaftGroup({self.name!r}, {self.host.server_name}, {self.node.role.value}, "
+                f"term={self.term}, leader={self.leader}, applied={self._applied})")
+
+    # -- requests ------------------------------------------------------------------------
+
+    def propose(self, data: bytes) -> int:
+        """Append ``data`` as a NORMAL entry on the leader; returns its log index (it is
+        applied everywhere once committed: see :meth:`wait_applied`). Raises NotLeaderError
+        on a follower (proposals are not forwarded: the caller answers or redirects) and
+        ProposalDroppedError while a leadership transfer runs or after close."""
+        node = self._live()
+        if node.role is not Role.LEADER:
+            raise NotLeaderError(node.leader)
+        node.propose(data)
+        self.host.touch(self)
+        return node.last_index
+
+    def step_down(self, to: str | None = None) -> str | None:
+        """Hand leadership to ``to``, or to the most up-to-date peer heard from within an
+        election timeout (ties: the first by name). Returns the target, or None when there
+        is no other peer to take over. Leadership moves when the target, brought up to
+        date, receives TimeoutNow (thesis §3.10); abandoned after an election timeout.
+        NotLeaderError on a follower; ValueError for a server outside the group or self."""
+        node = self._live()
+        if node.role is not Role.LEADER:
+            raise NotLeaderError(node.leader)
+        me = self.host.server_name
+        if to is None:
+            now = time.time_ns()
+            progress = node.progress()
+            live = [(-progress[p]["match"], p) for p in node.peers
+                    if p != me and p in progress and not self._offline(p, now)]
+            if not live:
+                return None
+            to = min(live)[1]
+        elif to == me:
+            raise ValueError(f"{me} is the leader of {self.name} already")
+        node.transfer_leadership(to)
+        self.host.touch(self)
+        return to
+
+    def campaign(self) -> None:
+        """Start an election now (pre-vote first) instead of waiting for a timeout: for a
+        brand-new group, on one of its peers."""
+        self._live().campaign()
+        self.host.touch(self)
+
+    def add_peer(self, peer: str) -> None:
+        """Propose adding ``peer`` (thesis §4.1, one server at a time). Leader only; see
+        :meth:`RaftNode.propose_config_change` for the errors. The new server should open
+        the group with the current peers *without* itself, so it cannot campaign before
+        it is a member."""
+        self._live().propose_config_change(ConfigChange(ConfigChangeType.ADD_PEER, peer))
+        self.host.touch(self)
+
+    def remove_peer(self, peer: str) -> None:
+        """Propose removing ``peer`` (a removed leader steps down once it is committed)."""
+        self._live().propose_config_change(ConfigChange(ConfigChangeType.REMOVE_PEER, peer))
+        self.host.touch(self)
+
+    def heard_ns(self, peer: str) -> int | None:
+        """Wall-clock ns (time.time_ns) when a message from ``peer`` last arrived, or None."""
+        return self._heard.get(peer)
+
+    def replicas(self, now_ns: int) -> list[dict]:
+        """On the leader, one dict per other peer of the configuration: ``name``,
+        ``current`` (online and at most :data:`CURRENT_LAG` entries behind), ``active_ns``
+        (ns since last heard, against ``now_ns`` = ``time.time_ns()``), ``lag`` (entries
+        behind the leader's last index) and ``offline`` (not heard within an election
+        timeout, or reported down by the transport). [] on a follower. The shape of
+        nats-server's stream info ``cluster.replicas`` (stream.go PeerInfo)."""
+        node = self.node
+        if node.role is not Role.LEADER or self.failed is not None:
+            return []
+        last = node.last_index
+        me = self.host.server_name
+        out = []
+        for p in node.peers:
+            if p == me:
+                continue
+            lag = self._lag(p, last)
+            offline = self._offline(p, now_ns)
+            out.append({"name": p, "current": not offline and lag <= CURRENT_LAG,
+                        "active_ns": max(0, now_ns - self._heard.get(p, self._opened_ns)),
+                        "lag": lag, "offline": offline})
+        return out
+
+    def _lag(self, peer: str, last: int) -> int:
+        """On the leader: entries ``peer`` is behind ``last`` (the leader's last index)."""
+        return max(0, last - (self.node.match_index(peer) or 0))
+
+    def _offline(self, peer: str, now_ns: int) -> bool:
+        return (peer in self.host.down
+                or now_ns - self._heard.get(peer, self._opened_ns) > self.host.election_timeout_ns)
+
+    async def wait_applied(self, index: int) -> None:
+        """Return once the state machine has applied ``index`` (or a snapshot past it).
+        Raises trio.ClosedResourceError if the group is closed first."""
+        while self._applied < index:
+            if self.closed:
+                raise trio.ClosedResourceError(f"RAFT group {self.name} closed")
+            if self._applied_event is None:
+                self._applied_event = trio.Event()
+            await self._applied_event.wait()
+
+    # -- the host's side: called by RaftHost only ---------------------------------------
+
+    def heard_from(self, peer: str, now_ns: int) -> None:
+        """A message from ``peer`` arrived at wall-clock ``now_ns`` (time.time_ns)."""
+        self._heard[peer] = now_ns
+
+    def _live(self) -> RaftNode:
+        if self.closed:
+            raise ProposalDroppedError(f"RAFT group {self.name} is closed")
+        if self.failed is not None:
+            raise ProposalDroppedError(f"RAFT group {self.name} stopped: {self.failed}")
+        return self.node
+
+    def persist(self, rd: Ready) -> None:
+        """Step 1 of a pass: write the Ready (durable at the pass's sync)."""
+        log = self.log
+        if rd.snapshot is not None:
+            log.apply_snapshot(rd.snapshot)
+        if rd.entries:
+            log.append(rd.entries)
+        if rd.hard_state is not None:
+            log.set_hard_state(rd.hard_state)
+
+    def apply_ready(self, rd: Ready) -> None:
+        """Step 4 of a pass: restore an installed snapshot, apply what is newly committed."""
+        snap = rd.snapshot
+        if snap is not None and snap.index > self._applied:
+            self.sm.restore(snap.data)
+            self._applied = snap.index
+            self._applied_term = snap.term
+            self._applied_peers = tuple(snap.peers)
+        ents = rd.committed_entries
+        if ents and ents[0].index <= self._applied:
+            ents = [e for e in ents if e.index > self._applied]
+        if ents:
+            self.sm.apply(ents)
+            if self.host.wants_event("raft_applied"):
+                self._applied_event_log(ents)
+            peers = self._applied_peers
+            for e in ents:
+                if e.type == _CONFIG:
+                    peers = apply_config_entry(peers, e)
+            self._applied_peers = peers
+            self._applied = ents[-1].index
+            self._applied_term = ents[-1].term
+        elif snap is None:
+            return
+        ev, self._applied_event = self._applied_event, None
+        if ev is not None:
+            ev.set()
+
+    def _applied_event_log(self, ents: list[Entry]) -> None:
+        """``raft_applied`` for one apply batch (see jetraft.events.EVENTS)."""
+        crc = zlib.crc32
+        tc = _TYPE_CRC
+        self.host.group_event(self, "raft_applied", {
+            "group": self.name, "term": self.node.term,
+            "first_index": ents[0].index, "last_index": ents[-1].index,
+            "terms": [e.term for e in ents],
+            "hashes": [crc(e.data, tc[e.type]) for e in ents]})
+
+    def track_replicas(self, now_ns: int) -> None:
+        """On the leader, once per tick: emit ``raft_replica_current``/``raft_replica_lagging``
+        for each other peer whose state changed since the last tick, and for every peer on
+        the first evaluation of a term (a new leadership) or of a peer (it just joined), once
+        the peer answered or went offline (a new leader's match index for a peer is 0 until
+        it answers, which is not lagging). The states are those of :meth:`replicas`. On a
+        follower: forget the states."""
+        node = self.node
+        if node.role is not Role.LEADER:
+            if self._replica_term:
+                self.forget_replicas()
+            return
+        states = self._replica_state
+        term = node.term
+        if term != self._replica_term:
+            self._replica_term = term
+            states.clear()
+        last = node.last_index
+        me = self.host.server_name
+        others = 0
+        for p in node.peers:
+            if p == me:
+                continue
+            others += 1
+            lag = self._lag(p, last)
+            offline = self._offline(p, now_ns)
+            current = not offline and lag <= CURRENT_LAG
+            old = states.get(p)
+            if old is not None and old[0] == current:
+                continue
+            if old is None and not current and not offline and not self.node.match_index(p):
+                continue    # a new leader knows nothing of the peer's log until it answers
+            states[p] = (current, now_ns)
+            fields = {"group": self.name, "term": term, "peer": p, "lag": lag, "offline": offline}
+            if current:
+                fields["behind_ns"] = None if old is None else now_ns - old[1]
+                self.host.group_event(self, "raft_replica_current", fields)
+            else:
+                self.host.group_event(self, "raft_replica_lagging", fields)
+        if len(states) > others:          # a peer left the configuration
+            peers = node.peers
+            for p in [p for p in states if p not in peers]:
+                del states[p]
+
+    def maybe_snapshot(self, every: int) -> None:
+        """Snapshot the state machine once ``every`` entries were applied since the last
+        snapshot, and compact the log up to it (Raft §7). A state machine that declines
+        (``snapshot()`` returns None) is asked again after another ``every`` entries."""
+        log = self.log
+        if self._applied - log.snapshot().index < every or self._applied < self._snapshot_retry:
+            return
+        data = self.sm.snapshot()
+        if data is None:        # the state machine keeps its whole log (it replays it on open)
+            self._snapshot_retry = self._applied + every
+            return
+        snap = log.create_snapshot(self._applied, data, self._applied_peers)
+        log.compact(snap.index)
+        self.host.group_event(self, "raft_snapshot_taken", {"group": self.name, "index": snap.index,
+                                                          "term": snap.term})
+
+    def check_leader(self) -> None:
+        """Report a change of leader, or a new term of a known leader, to the state
+        machine (after the pass applied what it could)."""
+        node = self.node
+        leader, term = node.leader, node.term
+        if leader == self.host.server_name and self._applied_term != term:
+            # A new leader is reported once it applied its own term's first entry (the empty
+            # entry of Raft §8), so everything committed before is applied: what it answers
+            # from its state is never older than what its predecessors acknowledged.
+            leader = None
+        last_leader, last_term = self._seen
+        if leader == last_leader and (leader is None or term == last_term):
+            return
+        self._seen = (leader, term)
+        if leader != last_leader:
+            self.leader_since_ns = None if leader is None else time.time_ns()
+        self.sm.leader_changed(leader, term)
+
+    def forget_replicas(self) -> None:
+        """Drop the replica states :meth:`track_replicas` keeps (its next call on the leader
+        starts over with every peer's state)."""
+        self._replica_term = 0
+        self._replica_state = {}
+
+    def forget_leader(self) -> None:
+        """The group stopped on this server: if a leader was reported to the state machine,
+        report none (an exception of ``leader_changed`` is ignored: the group is stopped)."""
+        if self._seen[0] is None:
+            return
+        term = self.node.term
+        self._seen = (None, term)
+        self.leader_since_ns = None
+        try:
+            self.sm.leader_changed(None, term)
+        except Exception:  # noqa: BLE001 - the group is stopped already
+            pass
+
+    def resume(self, log: GroupLog, node: RaftNode) -> None:
+        """Go on, no longer failed, with ``log`` reopened and a new ``node`` over it; the
+        leader is reported anew once the node knows one."""
+        self.log, self.node = log, node
+        self.failed = self.failed_op = None
+        self._seen = (None, node.term)
+        self.leader_since_ns = None
+
+    def mark_closed(self) -> None:
+        """The host no longer hosts the group: requests raise, waiters in
+        :meth:`wait_applied` get trio.ClosedResourceError."""
+        self.closed = True
+        ev, self._applied_event = self._applied_event, None
+        if ev is not None:
+            ev.set()

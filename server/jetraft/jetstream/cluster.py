@@ -933,8 +933,12 @@ class ClusterController:
             pull_inbox = reply if kind == "CONSUMER.MSG" else None
             data = encode_entry(API, replica.next_ts(now), self._push_interest(acc, stream, pull_inbox),
                                 subject, reply, headers, payload)
-            self._out.append(Propose(group.name, data,
-                                     self._error_actions(acc.name, reply, rtype, E.cluster_not_available())))
+            # A refused pull request is not answered (its client's request expires, as when
+            # it reaches a server that is not the leader): a JSON body on the pull inbox
+            # would be taken for a stream message.
+            refused = () if kind == "CONSUMER.MSG" else self._error_actions(
+                acc.name, reply, rtype, E.cluster_not_available())
+            self._out.append(Propose(group.name, data, refused))
             return True
         out = acc.handle_api(subject, reply, headers, payload, now)
         if out is None:

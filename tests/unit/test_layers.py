@@ -7,13 +7,12 @@ What the contracts ([tool.importlinter] in pyproject.toml) cover:
   modules of one layer joined by ``|`` import nothing of each other, so config/, protocol/,
   raft/ and events.py import nothing of ours outside themselves, and auth, jetstream/ and
   validation/ import only those four. ``exhaustive``: a new top-level module must be placed.
-  Let through today: net/'s annotations naming the Server (issue 16 item 3).
+  net/ sees the server through the typing Protocols of net/ports.py, never jetraft.server.
 - ``io``: only net/, server.py and cli/ import trio, socket or hypercorn (directly or
   through a chain of our modules).
 - ``acyclic``: no import cycle between the sibling modules of any package of jetraft
   (import-linter's ``acyclic_siblings``: each package's children, their own children
-  folded in, form no cycle). Let through today, each by the one import that closes it:
-  server <-> net, net.jetstream <-> net.js_cluster, net.monitor <-> net.sysreq.
+  folded in, form no cycle). No import is let through.
   Not covered: a cycle between a package's ``__init__`` and its own submodules (say
   jetraft/config/__init__.py importing .model and model.py importing ``jetraft.config``),
   as no two siblings are in it; import-linter 2.17 has no whole-graph acyclic contract.

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -59,12 +60,26 @@ from jetraft.raft.storage.fileio import errno_name
 from jetraft.raft.types import EntryType, NotLeaderError, ProposalDroppedError, RaftError, Role
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
+    from jetraft.config import JetStreamConfig
+    from jetraft.jetstream.api import JetStreamAccount
     from jetraft.jetstream.meta import StreamAssignment
-    from jetraft.net.jetstream import JetStreamService
+    from jetraft.net.ports import JetStreamHost
+    from jetraft.raft.storage import GroupCommit
 
-__all__ = ["META_GROUP", "ClusterJetStream", "StorageFailure"]
+__all__ = ["META_GROUP", "ClusterJetStream", "ClusterService", "StorageFailure"]
+
+
+class ClusterService(Protocol):
+    """What the cluster needs from the JetStream service it runs in
+    (``jetraft.net.jetstream.JetStreamService``)."""
+
+    server: JetStreamHost
+    config: JetStreamConfig
+    #: this server's JetStream accounts (created ``clustered=True``), by name
+    accounts: Mapping[str, JetStreamAccount]
+    store_dir: str
+    #: the group commit the RAFT host's log writes join
+    commit: GroupCommit
 
 #: Seconds between ticks of the controller (bootstrap, reconciliation, timers of led groups).
 RECONCILE_S = 0.1
@@ -80,7 +95,7 @@ class ClusterJetStream:
     :class:`~jetraft.jetstream.cluster.ClusterView`.
     """
 
-    def __init__(self, service: JetStreamService) -> None:
+    def __init__(self, service: ClusterService) -> None:
         self.service = service
         self.server = server = service.server
         self.routes = server.routes

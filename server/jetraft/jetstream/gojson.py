@@ -37,6 +37,7 @@ This module imports nothing of jetraft's.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import re
 import sys
@@ -401,7 +402,7 @@ def _headroom(needed: bool) -> Iterator[None]:
         yield
         return
     depth = 0
-    frame = sys._getframe()
+    frame = inspect.currentframe()
     while frame is not None:
         depth += 1
         frame = frame.f_back

@@ -80,7 +80,7 @@ from jetraft.protocol.subjects import subject_matches
 
 from . import gojson
 from .errors import go_duration
-from .model import ConsumerConfig, ConsumerInfo, SequenceInfo, _json_kind
+from .model import ConsumerConfig, ConsumerInfo, SequenceInfo
 from .outbound import Outbound
 from .store import CorruptMessage, MessageNotFound, StoredMessage
 
@@ -210,7 +210,7 @@ def _parse_next_request(payload: bytes) -> tuple[int, int, int, bool, int]:
             value = raw
             ok = isinstance(raw, bool) if gotype == "bool" else isinstance(raw, str)
         if not ok:
-            kind = _json_kind(raw)
+            kind = gojson.json_kind(raw)
             if kind == "number" and gotype in gojson.INT_RANGES:
                 kind = f"number {gojson.number_literal(raw)}"
             raise _BadRequest(f"json: cannot unmarshal {kind} into Go struct field .{key} "

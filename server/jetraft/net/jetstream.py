@@ -70,6 +70,7 @@ import trio
 
 from jetraft import NATS_COMPAT_VERSION
 from jetraft.jetstream import errors as E
+from jetraft.jetstream import layout
 from jetraft.jetstream.api import ACK_PREFIX, API_PREFIX, FC_PREFIX, JetStreamAccount, Reply
 from jetraft.jetstream.outbound import Outbound
 from jetraft.jetstream.requests import ERROR_EXTRAS, INTERNAL_ERROR_TEXT, json_bytes
@@ -136,20 +137,7 @@ def error_reply(out: Outbound, err: E.JSApiError) -> Outbound:
 def write_state_file(path: str, data: bytes) -> None:
     """Write a consumer state file durably (temp file, fdatasync, rename, directory fsync),
     through the :mod:`~jetraft.raft.storage.fileio` seam. Raises OSError."""
-    tmp = path + ".tmp"
-    fd = fileio.open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, fileio.FILE_MODE)
-    try:
-        fileio.pwrite_all(fd, data, 0, tmp)
-        fileio.fdatasync(fd, tmp)
-    finally:
-        os.close(fd)
-    fileio.replace(tmp, path)
-    d = os.path.dirname(path)
-    dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fileio.fsync_dir(dfd, d)
-    finally:
-        os.close(dfd)
+    layout.atomic_write(path, data)
 
 
 @dataclass(slots=True)

@@ -122,7 +122,7 @@ async def test_routes_dialled_both_ways_leave_one_route_without_flapping():
                 other = next(n for n in nodes if n.server.server_name == name)
                 # the kept route is the one dialled by the lower server id, on both ends
                 lower_dialled = node.server.server_id < other.server.server_id
-                assert peer._conn.solicited == lower_dialled
+                assert peer.conn.solicited == lower_dialled
             assert sorted(node.peer_changes) == sorted(
                 (n.server.server_name, True) for n in nodes if n is not node)  # no down/up flap
             refused = [e["reason"] for e in node.events("route_refused")]
@@ -278,7 +278,7 @@ async def test_a_peer_that_stops_reading_loses_raft_frames_first_then_its_route(
             while node.routes.send_app("fake", "raft", body):
                 await trio.sleep(0)
         assert "fake" in node.routes.peers  # dropping RAFT frames keeps the route
-        conn = node.routes.peers["fake"]._conn
+        conn = node.routes.peers["fake"].conn
         assert conn.dropped_frames == 1 and conn.pending_bytes > 262144 // 2
         with trio.fail_after(DEADLINE):  # core frames are never dropped: past max_pending it closes
             while node.routes.send_app("fake", "jsapi", body):
@@ -482,7 +482,7 @@ async def test_a_batch_of_interests_arrives_whole_in_order_and_is_announced_once
     marks: list[tuple[bytes, list[str]]] = []
 
     def on_mark(src: str, body: bytes) -> None:  # what n2 holds when the frame after arrives
-        conn = n2.routes.peers["n1"]._conn
+        conn = n2.routes.peers["n1"].conn
         marks.append((body, [subject for (acc, subject, _q) in conn.interest if acc == "$G"]))
 
     n2.routes.on_app("mark", on_mark)
@@ -605,7 +605,7 @@ async def test_subs_from_a_peer_are_applied_before_the_frames_after_them():
     marks: list[list[str]] = []
 
     def on_mark(src: str, body: bytes) -> None:
-        conn = node.routes.peers["fake"]._conn
+        conn = node.routes.peers["fake"].conn
         marks.append([subject for (acc, subject, _q) in conn.interest if acc == "APP"])
 
     node.routes.on_app("mark", on_mark)

@@ -77,17 +77,14 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from jetraft.auth import check_password
 from jetraft.config import ClusterConfig, client_context, is_bcrypt, server_context
-from jetraft.net.client import StreamConnection, accept_connections, report_connection_error
-from jetraft.net.tls import (
-    HandshakeFailed,
-    certificate_user,
-    client_handshake,
-    peer_certificate,
-    pinned,
-    server_handshake,
-    socket_fd,
+from jetraft.net.client import accept_connections
+from jetraft.net.route_conn import (
+    INTEREST_SLICE,
+    WILDCARD_HOSTS,
+    RouteConnection,
+    format_addr,
+    split_addr,
 )
 from jetraft.protocol import Match, Message, SubjectIndex
 from jetraft.protocol import route as rp
@@ -95,48 +92,22 @@ from jetraft.protocol import route as rp
 if TYPE_CHECKING:
     from jetraft.net.ports import RouteHost
 
-__all__ = ["RemoteSub", "RouteConnection", "RouteManager", "RoutePeer"]
+# RouteConnection and INTEREST_SLICE are defined in jetraft.net.route_conn.
+__all__ = ["INTEREST_SLICE", "RemoteSub", "RouteConnection", "RouteManager", "RoutePeer", "RouteTarget"]
 
 #: First and largest delay (seconds) between attempts to dial a route.
 INITIAL_BACKOFF = 0.05
 MAX_BACKOFF = 2.0
-#: Largest keepalive interval (seconds) for routes, whatever the client ``ping_interval``.
-ROUTE_PING_INTERVAL = 5.0
 #: Seconds a peer whose route was superseded stays registered while its replacement connects.
 SUPERSEDE_GRACE = 2.0
 #: Seconds to wait for a TCP connection to a route.
 DIAL_TIMEOUT = 2.0
 #: APP frames of this kind are dropped first when a route's output backs up.
 DROPPABLE_KIND = "raft"
-
-READ_SIZE = 262144
 #: Accepted route connections that may be in their handshake at once; past it a new one is
 #: closed at once. With :data:`~jetraft.protocol.route.MAX_HANDSHAKE_FRAME` this bounds what
 #: strangers on the route port can make the server hold (128 x 64 KiB).
 MAX_PENDING_ROUTES = 128
-_WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
-#: Subjects of interest (SUB/UNSUB frames, or subjects of SUBS/UNSUBS frames) a route's reader
-#: applies before it lets other tasks run (bounded work on the loop): about 1 ms of work on an
-#: idle core, 5-8 ms on a busy one.
-INTEREST_SLICE = 500
-
-
-def format_addr(host: str, port: int) -> str:
-    """``"host:port"``, IPv6 hosts in brackets, lower case (the key of a route address)."""
-    host = host.strip("[]").lower()
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def split_addr(addr: str) -> tuple[str, int] | None:
-    """``"host:port"`` -> (host without brackets, port), None when malformed."""
-    host, _, port = addr.rpartition(":")
-    try:
-        number = int(port)
-    except ValueError:
-        return None
-    if not 0 < number < 65536:
-        return None
-    return host.strip("[]"), number
 
 
 class RoutePeer:
@@ -145,22 +116,23 @@ class RoutePeer:
     ``remote`` is the route's ``"ip:port"``, ``connected_ns`` when this server first
     registered it and ``last_seen_ns`` when a frame last arrived from it (both
     ``time.time_ns()``). ``listen`` is its route address as this server dials it,
-    ``client_url`` its client ``"host:port"`` (or None).
+    ``client_url`` its client ``"host:port"`` (or None). ``conn`` is the route connection to
+    this peer, None while it is being replaced.
     """
 
-    __slots__ = ("_conn", "client_url", "cluster", "connected_ns", "jetstream", "last_seen_ns",
+    __slots__ = ("client_url", "cluster", "conn", "connected_ns", "jetstream", "last_seen_ns",
                  "listen", "remote", "server_id", "server_name", "tags")
 
     def __init__(self, conn: RouteConnection, info: rp.RouteInfo) -> None:
         self.server_name = info.server_name
         self.connected_ns = time.time_ns()
         self.last_seen_ns = self.connected_ns
-        self._conn: RouteConnection | None = None
+        self.conn: RouteConnection | None = None
         self.attach(conn, info)
 
     def attach(self, conn: RouteConnection, info: rp.RouteInfo) -> None:
         """Make ``conn`` (whose INFO is ``info``) this peer's route."""
-        self._conn = conn
+        self.conn = conn
         self.server_id = info.server_id
         self.cluster = info.cluster
         self.tags: tuple[str, ...] = tuple(info.tags)
@@ -168,11 +140,6 @@ class RoutePeer:
         self.remote = format_addr(conn.ip, conn.port)
         self.listen = conn.peer_addr(info.listen)
         self.client_url = conn.peer_addr(info.client_url) if info.client_url else None
-
-    @property
-    def conn(self) -> RouteConnection | None:
-        """The route connection to this peer; None while it is being replaced."""
-        return self._conn
 
     def __repr__(self) -> str:
         return (f"RoutePeer({self.server_name!r}, id={self.server_id[:8]}…, remote={self.remote}, "
@@ -212,352 +179,6 @@ class RouteTarget:
         """The route URL without its password, for the event log."""
         user = f"{self.user}:[REDACTED]@" if self.user else ""
         return f"nats-route://{user}{self.addr}"
-
-
-class RouteConnection(StreamConnection):
-    """One route socket: a reader, a sender draining the outbound queue, a pinger.
-
-    ``solicited`` is True on the side that dialled. ``info`` is the remote's INFO once
-    received, ``peer`` the :class:`RoutePeer` while this connection is its route.
-    """
-
-    def __init__(self, manager: RouteManager, stream: trio.SocketStream, ip: str, port: int,
-                 *, solicited: bool, target: RouteTarget | None = None) -> None:
-        super().__init__()
-        manager._next_rid += 1
-        self.rid = manager._next_rid
-        self.manager = manager
-        self.server = manager.server
-        self.stream = stream
-        self.ip = ip
-        self.port = port
-        self.solicited = solicited
-        self.target = target
-        # An accepted connection is a stranger until its handshake is done: its frames are
-        # bounded by MAX_HANDSHAKE_FRAME until then (memory before authentication).
-        self.parser = rp.RouteParser(rp.MAX_FRAME if solicited else rp.MAX_HANDSHAKE_FRAME)
-        self.info: rp.RouteInfo | None = None
-        self.peer: RoutePeer | None = None
-        self.registered = False
-        self.connect_ok = solicited  # the accepting side needs CONNECT first
-        self.interest: dict[tuple[str, str, str | None], RemoteSub] = {}
-        self.superseded_by_remote = False
-        self.refused = False
-        self.quiet = False  # its end was logged as route_refused (or it was a route to self)
-        self.start_ns = time.time_ns()
-        self.last_activity_ns = self.start_ns
-        self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
-        self.dropped_frames = 0
-        self.pings_out = 0
-        self.interest_work = 0  # subjects of interest applied since the reader last yielded
-        self._out: list[bytes] = []
-        self._pending = 0
-        if manager.tls is not None:
-            self.direct_writes = False
-
-    @property
-    def remote(self) -> str:
-        return format_addr(self.ip, self.port)
-
-    @property
-    def reads_batches(self) -> bool:
-        """Whether the remote reads SUBS/UNSUBS frames (its INFO announces minor >= 1)."""
-        return self.info is not None and self.info.minor >= 1
-
-    @property
-    def pending_bytes(self) -> int:
-        """Bytes queued and not yet handed to the socket."""
-        return self._pending
-
-    def peer_addr(self, advertised: str) -> str:
-        """The address ``advertised`` (``host:port``) as seen from here: a wildcard or empty
-        host is replaced with this connection's remote IP (route.go processRouteInfo info.IP)."""
-        parts = split_addr(advertised)
-        if parts is None:
-            return advertised
-        host, port = parts
-        return format_addr(self.ip if host in _WILDCARD_HOSTS else host, port)
-
-    # ------------------------------------------------------------------ lifecycle
-
-    async def run(self) -> None:
-        """Serve the route until it closes; the manager is told in every case. Never raises
-        (but for cancellation): an exception while handling the route's input closes this
-        route alone and is written to the event log as ``connection_error`` (it is redialled
-        like any route that ended)."""
-        try:
-            if self.manager.tls is not None and not await self._start_tls():
-                return
-            if self.solicited:
-                t = self.target
-                self.send(rp.encode_connect(t.user if t else None, t.password if t else None)
-                          + rp.encode_info(self.manager.local_info()))
-            await self._serve([self._handshake_timer, self._pinger], "Remote Closed")
-        except* Exception as group:
-            report_connection_error(self.server, "route", group.exceptions[0], ip=self.ip,
-                                    port=self.port,
-                                    peer_name=self.peer.server_name if self.peer else None)
-            if self.close_reason is None:
-                self.close_reason = "Internal Server Error"
-        finally:
-            if self.close_reason is None:
-                self.close_reason = "Server Shutdown"
-            self.manager._closed(self)
-            await self._linger_close()
-
-    async def _start_tls(self) -> bool:
-        """``cluster { tls }``: the TLS handshake, before any route frame, within the block's
-        ``timeout``. Both sides present a certificate and verify the other's against
-        ``ca_file`` (nats-server opts.go getTLSConfig: RequireAndVerifyClientCert on routes);
-        the dialling side also checks the certificate names the host it dialled. A failure
-        is logged as ``route_refused`` and closes this connection alone (a configured route
-        is dialled again later). Returns False when the connection is to be closed."""
-        tls, accept_ctx, dial_ctx = self.manager.tls
-        raw = self.stream
-        try:
-            with trio.CancelScope() as self._setup_scope:
-                with trio.fail_after(tls.timeout):
-                    if self.solicited:
-                        stream = await client_handshake(raw, dial_ctx, self.target.host)
-                    else:
-                        stream = await server_handshake(raw, accept_ctx)
-                self.stream = stream
-                self.tls_fd = socket_fd(stream)
-                if not pinned(peer_certificate(stream), tls.pinned_certs):
-                    raise HandshakeFailed("peer certificate not in pinned_certs")
-            if self._setup_scope.cancelled_caught:
-                return False
-        except (HandshakeFailed, trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError,
-                OSError) as exc:
-            reason = "TLS handshake timeout" if isinstance(exc, trio.TooSlowError) else str(exc)
-            self.refused = self.quiet = True
-            self.manager.log_refused(self.remote, f"TLS handshake failed: {reason}")
-            if self.close_reason is None:
-                self.close_reason = f"refused: TLS handshake failed: {reason}"
-            return False
-        finally:
-            self._setup_scope = None
-        return True
-
-    def refuse(self, code: str, reason: str, *, log: bool = True, level: str | None = None) -> None:
-        """Send ERR ``code`` and close; ``route_refused`` is logged (at ``level``, default
-        the event's) unless ``log`` is False."""
-        if self.close_reason is not None:
-            return
-        self.refused = True
-        if log:
-            self.quiet = True
-            self.manager.log_refused(self.remote, reason, level)
-        self.send(rp.encode_err(code, reason))
-        self.close(reason if code == rp.ERR_SUPERSEDED else f"refused: {reason}")
-
-    # ------------------------------------------------------------------ output
-
-    def send(self, data: bytes, *, droppable: bool = False) -> bool:
-        """Queue one or more encoded frames. False when dropped or the route is closing."""
-        if self.close_reason is not None:
-            return False
-        limit = self.manager.max_pending
-        if droppable and self._pending > limit // 2:
-            self.dropped_frames += 1
-            return False
-        self._out.append(data)
-        self._pending += len(data)
-        if self._pending > limit:
-            self._slow(f"{self._pending} bytes pending exceed max_pending {limit}")
-            return False
-        self._queued()
-        return True
-
-    def _slow(self, why: str) -> None:
-        self.server.stats.slow_consumers += 1
-        self._out = []
-        self._pending = 0
-        self.close(f"Slow Consumer: {why}", flush=False)
-
-    def _take(self) -> bytes:
-        chunks = self._out
-        if not chunks:
-            return b""
-        self._out = []
-        self._pending = 0
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-    def _put_back(self, rest: bytes) -> None:
-        self._out.insert(0, rest)
-        self._pending += len(rest)
-
-    def _write_timed_out(self, size: int) -> None:
-        self._slow(f"a write of {size} bytes took longer than write_deadline "
-                   f"{self.server.config.write_deadline}s")
-
-    # ------------------------------------------------------------------ input
-
-    async def _reader(self) -> None:
-        parser, server = self.parser, self.server
-        router = server.router
-        while self.close_reason is None:
-            data = await self._read_some(READ_SIZE)
-            if not data:
-                return
-            now = time.time_ns()
-            self.last_activity_ns = now
-            if self.peer is not None:
-                self.peer.last_seen_ns = now
-            self.interest_work = 0
-            try:
-                frames = parser.feed(data)
-            except rp.RouteProtocolError as exc:
-                reason = str(exc)
-                if self.info is None and data[:4] in (b"INFO", b"CONN", b"PING"):
-                    reason = "the remote speaks nats-server's text route protocol, not jetraft's"
-                self.refuse(rp.ERR_PROTOCOL, reason)
-                return
-            server.in_read = True           # output is flushed by after_read, not by writers
-            try:
-                for frame in frames:
-                    if self.close_reason is not None:
-                        return
-                    kind = type(frame)
-                    if kind is rp.RouteMsg and self.registered:
-                        self.in_msgs += 1
-                        self.in_bytes += len(frame.payload) + (len(frame.headers) if frame.headers else 0)
-                        router.publish_from_route(
-                            self.peer.server_name, frame.account,
-                            Message(frame.subject, frame.reply, frame.headers, frame.payload,
-                                    frame.deliver_as),
-                            frame.queues)
-                    elif kind is rp.RouteConnect:
-                        server.after_read()             # before yielding to other tasks
-                        await self._on_connect(frame)
-                        server.in_read = True
-                    elif (kind is rp.RouteSubs or kind is rp.RouteUnsubs) and self.registered:
-                        await self._interest_batch(frame)
-                    else:
-                        self._control(frame)
-                        if self.interest_work >= INTEREST_SLICE:
-                            await self._yield_to_loop()
-            finally:
-                server.after_read()         # RAFT work and output of this read, at once
-
-    async def _yield_to_loop(self) -> None:
-        """Let other tasks run in the middle of a read (its output and RAFT work go first)."""
-        server = self.server
-        server.after_read()
-        await trio.sleep(0)
-        server.in_read = True
-        self.interest_work = 0
-
-    async def _interest_batch(self, frame: rp.RouteSubs | rp.RouteUnsubs) -> None:
-        """Apply a SUBS/UNSUBS frame, :data:`INTEREST_SLICE` subjects at a time, yielding to
-        other tasks between slices; the frames after it wait. The server is told once."""
-        manager = self.manager
-        apply = manager._remote_subs if type(frame) is rp.RouteSubs else manager._remote_unsubs
-        account, subjects = frame.account, frame.subjects
-        changed = False
-        start, total = 0, len(subjects)
-        while start < total:
-            if self.interest_work >= INTEREST_SLICE:
-                await self._yield_to_loop()
-                if not self.registered or self.close_reason is not None:
-                    break  # the route was closed or replaced: its interest is forgotten
-            end = min(total, start + INTEREST_SLICE - self.interest_work)
-            changed |= apply(self, account, subjects[start:end])
-            self.interest_work += end - start
-            start = end
-            if self.close_reason is not None:
-                break
-        if changed:
-            self.server.router.subscriptions_changed(account)
-
-    def _control(self, frame: rp.Frame) -> None:
-        kind = type(frame)
-        manager = self.manager
-        if kind is rp.RoutePing:
-            self.send(rp.PONG)
-        elif kind is rp.RoutePong:
-            self.pings_out = 0
-        elif kind is rp.RouteErr:
-            self._on_err(frame)
-        elif kind is rp.RouteInfo:
-            if self.info is None:
-                manager._handshake(self, frame)
-            else:
-                manager._gossip_received(self, frame)
-        elif not self.registered:
-            self.refuse(rp.ERR_PROTOCOL, f"{kind.__name__} before the handshake finished")
-        elif kind is rp.AppFrame:
-            manager._app(self, frame)
-        elif kind is rp.RouteSub:
-            self.interest_work += 1
-            manager._remote_sub(self, frame)
-        elif kind is rp.RouteUnsub:
-            self.interest_work += 1
-            manager._remote_unsub(self, frame)
-
-    async def _on_connect(self, frame: rp.RouteConnect) -> None:
-        if self.solicited or self.connect_ok or self.info is not None:
-            self.refuse(rp.ERR_PROTOCOL, "unexpected CONNECT")
-            return
-        cluster = self.manager.cluster
-        tls = self.manager.tls
-        if tls is not None and tls[0].verify_and_map:
-            # the route's certificate must name the cluster's authorization user; CONNECT's
-            # credentials are not used (nats-server auth.go isRouterAuthorized with TLSMap)
-            der = peer_certificate(self.stream) if isinstance(self.stream, trio.SSLStream) else None
-            if der is None or cluster.user is None or certificate_user(der, [cluster.user]) is None:
-                self.refuse(rp.ERR_AUTH, "authorization violation: the route's certificate does not name "
-                            "the cluster's authorization user (verify_and_map)")
-                return
-        elif cluster.user is not None:
-            stored = cluster.password or ""
-            given = frame.password or ""
-            if frame.user != cluster.user:
-                ok = False
-            elif is_bcrypt(stored):
-                ok = await trio.to_thread.run_sync(check_password, stored, given)
-            else:
-                ok = check_password(stored, given)
-            if not ok:
-                self.refuse(rp.ERR_AUTH, "authorization violation: bad cluster credentials"
-                            + (f" for user {frame.user!r}" if frame.user else " (none given)"))
-                return
-        self.connect_ok = True
-
-    def _on_err(self, frame: rp.RouteErr) -> None:
-        if frame.code == rp.ERR_SUPERSEDED:
-            self.superseded_by_remote = True
-            self.close(f"superseded by the remote: {frame.text}", flush=False)
-            return
-        self.refused = True
-        if frame.code == rp.ERR_SELF:
-            self.quiet = True
-            if self.target is not None:
-                self.manager._is_self(self.target)
-        else:
-            self.quiet = True
-            self.manager.log_refused(self.remote, f"refused by the remote: {frame.text}",
-                                     "info" if frame.code == rp.ERR_DUPLICATE else None)
-        self.close(f"refused by the remote: {frame.text}", flush=False)
-
-    # ------------------------------------------------------------------ timers
-
-    async def _handshake_timer(self) -> None:
-        await trio.sleep(self.manager.cluster.auth_timeout)
-        if not self.registered and self.close_reason is None:
-            self.refuse(rp.ERR_PROTOCOL, f"handshake not finished within "
-                                         f"{self.manager.cluster.auth_timeout}s")
-
-    async def _pinger(self) -> None:
-        cfg = self.manager.server.config
-        interval = min(cfg.ping_interval, ROUTE_PING_INTERVAL)
-        while True:
-            await trio.sleep(interval)
-            if self.pings_out + 1 > cfg.ping_max:
-                self.close("Stale Connection", flush=False)
-                return
-            self.pings_out += 1
-            self.send(rp.PING)
 
 
 class RouteManager:
@@ -607,6 +228,11 @@ class RouteManager:
         #: or None: plain TCP. Replaced by :meth:`reload_tls`.
         self.tls = self._tls_contexts(self.cluster)
 
+    def next_rid(self) -> int:
+        """A route id not given to any connection before (1, 2, ...: /routez ``rid``)."""
+        self._next_rid += 1
+        return self._next_rid
+
     def targets(self) -> list[RouteTarget]:
         """Every route address this server dials: configured, or learnt from peers."""
         return list(self._targets.values())
@@ -628,7 +254,7 @@ class RouteManager:
         """Queue an APP frame for ``server_name``; never blocks. False when there is no route
         to it (or, for kind ``"raft"``, when its route is backed up and the frame dropped)."""
         peer = self.peers.get(server_name)
-        conn = peer._conn if peer is not None else None
+        conn = peer.conn if peer is not None else None
         if conn is None:
             return False
         return conn.send(rp.encode_app(kind, body), droppable=kind == DROPPABLE_KIND)
@@ -747,8 +373,8 @@ class RouteManager:
 
     def _broadcast(self, frame: bytes) -> None:
         for peer in self.peers.values():
-            if peer._conn is not None:
-                peer._conn.send(frame)
+            if peer.conn is not None:
+                peer.conn.send(frame)
 
     def _broadcast_plain(self, account: str, subjects: list[str], *, add: bool) -> None:
         """Plain interest in ``subjects`` appeared (``add``) or disappeared: SUBS/UNSUBS
@@ -756,7 +382,7 @@ class RouteManager:
         encoding made once, shared by the peers)."""
         batch = single = None
         for peer in self.peers.values():
-            conn = peer._conn
+            conn = peer.conn
             if conn is None:
                 continue
             if conn.reads_batches:
@@ -784,7 +410,9 @@ class RouteManager:
 
     # ------------------------------------------------------------------ remote interest
 
-    def _remote_sub(self, conn: RouteConnection, frame: rp.RouteSub) -> None:
+    def remote_sub(self, conn: RouteConnection, frame: rp.RouteSub) -> None:
+        """SUB from ``conn``'s peer: add its interest (or update a queue group's weight) and
+        tell the router. An invalid subject refuses the route."""
         key = (frame.account, frame.subject, frame.queue)
         rsub = conn.interest.get(key)
         if rsub is not None:
@@ -802,9 +430,9 @@ class RouteManager:
         conn.interest[key] = rsub
         self.server.router.subscriptions_changed(frame.account)
 
-    def _remote_subs(self, conn: RouteConnection, account: str, subjects: tuple[str, ...]) -> bool:
+    def remote_subs(self, conn: RouteConnection, account: str, subjects: tuple[str, ...]) -> bool:
         """Plain interest of ``conn``'s peer in each of ``subjects`` (part of a SUBS frame), as
-        :meth:`_remote_sub` without telling the server. True when any interest was added. An
+        :meth:`remote_sub` without telling the server. True when any interest was added. An
         invalid subject refuses the route (what came before it stays until the route closes)."""
         index = self._remote.get(account)
         if index is None:
@@ -826,9 +454,9 @@ class RouteManager:
             changed = True
         return changed
 
-    def _remote_unsubs(self, conn: RouteConnection, account: str, subjects: tuple[str, ...]) -> bool:
+    def remote_unsubs(self, conn: RouteConnection, account: str, subjects: tuple[str, ...]) -> bool:
         """Plain interest in each of ``subjects`` withdrawn (part of an UNSUBS frame), as
-        :meth:`_remote_unsub` without telling the server. True when any was removed."""
+        :meth:`remote_unsub` without telling the server. True when any was removed."""
         index = self._remote.get(account)
         if index is None:
             return False
@@ -841,7 +469,8 @@ class RouteManager:
                 changed = True
         return changed
 
-    def _remote_unsub(self, conn: RouteConnection, frame: rp.RouteUnsub) -> None:
+    def remote_unsub(self, conn: RouteConnection, frame: rp.RouteUnsub) -> None:
+        """UNSUB from ``conn``'s peer: drop that interest, if held, and tell the router."""
         rsub = conn.interest.pop((frame.account, frame.subject, frame.queue), None)
         if rsub is not None:
             self._remote[frame.account].remove(frame.subject, rsub, frame.queue)
@@ -862,7 +491,9 @@ class RouteManager:
 
     # ------------------------------------------------------------------ APP frames
 
-    def _app(self, conn: RouteConnection, frame: rp.AppFrame) -> None:
+    def app_received(self, conn: RouteConnection, frame: rp.AppFrame) -> None:
+        """An APP frame from ``conn``'s peer, to the handler of its kind (see :meth:`on_app`);
+        a handler that raises refuses the route."""
         handler = self._app_handlers.get(frame.kind)
         if handler is None:
             return
@@ -879,10 +510,10 @@ class RouteManager:
         server = self.server
         cfg = server.config
         host = self.cluster.host
-        listen = format_addr("" if host in _WILDCARD_HOSTS else host, self.port or 0)
+        listen = format_addr("" if host in WILDCARD_HOSTS else host, self.port or 0)
         client_url = None
         if server.client_port:
-            client_url = format_addr("" if cfg.host in _WILDCARD_HOSTS else cfg.host, server.client_port)
+            client_url = format_addr("" if cfg.host in WILDCARD_HOSTS else cfg.host, server.client_port)
         known = {t.addr for t in self._targets.values() if not t.is_self}
         known.update(p.listen for p in self.peers.values())
         return rp.RouteInfo(
@@ -906,7 +537,7 @@ class RouteManager:
     def _admit(self, conn: RouteConnection, info: rp.RouteInfo) -> tuple[str, str] | None:
         """None to register ``conn``; else why it is a duplicate of the peer's current route."""
         peer = self.peers.get(info.server_name)
-        old = peer._conn if peer is not None else None
+        old = peer.conn if peer is not None else None
         if old is None or old is conn:
             return None
         if old.info.server_id != info.server_id:
@@ -917,7 +548,9 @@ class RouteManager:
         keep_new = conn.solicited == (self.server.server_id < info.server_id)
         return None if keep_new else (rp.ERR_DUPLICATE, f"already connected to {info.server_name!r}")
 
-    def _handshake(self, conn: RouteConnection, info: rp.RouteInfo) -> None:
+    def handshake(self, conn: RouteConnection, info: rp.RouteInfo) -> None:
+        """The first INFO on ``conn``: refuse it (ERR and ``route_refused``), or register it
+        as its peer's route, answering an accepted connection with this server's INFO."""
         if not conn.connect_ok:
             conn.refuse(rp.ERR_PROTOCOL, "INFO before CONNECT")
             return
@@ -930,7 +563,7 @@ class RouteManager:
             if code == rp.ERR_SELF:
                 conn.quiet = True
                 if conn.target is not None:
-                    self._is_self(conn.target)
+                    self.route_to_self(conn.target)
                 conn.refuse(code, reason, log=False)
                 return
             conn.refuse(code, reason)
@@ -942,9 +575,9 @@ class RouteManager:
             conn.refuse(*duplicate, level="info")  # routine when two servers dial each other
             return
         self._register(conn, info)
-        self._gossip_received(conn, info)
+        self.gossip_received(conn, info)
 
-    def _is_self(self, target: RouteTarget) -> None:
+    def route_to_self(self, target: RouteTarget) -> None:
         """``target`` leads back to this server: never dial it again (nats-server routesToSelf)."""
         if not target.is_self:
             target.is_self = True
@@ -957,18 +590,18 @@ class RouteManager:
         if peer is not None and peer.server_id != info.server_id:
             # The server restarted (a new id) while its old route looked alive: that route is
             # dead, and the peer went down and came back up.
-            old = peer._conn
+            old = peer.conn
             if old is not None:
                 self._detach(old)
                 old.close("replaced: the remote server restarted with a new server id", flush=False)
-            peer._conn = None
+            peer.conn = None
             self._unregister(peer)
             peer = None
         fresh = peer is None
         if fresh:
             peer = self.peers[name] = RoutePeer(conn, info)
         else:
-            old = peer._conn
+            old = peer.conn
             if old is not None and old is not conn:
                 self._detach(old)
                 old.refuse(rp.ERR_SUPERSEDED, f"superseded by route {conn.rid} to the same server "
@@ -988,8 +621,8 @@ class RouteManager:
         if fresh:
             self._update_connect_urls()
             for other in self.peers.values():  # tell everyone else about the newcomer
-                if other is not peer and other._conn is not None:
-                    other._conn.send(rp.encode_info(self.local_info()))
+                if other is not peer and other.conn is not None:
+                    other.conn.send(rp.encode_info(self.local_info()))
             for handler in list(self._peer_handlers):
                 handler(name, True)
 
@@ -999,7 +632,7 @@ class RouteManager:
             conn.registered = False
             self._forget_interest(conn)
 
-    def _closed(self, conn: RouteConnection) -> None:
+    def connection_closed(self, conn: RouteConnection) -> None:
         """Called by every connection as it ends."""
         self.connections.pop(conn.rid, None)
         if not self.connections:
@@ -1011,9 +644,9 @@ class RouteManager:
                              reason=conn.close_reason)
         was_route = conn.registered
         self._detach(conn)
-        if not was_route or peer is None or peer._conn is not conn:
+        if not was_route or peer is None or peer.conn is not conn:
             return
-        peer._conn = None
+        peer.conn = None
         if conn.superseded_by_remote and self._nursery is not None:
             self._nursery.start_soon(self._grace, peer)
         else:
@@ -1021,7 +654,7 @@ class RouteManager:
 
     async def _grace(self, peer: RoutePeer) -> None:
         await trio.sleep(SUPERSEDE_GRACE)
-        if peer._conn is None and self.peers.get(peer.server_name) is peer:
+        if peer.conn is None and self.peers.get(peer.server_name) is peer:
             self._unregister(peer)
 
     def _unregister(self, peer: RoutePeer) -> None:
@@ -1048,7 +681,7 @@ class RouteManager:
 
     # ------------------------------------------------------------------ discovery
 
-    def _gossip_received(self, conn: RouteConnection, info: rp.RouteInfo) -> None:
+    def gossip_received(self, conn: RouteConnection, info: rp.RouteInfo) -> None:
         """An INFO from a registered peer: dial the routes it knows that this server does not."""
         if not conn.registered:
             return
@@ -1077,7 +710,7 @@ class RouteManager:
         urls = []
         if server.client_port:
             host = server.config.host
-            urls.append(format_addr("127.0.0.1" if host in _WILDCARD_HOSTS else host, server.client_port))
+            urls.append(format_addr("127.0.0.1" if host in WILDCARD_HOSTS else host, server.client_port))
         urls += [p.client_url for p in self.peers.values() if p.client_url]
         server.set_connect_urls(sorted(set(urls)) if self.peers else [])
 

@@ -2,7 +2,7 @@
 
 One validator for both places that decide on a stream request: a single server's
 :class:`~jetraft.jetstream.api.JetStreamAccount` and a cluster's meta leader
-(``net/js_cluster.py``). Pure functions: the caller hands in what they need to know of
+(:mod:`jetraft.jetstream.cluster`). Pure functions: the caller hands in what they need to know of
 the account (the other streams' subjects, the stream as it is) and acts on the answer.
 Each raises :class:`~jetraft.jetstream.errors.JSApiError` with nats-server's code and text
 (errors.json) for the first check that fails, in nats-server's order

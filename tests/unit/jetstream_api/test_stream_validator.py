@@ -1,8 +1,9 @@
 """The one STREAM.CREATE / STREAM.UPDATE validator (jetraft.jetstream.validate), as the single
-server (JetStreamAccount) and a cluster's meta leader (net/js_cluster.py) use it.
+server (JetStreamAccount) and a cluster's meta leader (jetstream/cluster.py) call it.
 
-Without a server: the validator alone, and a JetStreamAccount in memory whose answers are
-compared with the validator's as the meta leader calls it (net/js_cluster.py).
+The validator alone, with the parameters of each caller; the same bad requests through a
+single server and through the cluster controller are compared in
+tests/unit/jetstream_cluster/test_stream_checks_alike.py.
 """
 
 from __future__ import annotations
@@ -11,12 +12,8 @@ import json
 
 import pytest
 
-from jetraft.events import EVENTS
-from jetraft.jetstream import errors as E
-from jetraft.jetstream.api import JetStreamAccount
 from jetraft.jetstream.errors import JSApiError
 from jetraft.jetstream.model import StreamConfig
-from jetraft.jetstream.store import GroupCommit
 from jetraft.jetstream.validate import (
     check_stream_create,
     check_stream_update,
@@ -24,8 +21,6 @@ from jetraft.jetstream.validate import (
 )
 from jetraft.protocol.subjects import SubjectIndex
 
-T0 = 1_800_000_000_000_000_000
-REPLY = "_INBOX.r"
 ORDERS = {"name": "ORDERS", "subjects": ["orders.>"], "storage": "memory"}
 
 
@@ -136,71 +131,3 @@ def test_update_refuses_overlap_with_the_other_streams(meta_leader):
         (400, 10065, "subjects overlap with an existing stream")
     assert check_stream_update(update, "ORDERS", current.__getitem__, ["billing.>"],
                                clustered=meta_leader, meta_leader=meta_leader).subjects == ["orders.>", "audit.>"]
-
-
-# --- the same bad request through both callers ------------------------------------------
-
-class Events:
-    def emit(self, name: str, **fields) -> None:
-        assert name in EVENTS, name
-
-
-AUDIT = {"name": "AUDIT", "subjects": ["audit.>"], "storage": "memory"}
-
-
-def single_server() -> JetStreamAccount:
-    acc = JetStreamAccount("$G", store_dir=None, sync=GroupCommit(), events=Events(),
-                           interest=lambda s: True, server_version="2.15.1")
-    for config in (ORDERS, AUDIT):
-        reply = acc.handle_api(f"$JS.API.STREAM.CREATE.{config['name']}", REPLY, None, body(**config), T0)
-        assert "error" not in json.loads(reply[0].out.data)
-    return acc
-
-
-def meta_leader_error(op: str, name: str, payload: bytes) -> dict:
-    """What a cluster's meta leader answers: the validator called as net/js_cluster.py calls
-    it, over assignments holding the single server's two streams."""
-    assigned = {c["name"]: single_server().streams[c["name"]].stream.config.to_json() for c in (ORDERS, AUDIT)}
-
-    def subjects(skip: str | None = None) -> list[str]:
-        return [s for n, c in assigned.items() if n != skip for s in (c.get("subjects") or [n])]
-
-    def current(stream: str) -> StreamConfig:
-        if stream not in assigned:
-            raise E.stream_not_found()
-        return StreamConfig.from_json(assigned[stream]).checked()
-
-    with pytest.raises(JSApiError) as info:
-        if op == "CREATE":
-            check_stream_create(payload, name, subjects(), existing=assigned.get, clustered=True)
-        else:
-            check_stream_update(payload, name, current, subjects(name), clustered=True, meta_leader=True)
-    return info.value.to_json()
-
-
-BAD_CREATES = [
-    ("ORDERS2", b'{"name": "ORDERS2", "subjects": ["orders.eu"], "storage": "memory"}'),   # overlap
-    ("X", body(**ORDERS)),                                                                 # name mismatch
-    ("ORDERS", body(**{**ORDERS, "max_msgs": 5})),                                         # name in use
-    ("BAD", b'{"name": "BAD", '),                                                          # bad JSON
-    ("BAD", body(name="BAD", subjects=["a..b"])),                                          # bad subject
-    ("RP", body(name="RP", subjects=["rp.>"], republish={"src": "rp.>", "dest": "out.>"})),  # unsupported
-]
-BAD_UPDATES = [
-    ("ORDERS", body(**{**ORDERS, "subjects": ["orders.>", "audit.x"]})),                   # overlap
-    ("NOPE", body(name="NOPE", subjects=["nope"], storage="memory")),                      # not found
-    ("ORDERS", b"{"),                                                                      # bad JSON
-    ("ORDERS", body(**{**ORDERS, "allow_atomic": True})),                                  # unsupported
-]
-
-
-@pytest.mark.parametrize(("op", "name", "payload"),
-                         [("CREATE", *c) for c in BAD_CREATES] + [("UPDATE", *u) for u in BAD_UPDATES])
-def test_single_server_and_meta_leader_answer_a_bad_request_alike(op, name, payload):
-    acc = single_server()
-    before = {n: e.stream.config.to_json() for n, e in acc.streams.items()}
-    single = json.loads(acc.handle_api(f"$JS.API.STREAM.{op}.{name}", REPLY, None, payload, T0)[0].out.data)
-    assert single["error"] == meta_leader_error(op, name, payload)
-    assert {n: e.stream.config.to_json() for n, e in acc.streams.items()} == before
-    assert acc.stream_for("audit.x").name == "AUDIT"        # a refused update keeps the subjects
-    assert acc.stream_for("orders.x").name == "ORDERS"

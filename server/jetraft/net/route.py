@@ -38,20 +38,13 @@ keeps at most one route per remote server. It follows nats-server server/route.g
   reload reads the certificate, key and CA again for routes connected from then on.
 - **Keepalive.** A PING every ``min(ping_interval, ROUTE_PING_INTERVAL)`` seconds; a route
   with ``ping_max`` PINGs unanswered is closed ("Stale Connection").
-- **Interest.** Subscriptions of local clients and interest held by the server itself
-  (:meth:`RouteManager.add_internal_interest`) are reference-counted per (account, subject)
-  and per (account, subject, queue); the first subscriber sends SUB to every peer, the last
-  UNSUB; a queue group's SUB carries its member count as weight (route.go
-  updateRouteSubscriptionMap, ``RS+ account subject queue weight``). A route that comes up
-  gets the whole table; the interest a peer sent is forgotten when its route goes down.
-  Many subjects at once (a stream leader's interest in its stream's subjects:
-  :meth:`RouteManager.add_internal_interests`) go as SUBS/UNSUBS frames, a few per batch, to
-  peers whose INFO announces protocol minor 1, and as one SUB/UNSUB per subject to older
-  peers. On the receiving side interest frames are applied in slices of
-  :data:`INTEREST_SLICE` subjects; between slices the reader lets other tasks run, and the
-  frames after them on the same route wait (order is kept). A SUBS/UNSUBS frame tells the
-  router (``Router.subscriptions_changed``, and through it JetStream) once, not once per
-  subject.
+- **Interest.** Local subscriptions and the server's own interest are reference-counted and
+  sent to every peer as SUB/UNSUB (SUBS/UNSUBS for many subjects at once); the interest a
+  peer sent is kept until its route goes down (:mod:`jetraft.net.route_interest`). The
+  receiving side applies interest frames in slices of :data:`INTEREST_SLICE` subjects;
+  between slices the reader lets other tasks run, and the frames after them on the same
+  route wait (order is kept). A SUBS/UNSUBS frame tells the router
+  (``Router.subscriptions_changed``, and through it JetStream) once, not once per subject.
 - **Output.** Each route has an outbound queue drained by one sender task that writes
   everything queued in one ``send_all`` (many small frames coalesce into one write). Past
   half of ``max_pending`` bytes queued, APP frames of kind ``"raft"`` are dropped (RAFT
@@ -86,13 +79,15 @@ from jetraft.net.route_conn import (
     format_addr,
     split_addr,
 )
-from jetraft.protocol import Match, Message, SubjectIndex
+from jetraft.net.route_interest import RemoteSub, RouteInterest
+from jetraft.protocol import Match, Message
 from jetraft.protocol import route as rp
 
 if TYPE_CHECKING:
     from jetraft.net.ports import RouteHost
 
-# RouteConnection and INTEREST_SLICE are defined in jetraft.net.route_conn.
+# RouteConnection and INTEREST_SLICE are defined in jetraft.net.route_conn, RemoteSub in
+# jetraft.net.route_interest.
 __all__ = ["INTEREST_SLICE", "RemoteSub", "RouteConnection", "RouteManager", "RoutePeer", "RouteTarget"]
 
 #: First and largest delay (seconds) between attempts to dial a route.
@@ -146,19 +141,6 @@ class RoutePeer:
                 f"tags={self.tags}, jetstream={self.jetstream})")
 
 
-class RemoteSub:
-    """Interest a peer sent: its route ``conn``, the ``subject`` filter, ``queue`` and ``weight``
-    (the peer's member count in that queue group). Held in the manager's per-account index."""
-
-    __slots__ = ("conn", "queue", "subject", "weight")
-
-    def __init__(self, conn: RouteConnection, subject: str, queue: str | None, weight: int) -> None:
-        self.conn = conn
-        self.subject = subject
-        self.queue = queue
-        self.weight = weight
-
-
 class RouteTarget:
     """A route address this server dials: configured, or learnt from a peer's INFO."""
 
@@ -206,9 +188,8 @@ class RouteManager:
         self._self_addrs: set[str] = set()
         self._app_handlers: dict[str, Callable[[str, bytes], None]] = {}
         self._peer_handlers: list[Callable[[str, bool], None]] = []
-        self._remote: dict[str, SubjectIndex[RemoteSub]] = {}
-        self._plain: dict[tuple[str, str], int] = {}
-        self._queues: dict[tuple[str, str, str], int] = {}
+        #: What this server and its peers told each other they want (SUB/UNSUB frames).
+        self.interest = RouteInterest(server, self.peers)
         self._changed = trio.Event()
         self._no_connections = trio.Event()
         self._no_connections.set()
@@ -270,64 +251,39 @@ class RouteManager:
         replaced by another to the same server (duplicate resolution) is no change."""
         self._peer_handlers.append(handler)
 
+    # Interest (jetraft.net.route_interest): the manager's share of the public API.
+
     def add_internal_interest(self, account: str, subject: str, queue: str | None = None) -> None:
-        """Interest held by this server itself, propagated to peers like a client subscription
-        (reference-counted: each add needs one remove). Matching messages published on other
-        servers arrive through ``Router.publish_from_route``."""
-        self.local_interest(account, subject, queue, 1)
+        """Interest held by this server itself: :meth:`RouteInterest.add_internal_interest`."""
+        self.interest.add_internal_interest(account, subject, queue)
 
     def remove_internal_interest(self, account: str, subject: str, queue: str | None = None) -> None:
         """Drop one reference taken by :meth:`add_internal_interest`."""
-        self.local_interest(account, subject, queue, -1)
+        self.interest.remove_internal_interest(account, subject, queue)
 
     def add_internal_interests(self, account: str, subjects: Iterable[str]) -> None:
-        """:meth:`add_internal_interest` (plain, no queue) for each of ``subjects``, in order,
-        with the same effect on every peer; the subjects that gain their first reference go
-        to each peer as SUBS frames (one per :data:`~jetraft.protocol.route.BATCH_SUBJECTS`)
-        or, to a peer of protocol minor 0, as one SUB each. O(len(subjects)), no per-subject
-        frame: for a stream's thousands of subjects."""
-        plain = self._plain
-        new: list[str] = []
-        for subject in subjects:
-            key = (account, subject)
-            count = plain.get(key, 0) + 1
-            plain[key] = count
-            if count == 1:
-                new.append(subject)
-        if new:
-            self._broadcast_plain(account, new, add=True)
+        """Many subjects at once: :meth:`RouteInterest.add_internal_interests`."""
+        self.interest.add_internal_interests(account, subjects)
 
     def remove_internal_interests(self, account: str, subjects: Iterable[str]) -> None:
-        """Drop one reference of each of ``subjects`` taken by :meth:`add_internal_interests`
-        (or :meth:`add_internal_interest`), in order; the interest that disappears goes to the
-        peers as UNSUBS frames (UNSUB each for a peer of minor 0)."""
-        plain = self._plain
-        gone: list[str] = []
-        for subject in subjects:
-            key = (account, subject)
-            count = plain.get(key)
-            if count is None:
-                continue
-            if count > 1:
-                plain[key] = count - 1
-            else:
-                del plain[key]
-                gone.append(subject)
-        if gone:
-            self._broadcast_plain(account, gone, add=False)
+        """Drop one reference of each: :meth:`RouteInterest.remove_internal_interests`."""
+        self.interest.remove_internal_interests(account, subjects)
+
+    def local_interest(self, account: str, subject: str, queue: str | None, delta: int) -> None:
+        """A local (un)subscription: :meth:`RouteInterest.local_interest`."""
+        self.interest.local_interest(account, subject, queue, delta)
 
     def has_remote_interest(self, account: str, subject: str) -> bool:
-        """Whether any peer has interest (plain or queue) matching the literal ``subject``."""
-        index = self._remote.get(account)
-        return index is not None and index.has_interest(subject)
+        """Whether any peer has interest matching the literal ``subject``."""
+        return self.interest.has_remote_interest(account, subject)
 
     def match_remote(self, account: str, subject: str) -> Match | None:
         """The peers' interest matching ``subject`` (items are :class:`RemoteSub`), or None."""
-        index = self._remote.get(account)
-        if index is None:
-            return None
-        match = index.match(subject)
-        return match if (match.plain or match.queues) else None
+        return self.interest.match_remote(account, subject)
+
+    def remote_subscription_count(self) -> int:
+        """How many (account, subject, queue) interests all peers hold (for /varz, /routez)."""
+        return self.interest.remote_subscription_count()
 
     def forward(self, account: str, msg: Message, targets: dict[RouteConnection, list[str]]) -> None:
         """Send ``msg`` as one MSG to each route in ``targets`` (route -> queue names it
@@ -346,148 +302,6 @@ class RouteManager:
             if conn.send(frame):
                 conn.out_msgs += 1
                 conn.out_bytes += size
-
-    # ------------------------------------------------------------------ local interest
-
-    def local_interest(self, account: str, subject: str, queue: str | None, delta: int) -> None:
-        """A local subscription (``delta`` +1) or unsubscription (-1): tell the peers when the
-        interest appears, disappears, or a queue group's member count changes."""
-        if queue is None:
-            key = (account, subject)
-            count = self._plain.get(key, 0) + delta
-            if count > 0:
-                self._plain[key] = count
-                if count == 1 and delta > 0:
-                    self._broadcast(rp.encode_sub(account, subject))
-            else:
-                if self._plain.pop(key, None) is not None:
-                    self._broadcast(rp.encode_unsub(account, subject))
-            return
-        qkey = (account, subject, queue)
-        count = self._queues.get(qkey, 0) + delta
-        if count > 0:
-            self._queues[qkey] = count
-            self._broadcast(rp.encode_sub(account, subject, queue, count))
-        elif self._queues.pop(qkey, None) is not None:
-            self._broadcast(rp.encode_unsub(account, subject, queue))
-
-    def _broadcast(self, frame: bytes) -> None:
-        for peer in self.peers.values():
-            if peer.conn is not None:
-                peer.conn.send(frame)
-
-    def _broadcast_plain(self, account: str, subjects: list[str], *, add: bool) -> None:
-        """Plain interest in ``subjects`` appeared (``add``) or disappeared: SUBS/UNSUBS
-        frames to the peers that read them, one SUB/UNSUB per subject to the others (each
-        encoding made once, shared by the peers)."""
-        batch = single = None
-        for peer in self.peers.values():
-            conn = peer.conn
-            if conn is None:
-                continue
-            if conn.reads_batches:
-                if batch is None:
-                    batch = (rp.encode_subs if add else rp.encode_unsubs)(account, subjects)
-                conn.send(batch)
-            else:
-                if single is None:
-                    encode = rp.encode_sub if add else rp.encode_unsub
-                    single = b"".join([encode(account, subject) for subject in subjects])
-                conn.send(single)
-
-    def _interest_table(self, conn: RouteConnection) -> bytes:
-        """Every local interest, for ``conn`` that just came up: plain interest as SUBS
-        frames per account (SUB frames for a peer of minor 0), queue groups as SUB frames."""
-        if conn.reads_batches:
-            accounts: dict[str, list[str]] = {}
-            for account, subject in self._plain:
-                accounts.setdefault(account, []).append(subject)
-            out = [rp.encode_subs(account, subjects) for account, subjects in accounts.items()]
-        else:
-            out = [rp.encode_sub(account, subject) for account, subject in self._plain]
-        out += [rp.encode_sub(a, s, q, n) for (a, s, q), n in self._queues.items()]
-        return b"".join(out)
-
-    # ------------------------------------------------------------------ remote interest
-
-    def remote_sub(self, conn: RouteConnection, frame: rp.RouteSub) -> None:
-        """SUB from ``conn``'s peer: add its interest (or update a queue group's weight) and
-        tell the router. An invalid subject refuses the route."""
-        key = (frame.account, frame.subject, frame.queue)
-        rsub = conn.interest.get(key)
-        if rsub is not None:
-            rsub.weight = frame.weight
-            return
-        index = self._remote.get(frame.account)
-        if index is None:
-            index = self._remote[frame.account] = SubjectIndex()
-        rsub = RemoteSub(conn, frame.subject, frame.queue, frame.weight)
-        try:
-            index.insert(frame.subject, rsub, frame.queue)
-        except ValueError:
-            conn.refuse(rp.ERR_PROTOCOL, f"invalid subject in SUB: {frame.subject!r}")
-            return
-        conn.interest[key] = rsub
-        self.server.router.subscriptions_changed(frame.account)
-
-    def remote_subs(self, conn: RouteConnection, account: str, subjects: tuple[str, ...]) -> bool:
-        """Plain interest of ``conn``'s peer in each of ``subjects`` (part of a SUBS frame), as
-        :meth:`remote_sub` without telling the server. True when any interest was added. An
-        invalid subject refuses the route (what came before it stays until the route closes)."""
-        index = self._remote.get(account)
-        if index is None:
-            index = self._remote[account] = SubjectIndex()
-        interest = conn.interest
-        insert = index.insert
-        changed = False
-        for subject in subjects:
-            key = (account, subject, None)
-            if key in interest:
-                continue  # plain interest again: its weight stays 1
-            rsub = RemoteSub(conn, subject, None, 1)
-            try:
-                insert(subject, rsub)
-            except ValueError:
-                conn.refuse(rp.ERR_PROTOCOL, f"invalid subject in SUBS: {subject!r}")
-                return changed
-            interest[key] = rsub
-            changed = True
-        return changed
-
-    def remote_unsubs(self, conn: RouteConnection, account: str, subjects: tuple[str, ...]) -> bool:
-        """Plain interest in each of ``subjects`` withdrawn (part of an UNSUBS frame), as
-        :meth:`remote_unsub` without telling the server. True when any was removed."""
-        index = self._remote.get(account)
-        if index is None:
-            return False
-        interest = conn.interest
-        changed = False
-        for subject in subjects:
-            rsub = interest.pop((account, subject, None), None)
-            if rsub is not None:
-                index.remove(subject, rsub)
-                changed = True
-        return changed
-
-    def remote_unsub(self, conn: RouteConnection, frame: rp.RouteUnsub) -> None:
-        """UNSUB from ``conn``'s peer: drop that interest, if held, and tell the router."""
-        rsub = conn.interest.pop((frame.account, frame.subject, frame.queue), None)
-        if rsub is not None:
-            self._remote[frame.account].remove(frame.subject, rsub, frame.queue)
-            self.server.router.subscriptions_changed(frame.account)
-
-    def _forget_interest(self, conn: RouteConnection) -> None:
-        accounts = set()
-        for (account, subject, queue), rsub in conn.interest.items():
-            self._remote[account].remove(subject, rsub, queue)
-            accounts.add(account)
-        conn.interest.clear()
-        for account in sorted(accounts):
-            self.server.router.subscriptions_changed(account)
-
-    def remote_subscription_count(self) -> int:
-        """How many (account, subject, queue) interests all peers hold (for /varz, /routez)."""
-        return sum(len(index) for index in self._remote.values())
 
     # ------------------------------------------------------------------ APP frames
 
@@ -611,7 +425,7 @@ class RouteManager:
         conn.peer = peer
         conn.registered = True
         conn.parser.max_frame = rp.MAX_FRAME
-        table = self._interest_table(conn)
+        table = self.interest.table_for(conn)
         if table:
             conn.send(table)
         self.events.emit("route_connected", peer_name=name, peer_id=info.server_id, remote=conn.remote,
@@ -630,7 +444,7 @@ class RouteManager:
         """``conn`` stops being its peer's route: forget the interest it brought."""
         if conn.registered:
             conn.registered = False
-            self._forget_interest(conn)
+            self.interest.forget(conn)
 
     def connection_closed(self, conn: RouteConnection) -> None:
         """Called by every connection as it ends."""
@@ -713,6 +527,11 @@ class RouteManager:
             urls.append(format_addr("127.0.0.1" if host in WILDCARD_HOSTS else host, server.client_port))
         urls += [p.client_url for p in self.peers.values() if p.client_url]
         server.set_connect_urls(sorted(set(urls)) if self.peers else [])
+
+    def _broadcast(self, frame: bytes) -> None:
+        for peer in self.peers.values():
+            if peer.conn is not None:
+                peer.conn.send(frame)
 
     def refresh_info(self) -> None:
         """Send every peer this server's INFO again (its client URL became known, say)."""

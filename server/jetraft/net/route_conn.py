@@ -40,6 +40,7 @@ __all__ = [
     "ROUTE_PING_INTERVAL",
     "WILDCARD_HOSTS",
     "DialTarget",
+    "PeerInterest",
     "RouteConnection",
     "RouteLink",
     "format_addr",
@@ -88,12 +89,26 @@ class DialTarget(Protocol):
     peer_name: str | None
 
 
+class PeerInterest(Protocol):
+    """Where a connection's reader puts the interest its peer sends
+    (:class:`~jetraft.net.route_interest.RouteInterest`). Each is called for a registered
+    connection only; ``remote_subs``/``remote_unsubs`` take part of a SUBS/UNSUBS frame and
+    return whether any interest changed (the connection tells the router once per frame), the
+    others tell the router themselves. An invalid subject refuses the connection."""
+
+    def remote_sub(self, conn: RouteConnection, frame: rp.RouteSub) -> None: ...
+
+    def remote_unsub(self, conn: RouteConnection, frame: rp.RouteUnsub) -> None: ...
+
+    def remote_subs(self, conn: RouteConnection, account: str, subjects: tuple[str, ...]) -> bool: ...
+
+    def remote_unsubs(self, conn: RouteConnection, account: str, subjects: tuple[str, ...]) -> bool: ...
+
+
 class RouteLink(Protocol):
     """What a :class:`RouteConnection` needs of its route manager
-    (:class:`~jetraft.net.route.RouteManager`). The ``*_received``, ``remote_*`` and
-    ``handshake`` methods are called by the connection's reader for each frame of that kind;
-    the ``remote_subs``/``remote_unsubs`` pair returns whether any interest changed (the
-    connection tells the router once per frame)."""
+    (:class:`~jetraft.net.route.RouteManager`). ``handshake``, ``gossip_received`` and
+    ``app_received`` are called by the connection's reader for each frame of that kind."""
 
     server: RouteHost
     cluster: ClusterConfig
@@ -101,6 +116,8 @@ class RouteLink(Protocol):
     max_pending: int
     #: (the cluster's TLSConfig, context for accepted routes, context for dialled ones), or None.
     tls: tuple[TLSConfig, ssl.SSLContext, ssl.SSLContext] | None
+    #: SUB/UNSUB/SUBS/UNSUBS frames from registered connections go here.
+    interest: PeerInterest
 
     def next_rid(self) -> int:
         """A route id not given to any connection before."""
@@ -134,22 +151,6 @@ class RouteLink(Protocol):
         """An APP frame on a registered ``conn``."""
         ...
 
-    def remote_sub(self, conn: RouteConnection, frame: rp.RouteSub) -> None:
-        """A SUB frame on a registered ``conn``."""
-        ...
-
-    def remote_unsub(self, conn: RouteConnection, frame: rp.RouteUnsub) -> None:
-        """An UNSUB frame on a registered ``conn``."""
-        ...
-
-    def remote_subs(self, conn: RouteConnection, account: str, subjects: tuple[str, ...]) -> bool:
-        """Part of a SUBS frame on a registered ``conn``; True when any interest was added."""
-        ...
-
-    def remote_unsubs(self, conn: RouteConnection, account: str, subjects: tuple[str, ...]) -> bool:
-        """Part of an UNSUBS frame on a registered ``conn``; True when any was removed."""
-        ...
-
 
 class RouteConnection(StreamConnection):
     """One route socket: a reader, a sender draining the outbound queue, a pinger.
@@ -178,7 +179,7 @@ class RouteConnection(StreamConnection):
         self.peer: Any = None
         self.registered = False
         self.connect_ok = solicited  # the accepting side needs CONNECT first
-        #: (account, subject, queue) -> the manager's RemoteSub for the interest the peer sent
+        #: (account, subject, queue) -> the RemoteSub of the interest the peer sent
         self.interest: dict[tuple[str, str, str | None], Any] = {}
         self.superseded_by_remote = False
         self.refused = False
@@ -390,8 +391,8 @@ class RouteConnection(StreamConnection):
     async def _interest_batch(self, frame: rp.RouteSubs | rp.RouteUnsubs) -> None:
         """Apply a SUBS/UNSUBS frame, :data:`INTEREST_SLICE` subjects at a time, yielding to
         other tasks between slices; the frames after it wait. The server is told once."""
-        manager = self.manager
-        apply = manager.remote_subs if type(frame) is rp.RouteSubs else manager.remote_unsubs
+        interest = self.manager.interest
+        apply = interest.remote_subs if type(frame) is rp.RouteSubs else interest.remote_unsubs
         account, subjects = frame.account, frame.subjects
         changed = False
         start, total = 0, len(subjects)
@@ -429,10 +430,10 @@ class RouteConnection(StreamConnection):
             manager.app_received(self, frame)
         elif kind is rp.RouteSub:
             self.interest_work += 1
-            manager.remote_sub(self, frame)
+            manager.interest.remote_sub(self, frame)
         elif kind is rp.RouteUnsub:
             self.interest_work += 1
-            manager.remote_unsub(self, frame)
+            manager.interest.remote_unsub(self, frame)
 
     async def _on_connect(self, frame: rp.RouteConnect) -> None:
         if self.solicited or self.connect_ok or self.info is not None:

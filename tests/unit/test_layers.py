@@ -19,6 +19,10 @@ What the contracts ([tool.importlinter] in pyproject.toml) cover:
 
 Imports under ``if TYPE_CHECKING:`` and inside functions count. Run by hand with
 ``lint-imports`` from the project root.
+
+Also here: no attribute starting with ``_`` is read outside its own class in server/jetraft
+(ruff's SLF001, configured in pyproject.toml; ``ruff check server/jetraft`` by hand). A module
+that needs another's state uses a public name or method.
 """
 
 from __future__ import annotations
@@ -48,6 +52,33 @@ def test_the_layers_hold():
     result = lint_imports(ROOT, ROOT / "server")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Contracts: 3 kept, 0 broken." in result.stdout, result.stdout
+
+
+def ruff(cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``ruff check server/jetraft`` with cwd's pyproject.toml."""
+    return subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise",
+         "server/jetraft"],
+        cwd=cwd, env={**os.environ, "NO_COLOR": "1"}, capture_output=True, text=True, timeout=60,
+    )
+
+
+def test_no_private_attribute_is_read_outside_its_class():
+    result = ruff(ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_private_attribute_read_from_another_module_fails_the_suite(tmp_path):
+    shutil.copytree(ROOT / "server" / "jetraft", tmp_path / "server" / "jetraft",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    target = tmp_path / "server" / "jetraft" / "net" / "monitor.py"
+    target.write_text(target.read_text() + "\n\ndef _peek(service):\n    return service._queue\n")
+
+    result = ruff(tmp_path)
+
+    assert result.returncode == 1
+    assert "server/jetraft/net/monitor.py" in result.stdout and "SLF001" in result.stdout, result.stdout
 
 
 # One import that breaks one contract, and what lint-imports says about it.

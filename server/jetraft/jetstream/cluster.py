@@ -13,7 +13,7 @@ subscription interest) and is driven by inputs, each carrying the time where it 
 - :meth:`ClusterController.step_down_done` / :meth:`ClusterController.server_remove_done`
   - the outcome of a :class:`StepDown` / :class:`RemoveServer` action.
 
-Each returns a list of actions for the glue (``net/js_cluster.py``) to carry out, in
+Each returns a list of actions (:mod:`jetraft.jetstream.cluster_actions`) for the glue (``net/js_cluster.py``) to carry out, in
 order: :class:`Send` a reply or delivery, :class:`Propose` an entry to a RAFT group,
 :class:`Forward` a request to another server, :class:`OpenReplica` / :class:`CloseReplica`,
 :class:`OpenMeta`, :class:`ChangePeer`, :class:`StepDown`, :class:`RemoveServer`,
@@ -40,15 +40,32 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
-
-import msgpack
+from typing import Any
 
 from jetraft.jetstream import errors as E
 from jetraft.jetstream.api import API_PREFIX, LIST_LIMIT, NAMES_LIMIT, JetStreamAccount, Reply
 from jetraft.jetstream.api_subjects import ack_stream, api_kind, peer_hash, response_type, stream_of
-from jetraft.jetstream.consumer import Delivery
+from jetraft.jetstream.cluster_actions import (
+    ChangePeer,
+    CloseReplica,
+    ClusterView,
+    Emit,
+    Forward,
+    ForwardedRequest,
+    GroupView,
+    Key,
+    OpenMeta,
+    OpenReplica,
+    Propose,
+    RemoveServer,
+    RoutePeerView,
+    Send,
+    SetInterest,
+    StepDown,
+    decode_forward,
+    decode_reply_frame,
+    encode_reply_frame,
+)
 from jetraft.jetstream.meta import (
     MetaChange,
     MetaState,
@@ -80,11 +97,12 @@ from jetraft.jetstream.replicated import (
 from jetraft.protocol.subjects import subjects_overlap
 from jetraft.raft.types import Entry, EntryType
 
+# The actions and the view live in cluster_actions.py; they are exported here too.
 __all__ = [
     "META_GROUP", "ChangePeer", "CloseReplica", "ClusterController", "ClusterView", "Emit",
-    "Forward", "ForwardedRequest", "GroupView", "OpenMeta", "OpenReplica", "Propose",
+    "Forward", "ForwardedRequest", "GroupView", "Key", "OpenMeta", "OpenReplica", "Propose",
     "RemoveServer", "RoutePeerView", "Send", "SetInterest", "StepDown", "decode_forward",
-    "decode_reply_frame", "encode_reply_frame",
+    "decode_reply_frame", "encode_reply_frame", "zone_of",
 ]
 
 META_GROUP = "_meta_"
@@ -114,227 +132,6 @@ LEADER_API_SUBJECTS = (
 #: API requests about one stream that change it: replicated as an "A" entry.
 _STREAM_WRITES = {"STREAM.PURGE", "STREAM.MSG.DELETE", "CONSUMER.CREATE", "CONSUMER.DURABLE",
                   "CONSUMER.DELETE", "CONSUMER.MSG", "STREAM.UPDATE"}
-
-Key = tuple[str, str]
-
-
-# ---------------------------------------------------------------------- what the controller reads
-
-
-class GroupView(Protocol):
-    """A RAFT group as the controller sees it (``net/raft_host.py`` RaftGroup)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def leader(self) -> str | None: ...
-    @property
-    def is_leader(self) -> bool: ...
-    @property
-    def peers(self) -> tuple[str, ...]: ...
-
-
-class RoutePeerView(Protocol):
-    """A server connected by a route: its ``server_tags``, whether it runs JetStream, its
-    cluster's name (``net/route.py`` RoutePeer)."""
-
-    tags: Any
-    jetstream: bool
-    cluster: str
-
-
-class ClusterView(Protocol):
-    """What the controller reads of the world. Every method answers from memory at once."""
-
-    def group(self, key: Key) -> GroupView | None:
-        """The RAFT group of the stream ``(account, name)`` on this server, if it holds one."""
-
-    def replica(self, key: Key) -> StreamReplica | None:
-        """The replica of the stream ``(account, name)`` on this server, if it holds one."""
-
-    def meta_group_view(self) -> GroupView | None:
-        """The meta group, once opened."""
-
-    def meta_silent(self, now_ns: int) -> set[str]:
-        """Meta group peers silent past an election timeout (as its leader sees them)."""
-
-    def route_peers(self) -> Mapping[str, RoutePeerView]:
-        """The servers connected by a route now, by name."""
-
-    def routes_settled(self) -> bool:
-        """Every route this server dials (configured or discovered) reached its server."""
-
-    def has_interest(self, account: str, subject: str) -> bool:
-        """A subscription (here, or through a route) matches ``subject``."""
-
-    def has_remote_interest(self, account: str, subject: str) -> bool:
-        """A subscription through a route matches ``subject``."""
-
-    def replica_keys(self) -> list[Key]:
-        """The streams ``(account, name)`` this server holds a replica of."""
-
-    def storage_failed(self, group: str) -> bool:
-        """The RAFT group ``group`` is stopped here by a storage failure."""
-
-
-# ---------------------------------------------------------------------- what the controller asks
-
-
-@dataclass(frozen=True, slots=True)
-class Send:
-    """Route ``out`` (a reply or a delivery) within ``account``. ``via``: the server the
-    request came through: send it back there (route APP frame ``"jsreply"``,
-    :func:`encode_reply_frame`) and route it here only when that fails."""
-
-    account: str
-    out: Outbound
-    via: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Propose:
-    """Propose ``data`` to the RAFT group named ``group``; when it is refused at once (not
-    the leader, proposal dropped) carry out ``refused`` instead, and with ``abandon`` none
-    of the actions after it in the same list either (nothing else of the request is done)."""
-
-    group: str
-    data: bytes
-    refused: tuple[Any, ...] = ()
-    abandon: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Forward:
-    """Send the request ``frame`` (:class:`ForwardedRequest` packed) to ``server`` in a
-    route APP frame ``"jsapi"``; when there is no route to it carry out ``unreachable``."""
-
-    server: str
-    frame: bytes
-    unreachable: tuple[Any, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class OpenReplica:
-    """Create this server's replica of ``assignment`` and open its RAFT group with
-    ``bootstrap`` as its first peers; ``campaign``: start an election at once if its log is
-    empty (a brand-new group's first peer). Then carry out ``then``."""
-
-    assignment: StreamAssignment
-    bootstrap: tuple[str, ...]
-    campaign: bool
-    then: tuple[Any, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class CloseReplica:
-    """Close this server's replica of stream ``key`` and its RAFT group; ``delete``: remove
-    its files too."""
-
-    key: Key
-    delete: bool
-
-
-@dataclass(frozen=True, slots=True)
-class OpenMeta:
-    """Open (bootstrap) the meta group with ``peers``."""
-
-    peers: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class ChangePeer:
-    """One membership step of the group named ``group``: ``op`` is ``"add"`` or
-    ``"remove"`` of ``peer``, or ``"step_down"``. A RAFT refusal (a change in flight) is
-    ignored: reconciliation asks again."""
-
-    group: str
-    op: str
-    peer: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class StepDown:
-    """Hand the leadership of the group named ``group`` to its most up-to-date peer, then
-    report the peer chosen (or None) with :meth:`ClusterController.step_down_done`.
-    ``kind``: meta, stream or consumer; the answer goes to ``reply`` in ``account``."""
-
-    group: str
-    kind: str
-    account: str
-    reply: str | None
-    rtype: str
-
-
-@dataclass(frozen=True, slots=True)
-class RemoveServer:
-    """Remove ``peer`` from the meta group (a configuration change), then propose ``data``
-    (its removal record) to the meta group; report the outcome with :meth:`ClusterController.server_remove_done`."""
-
-    peer: str
-    data: bytes
-    account: str
-    reply: str | None
-    rtype: str
-
-
-@dataclass(frozen=True, slots=True)
-class SetInterest:
-    """Add and remove internal route interest of ``account`` (a stream leader's subjects)."""
-
-    account: str
-    add: tuple[str, ...] = ()
-    remove: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Emit:
-    """Write the event ``event`` with ``fields`` to the event log."""
-
-    event: str
-    fields: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class ForwardedRequest:
-    """An API request travelling between servers: ``hops`` forwards so far, ``via_meta``
-    sent by the meta leader, ``origin`` the server the client is on."""
-
-    hops: int
-    via_meta: bool
-    account: str
-    subject: str
-    reply: str | None
-    headers: bytes | None
-    payload: bytes
-    origin: str
-
-    def pack(self) -> bytes:
-        return msgpack.packb([self.hops, self.via_meta, self.account, self.subject, self.reply,
-                              self.headers, self.payload, self.origin], use_bin_type=True)
-
-
-def decode_forward(body: bytes) -> ForwardedRequest:
-    """A ``"jsapi"`` frame's body; ValueError (or a msgpack error) when malformed."""
-    hops, via_meta, account, subject, reply, headers, payload, origin = msgpack.unpackb(body, raw=False)
-    if not (isinstance(account, str) and isinstance(subject, str) and isinstance(payload, bytes)
-            and isinstance(origin, str)):
-        raise ValueError("bad field types")
-    return ForwardedRequest(int(hops), bool(via_meta), account, subject, reply, headers, payload, origin)
-
-
-def encode_reply_frame(account: str, out: Outbound) -> bytes:
-    """A ``"jsreply"`` frame's body: a reply or delivery sent back through its origin."""
-    return msgpack.packb([account, out.subject, out.reply, out.headers, out.data,
-                          getattr(out, "msg_subject", "") or ""], use_bin_type=True)
-
-
-def decode_reply_frame(body: bytes) -> tuple[str, Outbound]:
-    """``(account, message)`` of a ``"jsreply"`` body; ValueError/msgpack error if malformed."""
-    account, subject, reply, headers, data, shown = msgpack.unpackb(body, raw=False)
-    out = (Delivery(subject, reply, headers, data, shown) if shown
-           else Outbound(subject, reply, headers, data))
-    return account, out
-
 
 def zone_of(tags: tuple[str, ...], unique_tag: str) -> str | None:
     """The value of the first tag starting with ``unique_tag`` (``"az:"``), or None."""

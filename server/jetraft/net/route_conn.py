@@ -31,7 +31,6 @@ from jetraft.net.tls import (
     server_handshake,
     socket_fd,
 )
-from jetraft.protocol import Message
 from jetraft.protocol import route as rp
 
 __all__ = [
@@ -362,11 +361,8 @@ class RouteConnection(StreamConnection):
                     if kind is rp.RouteMsg and self.registered:
                         self.in_msgs += 1
                         self.in_bytes += len(frame.payload) + (len(frame.headers) if frame.headers else 0)
-                        router.publish_from_route(
-                            self.peer.server_name, frame.account,
-                            Message(frame.subject, frame.reply, frame.headers, frame.payload,
-                                    frame.deliver_as),
-                            frame.queues)
+                        # the frame is the Message (protocol.route.RouteMsg), routed as is
+                        router.publish_from_route(self.peer.server_name, frame.account, frame, frame.queues)
                     elif kind is rp.RouteConnect:
                         server.after_read()             # before yielding to other tasks
                         await self._on_connect(frame)

@@ -69,6 +69,8 @@ from typing import Any, Union
 
 import msgpack
 
+from jetraft.protocol.message import Message
+
 __all__ = [
     "ERR_AUTH",
     "ERR_CLUSTER",
@@ -236,17 +238,38 @@ class RouteUnsubs:
     subjects: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class RouteMsg:
-    """MSG: a message routed to the receiver (nats-server ``RMSG``), see the module docstring."""
+class RouteMsg(Message):
+    """MSG: a message routed to the receiver (nats-server ``RMSG``), see the module docstring.
 
-    account: str
-    subject: str
-    reply: str | None
-    headers: bytes | None
-    payload: bytes
-    queues: tuple[str, ...] = ()
-    deliver_as: str | None = None
+    The frame is itself the :class:`~jetraft.protocol.message.Message` (``subject``,
+    ``reply``, ``headers``, ``payload``, ``deliver_as``) the receiver routes, without a
+    copy; ``account`` and ``queues`` say where. Never changed once decoded."""
+
+    __slots__ = ("account", "queues")
+
+    def __init__(self, account: str, subject: str, reply: str | None, headers: bytes | None,
+                 payload: bytes, queues: tuple[str, ...] = (), deliver_as: str | None = None) -> None:
+        self.account = account
+        self.subject = subject
+        self.reply = reply
+        self.headers = headers
+        self.payload = payload
+        self.queues = queues
+        self.deliver_as = deliver_as
+
+    def _key(self) -> tuple:
+        return (self.account, self.subject, self.reply, self.headers, self.payload, self.queues,
+                self.deliver_as)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._key() == other._key()  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return "RouteMsg(%r, %r, %r, %r, %r, %r, %r)" % self._key()
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,12 +7,43 @@ the same test runs against jetraft-server and nats-server.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import servers  # tests/servers.py (pyproject.toml's pythonpath)
 
 #: The last lines of a server's output shown when a test fails.
 _OUTPUT_TAIL = 6000
+
+#: Under pytest-xdist these run first: the Spark jobs of tests/validation (one Spark session
+#: for the whole directory, minutes of work) and the ansible runs of tests/appliance. Handed
+#: out last, they would leave the other workers idle at the end of the run.
+_FIRST_UNDER_XDIST = ("tests/validation/", "tests/appliance/")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "compat: a test under tests/compat (added at collection)")
+    config.addinivalue_line(
+        "markers",
+        "no_server: a compat test that starts no server, only pure code or `-t` configuration "
+        "checks against nats-server's; make check runs these with the unit tests",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Mark compat tests ``compat``; under xdist, put the slowest directories first.
+
+    ``make test`` distributes whole files (``--dist loadfile``), so a module-scoped fixture
+    (a cluster, a pair of servers, a PKI) and the Spark session of tests/validation start
+    once. Files are handed out in collection order: ``_FIRST_UNDER_XDIST`` go first.
+    """
+    for item in items:
+        if item.nodeid.startswith("tests/compat/"):
+            item.add_marker("compat")
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: not item.nodeid.startswith(_FIRST_UNDER_XDIST))
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -53,7 +53,29 @@ def _ephemeral_low(default: int = 32768) -> int:
 #: before the server that was promised it binds (seen as EADDRINUSE when five servers
 #: dial each other while starting). Each process starts at its own offset and never
 #: hands out a port twice.
-_PORT_RANGE = (max(1024, _ephemeral_low() - 12000), _ephemeral_low())
+_EPHEMERAL_RANGE = (max(1024, _ephemeral_low() - 12000), _ephemeral_low())
+
+
+def _worker_range(low: int, high: int, environ=os.environ) -> tuple[int, int]:
+    """The part of ``low..high-1`` this process takes its ports from.
+
+    Under pytest-xdist (``PYTEST_XDIST_WORKER`` = ``gw<i>``, ``PYTEST_XDIST_WORKER_COUNT``
+    = n) the range is cut into n disjoint slices and worker i takes slice i, so no two
+    workers of one run can both find a port free and then race to bind it. Outside xdist
+    (or with unreadable variables) the whole range.
+    """
+    worker, count = environ.get("PYTEST_XDIST_WORKER", ""), environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    try:
+        index, n = int(worker.removeprefix("gw")), int(count)
+    except ValueError:
+        return low, high
+    if not 0 <= index < n:
+        return low, high
+    size = (high - low) // n
+    return low + index * size, low + (index + 1) * size
+
+
+_PORT_RANGE = _worker_range(*_EPHEMERAL_RANGE)
 _handed_out: set[int] = set()
 _next_port = _PORT_RANGE[0] + (os.getpid() * 97) % (_PORT_RANGE[1] - _PORT_RANGE[0])
 
@@ -61,8 +83,10 @@ _next_port = _PORT_RANGE[0] + (os.getpid() * 97) % (_PORT_RANGE[1] - _PORT_RANGE
 def free_port() -> int:
     """Return a TCP port on 127.0.0.1 that is free now and outside the ephemeral range.
 
-    Never returns the same port twice in one process. Raises RuntimeError when every
-    port of the range (about 12,000 below ``ip_local_port_range``) is in use.
+    Never returns the same port twice in one process, nor a port another pytest-xdist
+    worker of the same run may return (each worker has its own slice of the range, see
+    ``_worker_range``). Raises RuntimeError when every port of this process's range (about
+    12,000 below ``ip_local_port_range``, divided by the number of workers) is in use.
     """
     global _next_port
     low, high = _PORT_RANGE

@@ -65,6 +65,8 @@ CASES = [
 ]
 
 
+# no_server: both binaries only check the file (-t) and exit; make check runs it.
+@pytest.mark.no_server
 @pytest.mark.parametrize(("text", "key", "where"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_key_nats_server_implements_is_refused_by_jetraft(tmp_path, text, key, where):
     conf = tmp_path / "server.conf"
@@ -83,6 +85,7 @@ def test_key_nats_server_implements_is_refused_by_jetraft(tmp_path, text, key, w
         assert f"{conf}:{where}: '{key}'" in first, first
 
 
+@pytest.mark.no_server
 def test_unknown_top_level_key_is_refused_by_both(tmp_path):
     """nats-server refuses an unknown top-level key (opts.go unknownConfigFieldErr); so
     does jetraft: a misspelt ``authorization`` must not leave the server open."""

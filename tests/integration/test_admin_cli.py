@@ -60,8 +60,13 @@ def sys_nats_server(tmp_path):
 
 
 def env_changes(tmp_path: Path) -> dict[str, str | None]:
-    """No NATS_URL/NATS_CONTEXT, and contexts under ``tmp_path`` (CliRunner's ``env``)."""
-    return {"NATS_URL": None, "NATS_CONTEXT": None, "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    """No NATS_URL/NATS_CONTEXT, and contexts under ``tmp_path`` (CliRunner's ``env``).
+
+    No COLUMNS either: tables are then as wide as off a terminal (200), whatever width the
+    test process was given (pytest-xdist workers get COLUMNS=80, which truncates cells).
+    """
+    return {"NATS_URL": None, "NATS_CONTEXT": None, "COLUMNS": None,
+            "XDG_CONFIG_HOME": str(tmp_path / "config")}
 
 
 def isolated_env(tmp_path: Path) -> dict[str, str]:

@@ -29,7 +29,6 @@ the operator; it is never deleted.
 
 from __future__ import annotations
 
-import os
 import secrets
 import shutil
 import traceback
@@ -46,7 +45,7 @@ from jetraft.protocol.subjects import (
 )
 
 from . import errors as E
-from . import gojson, layout
+from . import layout
 from .consumer import Consumer
 from .errors import JSApiError, UnsupportedSetting
 from .model import (
@@ -344,7 +343,7 @@ class JetStreamAccount:
     def pending_state_writes(self, force: bool = False) -> list[tuple[str, bytes]]:
         """``(path, bytes)`` for every consumer state file to write: those whose state
         changed (or all, with ``force``). Serialised now, in the caller's thread, so that
-        :meth:`write_states` may run in a worker thread."""
+        :func:`layout.write_state_files` may run in a worker thread."""
         writes = []
         for entry in self.streams.values():
             if entry.directory is None:
@@ -356,20 +355,10 @@ class JetStreamAccount:
                 writes.append((path, json_bytes(consumer.state_to_json())))
         return writes
 
-    @staticmethod
-    def write_states(writes: list[tuple[str, bytes]]) -> None:
-        """Write consumer state files durably; a consumer deleted meanwhile is skipped."""
-        for path, data in writes:
-            if os.path.isdir(os.path.dirname(path)):
-                try:
-                    layout.atomic_write(path, data)
-                except FileNotFoundError:
-                    continue
-
     def flush_state(self, force: bool = False) -> int:
         """Write changed (or, with ``force``, all) consumer state files now; returns how many."""
         writes = self.pending_state_writes(force)
-        self.write_states(writes)
+        layout.write_state_files(writes)
         return len(writes)
 
     # ------------------------------------------------------------------ the API
@@ -677,14 +666,7 @@ class JetStreamAccount:
         if payload.strip():
             raise E.not_empty_request()
         entry = self._entry(tokens[4])
-        out: list[Reply] = []
-        for cname in list(entry.consumers):
-            out.extend(Reply(m) for m in self._delete_consumer(entry, cname, "stream deleted"))
-        self._remove_capture(entry)
-        del self.streams[entry.name]
-        entry.stream.store.close()
-        if entry.directory is not None:
-            shutil.rmtree(entry.directory, ignore_errors=True)
+        out = [Reply(m) for m in self.delete_replica(entry.name)]
         self.events.emit("jetstream_stream_deleted", account=self.name, stream=entry.name)
         return {"success": True}, out
 
@@ -730,6 +712,21 @@ class JetStreamAccount:
         decode_fields(req, go_type, {key: PAGING_TYPES[key] for key in allowed})
         return req
 
+    def _page(self, payload: bytes, go_type: str, stream: str | None, limit: int) -> tuple[list[str], int, list[str]]:
+        """A NAMES/LIST request's names (the account's streams, filtered by its ``subject``;
+        or, with ``stream``, that stream's consumers: JSApiError 10059 when there is none),
+        its ``offset`` (clamped to the names) and the page of at most ``limit`` names."""
+        if stream is None:
+            req = self.names_request(payload, go_type, ("offset", "subject"))
+            offset = max(int_field(req, "offset", go_type, "int"), 0)
+            names = self._filtered_streams(str_field(req, "subject", go_type))
+        else:
+            req = self.names_request(payload, go_type, ("offset",))
+            offset = max(int_field(req, "offset", go_type, "int"), 0)
+            names = sorted(self._entry(stream).consumers)
+        offset = min(offset, len(names))
+        return names, offset, names[offset:offset + limit]
+
     def _filtered_streams(self, subject: str) -> list[str]:
         names = []
         for name, entry in self.streams.items():
@@ -738,20 +735,12 @@ class JetStreamAccount:
         return sorted(names)
 
     def _api_stream_names(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
-        req = self.names_request(payload, "JSApiStreamNamesRequest", ("offset", "subject"))
-        offset = max(int_field(req, "offset", "JSApiStreamNamesRequest", "int"), 0)
-        names = self._filtered_streams(str_field(req, "subject", "JSApiStreamNamesRequest"))
-        offset = min(offset, len(names))
-        page = names[offset:offset + NAMES_LIMIT]
+        names, offset, page = self._page(payload, "JSApiStreamNamesRequest", None, NAMES_LIMIT)
         return {"total": len(names), "offset": offset, "limit": NAMES_LIMIT, "streams": page or None}
 
     def _api_stream_list(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
-        req = self.names_request(payload, "JSApiStreamListRequest", ("offset", "subject"))
-        offset = max(int_field(req, "offset", "JSApiStreamListRequest", "int"), 0)
-        names = self._filtered_streams(str_field(req, "subject", "JSApiStreamListRequest"))
-        offset = min(offset, len(names))
-        infos = [self.stream_info(self.streams[n], now_ns, dynamic=False)
-                 for n in names[offset:offset + LIST_LIMIT]]
+        names, offset, page = self._page(payload, "JSApiStreamListRequest", None, LIST_LIMIT)
+        infos = [self.stream_info(self.streams[n], now_ns, dynamic=False) for n in page]
         return {"total": len(names), "offset": offset, "limit": LIST_LIMIT, "streams": infos}   # [] when none
 
     # --- direct get -----------------------------------------------------------------------
@@ -917,21 +906,13 @@ class JetStreamAccount:
         return {"success": True}, [Reply(m) for m in out]
 
     def _api_consumer_names(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
-        req = self.names_request(payload, "JSApiConsumersRequest", ("offset",))
-        offset = max(int_field(req, "offset", "JSApiConsumersRequest", "int"), 0)
-        entry = self._entry(tokens[4])
-        names = sorted(entry.consumers)
-        offset = min(offset, len(names))
-        return {"total": len(names), "offset": offset, "limit": NAMES_LIMIT,
-                "consumers": names[offset:offset + NAMES_LIMIT]}
+        names, offset, page = self._page(payload, "JSApiConsumersRequest", tokens[4], NAMES_LIMIT)
+        return {"total": len(names), "offset": offset, "limit": NAMES_LIMIT, "consumers": page}
 
     def _api_consumer_list(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
-        req = self.names_request(payload, "JSApiConsumersRequest", ("offset",))
-        offset = max(int_field(req, "offset", "JSApiConsumersRequest", "int"), 0)
-        entry = self._entry(tokens[4])
-        names = sorted(entry.consumers)
-        offset = min(offset, len(names))
-        infos = [entry.consumers[n].info(now_ns) for n in names[offset:offset + LIST_LIMIT]]
+        names, offset, page = self._page(payload, "JSApiConsumersRequest", tokens[4], LIST_LIMIT)
+        consumers = self.streams[tokens[4]].consumers
+        infos = [consumers[n].info(now_ns) for n in page]
         return {"total": len(names), "offset": offset, "limit": LIST_LIMIT, "consumers": infos}
 
     def _msg_next(self, sname: str, cname: str, reply: str | None, payload: bytes,

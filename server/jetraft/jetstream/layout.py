@@ -37,7 +37,7 @@ from .stream import Stream
 
 __all__ = ["RecoveredStream", "atomic_write", "consumer_dir", "consumer_state_path", "msgs_dir",
            "recover_consumers", "recover_streams", "stream_dir", "streams_dir", "write_consumer_meta",
-           "write_stream_meta"]
+           "write_state_files", "write_stream_meta"]
 
 #: ``problem(stream, consumer or None, path, detail)``: report what recovery could not load.
 Problem = Callable[[str, "str | None", str, str], None]
@@ -92,6 +92,18 @@ def atomic_write(path: str, data: bytes) -> None:
         fileio.fsync_dir(dfd, directory)
     finally:
         os.close(dfd)
+
+
+def write_state_files(writes: list[tuple[str, bytes]]) -> None:
+    """Write consumer state files (``(path, bytes)``, see :func:`consumer_state_path`)
+    durably; a consumer whose directory is gone (deleted meanwhile) is skipped. Raises
+    OSError."""
+    for path, data in writes:
+        if os.path.isdir(os.path.dirname(path)):
+            try:
+                atomic_write(path, data)
+            except FileNotFoundError:
+                continue
 
 
 def write_stream_meta(sdir: str, cfg: StreamConfig, created: int) -> None:

@@ -25,15 +25,22 @@ lab-deps:
 	@dpkg -s $(LAB_DEBS) >/dev/null 2>&1 || { apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(LAB_DEBS); }
 
-# The fast lane (about a minute; no server process, no lab): the unit tests (tests/unit) and
-# the RAFT simulator at its default seeds (tests/sim). Every compat test starts a server
-# (side by side with nats-server), so none runs here; `make test` runs them all.
+# Test processes: pytest-xdist workers, one per core (-n auto). `make check XDIST="-n 0"` or
+# `make test XDIST="-n 0"` runs a lane in one process (for a debugger, print() or pdb).
+XDIST ?= -n auto
+
+# The fast lane (under two minutes on two cores; no server, no lab): the unit tests (tests/unit), the
+# RAFT simulator at its default seeds (tests/sim), and the compat tests that start no server
+# (marked no_server: `-t` configuration checks side by side with nats-server's).
 check: setup
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit tests/sim
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(XDIST) -m "not compat or no_server" \
+	  tests/unit tests/sim tests/compat
 
 # The whole suite, then the lab end to end (site.yml, testinfra, drills); the lab is removed.
+# --dist loadfile keeps each file on one worker: a module's cluster or server pair, and the
+# Spark session of tests/validation, start once.
 test: setup lab-deps wheelhouse
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(XDIST) --dist loadfile
 	$(BIN)/python -m lab run
 
 # The test helpers the bench scripts import by name (tests/servers.py, tests/cluster.py,

@@ -116,17 +116,18 @@ def check_stream_update(payload: bytes, subject_name: str, current: Callable[[st
     A cluster's meta leader (``meta_leader=True``; nats-server
     jsClusteredStreamUpdateRequest) checks what needs the whole cluster's view before it
     proposes the new config: the request's JSON, checkStreamCfg without ``pedantic``,
-    10052 for a setting jetraft does not act on, 10059 for an unknown stream, 10074 for a
-    replica count that differs from the assignment's (``replicas can not be updated``), then
+    10056 for a name that is not ``subject_name`` (jsStreamUpdateRequest checks it before
+    the clustered path), 10052 for a setting jetraft does not act on, 10059 for an unknown
+    stream, 10061 for a replica count that differs from the assignment's (``replicas can not be updated``), then
     10065 for overlapping subjects. The stream's replicas then apply the update through
     their log with every single-server check, and answer it.
     """
     req = decode_request(payload, "StreamConfigRequest") or {}
     new = StreamConfig.decode(req).checked(pedantic=bool(req.get("pedantic")) and not meta_leader)
+    if subject_name != new.name:
+        raise E.stream_name_mismatch()
     if meta_leader:
         new.check_supported()   # refused before the meta group stores the new config
-    elif subject_name != new.name:
-        raise E.stream_name_mismatch()
     old = current(subject_name)
     if meta_leader:
         if new.num_replicas != old.num_replicas:

@@ -64,6 +64,8 @@ BAD = [
                  id="update-overlap"),
     pytest.param("UPDATE", "NOPE", body(name="NOPE", subjects=["nope"], storage="memory"), 10059,
                  id="update-not-found"),
+    pytest.param("UPDATE", "ORDERS", body(**{**AUDIT, "subjects": ["audit2.>"]}), 10056,
+                 id="update-name-mismatch"),
     pytest.param("UPDATE", "ORDERS", b"{", 10025, id="update-bad-json"),
     pytest.param("UPDATE", "ORDERS", body(**{**ORDERS, "allow_atomic": True}), 10052, id="update-unsupported"),
 ]

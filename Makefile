@@ -33,8 +33,8 @@ XDIST ?= -n auto
 # RAFT simulator at its default seeds (tests/sim), and the compat tests that start no server
 # (marked no_server: `-t` configuration checks side by side with nats-server's).
 check: setup
-	$(BIN)/python -m pytest -q -p no:cacheprovider $(XDIST) -m "not compat or no_server" \
-	  tests/unit tests/sim tests/compat
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(XDIST) --dist loadfile \
+	  -m "not compat or no_server" tests/unit tests/sim tests/compat
 
 # The whole suite, then the lab end to end (site.yml, testinfra, drills); the lab is removed.
 # --dist loadfile keeps each file on one worker: a module's cluster or server pair, and the

@@ -57,6 +57,7 @@ from jetraft.jetstream.cluster_actions import (
     OpenMeta,
     OpenReplica,
     Propose,
+    Refusal,
     RemoveServer,
     RoutePeerView,
     Send,
@@ -101,7 +102,7 @@ from jetraft.raft.types import Entry, EntryType
 __all__ = [
     "META_GROUP", "ChangePeer", "CloseReplica", "ClusterController", "ClusterView", "Emit",
     "Forward", "ForwardedRequest", "GroupView", "Key", "OpenMeta", "OpenReplica", "Propose",
-    "RemoveServer", "RoutePeerView", "Send", "SetInterest", "StepDown", "decode_forward",
+    "Refusal", "RemoveServer", "RoutePeerView", "Send", "SetInterest", "StepDown", "decode_forward",
     "decode_reply_frame", "encode_reply_frame", "zone_of",
 ]
 
@@ -523,12 +524,16 @@ class ClusterController:
         """An error reply with the fields nats-server keeps in its error responses."""
         self._respond(account, reply, {**E.error_response(rtype, err), **ERROR_EXTRAS.get(rtype, {})})
 
-    def _error_actions(self, account: str, reply: str | None, rtype: str,
-                       err: E.JSApiError) -> tuple[Any, ...]:
-        saved, self._out = self._out, []
-        self._error(account, reply, rtype, err)
-        answer, self._out = self._out, saved
-        return tuple(answer)
+    def refusal(self, action: Refusal) -> list[Any]:
+        """The reply a :class:`Refusal` stands for: 10008 as the API response
+        ``action.rtype``, or as the PubAck of ``action.stream`` when ``rtype`` is None."""
+        err = E.cluster_not_available()
+        if action.rtype is None:
+            self._respond(action.account, action.reply,
+                          {"error": err.to_json(), "stream": action.stream, "seq": 0})
+        else:
+            self._error(action.account, action.reply, action.rtype, err)
+        return self._take()
 
     def refuse_unsynced(self, key: Key, entries: list[Entry], err: dict[str, Any]) -> list[Any]:
         """The publishes this (leader) server proposed in ``entries`` that its log never made
@@ -582,16 +587,9 @@ class ClusterController:
             return False, []
         data = encode_entry(PUBLISH, replica.next_ts(now_ns), self._push_interest(acc, entry.name),
                             subject, reply, headers, payload)
-        refused = self._error_free_actions(account, reply, {
-            "error": E.cluster_not_available().to_json(), "stream": entry.name, "seq": 0})
+        refused = (Refusal(account, reply, None, entry.name),) if reply else ()
         self._out.append(Propose(group.name, data, refused))
         return True, self._take()
-
-    def _error_free_actions(self, account: str, reply: str | None, body: dict[str, Any]) -> tuple[Any, ...]:
-        saved, self._out = self._out, []
-        self._respond(account, reply, body)
-        answer, self._out = self._out, saved
-        return tuple(answer)
 
     def _ack(self, acc: JetStreamAccount, subject: str, reply: str | None, payload: bytes,
              now: int) -> bool:
@@ -633,7 +631,7 @@ class ClusterController:
         frame = ForwardedRequest(hops + 1, via_meta, account, subject, reply, headers, payload,
                                  origin).pack()
         self._out.append(Forward(target, frame,
-                                 self._error_actions(account, reply, rtype, E.cluster_not_available())))
+                                 (Refusal(account, reply, rtype),)))
         return True
 
     # ------------------------------------------------------------------ the API
@@ -733,8 +731,7 @@ class ClusterController:
             # A refused pull request is not answered (its client's request expires, as when
             # it reaches a server that is not the leader): a JSON body on the pull inbox
             # would be taken for a stream message.
-            refused = () if kind == "CONSUMER.MSG" else self._error_actions(
-                acc.name, reply, rtype, E.cluster_not_available())
+            refused = () if kind == "CONSUMER.MSG" else (Refusal(acc.name, reply, rtype),)
             self._out.append(Propose(group.name, data, refused))
             return True
         out = acc.handle_api(subject, reply, headers, payload, now)
@@ -842,7 +839,7 @@ class ClusterController:
         """A meta proposal answering a request: refused at once (no longer the meta leader)
         means 10008 and nothing else of the request is done."""
         self._out.append(Propose(META_GROUP, data,
-                                 self._error_actions(account, reply, rtype, E.cluster_not_available()),
+                                 (Refusal(account, reply, rtype),),
                                  abandon=True))
 
     def _meta_read(self, acc: JetStreamAccount, kind: str, subject: str, payload: bytes,

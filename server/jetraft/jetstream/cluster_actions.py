@@ -22,7 +22,7 @@ from jetraft.jetstream.replicated import StreamReplica
 
 __all__ = [
     "ChangePeer", "CloseReplica", "ClusterView", "Emit", "Forward", "ForwardedRequest",
-    "GroupView", "Key", "OpenMeta", "OpenReplica", "Propose", "RemoveServer", "RoutePeerView",
+    "GroupView", "Key", "OpenMeta", "OpenReplica", "Propose", "Refusal", "RemoveServer", "RoutePeerView",
     "Send", "SetInterest", "StepDown", "decode_forward", "decode_reply_frame",
     "encode_reply_frame",
 ]
@@ -114,6 +114,20 @@ class Propose:
     data: bytes
     refused: tuple[Any, ...] = ()
     abandon: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """In a :class:`Propose`'s ``refused`` or a :class:`Forward`'s ``unreachable``: answer
+    ``reply`` with 10008 (JetStream system temporarily unavailable), as the API response
+    ``rtype`` or, for a publish (``rtype`` None), as the PubAck of ``stream``. The glue asks
+    :meth:`ClusterController.refusal` for the reply, so a proposal that goes through costs
+    no error body."""
+
+    account: str
+    reply: str | None
+    rtype: str | None = None
+    stream: str = ""
 
 
 @dataclass(frozen=True, slots=True)

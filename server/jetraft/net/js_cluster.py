@@ -42,6 +42,7 @@ from jetraft.jetstream.cluster import (
     OpenMeta,
     OpenReplica,
     Propose,
+    Refusal,
     RemoveServer,
     RoutePeerView,
     Send,
@@ -270,6 +271,8 @@ class ClusterJetStream:
                 self._remove_server(action)
             elif kind is OpenMeta:
                 self._open_meta(action.peers)
+            elif kind is Refusal:
+                self.execute(self.controller.refusal(action))
             else:
                 raise TypeError(f"unknown cluster action {action!r}")
 

@@ -28,6 +28,7 @@ from jetraft.jetstream.cluster import (
     OpenMeta,
     OpenReplica,
     Propose,
+    Refusal,
     RemoveServer,
     Send,
     SetInterest,
@@ -250,6 +251,8 @@ class World:
                     self.meta.peers = tuple(p for p in self.meta.peers if p != a.peer)
                     self.meta.proposals.append(a.data)
                 self.run(self.c.server_remove_done(a, self.remove_error))
+            elif t is Refusal:
+                self.run(self.c.refusal(a))
             elif t is OpenMeta:
                 self.opened_meta.append(a.peers)
             else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+import filelock
 import pytest
 
 import servers  # tests/servers.py (pyproject.toml's pythonpath)
@@ -104,3 +105,13 @@ def server(start_server) -> servers.RunningServer:
 def monitored_server(start_server) -> servers.RunningServer:
     """The server under test with the monitoring port (``http``) enabled."""
     return start_server(http=True)
+
+
+@pytest.fixture
+def block_devices():
+    """This machine's block devices, for this test alone: a lock file every pytest-xdist
+    worker shares. The storage role's tests attach loop devices and flip their rotational
+    flag; a test that reads /sys/block (preflight's disk checks) must not see that happen
+    half-way through its run."""
+    with filelock.FileLock("/tmp/jetraft-tests-block-devices.lock"):
+        yield

@@ -78,7 +78,7 @@ def test_a_server_without_a_zone_is_refused(tmp_path):
                "h6 has no jetraft_zone: put it in one zone group")
 
 
-def test_host_checks_accept_a_named_non_rotational_disk_and_refuse_others(tmp_path):
+def test_host_checks_accept_a_named_non_rotational_disk_and_refuse_others(tmp_path, block_devices):
     devices = sorted(d for d in os.listdir("/sys/block")
                      if Path(f"/sys/block/{d}/queue/rotational").exists())
     rota = {d: Path(f"/sys/block/{d}/queue/rotational").read_text().strip() for d in devices}

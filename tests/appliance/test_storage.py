@@ -60,7 +60,7 @@ class Disk:
 
 
 @pytest.fixture
-def disk(tmp_path):
+def disk(tmp_path, block_devices):
     """A 512 MiB sparse file on a loop device marked non-rotational; afterwards unmounted
     wherever it is mounted and detached."""
     image = tmp_path / "disk.img"

@@ -26,8 +26,8 @@ lab-deps:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(LAB_DEBS); }
 
 # Test processes: pytest-xdist workers, one per core (-n auto). On 2 cores that takes the
-# suite from about 11 minutes to 9; 3 or 4 workers take it to 6.5, but made side-by-side
-# tests with tight timeouts flaky on this 2-core VM. `make check XDIST="-n 0"` or
+# suite from about 11 minutes to 7; 3 or 4 workers are no faster on an idle machine and made
+# side-by-side tests with tight timeouts flaky. `make check XDIST="-n 0"` or
 # `make test XDIST="-n 0"` runs a lane in one process (for a debugger, print() or pdb).
 XDIST ?= -n auto
 

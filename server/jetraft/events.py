@@ -240,7 +240,41 @@ EVENTS: dict[str, EventSpec] = {
     ),
     "raft_snapshot_taken": EventSpec(
         "info", "This server took a snapshot and may compact its log.",
-        {"group": "str", "index": "int", "term": "int"},
+        {"group": "str", "index": "int", "term": "int",
+         "bytes": "the snapshot's size in bytes (int; absent in older logs)",
+         "reason": "what made it due: entries | bytes | interval (absent in older logs)"},
+    ),
+    "raft_log_compacted": EventSpec(
+        "info", "This server discarded the log entries a snapshot covers (Raft §7).",
+        {"group": "str", "index": "the last index discarded (int): the log now starts after it",
+         "entries": "entries discarded by this compaction (int)",
+         "log_bytes": "bytes of the log's segment files left on disk (int)"},
+    ),
+    "stream_catchup_started": EventSpec(
+        "info", "A stream replica began fetching the messages a snapshot describes from a peer's store "
+        "(after InstallSnapshot, a restart whose store is behind its snapshot, or a damaged store); "
+        "it neither applies later entries nor campaigns until it finishes.",
+        {"group": "str", "account": "str", "stream": "str",
+         "snapshot_index": "the RAFT index the snapshot covers (int)",
+         "reason": "snapshot | restart | damage",
+         "bytes_needed": "bytes of store blocks still to fetch (int)",
+         "last_seq": "the stream's last sequence in the snapshot (int)"},
+    ),
+    "stream_catchup_finished": EventSpec(
+        "info", "A stream replica's catch-up ended: ok true when its store matches the snapshot and it "
+        "went on applying entries.",
+        {"group": "str", "account": "str", "stream": "str", "snapshot_index": "int",
+         "ok": "bool", "bytes": "bytes fetched (int)", "chunks": "responses received (int)",
+         "duration_ns": "from stream_catchup_started to now (int)",
+         "sources": "peers fetched from (list of str)", "error": "str or null"},
+    ),
+    "stream_store_damaged": EventSpec(
+        "error", "A clustered stream replica's store failed its checks on open (a record failing its "
+        "checksum, a torn or missing block): the damaged part is fetched again from a peer, never "
+        "served, and the replica does not campaign until then.",
+        {"group": "str", "account": "str", "stream": "str", "file": "block file name",
+         "offset": "byte offset of the first bad byte (int)", "kind": "checksum_mismatch | torn_tail | "
+         "missing_block | short_block", "detail": "str"},
     ),
     "raft_snapshot_installed": EventSpec(
         "info", "This server installed a snapshot sent by the leader (InstallSnapshot, Raft §7).",

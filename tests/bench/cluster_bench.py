@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from cluster import Cluster
 from servers import KINDS
 
-#: (key, label, "rate" (higher is better) or "time" (lower is better), format)
+#: (key, label, "rate" (higher is better), "time" or "size" (lower is better), format)
 Row = tuple[str, str, str, str]
 
 
@@ -31,9 +31,10 @@ class BenchCluster(Cluster):
 
 @dataclass
 class Results:
-    """One kind's numbers (None when not measured), raw details and errors."""
+    """One kind's numbers (None when not measured, a word such as "timeout" when the
+    measurement ran out of time), raw details and errors."""
 
-    values: dict[str, float | None] = field(default_factory=dict)
+    values: dict[str, float | str | None] = field(default_factory=dict)
     raw: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -44,16 +45,17 @@ class Results:
 
 
 def table(rows: list[Row], results: dict[str, Results], kinds: list[str]) -> str:
-    """One line per row, one column per kind, and the ratio when both kinds ran."""
+    """One line per row, one column per kind, and the ratio when both kinds ran (n/a when
+    either value is missing, zero or a word)."""
     both = set(kinds) == set(KINDS)
     header = ["metric", *kinds] + (["ratio (>1: jetraft better)"] if both else [])
     lines = []
     for key, label, sort, fmt in rows:
-        cells = [fmt.format(v) if (v := results[k].values.get(key)) is not None else "n/a" for k in kinds]
+        cells = [_cell(fmt, results[k].values.get(key)) for k in kinds]
         row = [label, *cells]
         if both:
             ours, ref = results["jetraft"].values.get(key), results["nats-server"].values.get(key)
-            if ours and ref:
+            if _number(ours) and _number(ref):
                 ratio, how = (ours / ref, "jetraft/nats-server") if sort == "rate" else (ref / ours, "nats-server/jetraft")
                 row.append(f"{ratio:.2f} ({how})")
             else:
@@ -61,3 +63,15 @@ def table(rows: list[Row], results: dict[str, Results], kinds: list[str]) -> str
         lines.append(row)
     widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in [header, *lines])
+
+
+
+def _number(value: object) -> bool:
+    """A value a ratio can be taken of: a non-zero number."""
+    return isinstance(value, (int, float)) and value != 0
+
+
+def _cell(fmt: str, value: float | str | None) -> str:
+    if value is None:
+        return "n/a"
+    return value if isinstance(value, str) else fmt.format(value)

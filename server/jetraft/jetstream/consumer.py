@@ -470,6 +470,69 @@ class Consumer:
             "last_ack": self._lat,
         }
 
+    # --- a clustered replica's snapshot (jetstream/replica_state.py) ----------------------
+    def replica_state(self) -> dict:
+        """The consumer's whole working state, beyond :meth:`state_to_json`: everything its
+        later inputs depend on (waiting pull requests, the redelivery queue in order, flow
+        control, heartbeat and inactivity clocks, cached pending counts). Made of dict,
+        list, int, str, bool and None only; the shape is checked by
+        :func:`jetraft.jetstream.replica_state.check_consumer_state`, which lists its keys.
+        Not included: ``stream``, ``name``, ``config``, ``created_ns`` (the caller's) and
+        ``has_interest``, and what :meth:`_apply_config` derives from the config."""
+        return {
+            "sseq": self._sseq, "dseq": self._dseq, "adflr": self._adflr, "asflr": self._asflr,
+            "st_dc": self._st_dc, "st_ds": self._st_ds, "st_ac": self._st_ac, "st_as": self._st_as,
+            "pending": [[s, p[0], p[1]] for s, p in self._pending.items()],
+            "rdc": [[s, n] for s, n in self._rdc.items()],
+            "rdq": list(self._rdq),
+            "waiting": [[w.reply, w.n, w.b, w.expires, w.hb, w.hbt, w.no_wait, w.d]
+                        for w in self._waiting],
+            "lss": None if self._lss is None else list(self._lss),
+            "lss_resume": self._lss_resume,
+            "lss_undo": None if self._lss_undo is None else list(self._lss_undo),
+            "npc": self._npc, "seen_last": self._seen_last, "npc_stale": self._npc_stale,
+            "ldt": self._ldt, "lat": self._lat,
+            "acked": list(self._acked),
+            "pcheck": self._pcheck, "pcheck_stale": self._pcheck_stale,
+            "last_request": self._last_request,
+            "no_interest_since": self._no_interest_since,
+            "active": self._active, "hb_next": self._hb_next,
+            "pbytes": self._pbytes, "fcid": self._fcid, "fcsz": self._fcsz,
+            "pblimit": self._pblimit, "maxpb": self._maxpb, "fc_count": self._fc_count,
+            "dirty": self.dirty, "closed": self._closed,
+        }
+
+    def restore_replica_state(self, state: dict) -> None:
+        """Take the working state :meth:`replica_state` returned, as checked (and copied)
+        by :func:`jetraft.jetstream.replica_state.check_consumer_state`; it must be of a
+        consumer with this config on a stream holding the same messages. Never raises
+        for a checked state."""
+        self._sseq, self._dseq = state["sseq"], state["dseq"]
+        self._adflr, self._asflr = state["adflr"], state["asflr"]
+        self._st_dc, self._st_ds = state["st_dc"], state["st_ds"]
+        self._st_ac, self._st_as = state["st_ac"], state["st_as"]
+        self._pending = {s: [d, t] for s, d, t in state["pending"]}
+        self._rdc = {s: n for s, n in state["rdc"]}
+        self._rdq = list(state["rdq"])
+        self._waiting = [_Waiting(reply, n, b, expires, hb, hbt, no_wait, d)
+                         for reply, n, b, expires, hb, hbt, no_wait, d in state["waiting"]]
+        self._lss = None if state["lss"] is None else list(state["lss"])
+        self._lss_resume = state["lss_resume"]
+        undo = state["lss_undo"]
+        self._lss_undo = None if undo is None else (undo[0], undo[1])
+        self._npc, self._seen_last = state["npc"], state["seen_last"]
+        self._npc_stale = state["npc_stale"]
+        self._ldt, self._lat = state["ldt"], state["lat"]
+        self._acked = list(state["acked"])
+        self._pcheck, self._pcheck_stale = state["pcheck"], state["pcheck_stale"]
+        self._last_request = state["last_request"]
+        self._no_interest_since = state["no_interest_since"]
+        self._active, self._hb_next = state["active"], state["hb_next"]
+        self._pbytes, self._fcid, self._fcsz = state["pbytes"], state["fcid"], state["fcsz"]
+        self._pblimit, self._maxpb = state["pblimit"], state["maxpb"]
+        self._fc_count = state["fc_count"]
+        self.dirty, self._closed = state["dirty"], state["closed"]
+
     def _restore(self, state: dict) -> None:
         """nats-server ``applyState`` (plus the working sequences jetraft also keeps)."""
         d, a = state.get("delivered") or {}, state.get("ack_floor") or {}

@@ -202,6 +202,18 @@ class Stream:
             self.last_msg_id = ""
         return len(doomed)
 
+    def dedupe_entries(self) -> list[tuple[str, int, int]]:
+        """The dedupe window, oldest first: ``(msg id, seq, ts ns)``."""
+        return [(msg_id, seq, ts) for msg_id, (seq, ts) in self._dedupe.items()]
+
+    def set_dedupe_entries(self, entries: list[tuple[str, int, int]]) -> None:
+        """Replace the dedupe window with ``entries`` (as :meth:`dedupe_entries` gives
+        them, oldest first; a later duplicate id replaces an earlier one)."""
+        self._dedupe = {}
+        for msg_id, seq, ts in entries:
+            self._dedupe.pop(msg_id, None)
+            self._dedupe[msg_id] = (seq, ts)
+
     # --- publish -----------------------------------------------------------------------
     def _ack(self, seq: int, duplicate: bool = False) -> dict[str, Any]:
         ack: dict[str, Any] = {"stream": self.config.name}

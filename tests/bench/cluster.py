@@ -608,7 +608,7 @@ async def until_current(run: BigRun, js, pick, t0: float, what: str, since: floa
                 if name:
                     peer, ok = replica_current(info, name, since)
                     if ok:
-                        current = started - t0
+                        current = time.monotonic() - t0
         if full is None and name and (ready is None or ready.done()):
             held = await jsz_messages(run.c, name)
             if held is not None and held >= run.messages:

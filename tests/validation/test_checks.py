@@ -61,6 +61,11 @@ def test_a_valid_run_passes_every_check(spark, tmp_path):
         assert group["leader_at_fault"] in ("n1", "n2")
         assert group["leader_after"] not in ("n1", "n2") and group["seconds_to_leader"] > 0
     assert checks["replication"]["details"]["catch_ups"] >= 2
+    # zone a's replicas installed snapshots on the repair; its stream replicas caught up
+    assert checks["log_matching"]["details"]["snapshot_indexes_also_applied"] >= 3
+    catchups = checks["stream_catchup"]["details"]
+    assert catchups["count"] >= 3 and catchups["failed"] == 1 and catchups["unfinished"] == 0
+    assert len(catchups["damaged_stores"]) == 1
     assert checks["ledger"]["details"]["lost"] == 0
     report = (tmp_path / "run" / "report.md").read_text()
     assert report.startswith("# jetraft validation: VALID")

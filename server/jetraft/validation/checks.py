@@ -16,7 +16,11 @@ What is checked, and where the property comes from:
   term is persisted before it is used).
 - ``log_matching`` — for each (group, index) applied on several servers (or again after a
   restart), one term and one entry hash: Log Matching and State Machine Safety (Raft §5.3,
-  §5.4.3), from ``raft_applied`` events.
+  §5.4.3), from ``raft_applied`` events; and each snapshot's last entry
+  (``raft_snapshot_taken`` / ``raft_snapshot_installed``: index, term) has the term of the
+  entry applied at its index, wherever that was applied (Raft §7). Entries a snapshot covers
+  are not applied on the server that installed it, and a restart applies the entries past
+  its snapshot again: neither is a violation, another term or hash is.
 - ``leader_completeness`` — a leader elected at time t holds (its last log index reaches)
   every entry that any server had applied, so committed, before t (Raft §5.4.1). "As far as
   the logs allow": it relies on the hosts' clocks agreeing, to within ``skew_ns``.
@@ -27,6 +31,12 @@ What is checked, and where the property comes from:
 - ``replication`` — every replica's last reported state (``raft_replica_current`` /
   ``raft_replica_lagging``, from the leaders) is current, unless its group was deleted or
   it was removed; catch-up durations (``behind_ns``).
+- ``stream_catchup`` — every ``stream_catchup_started`` is followed on its server and group
+  by a ``stream_catchup_finished`` with ok true (failed attempts may come between), unless
+  the server's log ends, the server restarts or the group closes first ("unfinished",
+  "interrupted", "abandoned": reported, not offending); one unfinished while the server's log goes on for more than
+  :data:`CATCHUP_LIMIT_S` is stuck. Details: every catch-up with its duration, and every
+  ``stream_store_damaged`` (informational).
 - ``ledger`` — every acknowledged publish is in the drained stream exactly once, at the
   sequence its acknowledgement gave, and the stream holds nothing never attempted
   (Jepsen's lost / duplicated / unexpected).
@@ -198,23 +208,53 @@ def check_term_monotonic(inp: Inputs, limit: int) -> CheckResult:
     return _verdict("term_monotonic", doc, bad, limit, ["server", "group", "ts"])
 
 
+#: Events that name a snapshot's last entry: ``index`` and the ``term`` of that entry.
+SNAPSHOT_EVENTS = ("raft_snapshot_taken", "raft_snapshot_installed")
+
+
 def check_log_matching(inp: Inputs, limit: int) -> CheckResult:
-    doc = ("each (group, index) applied anywhere has one term and one entry hash "
-           "(Raft §5.3 Log Matching, §5.4.3 State Machine Safety)")
+    doc = ("each (group, index) applied anywhere has one term and one entry hash, and every "
+           "snapshot taken or installed at an index has the term of the entry applied there "
+           "(Raft §5.3 Log Matching, §5.4.3 State Machine Safety, §7)")
+    # A server applies an entry once per process lifetime: after a restart it applies the
+    # entries past its snapshot again (the same entries: one packed value), and the entries a
+    # snapshot covers are not applied at all on a server that installed it. So every copy of
+    # an index is compared with every other, whichever server and lifetime it comes from, and
+    # the snapshots' (index, term) with the entries applied at their index.
     per = inp.per_index.where(F.col("index") >= 0)
-    bad = per.where(F.col("packed_min") != F.col("packed_max")).select("group", "index")
+    snaps = (inp.events.where(F.col("event").isin(*SNAPSHOT_EVENTS) & F.col("group").isNotNull()
+                              & (F.col("index") > 0) & F.col("term").isNotNull())
+             .groupBy("group", "index")
+             .agg(F.min("term").alias("snap_term_min"), F.max("term").alias("snap_term_max"),
+                  F.sort_array(F.collect_set(F.struct(F.col("server_name").alias("server"), "event",
+                                                      "term"))).alias("snapshots")))
+    applied_term = F.shiftright(F.col("packed_min"), 32)
+    crossed = (snaps.join(per.select("group", "index", "packed_min", "packed_max"), ["group", "index"], "left")
+               .where((F.col("snap_term_min") != F.col("snap_term_max"))
+                      | (F.col("packed_min").isNotNull()
+                         & ((applied_term != F.col("snap_term_min"))
+                            | (F.shiftright(F.col("packed_max"), 32) != F.col("snap_term_max"))))))
+    bad = (per.where(F.col("packed_min") != F.col("packed_max")).select("group", "index")
+           .unionByName(crossed.select("group", "index")).distinct())
     count = bad.count()
     counts = per.agg(F.count(F.lit(1)).alias("n"),
                      F.sum(F.when(F.col("copies") > 1, 1).otherwise(0)).alias("several")).first()
+    snap_counts = (snaps.join(per.select("group", "index"), ["group", "index"], "left_semi").count(),
+                   snaps.count())
     examples = []
     if count:       # the offending entries, server by server (one more pass over the logs)
         first = bad.orderBy("group", "index").limit(limit)
         rows = (inp.applied().join(first, ["group", "index"])
                 .groupBy("group", "index")
                 .agg(F.sort_array(F.collect_set(F.struct("server", "term", "hash"))).alias("applied")))
-        examples = _rows(rows.orderBy("group", "index"), limit)
+        rows = (first.join(rows, ["group", "index"], "left")
+                .join(snaps.select("group", "index", "snapshots"), ["group", "index"], "left"))
+        examples = [{k: v for k, v in e.items() if v is not None}
+                    for e in _rows(rows.orderBy("group", "index"), limit)]
     return CheckResult("log_matching", count == 0, count, examples,
-                       {"entries": counts["n"], "applied_more_than_once": counts["several"] or 0}, doc)
+                       {"entries": counts["n"], "applied_more_than_once": counts["several"] or 0,
+                        "snapshot_indexes": snap_counts[1],
+                        "snapshot_indexes_also_applied": snap_counts[0]}, doc)
 
 
 def check_leader_completeness(inp: Inputs, limit: int, skew_ns: int = 0) -> CheckResult:
@@ -344,6 +384,168 @@ def check_replication(inp: Inputs, limit: int) -> CheckResult:
     return _verdict("replication", doc, bad, limit, ["group", "peer"], details)
 
 
+# --------------------------------------------------------------------------- stream catch-up
+
+#: Seconds a server's log may go on after a stream_catchup_started with no successful
+#: stream_catchup_finished before the catch-up counts as stuck.
+CATCHUP_LIMIT_S = 120.0
+
+_CATCHUP_EVENTS = ("stream_catchup_started", "stream_catchup_finished")
+
+
+def check_stream_catchup(inp: Inputs, limit: int, limit_s: float = CATCHUP_LIMIT_S) -> CheckResult:
+    """Pair each ``stream_catchup_started`` with what followed it on its server and group.
+
+    A start is resolved by any later ``stream_catchup_finished`` with ok true there (failed
+    attempts, each followed by a new start, may come between); a ``raft_group_closed`` there
+    abandons it, and a restart of the server (``server_starting``) interrupts it: the new
+    process starts a catch-up of its own when its store still lacks anything (reason
+    "restart"), and emits nothing when it does not (jetraft.net.stream_catchup). Otherwise it is "unfinished" when the server's log ends less than
+    ``limit_s`` seconds after it, and stuck (offending) when the log goes on longer. The
+    server's log end is the last of its events; the raft_applied lines are read again only
+    for the servers whose other events end within ``limit_s`` of an unresolved start.
+
+    details: ``catchups`` (one row per start, or per finish with no start of its own: group,
+    account, stream, server, reason, snapshot_index, started, finished, bytes_needed, bytes,
+    chunks, duration_s, ok, sources, error, status — ok | failed | superseded | interrupted |
+    unfinished | abandoned | stuck), their count, how many finished and how many failed, the median and
+    maximum duration (seconds) of the finished ones, and ``damaged_stores``
+    (``stream_store_damaged``: time, server, group, account, stream, file, offset, kind,
+    detail)."""
+    doc = (f"every stream_catchup_started is followed on its server and group by a "
+           f"stream_catchup_finished with ok true (failed attempts may come between), unless the "
+           f"server's log ends, the server restarts or the group closes first; one still "
+           f"unfinished while its server's log goes on for more than {limit_s:g} s is stuck")
+    ev = inp.events
+    catch = ev.where(F.col("event").isin(*_CATCHUP_EVENTS) & F.col("group").isNotNull())
+    keys = catch.select("server_name", "group").distinct()
+    closed = (ev.where(F.col("event") == "raft_group_closed")
+              .join(keys, ["server_name", "group"], "left_semi"))
+    restarts = (ev.where(F.col("event") == "server_starting")
+                .join(keys.select("server_name").distinct(), "server_name", "left_semi"))
+    cols = ["event", "ns", "ts", "server_name", "group", "account", "stream", "reason", "snapshot_index",
+            "bytes_needed", "ok", "bytes", "chunks", "duration_ns", "sources", "error"]
+    rows = [r.asDict() for r in catch.unionByName(closed).unionByName(restarts).select(*cols).collect()]
+    damaged = _rows(ev.where(F.col("event") == "stream_store_damaged")
+                    .select("ts", F.col("server_name").alias("server"), "group", "account", "stream",
+                            "file", "offset", "kind", "detail")
+                    .orderBy("ts", "server", "file"), 1_000_000)
+    if not rows:
+        return CheckResult("stream_catchup", UNKNOWN, 0, [],
+                           {"count": 0, "catchups": [], "damaged_stores": damaged}, doc)
+    order = {"stream_catchup_started": 0, "stream_catchup_finished": 1, "raft_group_closed": 2,
+             "server_starting": 2}
+    by_key: dict[tuple, list[dict]] = {}
+    starting: dict[str, list[dict]] = {}
+    for r in sorted(rows, key=lambda r: (r["ns"] or 0, order[r["event"]])):
+        if r["event"] == "server_starting":
+            starting.setdefault(r["server_name"], []).append(r)
+        else:
+            by_key.setdefault((r["server_name"], r["group"]), []).append(r)
+    for (server, _), events in by_key.items():     # a restart ends every catch-up of its server
+        events.extend(starting.get(server, []))
+        events.sort(key=lambda r: (r["ns"] or 0, order[r["event"]]))
+    catchups, open_starts = [], []       # open_starts: (row, start event) not yet resolved
+    for events in by_key.values():
+        _pair_catchups(events, catchups, open_starts)
+    log_end = {r["server_name"]: r["end"] for r in
+               ev.where(F.col("server_name").isNotNull()).groupBy("server_name")
+               .agg(F.max("ns").alias("end")).collect()}
+    limit_ns = int(limit_s * 1e9)
+    near_end = sorted({st["server_name"] for _, st in open_starts
+                       if (log_end.get(st["server_name"]) or 0) - st["ns"] <= limit_ns})
+    if near_end:        # their raft_applied lines may go on longer (one more pass over the logs)
+        for r in (inp.applied().where(F.col("server").isin(near_end)).groupBy("server")
+                  .agg(F.max("ns").alias("end")).collect()):
+            log_end[r["server"]] = max(log_end.get(r["server"]) or 0, r["end"] or 0)
+    bad = []
+    for row, st in open_starts:
+        end = log_end.get(st["server_name"]) or st["ns"]
+        stuck = end - st["ns"] > limit_ns
+        if stuck and row["status"] in (None, "superseded"):
+            row["status"] = "stuck"
+        elif row["status"] is None:
+            row["status"] = "unfinished"
+        if stuck:
+            bad.append({"problem": "catch-up never finished", "server": st["server_name"],
+                        "group": st["group"], "stream": st["stream"], "reason": st["reason"],
+                        "snapshot_index": st["snapshot_index"], "started": st["ts"],
+                        "log_ends_s_after": round((end - st["ns"]) / 1e9, 3),
+                        "failed_attempts": row["failed_after"], "last_error": row["last_error"]})
+    for row in catchups:
+        for k in ("failed_after", "last_error"):
+            row.pop(k, None)
+    durations = sorted(c["duration_s"] for c in catchups if c["duration_s"] is not None)
+    details: dict[str, Any] = {
+        "limit_s": limit_s, "count": len(catchups),
+        "finished": sum(1 for c in catchups if c["ok"] is not None),
+        "failed": sum(1 for c in catchups if c["ok"] is False),
+        "unfinished": sum(1 for c in catchups if c["status"] == "unfinished"),
+        "duration_median_s": round(statistics.median(durations), 3) if durations else None,
+        "duration_max_s": durations[-1] if durations else None,
+        "catchups": sorted(catchups, key=lambda c: (c["started"] or c["finished"] or "", c["server"])),
+        "damaged_stores": damaged}
+    bad.sort(key=lambda b: (b["started"], b["server"]))
+    return CheckResult("stream_catchup", not bad, len(bad), bad[:limit], details, doc)
+
+
+def _pair_catchups(events: list[dict], catchups: list[dict], open_starts: list) -> None:
+    """One server's catch-up events of one group, in time order, into ``catchups`` rows; the
+    starts no successful finish follows (nor a group close) go to ``open_starts``."""
+    pending: list[tuple[dict, dict]] = []       # starts not yet resolved by an ok finish
+    current = None                              # the row of the latest start, before its finish
+    for e in events:
+        if e["event"] == "stream_catchup_started":
+            if current is not None:
+                current["status"] = "superseded"    # a new start (a retry, a restart) replaced it
+            current = _catchup_row(e, None)
+            catchups.append(current)
+            pending.append((current, e))
+        elif e["event"] == "stream_catchup_finished":
+            if current is None:                 # a finish with no start of its own: a retry's
+                current = _catchup_row(None, e)     # second try, or a start before the log began
+                catchups.append(current)
+            else:
+                _finish(current, e)
+            current["status"] = "ok" if e["ok"] else "failed"
+            current = None
+            if e["ok"]:
+                for row, _ in pending:
+                    if row["status"] is None:
+                        row["status"] = "superseded"
+                pending = []
+            else:
+                for row, _ in pending:
+                    row["failed_after"] += 1
+                    row["last_error"] = e["error"]
+        else:           # raft_group_closed: the replica stopped; server_starting: the process
+            for row, _ in pending:
+                if row["status"] in (None, "superseded"):
+                    row["status"] = "abandoned" if e["event"] == "raft_group_closed" else "interrupted"
+            pending, current = [], None
+    open_starts.extend(pending)
+
+
+def _catchup_row(start: dict | None, finish: dict | None) -> dict:
+    first = start or finish
+    row = {"group": first["group"], "account": first["account"], "stream": first["stream"],
+           "server": first["server_name"], "reason": start["reason"] if start else None,
+           "snapshot_index": first["snapshot_index"], "started": start["ts"] if start else None,
+           "finished": None, "bytes_needed": start["bytes_needed"] if start else None, "bytes": None,
+           "chunks": None, "duration_s": None, "ok": None, "sources": None, "error": None,
+           "status": None, "failed_after": 0, "last_error": None}
+    if finish is not None:
+        _finish(row, finish)
+    return row
+
+
+def _finish(row: dict, e: dict) -> None:
+    duration = e["duration_ns"]
+    row.update(finished=e["ts"], bytes=e["bytes"], chunks=e["chunks"], ok=e["ok"],
+               sources=sorted(e["sources"]) if e["sources"] is not None else None, error=e["error"],
+               duration_s=None if duration is None else round(duration / 1e9, 3))
+
+
 # --------------------------------------------------------------------------- ledger
 
 
@@ -381,7 +583,8 @@ def check_ledger(inp: Inputs, limit: int) -> CheckResult:
     return CheckResult("ledger", count == 0, count, examples, details, doc)
 
 
-def run_all(inp: Inputs, limit: int = 10, skew_ns: int = 0, progress=lambda name: None) -> list[CheckResult]:
+def run_all(inp: Inputs, limit: int = 10, skew_ns: int = 0, progress=lambda name: None,
+            catchup_limit_s: float = CATCHUP_LIMIT_S) -> list[CheckResult]:
     """Every check, in the order of the module docstring; ``progress(name)`` before each."""
     steps = [
         ("input", lambda: check_input(inp, limit)),
@@ -392,6 +595,7 @@ def run_all(inp: Inputs, limit: int = 10, skew_ns: int = 0, progress=lambda name
         ("leader_completeness", lambda: check_leader_completeness(inp, limit, skew_ns)),
         ("availability", lambda: check_availability(inp, limit)),
         ("replication", lambda: check_replication(inp, limit)),
+        ("stream_catchup", lambda: check_stream_catchup(inp, limit, catchup_limit_s)),
         ("ledger", lambda: check_ledger(inp, limit)),
     ]
     out = []

@@ -51,9 +51,11 @@ def spark_session(master: str | None, driver_memory: str):
 
 
 def validate(spark, source: str, out: Path, *, limit: int = 10, skew_ns: int = 0,
-             progress=lambda name: None) -> dict:
+             progress=lambda name: None, catchup_limit_s: float | None = None) -> dict:
     """Run every check on ``source``; write the reports into ``out``; return report.json's
-    content. Raises jetraft.validation.load.InputError when there is no event log."""
+    content. ``catchup_limit_s``: seconds a stream catch-up may stay unfinished while its
+    server's log goes on (default checks.CATCHUP_LIMIT_S). Raises
+    jetraft.validation.load.InputError when there is no event log."""
     from pyspark.sql import functions as F
 
     from jetraft.validation import checks, load, report
@@ -63,7 +65,9 @@ def validate(spark, source: str, out: Path, *, limit: int = 10, skew_ns: int = 0
     inp = load.read(spark, source)
     read_s = time.monotonic() - started
     try:
-        results = checks.run_all(inp, limit=limit, skew_ns=skew_ns, progress=progress)
+        results = checks.run_all(inp, limit=limit, skew_ns=skew_ns, progress=progress,
+                                 catchup_limit_s=checks.CATCHUP_LIMIT_S if catchup_limit_s is None
+                                 else catchup_limit_s)
         out.mkdir(parents=True, exist_ok=True)
         doc = report.write_json(out / "report.json", source, results, time.monotonic() - started,
                                 read_s)
@@ -93,11 +97,14 @@ def validate(spark, source: str, out: Path, *, limit: int = 10, skew_ns: int = 0
 @click.option("--examples", default=10, show_default=True, help="Offending examples kept per check.")
 @click.option("--clock-skew-ms", default=0.0, show_default=True,
               help="Tolerance for the hosts' clocks in leader completeness (milliseconds).")
+@click.option("--catchup-limit-s", default=120.0, show_default=True,
+              help="Seconds a stream catch-up may stay unfinished while its server's log goes on.")
 def main(run: str, out: Path | None, master: str | None, driver_memory: str, examples: int,
-         clock_skew_ms: float) -> None:
+         clock_skew_ms: float, catchup_limit_s: float) -> None:
     """Validate a jetraft run from its own logs: RAFT safety (one leader per term, terms
     never going back, one entry per index, leader completeness), the topology, availability
-    through each drill's faults, replicas current, and the acknowledged-message ledger.
+    through each drill's faults, replicas current, stream catch-ups finished, and the
+    acknowledged-message ledger.
 
     RUN is a run directory (lab/artifacts/<run>: logs/<host>/events.jsonl, drills.json,
     *.ledger.jsonl, *.stream.jsonl, topology.json), locally or at any URI Spark reads."""
@@ -119,7 +126,7 @@ def main(run: str, out: Path | None, master: str | None, driver_memory: str, exa
             console.print(f"  {name} ({time.monotonic() - started:.1f} s)")
         try:
             doc = validate(spark, run, out, limit=examples, skew_ns=int(clock_skew_ms * 1e6),
-                           progress=progress)
+                           progress=progress, catchup_limit_s=catchup_limit_s)
         except InputError as exc:
             console.print(f"[red]jetraft-validate: {exc}[/]")
             sys.exit(2)

@@ -152,8 +152,9 @@ def read(spark: SparkSession, path: str) -> Inputs:
               .withColumn("ns", event_ns(F.col("ts")))
               .where(F.col("event").isNull() | (F.col("event") != "raft_applied") | F.col(schema.CORRUPT).isNotNull())
               .persist(StorageLevel.MEMORY_AND_DISK))
-    # Each (group, index) is at most once in a server's log, so a partial aggregation
-    # before the shuffle reduces nothing: it is bypassed for this aggregation alone.
+    # Each (group, index) is in a server's log once per process lifetime (a restart applies
+    # only the entries past its snapshot again), so a partial aggregation before the
+    # shuffle reduces next to nothing: it is bypassed for this aggregation alone.
     with _sql_conf(spark, "spark.sql.execution.bypassPartialAggregation", "true"):
         per_index = (_applied_rows(events_path, spark).groupBy("group", "index")
                      .agg(F.min("packed").alias("packed_min"), F.max("packed").alias("packed_max"),

@@ -48,9 +48,10 @@ def write_markdown(path: Path, doc: dict, timeline: str | None) -> None:
             lines.append(f"| {f['drill']} | {', '.join(f['servers'])} | {_num(meta)} | "
                          f"{_num(stream[0] if stream else None)} | {_num(f['seconds_to_write'])} | "
                          f"{', '.join(f['leaderless_groups']) or '-'} |")
+    lines += _catchup_sections(doc["checks"].get("stream_catchup", {}).get("details", {}))
     for name, c in doc["checks"].items():
         lines += ["", f"## {name}: {_mark(c['valid'])}", "", c["doc"] + ".", ""]
-        shown = {k: v for k, v in c["details"].items() if k != "faults"}
+        shown = {k: v for k, v in c["details"].items() if k not in _TABLES}
         if shown:
             lines += ["```json", json.dumps(shown, indent=2, default=str), "```", ""]
         if c["examples"]:
@@ -58,6 +59,41 @@ def write_markdown(path: Path, doc: dict, timeline: str | None) -> None:
             lines += [json.dumps(e, default=str) for e in c["examples"]]
             lines += ["```"]
     path.write_text("\n".join(lines) + "\n")
+
+
+#: Details shown as their own tables in report.md, not again in their check's JSON.
+_TABLES = frozenset({"faults", "catchups", "damaged_stores"})
+
+
+def _catchup_sections(details: dict) -> list[str]:
+    """report.md's "Stream catch-ups" and "Damaged stores" tables, from the stream_catchup
+    check's details (empty when there is neither)."""
+    lines: list[str] = []
+    catchups = details.get("catchups") or []
+    if catchups:
+        lines += ["", "## Stream catch-ups", "",
+                  f"{details['count']} catch-ups, {details['finished']} finished "
+                  f"({details['failed']} failed); duration median {_num(details['duration_median_s'])} s, "
+                  f"max {_num(details['duration_max_s'])} s.", "",
+                  "| group | stream | server | reason | snapshot index | bytes | chunks | duration (s) "
+                  "| ok | sources | status |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for c in catchups:
+            lines.append(f"| {c['group']} | {_text(c['stream'])} | {c['server']} | {_text(c['reason'])} | "
+                         f"{_text(c['snapshot_index'])} | {_text(c['bytes'])} | {_text(c['chunks'])} | "
+                         f"{_num(c['duration_s'])} | {'-' if c['ok'] is None else str(c['ok']).lower()} | "
+                         f"{', '.join(c['sources'] or []) or '-'} | {c['status']} |")
+    damaged = details.get("damaged_stores") or []
+    if damaged:
+        lines += ["", "## Damaged stores", "",
+                  "| time | server | stream | file | offset | kind |", "|---|---|---|---|---|---|"]
+        for d in damaged:
+            lines.append(f"| {d['ts']} | {d['server']} | {_text(d['stream'])} | {_text(d['file'])} | "
+                         f"{_text(d['offset'])} | {_text(d['kind'])} |")
+    return lines
+
+
+def _text(x: Any) -> str:
+    return "-" if x is None else str(x).replace("|", "\\|")
 
 
 def _num(x: Any) -> str:

@@ -50,6 +50,14 @@ EVENT = StructType([
     _s("cluster"), _s("tags", ArrayType(StringType())), _s("server_id"),
     # jetstream_* events that name a stream
     _s("account"), _s("stream"),
+    # raft_snapshot_taken / raft_log_compacted: sizes, what made the snapshot due
+    _s("bytes", LongType()), _s("reason"), _s("entries", LongType()), _s("log_bytes", LongType()),
+    # stream_catchup_started / stream_catchup_finished
+    _s("snapshot_index", LongType()), _s("bytes_needed", LongType()), _s("last_seq", LongType()),
+    _s("ok", BooleanType()), _s("chunks", LongType()), _s("duration_ns", LongType()),
+    _s("sources", ArrayType(StringType())), _s("error"),
+    # stream_store_damaged
+    _s("file"), _s("offset", LongType()), _s("kind"), _s("detail"),
     _s(CORRUPT),
 ])
 

@@ -8,7 +8,11 @@ events. Each step one group either elects a leader (every few hundred steps) or 
 batch of 1-4 entries that every live peer applies (``raft_applied``). One drill kills zone
 a for a while: its servers fall silent, groups they led elect a leader elsewhere, their
 replicas lag and catch up after the repair; a client's publishes to the first stream
-group form the ledger, and the drained stream holds each acknowledged one once.
+group form the ledger, and the drained stream holds each acknowledged one once. Just
+before the repair every live replica snapshots and compacts its log; on the repair each
+returning replica installs the leader's snapshot, and a returning stream replica fetches
+its messages (``stream_catchup_started``, then ``stream_catchup_finished``: the first
+stream's after one failed attempt, its store reported damaged first).
 
 ``anomalies`` injects faults the checks must find, by name (see :data:`ANOMALIES`).
 """
@@ -50,6 +54,7 @@ class _Group:
     term: int = 0
     leader: str | None = None
     last: int = 0
+    last_term: int = 0                                      # the term of the entry at last
     lagging: dict[str, int] = field(default_factory=dict)   # peer -> since ns
 
 
@@ -179,8 +184,11 @@ def generate(root: Path, *, servers: int = 5, groups: int = 4, events: int = 10_
                     g.leader = None
                     if not (g is stream and "leaderless_fault" in anomalies):
                         pending[g.name] = step + max(1, (repair_at - fault_at) // 4)
+        if step == repair_at - 1:
+            _snapshot(out, gs, down, ns)
         if step == repair_at:
             drill["repair_ns"] = ns
+            _catch_up(out, gs, down, ns)
             down.clear()
             if stream.leader is None:
                 elect(stream, ns)
@@ -205,6 +213,7 @@ def generate(root: Path, *, servers: int = 5, groups: int = 4, events: int = 10_
         k = rnd.randint(1, 4)
         first = g.last + 1
         g.last += k
+        g.last_term = g.term
         terms = ",".join([str(g.term)] * k)
         hashes = [entry_hash(g.name, i, g.term) for i in range(first, g.last + 1)]
         for p in g.peers:
@@ -228,6 +237,49 @@ def generate(root: Path, *, servers: int = 5, groups: int = 4, events: int = 10_
     out.close()
     _write_drill(root, drill, ledger, anomalies)
     return {"events": out.count, "entries": entries, "ledger": len(ledger), "drill": drill}
+
+
+def _snapshot(out: _Writer, gs: list[_Group], down: set[str], ns: int) -> None:
+    """Every live replica snapshots its groups and compacts the log up to the snapshot."""
+    for g in gs:
+        if g.last == 0:
+            continue
+        for p in g.peers:
+            if p not in down:
+                out.emit(p, ns, "raft_snapshot_taken", f'"group":"{g.name}","index":{g.last},'
+                                                       f'"term":{g.last_term},"bytes":{64 * g.last},"reason":"entries"')
+                out.emit(p, ns, "raft_log_compacted", f'"group":"{g.name}","index":{g.last},'
+                                                      f'"entries":{g.last},"log_bytes":4096')
+
+
+def _catch_up(out: _Writer, gs: list[_Group], down: set[str], ns: int) -> None:
+    """The replicas coming back from ``down`` install their group's snapshot; a stream
+    replica then fetches the messages (the first stream's store damaged, one failed try)."""
+    for g in gs:
+        if g.last == 0:
+            continue
+        for p in g.peers:
+            if p not in down:
+                continue
+            out.emit(p, ns, "raft_snapshot_installed", f'"group":"{g.name}","index":{g.last},"term":{g.last_term}')
+            if g.name == "_meta_":
+                continue
+            stream = f'"group":"{g.name}","account":"$G","stream":"{g.name.upper()}"'
+            source = next(q for q in g.peers if q not in down)
+            first = g is gs[1]
+            if first:
+                out.emit(p, ns, "stream_store_damaged", f'{stream},"file":"1.blk","offset":4096,'
+                                                        f'"kind":"torn_tail","detail":"short record"')
+            out.emit(p, ns + 1000, "stream_catchup_started",
+                     f'{stream},"snapshot_index":{g.last},"reason":"snapshot",'
+                     f'"bytes_needed":{64 * g.last},"last_seq":{g.last}')
+            if first:
+                out.emit(p, ns + 100_000, "stream_catchup_finished",
+                         f'{stream},"snapshot_index":{g.last},"ok":false,"bytes":0,"chunks":0,'
+                         f'"duration_ns":99000,"sources":["{source}"],"error":"timeout"')
+            out.emit(p, ns + 300_000, "stream_catchup_finished",
+                     f'{stream},"snapshot_index":{g.last},"ok":true,"bytes":{64 * g.last},"chunks":2,'
+                     f'"duration_ns":299000,"sources":["{source}"],"error":null')
 
 
 def _inject(out: _Writer, gs: list[_Group], names: list[str], zone_of: dict, ns: int,

@@ -190,6 +190,9 @@ def build_replica_state(stream: Any, consumers: Mapping[str, Any]) -> dict[str, 
 
 @dataclass(slots=True)
 class CheckedConsumer:
+    """One consumer of a checked replica state: its name, decoded and checked config,
+    creation time (ns) and working state (:func:`check_consumer_state`)."""
+
     name: str
     config: ConsumerConfig
     created_ns: int

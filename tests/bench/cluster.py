@@ -30,10 +30,11 @@ fresh cluster, so that no other stream's history weighs on its restarts and its
 directories hold this stream alone; --big-msgs 0 skips it, --big-only runs it alone):
   * big publish: --big-msgs (1,000,000; 20,000 with --quick) 128-byte messages over
     --big-conns (2) connections to servers other than the leader, each with --big-window
-    (512) acks outstanding: msg/s from the first publish to the last ack.  (Two
-    connections of 512 were the fastest in-process setting against nats-server on a
-    two-core machine, about 17,000 msg/s; more connections or larger windows were slower.)
-    Then every replica current again, unrated;
+    (512) acks outstanding: msg/s from the first publish to the last ack.  (Against
+    nats-server on a two-core machine two connections of 512 were the fastest setting in
+    one process, 15,000-17,000 msg/s; one connection or more connections, or larger
+    windows, were slower, and publishing processes gained only about 15%.)  Then every
+    replica current again, unrated;
   * restart-to-current: one non-leader replica, which holds the whole history, stopped
     cleanly (SIGTERM) and started again; the time from the start to stream info showing
     that replica current with lag 0, online, and heard from by the leader since the start
@@ -575,7 +576,7 @@ def replica_current(info, name: str, since: float | None = None):
 
 async def jsz_messages(c: Cluster, name: str) -> int | None:
     """The messages server ``name`` holds by its own /jsz (the only stream on this cluster is
-    BIG), or None while it does not answer."""
+    BIG), or None while it does not answer (within 5 s)."""
     try:
         return int(await asyncio.to_thread(lambda: c.servers[name].monitor("/jsz").get("messages") or 0))
     except Exception:
@@ -584,47 +585,80 @@ async def jsz_messages(c: Cluster, name: str) -> int | None:
 
 async def until_current(run: BigRun, js, pick, t0: float, what: str, since: float | None = None,
                         ready=None) -> tuple[float | None, float | None, str]:
-    """Poll stream info every 0.1 s until ``pick(info)`` names a replica current with lag 0
-    (heard from after ``since``) and until that server's /jsz holds every message of the
-    stream; also wait for ``ready`` (a task) when given.  (seconds to current, seconds to
-    /jsz complete, the replica's name), None for what the deadline cut off."""
+    """Two polls side by side, every 0.1 s, until the deadline: stream info until
+    ``pick(info)`` names a replica current with lag 0 (heard from after ``since``), and that
+    server's /jsz (once ``ready``, a task, is done) until it holds every message of the
+    stream.  (seconds to current, seconds to /jsz complete, the replica's name) from ``t0``,
+    None for what the deadline cut off.  Raises what ``ready`` raised."""
     deadline = big_deadline(run.args)
     until = t0 + deadline
-    ticker = Ticker()
-    current = full = None
-    name, peer, held = "", None, None
-    polls = failed = 0
-    while time.monotonic() < until:
-        if ready is not None and ready.done() and ready.exception() is not None:
-            raise ready.exception()
-        started = time.monotonic()
-        if current is None:
-            polls += 1
-            info = await info_of(js, BIG_STREAM)
-            if info is None:
-                failed += 1
-            else:
-                name = pick(info) or name
-                if name:
-                    peer, ok = replica_current(info, name, since)
-                    if ok:
-                        current = time.monotonic() - t0
-        if full is None and name and (ready is None or ready.done()):
-            held = await jsz_messages(run.c, name)
-            if held is not None and held >= run.messages:
-                full = time.monotonic() - t0
-        if current is not None and full is not None and (ready is None or ready.done()):
-            break
-        if ticker.due():
-            log(f"    {what}: {time.monotonic() - t0:.0f} s, replica {name or '?'} "
-                f"{'current' if current is not None else peer}, its /jsz messages {held}")
-        await asyncio.sleep(max(0.0, 0.1 - (time.monotonic() - started)))
-    run.res.raw.append(f"big: {what}: replica {name or '?'} current with lag 0 after "
-                       + (f"{current:.2f} s" if current is not None else f"timeout ({deadline:.0f} s; last {peer})")
-                       + ", its /jsz holds every message after "
-                       + (f"{full:.2f} s" if full is not None else f"timeout (last {held} of {run.messages})")
-                       + f"; {polls} stream info polls, {failed} failed")
-    return current, full, name
+    st: dict = {"current": None, "full": None, "name": "", "peer": None, "held": None,
+                "first": None, "polls": 0, "failed": 0, "jsz": 0, "jsz_failed": 0}
+
+    async def paced(step) -> None:
+        while time.monotonic() < until:
+            started = time.monotonic()
+            if await step():
+                return
+            await asyncio.sleep(max(0.0, 0.1 - (time.monotonic() - started)))
+
+    async def info_step() -> bool:
+        st["polls"] += 1
+        info = await info_of(js, BIG_STREAM)
+        if info is None:
+            st["failed"] += 1
+            return False
+        st["name"] = pick(info) or st["name"]
+        if st["name"]:
+            st["peer"], ok = replica_current(info, st["name"], since)
+            if ok:
+                st["current"] = time.monotonic() - t0
+                return True
+        return False
+
+    async def jsz_step() -> bool:
+        if not st["name"] or (ready is not None and not ready.done()):
+            return False
+        st["jsz"] += 1
+        st["held"] = held = await jsz_messages(run.c, st["name"])
+        if held is None:
+            st["jsz_failed"] += 1
+            return False
+        if st["first"] is None:
+            st["first"] = (time.monotonic() - t0, held)
+        if held >= run.messages:
+            st["full"] = time.monotonic() - t0
+            return True
+        return False
+
+    async def progress() -> None:
+        ticker = Ticker()
+        while time.monotonic() < until and (st["current"] is None or st["full"] is None):
+            if ready is not None and ready.done() and ready.exception() is not None:
+                raise ready.exception()
+            if ticker.due():
+                log(f"    {what}: {time.monotonic() - t0:.0f} s, replica {st['name'] or '?'} "
+                    f"{'current' if st['current'] is not None else st['peer']}, "
+                    f"its /jsz messages {st['held']}")
+            await asyncio.sleep(0.1)
+
+    tasks = [asyncio.create_task(x) for x in (paced(info_step), paced(jsz_step), progress())]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    current, full, first = st["current"], st["full"], st["first"]
+    run.res.raw.append(
+        f"big: {what}: replica {st['name'] or '?'} current with lag 0 after "
+        + (f"{current:.2f} s" if current is not None else f"timeout ({deadline:.0f} s; last {st['peer']})")
+        + ", its /jsz holds every message after "
+        + (f"{full:.2f} s" if full is not None else f"timeout (last {st['held']} of {run.messages})")
+        + (f" (first answer after {first[0]:.2f} s: {first[1]:,} msgs)" if first else "")
+        + f"; {st['polls']} stream info polls, {st['failed']} failed; {st['jsz']} /jsz polls, "
+        f"{st['jsz_failed']} failed")
+    return current, full, st["name"]
 
 
 async def big_restart(run: BigRun) -> None:

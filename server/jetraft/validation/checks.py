@@ -400,16 +400,17 @@ def check_stream_catchup(inp: Inputs, limit: int, limit_s: float = CATCHUP_LIMIT
     attempts, each followed by a new start, may come between); a ``raft_group_closed`` there
     abandons it, and a restart of the server (``server_starting``) interrupts it: the new
     process starts a catch-up of its own when its store still lacks anything (reason
-    "restart"), and emits nothing when it does not (jetraft.net.stream_catchup). Otherwise it is "unfinished" when the server's log ends less than
-    ``limit_s`` seconds after it, and stuck (offending) when the log goes on longer. The
-    server's log end is the last of its events; the raft_applied lines are read again only
-    for the servers whose other events end within ``limit_s`` of an unresolved start.
+    "restart"), and emits nothing when it does not (jetraft.net.stream_catchup). Otherwise
+    it is "unfinished" when the server's log ends at most ``limit_s`` seconds after it, and
+    stuck (offending) when the log goes on longer. The server's log end is the last of its
+    events; the raft_applied lines are read again only for the servers whose other events
+    end within ``limit_s`` of an unresolved start.
 
     details: ``catchups`` (one row per start, or per finish with no start of its own: group,
     account, stream, server, reason, snapshot_index, started, finished, bytes_needed, bytes,
     chunks, duration_s, ok, sources, error, status — ok | failed | superseded | interrupted |
-    unfinished | abandoned | stuck), their count, how many finished and how many failed, the median and
-    maximum duration (seconds) of the finished ones, and ``damaged_stores``
+    unfinished | abandoned | stuck), their count, how many finished and how many failed, the
+    median and maximum duration (seconds) of the finished ones, and ``damaged_stores``
     (``stream_store_damaged``: time, server, group, account, stream, file, offset, kind,
     detail)."""
     doc = (f"every stream_catchup_started is followed on its server and group by a "
@@ -417,40 +418,41 @@ def check_stream_catchup(inp: Inputs, limit: int, limit_s: float = CATCHUP_LIMIT
            f"server's log ends, the server restarts or the group closes first; one still "
            f"unfinished while its server's log goes on for more than {limit_s:g} s is stuck")
     ev = inp.events
-    catch = ev.where(F.col("event").isin(*_CATCHUP_EVENTS) & F.col("group").isNotNull())
-    keys = catch.select("server_name", "group").distinct()
-    closed = (ev.where(F.col("event") == "raft_group_closed")
-              .join(keys, ["server_name", "group"], "left_semi"))
-    restarts = (ev.where(F.col("event") == "server_starting")
-                .join(keys.select("server_name").distinct(), "server_name", "left_semi"))
+    # one pass over the (few) events involved; what concerns no catch-up is dropped here
+    wanted = [*_CATCHUP_EVENTS, "raft_group_closed", "server_starting", "stream_store_damaged"]
     cols = ["event", "ns", "ts", "server_name", "group", "account", "stream", "reason", "snapshot_index",
-            "bytes_needed", "ok", "bytes", "chunks", "duration_ns", "sources", "error"]
-    rows = [r.asDict() for r in catch.unionByName(closed).unionByName(restarts).select(*cols).collect()]
-    damaged = _rows(ev.where(F.col("event") == "stream_store_damaged")
-                    .select("ts", F.col("server_name").alias("server"), "group", "account", "stream",
-                            "file", "offset", "kind", "detail")
-                    .orderBy("ts", "server", "file"), 1_000_000)
-    if not rows:
+            "bytes_needed", "ok", "bytes", "chunks", "duration_ns", "sources", "error", "file",
+            "offset", "kind", "detail"]
+    rows = [r.asDict() for r in ev.where(F.col("event").isin(*wanted)).select(*cols).collect()]
+    damaged = sorted(({"ts": r["ts"], "server": r["server_name"], "group": r["group"], "account": r["account"],
+                       "stream": r["stream"], "file": r["file"], "offset": r["offset"], "kind": r["kind"],
+                       "detail": r["detail"]} for r in rows if r["event"] == "stream_store_damaged"),
+                     key=lambda d: (d["ts"] or "", d["server"] or "", d["file"] or ""))
+    keys = {(r["server_name"], r["group"]) for r in rows
+            if r["event"] in _CATCHUP_EVENTS and r["group"] is not None}
+    if not keys:
         return CheckResult("stream_catchup", UNKNOWN, 0, [],
                            {"count": 0, "catchups": [], "damaged_stores": damaged}, doc)
     order = {"stream_catchup_started": 0, "stream_catchup_finished": 1, "raft_group_closed": 2,
              "server_starting": 2}
-    by_key: dict[tuple, list[dict]] = {}
-    starting: dict[str, list[dict]] = {}
-    for r in sorted(rows, key=lambda r: (r["ns"] or 0, order[r["event"]])):
-        if r["event"] == "server_starting":
-            starting.setdefault(r["server_name"], []).append(r)
-        else:
-            by_key.setdefault((r["server_name"], r["group"]), []).append(r)
-    for (server, _), events in by_key.items():     # a restart ends every catch-up of its server
-        events.extend(starting.get(server, []))
+    by_key: dict[tuple, list[dict]] = {k: [] for k in keys}
+    for r in rows:
+        key = (r["server_name"], r["group"])
+        if r["event"] == "server_starting":     # a restart ends every catch-up of its server
+            for k in keys:
+                if k[0] == r["server_name"]:
+                    by_key[k].append(r)
+        elif r["event"] != "stream_store_damaged" and key in by_key:
+            by_key[key].append(r)
+    for events in by_key.values():
         events.sort(key=lambda r: (r["ns"] or 0, order[r["event"]]))
     catchups, open_starts = [], []       # open_starts: (row, start event) not yet resolved
     for events in by_key.values():
         _pair_catchups(events, catchups, open_starts)
+    servers = sorted({st["server_name"] for _, st in open_starts})
     log_end = {r["server_name"]: r["end"] for r in
-               ev.where(F.col("server_name").isNotNull()).groupBy("server_name")
-               .agg(F.max("ns").alias("end")).collect()}
+               ev.where(F.col("server_name").isin(servers)).groupBy("server_name")
+               .agg(F.max("ns").alias("end")).collect()} if servers else {}
     limit_ns = int(limit_s * 1e9)
     near_end = sorted({st["server_name"] for _, st in open_starts
                        if (log_end.get(st["server_name"]) or 0) - st["ns"] <= limit_ns})

@@ -79,9 +79,9 @@ class _Writer:
             self._sec, self._prefix = sec, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
         return f"{self._prefix}.{frac:09d}Z"
 
-    def emit(self, server: str, ns: int, event: str, fields: str) -> None:
+    def emit(self, server: str, ns: int, event: str, fields: str, level: str = "info") -> None:
         self.files[server].write(f'{{"ts":"{self.ts(ns)}","v":{SCHEMA_VERSION},"server_name":"{server}",'
-                                 f'"level":"info","event":"{event}",{fields}}}\n')
+                                 f'"level":"{level}","event":"{event}",{fields}}}\n')
         self.count += 1
 
     def raw(self, server: str, line: str) -> None:
@@ -269,7 +269,7 @@ def _catch_up(out: _Writer, gs: list[_Group], down: set[str], ns: int) -> None:
             first = g is gs[1]
             if first:
                 out.emit(p, ns, "stream_store_damaged", f'{stream},"file":"1.blk","offset":4096,'
-                                                        f'"kind":"torn_tail","detail":"short record"')
+                                                        f'"kind":"torn_tail","detail":"short record"', "error")
             out.emit(p, ns + 1000, "stream_catchup_started",
                      f'{stream},"snapshot_index":{g.last},"reason":"snapshot",'
                      f'"bytes_needed":{64 * g.last},"last_seq":{g.last}')

@@ -136,11 +136,11 @@ def report(spark, tmp_path_factory):
     crafted(logs)
     logs.write(root)
     doc = validate(spark, str(root), root)
-    return doc, (root / "report.md").read_text()
+    return doc, (root / "report.md").read_text(), root
 
 
 def test_snapshot_installs_and_restarts_after_compaction_are_not_violations(report):
-    doc, _ = report
+    doc, _, _ = report
     c = doc["checks"]["log_matching"]
     found = {(e["group"], e["index"]) for e in c["examples"]}
     assert found == {("S-BADSNAP", 10), ("S-BADTAIL", 7)} and c["count"] == 2
@@ -150,21 +150,21 @@ def test_snapshot_installs_and_restarts_after_compaction_are_not_violations(repo
 
 
 def test_a_snapshot_of_another_term_than_the_applied_entry_is_caught(report):
-    doc, _ = report
+    doc, _, _ = report
     [ex] = [e for e in doc["checks"]["log_matching"]["examples"] if e["group"] == "S-BADSNAP"]
     assert {a["term"] for a in ex["applied"]} == {1}
     assert ex["snapshots"] == [{"server": "n3", "event": "raft_snapshot_installed", "term": 2}]
 
 
 def test_another_entry_applied_again_after_a_restart_is_caught(report):
-    doc, _ = report
+    doc, _, _ = report
     [ex] = [e for e in doc["checks"]["log_matching"]["examples"] if e["group"] == "S-BADTAIL"]
     assert {a["server"] for a in ex["applied"]} == {"n1", "n2"}
     assert len({a["hash"] for a in ex["applied"]}) == 2 and "snapshots" not in ex
 
 
 def test_a_catch_up_that_never_finishes_while_the_log_goes_on_is_invalid(report):
-    doc, _ = report
+    doc, _, _ = report
     c = doc["checks"]["stream_catchup"]
     assert c["valid"] is False and c["count"] == 1
     [ex] = c["examples"]
@@ -173,7 +173,7 @@ def test_a_catch_up_that_never_finishes_while_the_log_goes_on_is_invalid(report)
 
 
 def test_every_catch_up_is_reported_with_its_outcome(report):
-    doc, _ = report
+    doc, _, _ = report
     d = doc["checks"]["stream_catchup"]["details"]
     status = [(c["server"], c["group"], c["status"]) for c in d["catchups"]]
     assert status == [
@@ -195,8 +195,21 @@ def test_every_catch_up_is_reported_with_its_outcome(report):
 
 
 def test_the_readable_report_lists_catch_ups_and_damaged_stores(report):
-    _, md = report
+    _, md, _ = report
     assert "## Stream catch-ups" in md and "## Damaged stores" in md
     assert "| S-STUCK | STUCK | n3 | snapshot | 8 | - | - | - | - | - | stuck |" in md
     assert "| n2 | ONE | 3.blk | 1024 | checksum_mismatch |" in md
     assert "10 catch-ups, 5 finished (1 failed); duration median 2.000 s, max 5.000 s." in md
+
+
+def test_a_longer_limit_leaves_the_catch_up_unfinished(spark, report):
+    from jetraft.validation import checks, load
+
+    inp = load.read(spark, str(report[2]))
+    try:
+        result = checks.check_stream_catchup(inp, 10, limit_s=300)
+    finally:
+        inp.unpersist()
+    assert result.valid is True and result.count == 0
+    [stuck] = [c for c in result.details["catchups"] if c["group"] == "S-STUCK"]
+    assert stuck["status"] == "unfinished" and result.details["unfinished"] == 2

@@ -86,7 +86,8 @@ class Cluster:
     ``auth``: (user, password) required from routes (``cluster.authorization``);
     ``route_auth``: the credentials put in the route URLs (default ``auth``). ``tags``: one
     sequence of ``server_tags`` per server. ``jetstream``: a jetstream block with a store
-    under the working directory (``unique_tag`` when given). ``extra``: text appended to every
+    under the working directory (``unique_tag`` when given, and ``jetstream_extra``: text put
+    inside that block). ``extra``: text appended to every
     configuration, or one text per server. ``cluster_extra``: text put inside every
     ``cluster`` block (a ``tls { ... }`` block, say), or one text per server.
     """
@@ -97,6 +98,7 @@ class Cluster:
                  auth: tuple[str, str] | None = None, route_auth: tuple[str, str] | None = None,
                  tags: Sequence[Sequence[str]] | None = None, jetstream: bool = False,
                  unique_tag: str | None = None, extra: str | Sequence[str] = "",
+                 jetstream_extra: str = "",
                  cluster_extra: str | Sequence[str] = "", ready_timeout: float = 20.0) -> None:
         if kind not in servers.KINDS:
             raise ValueError(f"unknown server kind {kind!r}; expected one of {servers.KINDS}")
@@ -108,6 +110,7 @@ class Cluster:
         self.route_auth = route_auth if route_auth is not None else auth
         self.jetstream = jetstream
         self.unique_tag = unique_tag
+        self.jetstream_extra = jetstream_extra
         self.ready_timeout = ready_timeout
         names = list(names) if names is not None else [f"n{i + 1}" for i in range(size)]
         if len(names) != size:
@@ -170,6 +173,8 @@ class Cluster:
             lines += ["jetstream {", f"  store_dir: {_q(str(self.store_dir(name)))}"]
             if self.unique_tag:
                 lines.append(f"  unique_tag: {_q(self.unique_tag)}")
+            if self.jetstream_extra:
+                lines.append(self.jetstream_extra.strip())
             lines.append("}")
         if m.extra:
             lines.append(m.extra.strip())

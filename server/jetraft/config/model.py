@@ -136,6 +136,15 @@ class JetStreamConfig:
     nats-server would sync every 2 minutes), ``sync_always`` (``sync: always``: fsync every write), ``unique_tag``
     (lower-cased tag prefix such as ``"az:"``; replicas of a stream go to servers
     whose tags with that prefix differ), ``domain``.
+
+    Snapshots and RAFT log compaction (README "Snapshots, compaction and catch-up"): a
+    stream group snapshots once ``stream_compact`` entries or ``stream_compact_size`` bytes
+    were applied since its last snapshot, or ``stream_compact_interval`` seconds passed
+    (jetraft's own keys; defaults nats-server's stream compaction constants); the meta
+    group after ``meta_compact`` entries or ``meta_compact_size`` bytes (nats-server's keys).
+    ``max_outstanding_catchup``: bytes one catching-up replica may have requested and not
+    yet received (nats-server's key; its default is 64 MiB across a server, jetraft's
+    2 MiB per catch-up).
     """
 
     store_dir: str | None = None
@@ -145,6 +154,16 @@ class JetStreamConfig:
     sync_always: bool = False
     unique_tag: str | None = None
     domain: str | None = None
+    stream_compact: int = 65536
+    stream_compact_size: int = 8 << 20
+    stream_compact_interval: float = 120.0
+    meta_compact: int = 8192
+    meta_compact_size: int = 8 << 20
+    max_outstanding_catchup: int = 2 << 20
+
+    @property
+    def stream_compact_interval_ns(self) -> int:
+        return int(self.stream_compact_interval * 1e9)
 
 
 @dataclass(frozen=True, slots=True)
@@ -765,6 +784,18 @@ class _Builder:
                 settings["domain"] = self._domain(v, item_label)
             elif key == "unique_tag":
                 settings["unique_tag"] = _string(v, item_label).strip().lower() or None
+            elif key in ("stream_compact", "meta_compact"):
+                settings[key] = _int(v, item_label, low=1)
+            elif key in ("stream_compact_size", "meta_compact_size", "max_outstanding_catchup"):
+                size = _storage_size(v, item_label)
+                if not size:
+                    raise ConfigError.at(v.position, f"{item_label}: must be a positive size, got {v.data!r}")
+                settings[key] = size
+            elif key == "stream_compact_interval":
+                seconds = self.duration(v, item_label)
+                if seconds <= 0:
+                    raise ConfigError.at(v.position, f"{item_label}: must be a positive duration")
+                settings[key] = seconds
             else:
                 self.ignore(item, item_label, _UNSUPPORTED_JETSTREAM)
         self.jetstream = (enabled, settings, entry)
@@ -961,11 +992,10 @@ def _keys(text: str) -> frozenset[str]:
 #   pool_size/accounts/compression/ping_interval/ping_max/write_deadline/write_timeout
 #   change which routes exist and how they are kept alive; permissions and tls are
 #   security.
-# jetstream, tolerated: max_outstanding_catchup, max_buffered_size,
-#   max_buffered_msgs, request_queue_limit, info_queue_limit, max_concurrent_io,
-#   meta_compact, meta_compact_size, meta_compact_sync: nats-server's internal queue,
-#   buffer and compaction knobs; jetraft bounds its own queues, fsyncs before every
-#   acknowledgement by default and compacts its RAFT logs by its own thresholds.
+# jetstream, tolerated: max_buffered_size, max_buffered_msgs, request_queue_limit, info_queue_limit, max_concurrent_io,
+#   meta_compact_sync: nats-server's internal queue, buffer and sync knobs; jetraft
+#   bounds its own queues and fsyncs before every acknowledgement by default.
+#   meta_compact, meta_compact_size and max_outstanding_catchup are implemented.
 # jetstream, refused: strict, encryption (key/ek/encryption_key, prev_key/...,
 #   cipher, tpm), limits (server-wide JetStream limits), extension_hint (leaf domains).
 # authorization (also cluster authorization): auth_callout/auth_hook, proxy_required,
@@ -1005,8 +1035,8 @@ _UNSUPPORTED_CLUSTER = _Unsupported(
 _UNSUPPORTED_JETSTREAM = _Unsupported(
     refused=_keys("strict key ek encryption_key prev_key prev_ek prev_encryption_key cipher tpm limits extension_hint"),
     tolerated=_keys(
-        """max_outstanding_catchup max_buffered_size max_buffered_msgs request_queue_limit
-        info_queue_limit max_concurrent_io meta_compact meta_compact_size meta_compact_sync"""
+        """max_buffered_size max_buffered_msgs request_queue_limit
+        info_queue_limit max_concurrent_io meta_compact_sync"""
     ),
 )
 _UNSUPPORTED_AUTHORIZATION = _Unsupported(

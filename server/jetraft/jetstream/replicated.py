@@ -43,6 +43,8 @@ import msgpack
 from jetraft.raft.types import Entry, EntryType
 
 from .api import JetStreamAccount, Reply
+from .catchup import StreamSnapshot, StreamSnapshotError
+from .store import FileStore
 
 PUBLISH, API, ACK, FLOW_CONTROL, TICK = "P", "A", "K", "F", "T"
 
@@ -107,16 +109,34 @@ class StreamReplica:
     ``on_problem(detail)``: reports an entry that could not be decoded.
 
     Implements the RaftHost ``StateMachine`` protocol (apply, snapshot, restore,
-    leader_changed). The replica's stream starts empty and is rebuilt by replaying the
-    group's log (see ``net/js_cluster.py``); :meth:`snapshot` therefore returns None, asking
-    the host not to compact this group's log.
+    leader_changed). A replica opened without a snapshot starts empty and replays the
+    group's log (see ``net/js_cluster.py``). A file stream's :meth:`snapshot` is a
+    :class:`~jetraft.jetstream.catchup.StreamSnapshot` (its store fsynced first), after
+    which the host compacts the log; a memory stream's is None (its log is kept whole: its
+    messages are on no disk). :meth:`restore` takes the stream apart and sets
+    :attr:`holding` until :meth:`complete` (called once the store's blocks match the
+    snapshot's manifest, fetched from peers where they did not: ``net/stream_catchup.py``).
+
+    ``config``/``created_ns``: the assignment's stream config JSON and creation time (to
+    re-create the stream from a snapshot); ``on_restore(replica)``: a snapshot is to be
+    completed (start fetching).
     """
 
     def __init__(self, account: JetStreamAccount, name: str, *,
                  emit: Callable[[list[Reply]], None], override: InterestOverride,
                  on_problem: Callable[[str], None] | None = None,
-                 on_leader: Callable[[str | None, int], None] | None = None) -> None:
+                 on_leader: Callable[[str | None, int], None] | None = None,
+                 config: dict[str, Any] | None = None, created_ns: int = 0,
+                 on_restore: Callable[[StreamReplica], None] | None = None) -> None:
         self.account = account
+        self.config = config
+        self.created_ns = created_ns
+        self.on_restore = on_restore
+        #: The snapshot being completed (see :meth:`restore`), and whether this replica's
+        #: own (``"restart"``) or one the leader sent (``"snapshot"``).
+        self.pending: StreamSnapshot | None = None
+        self.pending_reason = "snapshot"
+        self._doomed = 0            # store blocks to delete once the snapshot is durable
         self.name = name
         self.emit = emit
         self.override = override
@@ -176,11 +196,94 @@ class StreamReplica:
         finally:
             self.override.subjects = None
 
+    @property
+    def holding(self) -> bool:
+        """True while a restored snapshot waits for its store (see :meth:`restore`)."""
+        return self.pending is not None
+
     def snapshot(self) -> bytes | None:
-        return None
+        """The stream's :class:`StreamSnapshot` as of the last applied entry, after an fsync
+        of its store (the log it lets the host discard held those messages); None for a
+        memory stream, a missing stream, or while holding. Raises StorageError when the
+        fsync fails (the group stops: see ``net/raft_host.py``)."""
+        if self.pending is not None:
+            return None
+        entry = self.account.streams.get(self.name)
+        if entry is None:
+            return None
+        store = entry.stream.store
+        if not isinstance(store, FileStore) or store.failed is not None:
+            return None
+        store.sync(force=True, keep_doomed=True)
+        self._doomed = store.doomed_count()
+        st = store.state()
+        return StreamSnapshot(
+            self.name, self.last_ts, store.block_bytes, store.manifest(), st.first_seq,
+            st.last_seq, st.messages, st.bytes,
+            state={"config": entry.stream.config.to_json(),
+                   "created_ns": entry.stream.created_ns,
+                   "replica": self.account.replica_state(self.name)}).encode()
+
+    def snapshot_durable(self, index: int) -> None:
+        """The snapshot just taken is durable: delete the blocks it no longer lists."""
+        entry = self.account.streams.get(self.name)
+        if entry is not None and isinstance(entry.stream.store, FileStore) and self._doomed:
+            entry.stream.store.delete_doomed(self._doomed)
+        self._doomed = 0
 
     def restore(self, data: bytes) -> None:
-        """Nothing to restore: this group never takes a snapshot (see the class docstring)."""
+        """Take this replica's stream apart (its files stay) and hold until
+        :meth:`complete`: ``on_restore`` brings the store's blocks to the snapshot's.
+        Raises StreamSnapshotError for a snapshot that does not decode or is of another
+        stream."""
+        snap = StreamSnapshot.decode(data)
+        if snap.stream != self.name:
+            raise StreamSnapshotError(f"snapshot of stream {snap.stream!r} offered to {self.name!r}")
+        reason = "restart" if self.account.streams.get(self.name) is None and \
+            self.pending is None and self.applied_index == 0 else "snapshot"
+        self.account.detach_replica(self.name)
+        self.pending = snap
+        self.pending_reason = reason
+        if self.on_restore is not None:
+            self.on_restore(self)
+
+    def complete(self, now_ns: int) -> None:
+        """The store's blocks match the pending snapshot's manifest: open the stream over
+        them, check its state against the snapshot's, restore the streams' and consumers'
+        state, and stop holding. Raises StreamSnapshotError when the store does not match
+        (the caller fetches it again) or the state does not restore; the replica keeps
+        holding then."""
+        snap = self.pending
+        if snap is None:
+            return
+        extra = snap.state
+        config = extra.get("config") if isinstance(extra, dict) else None
+        created = extra.get("created_ns") if isinstance(extra, dict) else None
+        replica = extra.get("replica") if isinstance(extra, dict) else None
+        if not isinstance(config, dict) or not isinstance(created, int) or not isinstance(replica, dict):
+            raise StreamSnapshotError("stream snapshot: state lacks config/created_ns/replica")
+        entry = self.account.create_replica(config, created, keep_files=True)
+        st = entry.stream.store.state()
+        got = (st.first_seq, st.last_seq, st.messages, st.bytes)
+        want = (snap.first_seq, snap.last_seq, snap.messages, snap.bytes)
+        if got != want:
+            self.account.detach_replica(self.name)
+            raise StreamSnapshotError(
+                f"store holds (first, last, messages, bytes) {got}, the snapshot says {want}")
+        try:
+            self.account.restore_replica_state(self.name, replica, now_ns)
+        except Exception:
+            self.account.detach_replica(self.name)
+            raise
+        self.last_ts = max(self.last_ts, snap.last_ts)
+        self.pending = None
+
+    def start_empty(self) -> None:
+        """No snapshot was restored on open: (re)create the stream empty, the group's log
+        is replayed into it from its first entry."""
+        if self.pending is None and self.account.streams.get(self.name) is None \
+                and self.config is not None:
+            self.account.create_replica(self.config, self.created_ns)
 
     def leader_changed(self, leader: str | None, term: int) -> None:
         self.term = term

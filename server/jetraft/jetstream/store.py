@@ -708,13 +708,15 @@ class FileStore(_IndexedStore):
                 return
             blk = blocks[0]
 
-    def sync(self, force: bool = False) -> None:
+    def sync(self, force: bool = False, *, keep_doomed: bool = False) -> None:
         """Make everything written so far durable through the GroupCommit (one fsync per
         dirty file; the directory too after a block was created or deleted), then delete
-        the blocks scheduled for deletion. A no-op when ``sync_always`` is False and
-        ``force`` is not set. Raises StorageError if one of this store's fsyncs fails
-        (the store is failed from then on: see the module docstring); a failure of another
-        owner's file is left to that owner."""
+        the blocks scheduled for deletion, unless ``keep_doomed`` (a clustered replica
+        deletes them once a snapshot that no longer lists them is durable: see
+        :meth:`manifest`). A no-op when ``sync_always`` is False and ``force`` is not set.
+        Raises StorageError if one of this store's fsyncs fails (the store is failed from
+        then on: see the module docstring); a failure of another owner's file is left to
+        that owner."""
         self._check_writable()
         if not (self.sync_always or force):
             return
@@ -722,7 +724,30 @@ class FileStore(_IndexedStore):
             self._gc.sync_owner(self)
         except SyncFailed as exc:
             raise self.fail(exc) from exc
-        self.delete_doomed(len(self._doomed))
+        if not keep_doomed:
+            self.delete_doomed(len(self._doomed))
+
+    # --- the byte stream, for stream snapshots and catch-up (jetstream/catchup.py) -----
+    def manifest(self) -> list[tuple[int, int]]:
+        """The blocks that hold the store's state now, as ``[(first_seq, size_bytes), ...]``
+        in name order (blocks scheduled for deletion left out). Records are only appended,
+        blocks are started at the same sequences by every replica that applied the same
+        operations (same ``block_bytes``), so a replica's blocks cut to these sizes hold
+        exactly this state; bytes past them are later records."""
+        return [(blk.start, blk.size) for blk in self._blocks]
+
+    def read_block(self, first_seq: int, offset: int, n: int) -> bytes | None:
+        """Up to ``n`` bytes of block ``first_seq`` from ``offset`` (fewer at its end), for a
+        peer completing a snapshot: ``b""`` when the block does not reach ``offset`` (this
+        replica is behind), None when this store has no such block (deleted once emptied,
+        or not started yet). Raises OSError on a read error."""
+        self._check_open()
+        for blk in self._blocks + self._doomed:
+            if blk.start == first_seq:
+                if offset >= blk.size or offset < 0 or n <= 0:
+                    return b""
+                return os.pread(blk.sf.fd, min(n, blk.size - offset), offset)
+        return b"" if first_seq > self._last else None
 
     def doomed_count(self) -> int:
         """How many emptied blocks wait for a sync before they may be deleted."""

@@ -52,10 +52,13 @@ from jetraft.jetstream.cluster import (
     encode_reply_frame,
     zone_of,
 )
-from jetraft.jetstream.model import format_time
+from jetraft.jetstream.catchup import StreamSnapshotError
+from jetraft.jetstream.model import StreamConfig, format_time
 from jetraft.jetstream.replicated import StreamReplica
 from jetraft.net.durability import PROBE_TIMEOUT_S, STORAGE_RETRY_S, probe_directory, storage_api_error
+from jetraft.net.raft_group import SnapshotPolicy
 from jetraft.net.raft_host import RaftGroup, RaftHost
+from jetraft.net.stream_catchup import StreamCatchup
 from jetraft.raft.storage import StorageError
 from jetraft.raft.storage.fileio import errno_name
 from jetraft.raft.types import EntryType, NotLeaderError, ProposalDroppedError, RaftError, Role
@@ -128,6 +131,13 @@ class ClusterJetStream:
         #: "storage failures" below).
         self.storage_failures: dict[str, StorageFailure] = {}
         self.host.on_group_failed = self._group_failed
+        #: Stream snapshots (jetstream { stream_compact* }) and their catch-up.
+        self.stream_policy = SnapshotPolicy(
+            entries=service.config.stream_compact, bytes=service.config.stream_compact_size,
+            interval_ns=service.config.stream_compact_interval_ns)
+        #: Stream log segments: a compacted log keeps at most one more than the threshold.
+        self.stream_segment = min(64 << 20, max(1 << 20, service.config.stream_compact_size // 2))
+        self.catchup = StreamCatchup(self, max_outstanding=service.config.max_outstanding_catchup)
 
     @property
     def meta(self):
@@ -219,6 +229,7 @@ class ClusterJetStream:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(self.host.run)
+            await nursery.start(self.catchup.run)
             if META_GROUP in self.host.logs.groups():
                 self._open_meta(())
             nursery.start_soon(self._tick_loop)
@@ -344,7 +355,8 @@ class ClusterJetStream:
             return
         machine = _MetaMachine(self)
         try:
-            self.meta_group = self.host.open_group(META_GROUP, peers, machine)
+            self.meta_group = self.host.open_group(META_GROUP, peers, machine, policy=SnapshotPolicy(
+                entries=self.service.config.meta_compact, bytes=self.service.config.meta_compact_size))
         except (StorageError, OSError) as exc:      # retried by the tick loop
             self._storage_failed(META_GROUP, None, exc, "open")
             return
@@ -358,25 +370,34 @@ class ClusterJetStream:
         key = (sa.account, sa.name)
         acc = self.service.accounts[sa.account]
         try:
-            acc.create_replica(sa.config, sa.created_ns)
+            cfg = StreamConfig.from_json(sa.config).checked()
+            cfg.check_supported()
         except E.JSApiError as err:
             self.events.emit("jetstream_recovery_problem", account=sa.account, stream=sa.name,
                              consumer=None, path="", detail=f"replica not created: {err}")
             return
-        except (StorageError, OSError) as exc:      # retried (see "storage failures")
-            self._storage_failed(sa.group, key, exc, "open")
-            return
+        acc.delete_replica(sa.name)         # a replica left behind by an earlier group
         replica = StreamReplica(acc, sa.name, emit=self._emitter(sa.account),
                                 override=self.controller.override,
-                                on_problem=self._problem_fn(sa), on_leader=self._leader_fn(key))
+                                on_problem=self._problem_fn(sa), on_leader=self._leader_fn(key),
+                                config=sa.config, created_ns=sa.created_ns,
+                                on_restore=self.catchup.start)
         replica.pending_reply = sa.reply
         self.replicas[key] = replica
         # Followers learn a stream's commit index from the next AppendEntries or heartbeat:
         # one message per publish per follower instead of two (see Config.commit_broadcast).
+        # A stored snapshot is restored while the group opens (the catch-up completes it);
+        # without one, the stream starts empty and the log is replayed into it.
         try:
-            group = self.host.open_group(sa.group, action.bootstrap, replica, commit_broadcast=False)
-        except (StorageError, OSError) as exc:      # retried (see "storage failures")
+            group = self.host.open_group(sa.group, action.bootstrap, replica, commit_broadcast=False,
+                                         policy=self.stream_policy, segment_bytes=self.stream_segment)
+            replica.start_empty()
+        except (StorageError, OSError, StreamSnapshotError) as exc:   # retried ("storage failures")
+            self.catchup.stop(key)
+            if sa.group in self.host.groups:
+                self.host.close_group(sa.group, delete=False)
             self.replicas.pop(key, None)
+            acc.detach_replica(sa.name)
             self._storage_failed(sa.group, key, exc, "open")
             return
         self.groups[key] = group
@@ -385,6 +406,7 @@ class ClusterJetStream:
         self.execute(list(action.then))
 
     def _close_replica(self, key: Key, *, delete: bool) -> None:
+        self.catchup.stop(key)
         replica = self.replicas.pop(key, None)
         group = self.groups.pop(key, None)
         if group is not None:

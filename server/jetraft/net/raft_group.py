@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 import zlib
+from dataclasses import dataclass
 from typing import Protocol
 
 import trio
@@ -35,12 +36,33 @@ from jetraft.raft.types import (
     ProposalDroppedError,
     Ready,
     Role,
+    Snapshot,
 )
 
-__all__ = ["CURRENT_LAG", "GroupHost", "RaftGroup", "StateMachine"]
+__all__ = ["BACKLOG_BATCH", "CURRENT_LAG", "GroupHost", "RaftGroup", "SnapshotPolicy", "StateMachine"]
 
 #: A follower at most this many entries behind the leader's last index is "current".
 CURRENT_LAG = 32
+
+#: Entries a group applies from its own log per pass after its state machine held them back.
+BACKLOG_BATCH = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotPolicy:
+    """When a group snapshots its state machine and compacts its log (Raft §7): once
+    ``entries`` entries or ``bytes`` bytes of entry data were applied since the last
+    snapshot, or ``interval_ns`` ns passed since it with at least one entry applied.
+    The defaults are nats-server's for stream groups (server/jetstream_cluster.go
+    monitorStream: compactNumMin 65536, compactSizeMin 8 MiB, compactInterval 2 min)."""
+
+    entries: int = 65536
+    bytes: int = 8 << 20
+    interval_ns: int = 120 * 1_000_000_000
+
+    def __post_init__(self) -> None:
+        if self.entries < 1 or self.bytes < 1 or self.interval_ns < 1:
+            raise ValueError("snapshot thresholds must be positive")
 
 _CONFIG = EntryType.CONFIG_CHANGE
 
@@ -86,7 +108,10 @@ class StateMachine(Protocol):
         ...
 
     def restore(self, data: bytes) -> None:
-        """Replace the whole state with a snapshot's data."""
+        """Replace the whole state with a snapshot's data. A state machine may need time to
+        complete it (fetching data the snapshot only describes): it then reports
+        ``holding`` True until done, and the group applies nothing and does not campaign
+        meanwhile (see :attr:`RaftGroup.holding`)."""
         ...
 
     def leader_changed(self, leader: str | None, term: int) -> None:
@@ -102,7 +127,7 @@ class RaftGroup:
     for the group when it reopens it."""
 
     def __init__(self, host: GroupHost, name: str, log: GroupLog, sm: StateMachine, *,
-                 commit_broadcast: bool = True) -> None:
+                 commit_broadcast: bool = True, policy: SnapshotPolicy | None = None) -> None:
         self.name = name
         self.host = host
         self.log = log
@@ -115,6 +140,12 @@ class RaftGroup:
         self._applied_term = snap.term                # the term of the entry at _applied
         self._applied_peers = tuple(snap.peers)       # the configuration at _applied
         self._snapshot_retry = 0                      # applied index to ask for one again
+        self.policy = policy if policy is not None else SnapshotPolicy()
+        self._since_bytes = 0                         # entry bytes applied since the snapshot
+        self._snapshot_mono_ns = time.monotonic_ns()  # when the last snapshot was taken
+        self._backlog = False                         # committed entries held back (holding)
+        #: GroupLog options the host reopens the log with (segment_bytes).
+        self.log_options: dict = {}
         self._seen: tuple[str | None, int] = (None, 0)  # (leader, term) last reported
         self._heard: dict[str, int] = {}              # peer -> time.time_ns() last heard
         self._opened_ns = time.time_ns()
@@ -129,6 +160,9 @@ class RaftGroup:
         # tracking) and, per other peer, (current, time.time_ns() it entered that state).
         self._replica_term = 0
         self._replica_state: dict[str, tuple[bool, int]] = {}
+        #: On the leader: peers completing a snapshot from a peer's store (see
+        #: :meth:`note_catchup`): peer -> (the index their state machine is at, when heard, ns).
+        self._catchup: dict[str, tuple[int, int]] = {}
 
     # -- state ---------------------------------------------------------------------------
 
@@ -152,6 +186,16 @@ class RaftGroup:
     @property
     def commit_index(self) -> int:
         return self.node.commit_index
+
+    @property
+    def holding(self) -> bool:
+        """True while the state machine completes a restore (see :class:`StateMachine`):
+        nothing is applied and this server does not campaign for the group."""
+        return bool(getattr(self.sm, "holding", False))
+
+    def can_lead(self) -> bool:
+        """The node's ``can_lead`` hook: not while :attr:`holding`."""
+        return not self.holding
 
     @property
     def applied_index(self) -> int:
@@ -239,16 +283,49 @@ class RaftGroup:
         for p in node.peers:
             if p == me:
                 continue
-            lag = self._lag(p, last)
+            lag = self._lag(p, last, now_ns)
             offline = self._offline(p, now_ns)
             out.append({"name": p, "current": not offline and lag <= CURRENT_LAG,
                         "active_ns": max(0, now_ns - self._heard.get(p, self._opened_ns)),
                         "lag": lag, "offline": offline})
         return out
 
-    def _lag(self, peer: str, last: int) -> int:
-        """On the leader: entries ``peer`` is behind ``last`` (the leader's last index)."""
-        return max(0, last - (self.node.match_index(peer) or 0))
+    def _lag(self, peer: str, last: int, now_ns: int | None = None) -> int:
+        """On the leader: entries ``peer`` is behind ``last`` (the leader's last index); a
+        peer completing a snapshot (:meth:`note_catchup`) counts from its state machine's
+        index, however complete its log."""
+        lag = max(0, last - (self.node.match_index(peer) or 0))
+        c = self._catchup.get(peer)
+        if c is not None:
+            if now_ns is not None and now_ns - c[1] > 3 * self.host.election_timeout_ns:
+                del self._catchup[peer]         # not heard of since: no longer catching up
+            else:
+                lag = max(lag, last - c[0], CURRENT_LAG + 1)
+        return lag
+
+    def note_catchup(self, peer: str, applied: int, now_ns: int) -> None:
+        """On the leader: ``peer`` is fetching a snapshot's messages and its state machine is
+        at ``applied`` (wall-clock ``now_ns``); it is reported lagging until
+        :meth:`catchup_done` or three election timeouts without news."""
+        self._catchup[peer] = (applied, now_ns)
+
+    def catchup_done(self, peer: str) -> None:
+        self._catchup.pop(peer, None)
+
+    def adopt_snapshot(self, snap: Snapshot) -> None:
+        """Restore the state machine from a peer's snapshot ``snap`` (newer than what it has
+        applied) when the one it was completing can no longer be (a block it needs was
+        deleted everywhere). Entries up to ``snap.index`` are not applied here then; those
+        after it are, from the log, as they commit. ValueError when ``snap`` is not newer."""
+        if snap.index <= self._applied:
+            raise ValueError(f"snapshot {snap.index} is not past applied index {self._applied}")
+        self.sm.restore(snap.data)
+        self._applied = snap.index
+        self._applied_term = snap.term
+        self._applied_peers = tuple(snap.peers)
+        self._since_bytes = 0
+        self._backlog = True
+        self.host.touch(self)
 
     def _offline(self, peer: str, now_ns: int) -> bool:
         return (peer in self.host.down
@@ -288,29 +365,69 @@ class RaftGroup:
             log.set_hard_state(rd.hard_state)
 
     def apply_ready(self, rd: Ready) -> None:
-        """Step 4 of a pass: restore an installed snapshot, apply what is newly committed."""
+        """Step 4 of a pass: restore an installed snapshot, apply what is newly committed.
+        While the state machine is :attr:`holding`, or after it held entries back, the
+        committed entries stay in the log and :meth:`apply_backlog` applies them later."""
         snap = rd.snapshot
         if snap is not None and snap.index > self._applied:
             self.sm.restore(snap.data)
             self._applied = snap.index
             self._applied_term = snap.term
             self._applied_peers = tuple(snap.peers)
+            self._since_bytes = 0
+            self._snapshot_mono_ns = time.monotonic_ns()
         ents = rd.committed_entries
         if ents and ents[0].index <= self._applied:
             ents = [e for e in ents if e.index > self._applied]
+        if ents and (self._backlog or self.holding or ents[0].index != self._applied + 1):
+            self._backlog = True        # read from the log once the state machine is ready
+            ents = []
         if ents:
-            self.sm.apply(ents)
-            if self.host.wants_event("raft_applied"):
-                self._applied_event_log(ents)
-            peers = self._applied_peers
-            for e in ents:
-                if e.type == _CONFIG:
-                    peers = apply_config_entry(peers, e)
-            self._applied_peers = peers
-            self._applied = ents[-1].index
-            self._applied_term = ents[-1].term
+            self._apply_entries(ents)
         elif snap is None:
             return
+        self._wake_waiters()
+
+    def backlog_due(self) -> bool:
+        """Whether :meth:`apply_backlog` has work now."""
+        return self._backlog and not self.holding
+
+    def apply_backlog(self) -> None:
+        """Apply up to :data:`BACKLOG_BATCH` committed entries from the log that were held
+        back while the state machine was :attr:`holding`; the host calls it again on its
+        next pass until none remain."""
+        if not self.backlog_due():
+            return
+        commit = self.node.commit_index
+        if self._applied >= commit:
+            self._backlog = False
+            return
+        hi = min(commit, self._applied + BACKLOG_BATCH)
+        ents = self.log.entries(self._applied + 1, hi + 1)
+        if ents:
+            self._apply_entries(ents)
+            self._wake_waiters()
+        if self._applied >= commit:
+            self._backlog = False
+        else:
+            self.host.touch(self)
+
+    def _apply_entries(self, ents: list[Entry]) -> None:
+        self.sm.apply(ents)
+        if self.host.wants_event("raft_applied"):
+            self._applied_event_log(ents)
+        peers = self._applied_peers
+        n = 0
+        for e in ents:
+            n += len(e.data)
+            if e.type == _CONFIG:
+                peers = apply_config_entry(peers, e)
+        self._since_bytes += n
+        self._applied_peers = peers
+        self._applied = ents[-1].index
+        self._applied_term = ents[-1].term
+
+    def _wake_waiters(self) -> None:
         ev, self._applied_event = self._applied_event, None
         if ev is not None:
             ev.set()
@@ -349,7 +466,7 @@ class RaftGroup:
             if p == me:
                 continue
             others += 1
-            lag = self._lag(p, last)
+            lag = self._lag(p, last, now_ns)
             offline = self._offline(p, now_ns)
             current = not offline and lag <= CURRENT_LAG
             old = states.get(p)
@@ -369,21 +486,45 @@ class RaftGroup:
             for p in [p for p in states if p not in peers]:
                 del states[p]
 
-    def maybe_snapshot(self, every: int) -> None:
-        """Snapshot the state machine once ``every`` entries were applied since the last
-        snapshot, and compact the log up to it (Raft §7). A state machine that declines
-        (``snapshot()`` returns None) is asked again after another ``every`` entries."""
+    def maybe_snapshot(self, now_mono_ns: int | None = None) -> None:
+        """Snapshot the state machine when :attr:`policy` says one is due, and compact the
+        log up to it (Raft §7); events ``raft_snapshot_taken`` and ``raft_log_compacted``.
+        A state machine that declines (``snapshot()`` returns None) is asked again after
+        another ``policy.entries`` entries. ``now_mono_ns``: time.monotonic_ns()."""
         log = self.log
-        if self._applied - log.snapshot().index < every or self._applied < self._snapshot_retry:
+        since = self._applied - log.snapshot().index
+        if since <= 0 or self._applied < self._snapshot_retry or self.holding \
+                or self._applied > log.last_index():    # adopted a snapshot past the log
+            return
+        policy = self.policy
+        now = time.monotonic_ns() if now_mono_ns is None else now_mono_ns
+        if since >= policy.entries:
+            reason = "entries"
+        elif self._since_bytes >= policy.bytes:
+            reason = "bytes"
+        elif now - self._snapshot_mono_ns >= policy.interval_ns:
+            reason = "interval"
+        else:
             return
         data = self.sm.snapshot()
         if data is None:        # the state machine keeps its whole log (it replays it on open)
-            self._snapshot_retry = self._applied + every
+            self._snapshot_retry = self._applied + policy.entries
+            self._snapshot_mono_ns = now
             return
         snap = log.create_snapshot(self._applied, data, self._applied_peers)
+        self._since_bytes = 0
+        self._snapshot_mono_ns = now
+        self.host.group_event(self, "raft_snapshot_taken", {
+            "group": self.name, "index": snap.index, "term": snap.term, "bytes": len(data),
+            "reason": reason})
+        first = log.first_index()
         log.compact(snap.index)
-        self.host.group_event(self, "raft_snapshot_taken", {"group": self.name, "index": snap.index,
-                                                          "term": snap.term})
+        after = getattr(self.sm, "snapshot_durable", None)
+        if after is not None:
+            after(snap.index)
+        self.host.group_event(self, "raft_log_compacted", {
+            "group": self.name, "index": snap.index, "entries": max(0, snap.index + 1 - first),
+            "log_bytes": log.disk_bytes()})
 
     def check_leader(self) -> None:
         """Report a change of leader, or a new term of a known leader, to the state

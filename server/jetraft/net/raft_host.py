@@ -68,7 +68,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from jetraft.events import EVENTS
-from jetraft.net.raft_group import CURRENT_LAG, RaftGroup, StateMachine
+from jetraft.net.raft_group import CURRENT_LAG, RaftGroup, SnapshotPolicy, StateMachine
 from jetraft.raft.wire import decode_batch, encode_batch
 from jetraft.raft.node import RaftNode
 from jetraft.raft.storage import GroupCommit, GroupLog, LogDirectory, StorageError, SyncFailed
@@ -103,7 +103,8 @@ class RaftHost:
     through ``send``. ``events``: a :class:`jetraft.events.EventLog` or None; ``zone``: this
     server's ``unique_tag`` value, added to every RAFT event. ``sync``: the server's
     :class:`GroupCommit` when shared with other stores (one is made otherwise).
-    ``snapshot_entries``: applied entries between two snapshots of a group. ``flush``
+    ``snapshot_entries``: applied entries between two snapshots of a group, unless
+    :meth:`open_group` is given its own :class:`SnapshotPolicy`. ``flush``
     (optional) writes what ``send`` and the state machines queued to the sockets at once
     (``Server.flush_outbound``); a pass calls it before its fsync, before applying and at
     its end, so AppendEntries overlap the leader's fsync and answers leave before apply.
@@ -160,20 +161,28 @@ class RaftHost:
     # -- groups --------------------------------------------------------------------------
 
     def open_group(self, group: str, peers: tuple[str, ...], sm: StateMachine, *,
-                   commit_broadcast: bool = True) -> RaftGroup:
+                   commit_broadcast: bool = True, policy: SnapshotPolicy | None = None,
+                   segment_bytes: int | None = None) -> RaftGroup:
         """Start hosting ``group``: open (or create, with ``peers``) its log, restore ``sm``
         from the stored snapshot if there is one, and start its node. Committed entries
         after the snapshot reach ``sm.apply`` again from the first pass on. Problems that
         opening the log found and repaired are reported as ``raft_log_recovered``.
         ``commit_broadcast`` is the node's :class:`~jetraft.raft.types.Config` setting (False:
         followers learn a new commit index from the next AppendEntries or heartbeat).
+        ``policy``: when the group snapshots (default: every ``snapshot_entries`` entries);
+        ``segment_bytes``: the log's segment size (GroupLog's default when None: a log
+        compacted by a bytes threshold keeps at most one segment more than it).
         ValueError if the group is open already."""
         if self._closed:
             raise RuntimeError("the RAFT host has stopped")
         if group in self.groups:
             raise ValueError(f"RAFT group {group!r} is open already")
-        log = self.logs.open(group, peers=tuple(peers))
-        g = RaftGroup(self, group, log, sm, commit_broadcast=commit_broadcast)
+        options = {} if segment_bytes is None else {"segment_bytes": segment_bytes}
+        log = self.logs.open(group, peers=tuple(peers), **options)
+        if policy is None:
+            policy = SnapshotPolicy(entries=self.snapshot_entries)
+        g = RaftGroup(self, group, log, sm, commit_broadcast=commit_broadcast, policy=policy)
+        g.log_options = options
         for problem in log.recovery_report:
             self._emit("raft_log_recovered", {"group": group, **problem})
         snap = log.snapshot()
@@ -189,7 +198,8 @@ class RaftHost:
                      election_ticks=self.election_ticks, heartbeat_ticks=self.heartbeat_ticks,
                      pre_vote=True, check_quorum=True, max_bytes_per_message=MAX_BYTES_PER_MESSAGE,
                      max_inflight=MAX_INFLIGHT, commit_broadcast=g.commit_broadcast)
-        return RaftNode(cfg, log, on_event=lambda name, fields: self.group_event(g, name, fields))
+        return RaftNode(cfg, log, on_event=lambda name, fields: self.group_event(g, name, fields),
+                        can_lead=g.can_lead)
 
     def reopen_group(self, group: str) -> RaftGroup:
         """Resume a failed group (see the module docstring) with the same RaftGroup object
@@ -225,7 +235,7 @@ class RaftHost:
             old.close()
         else:
             old.rollback_to_durable()
-        return self.logs.open(g.name)
+        return self.logs.open(g.name, **g.log_options)
 
     def _install_log(self, g: RaftGroup, log: GroupLog) -> RaftGroup:
         try:
@@ -407,6 +417,12 @@ class RaftHost:
         for g in groups:
             if g.failed is not None or g.closed:
                 continue
+            if g.backlog_due():
+                try:
+                    g.apply_backlog()
+                except Exception as exc:  # noqa: BLE001 - the group stops, the host goes on
+                    self._group_failed(g, exc, "apply")
+                    continue
             try:
                 if not g.node.has_ready():
                     continue
@@ -440,7 +456,7 @@ class RaftHost:
                 late = [m for m in late if m.group not in failed]
             self._send_all(late)
             self._flush()
-            every = self.snapshot_entries
+            now_mono = time.monotonic_ns()
             for g, rd in work:
                 if g.closed or g.failed is not None:    # closed by a state machine earlier
                     continue
@@ -453,7 +469,7 @@ class RaftHost:
                     g.node.advance(rd)
                     if g.closed:                # closed by its own state machine
                         continue
-                    g.maybe_snapshot(every)
+                    g.maybe_snapshot(now_mono)
                     if g.node.has_ready():
                         self._pending[g.name] = g
                 except Exception as exc:  # noqa: BLE001 - storage or not, this group alone

@@ -112,6 +112,9 @@ class RaftNode:
     from a snapshot (the bootstrap configuration is not in the log).
 
     ``on_event(name, fields)`` receives the RAFT events named in :mod:`.types`.
+    ``can_lead()``: the application's say on whether this node may campaign now (False while
+    its state machine lacks data the log no longer holds, e.g. a replica fetching a
+    snapshot's messages); None: always. Votes for others are unaffected.
     """
 
     __slots__ = (
@@ -144,6 +147,7 @@ class RaftNode:
         "_bcast",
         "_bcast_empty",
         "_forward",
+        "_can_lead",
     )
 
     def __init__(
@@ -152,6 +156,7 @@ class RaftNode:
         storage: Storage,
         *,
         on_event: Callable[[str, dict], None] | None = None,
+        can_lead: Callable[[], bool] | None = None,
     ) -> None:
         if config.election_ticks <= config.heartbeat_ticks or config.heartbeat_ticks < 1:
             raise ValueError("need 1 <= heartbeat_ticks < election_ticks")
@@ -160,6 +165,7 @@ class RaftNode:
         self._group = config.group
         self._storage = storage
         self._on_event = on_event
+        self._can_lead = can_lead
         self._rng = random.Random(config.seed)
         hs, stored_peers = storage.initial_state()
         log = self._log = RaftLog(storage)
@@ -255,8 +261,10 @@ class RaftNode:
     def _promotable(self) -> bool:
         """May this node campaign? It must be in the configuration, and its log must not
         be missing committed entries lost to corruption (see :meth:`_lost_commit_guard`):
-        such a node and a lagging peer could form a majority without those entries."""
-        return self._id in self._peers and self._log.last_index() >= self._commit_watermark()
+        such a node and a lagging peer could form a majority without those entries. The
+        application may hold it back too (``can_lead``)."""
+        return (self._id in self._peers and self._log.last_index() >= self._commit_watermark()
+                and (self._can_lead is None or self._can_lead()))
 
     def _commit_watermark(self) -> int:
         watermark = getattr(self._storage, "commit_watermark", None)

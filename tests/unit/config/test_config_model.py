@@ -507,6 +507,21 @@ ACCOUNT_ERRORS = [
 ]  # fmt: skip
 
 
+def test_snapshot_and_catch_up_settings():
+    js = cfg("jetstream { stream_compact: 500, stream_compact_size: 1MB, stream_compact_interval: 30s,"
+             " meta_compact: 100, meta_compact_size: 64KB, max_outstanding_catchup: 512KB }").jetstream
+    assert (js.stream_compact, js.stream_compact_size, js.stream_compact_interval_ns) == (500, 1 << 20, 30 * 10**9)
+    assert (js.meta_compact, js.meta_compact_size, js.max_outstanding_catchup) == (100, 64 << 10, 512 << 10)
+    defaults = cfg("jetstream {}").jetstream
+    assert (defaults.stream_compact, defaults.stream_compact_size, defaults.stream_compact_interval) == (
+        65536, 8 << 20, 120.0)
+    for bad, message in (("stream_compact: 0", "too small"), ("stream_compact_size: 0", "positive size"),
+                         ("stream_compact_interval: \"0s\"", "positive duration"),
+                         ("meta_compact: -1", "too small"), ("max_outstanding_catchup: -1", "positive size")):
+        with pytest.raises(ConfigError, match=message):
+            cfg(f"jetstream {{ {bad} }}")
+
+
 def test_system_alias_and_precedence():
     assert cfg("accounts { S {} }\nsystem: S").system_account == "S"
     assert cfg("accounts { S {}, T {} }\nsystem_account: S\nsystem: T").system_account == "S"
@@ -521,7 +536,7 @@ def test_keys_that_change_only_logging_profiling_or_tuning_are_warnings():
 prof_port: 6060
 logtime_utc: true
 max_traced_msg_len: 10
-jetstream { max_outstanding_catchup: 1M, request_queue_limit: 100 }
+jetstream { max_buffered_msgs: 1M, request_queue_limit: 100 }
 accounts { A { msg_trace: { dest: t } } }
 VAR = used
 server_name: $VAR
@@ -532,8 +547,8 @@ server_name: $VAR
         "s.conf:2:1: 'prof_port' is not supported by jetraft, ignored",
         "s.conf:3:1: 'logtime_utc' is not supported by jetraft, ignored",
         "s.conf:4:1: 'max_traced_msg_len' is not supported by jetraft, ignored",
-        "s.conf:5:13: 'jetstream.max_outstanding_catchup' is not supported by jetraft, ignored",
-        "s.conf:5:42: 'jetstream.request_queue_limit' is not supported by jetraft, ignored",
+        "s.conf:5:13: 'jetstream.max_buffered_msgs' is not supported by jetraft, ignored",
+        "s.conf:5:36: 'jetstream.request_queue_limit' is not supported by jetraft, ignored",
         "s.conf:6:16: 'accounts.A.msg_trace' is not supported by jetraft, ignored",
     )
     assert config.server_name == "used"

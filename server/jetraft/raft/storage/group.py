@@ -322,6 +322,11 @@ class GroupLog:
         """The last readable index (before any corrupt range); snapshot.index if empty."""
         return self._base + len(self._terms) - 1
 
+    def disk_bytes(self) -> int:
+        """Bytes of the log's segment files (the entries kept, compacted ones in a segment
+        not yet deleted included; the hardstate and snapshot files not)."""
+        return sum(seg.size for seg in self._segs)
+
     def snapshot(self) -> Snapshot:
         """The latest snapshot (index 0, term 0, the group's first peers if none taken)."""
         return self._snap

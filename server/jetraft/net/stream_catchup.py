@@ -1,0 +1,416 @@
+"""Stream catch-up: a replica completes a stream snapshot by fetching the store blocks it
+lacks from its peers, and serves those blocks to peers doing the same.
+
+A stream replica that restores a snapshot (:meth:`StreamReplica.restore
+<jetraft.jetstream.replicated.StreamReplica.restore>`: its own on a restart, or one the
+leader sent with InstallSnapshot, Raft §7) holds: its group applies nothing and does not
+campaign. :class:`StreamCatchup` then, in a task of its own:
+
+1. brings the replica's block files to the snapshot's manifest
+   (:func:`~jetraft.jetstream.catchup.align_store`, in a worker thread: it reads the whole
+   store), reporting damage as ``stream_store_damaged``;
+2. fetches what is missing from the group's leader (or, when the leader cannot serve a
+   block, from another peer: every replica's store holds the same bytes), in chunks of
+   at most :data:`CHUNK_BYTES` with at most ``max_outstanding_catchup`` bytes requested and
+   not received (flow control: default :data:`WINDOW` requests of :data:`CHUNK_BYTES`; a
+   peer's event loop reads one chunk per request), a request unanswered for
+   :data:`REQUEST_TIMEOUT_S` sent again (to the next peer); the leader goes on accepting
+   writes meanwhile, and reports the replica lagging (``RaftGroup.note_catchup``);
+3. fsyncs the fetched blocks and :meth:`completes <StreamReplica.complete>` the replica,
+   which checks the store's counts against the snapshot's; the group then applies the
+   entries committed meanwhile from its log (``RaftGroup.apply_backlog``).
+
+A replica that stops part way (a restart, a leader change, a newer snapshot) goes on from
+the bytes it has: the next alignment keeps every block's valid prefix. A block no peer has
+any more (deleted once emptied, after the snapshot) makes that snapshot impossible to
+complete: the replica then adopts the leader's latest snapshot instead
+(``RaftGroup.adopt_snapshot``) and goes on from there. Events: ``stream_catchup_started``
+and ``stream_catchup_finished`` (bytes, chunks, duration, sources).
+
+Route frames (APP kinds, msgpack maps): ``"jscu"`` requests ``{"g": group, "k": "blk",
+"b": block first_seq, "o": offset, "n": bytes, "a": index}``, ``{"g", "k": "snap"}`` and
+``{"g", "k": "done"}``; ``"jscd"`` answers ``{"g", "k": "blk", "b", "o", "s": status, "d":
+bytes}`` (status ``ok`` | ``behind`` | ``gone`` | ``busy`` | ``unknown``) and ``{"g", "k":
+"snap", "s", "i": index, "t": term, "p": peers, "d": data}``. Requests come only from the
+group's peers; malformed frames are reported and dropped.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections import deque
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+import msgpack
+import trio
+
+from jetraft.jetstream.catchup import Alignment, BlockWriter, Missing, StreamSnapshotError, align_store
+from jetraft.jetstream.store import FileStore
+from jetraft.raft.types import Snapshot
+
+if TYPE_CHECKING:
+    from jetraft.jetstream.replicated import StreamReplica
+    from jetraft.net.raft_group import RaftGroup
+
+__all__ = ["CHUNK_BYTES", "REQUEST_TIMEOUT_S", "WINDOW", "StreamCatchup"]
+
+#: Bytes asked for per request (the peer reads at most this much per request).
+CHUNK_BYTES = 256 * 1024
+#: Requests of one catch-up outstanding at once.
+WINDOW = 8
+#: Seconds before an unanswered request is sent again (to another peer when there is one).
+REQUEST_TIMEOUT_S = 2.0
+#: Seconds between attempts when no peer can serve (no leader yet, all busy or behind).
+RETRY_S = 0.2
+#: Most bytes served per request, whatever a request asks.
+MAX_SERVE_BYTES = 1 << 20
+
+Key = tuple[str, str]
+_REQ, _DATA = "jscu", "jscd"
+
+
+class CatchupCluster(Protocol):
+    """What :class:`StreamCatchup` needs of the server's clustered JetStream
+    (``net/js_cluster.py``)."""
+
+    events: Any                                 # the EventLog
+    routes: Any                                 # the RouteManager: send_app, on_app
+    server: Any                                 # .server_name
+    host: Any                                   # the RaftHost: touch
+    groups: Mapping[Key, RaftGroup]
+    replicas: Mapping[Key, StreamReplica]
+
+
+class _Impossible(Exception):
+    """No peer holds a block the snapshot needs any more."""
+
+
+class StreamCatchup:
+    """Completes restored stream snapshots on this server and serves peers' catch-ups
+    (see the module docstring). ``cluster``: the server's ClusterJetStream (its replicas,
+    groups, routes, RAFT host and event log); ``max_outstanding``: bytes one catch-up may
+    have requested and not received (``jetstream { max_outstanding_catchup }``). Run
+    :meth:`run` in the cluster's nursery."""
+
+    def __init__(self, cluster: CatchupCluster, *, max_outstanding: int = WINDOW * CHUNK_BYTES) -> None:
+        self.cluster = cluster
+        #: Bytes per request and requests outstanding: ``max_outstanding`` bytes in all.
+        self.chunk = max(1, min(CHUNK_BYTES, max_outstanding))
+        self.window = max(1, max_outstanding // self.chunk)
+        self.events = cluster.events
+        self.routes = cluster.routes
+        self.me = cluster.server.server_name
+        self._nursery: trio.Nursery | None = None
+        self._waiting: list[StreamReplica] = []
+        self._scopes: dict[Key, trio.CancelScope] = {}
+        self._inbox: dict[Key, trio.MemorySendChannel] = {}
+        self.routes.on_app(_REQ, self._on_request)
+        self.routes.on_app(_DATA, self._on_data)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            waiting, self._waiting = self._waiting, []
+            for replica in waiting:
+                self.start(replica)
+            task_status.started()
+            await trio.sleep_forever()
+
+    # ------------------------------------------------------------------ the replica's side
+
+    def start(self, replica: StreamReplica) -> None:
+        """``replica`` restored a snapshot: complete it (replacing a catch-up under way)."""
+        key = (replica.account.name, replica.name)
+        self.stop(key)
+        if self._nursery is None:
+            self._waiting.append(replica)
+            return
+        self._nursery.start_soon(self._task, key, replica)
+
+    def stop(self, key: Key) -> None:
+        """Abandon ``key``'s catch-up (its replica closed, or a newer snapshot came)."""
+        scope = self._scopes.pop(key, None)
+        if scope is not None:
+            scope.cancel()
+        self._waiting = [r for r in self._waiting if (r.account.name, r.name) != key]
+
+    def catching_up(self) -> list[Key]:
+        return sorted(self._scopes)
+
+    async def _task(self, key: Key, replica: StreamReplica) -> None:
+        with trio.CancelScope() as scope:
+            self._scopes[key] = scope
+            send, recv = trio.open_memory_channel[dict](self.window * 2 + 8)
+            self._inbox[key] = send
+            try:
+                await self._complete(key, replica, recv)
+            except Exception as exc:  # noqa: BLE001 - one replica's catch-up, never the server
+                self.events.emit("stream_catchup_finished", group=self._group_name(key),
+                                 account=key[0], stream=key[1], snapshot_index=0, ok=False,
+                                 bytes=0, chunks=0, duration_ns=0, sources=[],
+                                 error=f"{type(exc).__name__}: {exc}")
+            finally:
+                if self._scopes.get(key) is scope:
+                    del self._scopes[key]
+                if self._inbox.get(key) is send:
+                    del self._inbox[key]
+
+    def _group_name(self, key: Key) -> str:
+        g = self.cluster.groups.get(key)
+        return g.name if g is not None else ""
+
+    async def _group(self, key: Key):
+        """The replica's RaftGroup (it is opened right after the snapshot is restored)."""
+        while True:
+            g = self.cluster.groups.get(key)
+            if g is not None:
+                return g
+            await trio.sleep(RETRY_S)
+
+    async def _complete(self, key: Key, replica: StreamReplica, recv: trio.MemoryReceiveChannel) -> None:
+        acc = replica.account
+        msgs_dir = acc.replica_msgs_dir(replica.name)
+        if msgs_dir is None:
+            raise StreamSnapshotError("jetstream has no store directory")
+        group = await self._group(key)
+        snap = replica.pending
+        if snap is None:
+            return
+        reason = replica.pending_reason
+        failures = 0
+        while True:
+            started = time.monotonic_ns()
+            align: Alignment = await trio.to_thread.run_sync(
+                lambda: align_store(msgs_dir, snap, expect_complete=reason == "restart"))
+            for d in align.damage:
+                self.events.emit("stream_store_damaged", group=group.name, account=key[0],
+                                 stream=key[1], **d)
+            fetched = chunks = 0
+            sources: list[str] = []
+            if align.missing:
+                self.events.emit("stream_catchup_started", group=group.name, account=key[0],
+                                 stream=key[1], snapshot_index=group.applied_index,
+                                 reason="damage" if align.damage else reason,
+                                 bytes_needed=align.bytes_needed, last_seq=snap.last_seq)
+                try:
+                    fetched, chunks, sources = await self._fetch(key, group, msgs_dir,
+                                                                 align.missing, recv)
+                except _Impossible as exc:
+                    self._finished(key, group, started, False, fetched, chunks, sources, str(exc))
+                    await self._adopt_latest(key, group, recv)
+                    return
+            try:
+                replica.complete(time.time_ns())
+            except Exception as exc:  # noqa: BLE001 - the store does not match: fetch it all
+                failures += 1
+                self._finished(key, group, started, False, fetched, chunks, sources,
+                               f"{type(exc).__name__}: {exc}")
+                self.events.emit("stream_store_damaged", group=group.name, account=key[0],
+                                 stream=key[1], file="", offset=0, kind="checksum_mismatch",
+                                 detail=f"store does not match the snapshot, fetched again: {exc}")
+                await trio.to_thread.run_sync(lambda: shutil.rmtree(msgs_dir, ignore_errors=True))
+                reason = "damage"
+                if failures > 1:
+                    await trio.sleep(min(30.0, RETRY_S * 2 ** failures))
+                continue
+            if align.missing:
+                self._finished(key, group, started, True, fetched, chunks, sources, None)
+                leader = group.leader
+                if leader is not None and leader != self.me:
+                    self._send(leader, {"g": group.name, "k": "done"})
+            self.cluster.host.touch(group)     # apply what was committed meanwhile
+            return
+
+    def _finished(self, key: Key, group, started: int, ok: bool, fetched: int, chunks: int,
+                  sources: list[str], error: str | None) -> None:
+        self.events.emit("stream_catchup_finished", group=group.name, account=key[0],
+                         stream=key[1], snapshot_index=group.applied_index, ok=ok,
+                         bytes=fetched, chunks=chunks,
+                         duration_ns=time.monotonic_ns() - started, sources=sources, error=error)
+
+    def _sources(self, group) -> list[str]:
+        """Peers to ask, the leader first."""
+        peers = [p for p in group.peers if p != self.me]
+        leader = group.leader
+        if leader in peers:
+            peers.remove(leader)
+            peers.insert(0, leader)
+        return peers
+
+    async def _fetch(self, key: Key, group, msgs_dir: str, missing: list[Missing],
+                     recv: trio.MemoryReceiveChannel) -> tuple[int, int, list[str]]:
+        """Fetch ``missing`` into ``msgs_dir``; returns (bytes, chunks, sources used).
+        Raises _Impossible when every peer answered that a block is gone."""
+        todo: deque[tuple[int, int, int]] = deque()
+        for m in missing:
+            for off in range(m.have, m.want, self.chunk):
+                todo.append((m.first_seq, off, min(self.chunk, m.want - off)))
+        remaining = sum(n for _, _, n in todo)
+        outstanding: dict[tuple[int, int], tuple[int, float, str]] = {}
+        gone: dict[tuple[int, int], set[str]] = {}
+        avoid: dict[str, float] = {}        # peer -> trio time until which it is skipped
+        fetched = chunks = 0
+        used: list[str] = []
+        writer = BlockWriter(msgs_dir)
+        try:
+            while todo or outstanding:
+                now = trio.current_time()
+                sources = [p for p in self._sources(group) if avoid.get(p, 0.0) <= now]
+                while todo and len(outstanding) < self.window and sources:
+                    b, o, n = todo.popleft()
+                    tried = gone.get((b, o), set())
+                    peer = next((p for p in sources if p not in tried), None)
+                    if peer is None:
+                        raise _Impossible(f"no peer holds block {b} from offset {o} any more")
+                    if not self._send(peer, {"g": group.name, "k": "blk", "b": b, "o": o, "n": n,
+                                             "a": group.applied_index, "r": remaining}):
+                        avoid[peer] = now + RETRY_S
+                        todo.appendleft((b, o, n))
+                        sources = [p for p in sources if p != peer]
+                        continue
+                    outstanding[(b, o)] = (n, now, peer)
+                if not outstanding:
+                    await trio.sleep(RETRY_S)      # no peer to ask now (no route, all busy)
+                    continue
+                with trio.move_on_after(REQUEST_TIMEOUT_S):
+                    resp = await recv.receive()
+                    got = outstanding.pop((resp.get("b"), resp.get("o")), None)
+                    if got is None:
+                        continue        # a late answer to a request sent again
+                    n, _, peer = got
+                    status, data = resp.get("s"), resp.get("d")
+                    if status == "ok" and isinstance(data, bytes) and len(data) == n:
+                        writer.write(resp["b"], resp["o"], data)
+                        fetched += n
+                        remaining -= n
+                        chunks += 1
+                        if peer not in used:
+                            used.append(peer)
+                        continue
+                    if status == "gone":
+                        gone.setdefault((resp["b"], resp["o"]), set()).add(peer)
+                        if set(self._sources(group)) <= gone[(resp["b"], resp["o"])]:
+                            raise _Impossible(f"no peer holds block {resp['b']} any more")
+                    else:                   # behind, busy, unknown, short: ask elsewhere soon
+                        avoid[peer] = trio.current_time() + RETRY_S
+                    todo.appendleft((resp["b"], resp["o"], n))
+                    continue
+                now = trio.current_time()
+                for k, (n, sent, peer) in list(outstanding.items()):
+                    if now - sent >= REQUEST_TIMEOUT_S:
+                        del outstanding[k]
+                        avoid[peer] = now + REQUEST_TIMEOUT_S
+                        todo.appendleft((k[0], k[1], n))
+            await trio.to_thread.run_sync(writer.finish)
+        finally:
+            writer.close()
+        return fetched, chunks, used
+
+    async def _adopt_latest(self, key: Key, group, recv: trio.MemoryReceiveChannel) -> None:
+        """Ask the leader for its latest snapshot and restore it instead (which starts a
+        new catch-up, replacing this one)."""
+        while True:
+            leader = group.leader
+            if leader is not None and leader != self.me and self._send(
+                    leader, {"g": group.name, "k": "snap"}):
+                with trio.move_on_after(REQUEST_TIMEOUT_S):
+                    while True:
+                        resp = await recv.receive()
+                        if resp.get("k") != "snap" or resp.get("s") != "ok":
+                            continue
+                        snap = Snapshot(resp["i"], resp["t"], tuple(resp["p"]), resp["d"])
+                        if snap.index > group.applied_index:
+                            group.adopt_snapshot(snap)   # starts the next catch-up
+                            return
+                        break
+            await trio.sleep(RETRY_S * 5)
+
+    # ------------------------------------------------------------------ frames
+
+    def _send(self, peer: str, body: dict) -> bool:
+        kind = _DATA if body.get("s") is not None else _REQ
+        return self.routes.send_app(peer, kind, msgpack.packb(body, use_bin_type=True))
+
+    def _key_of(self, group_name: str) -> Key | None:
+        for key, g in self.cluster.groups.items():
+            if g.name == group_name:
+                return key
+        return None
+
+    @staticmethod
+    def _decode(body: bytes) -> dict | None:
+        try:
+            m = msgpack.unpackb(body, raw=False, strict_map_key=True)
+        except Exception:  # noqa: BLE001 - msgpack raises several types
+            return None
+        if not isinstance(m, dict) or not isinstance(m.get("g"), str) or m.get("k") not in ("blk", "snap", "done"):
+            return None
+        if m["k"] == "blk" and not all(isinstance(m.get(f), int) and not isinstance(m.get(f), bool)
+                                       and m[f] >= 0 for f in ("b", "o")):
+            return None
+        return m
+
+    def _malformed(self, src: str, kind: str) -> None:
+        self.events.emit("config_warning", message=f"malformed {kind} frame from {src}: dropped")
+
+    def _on_data(self, src: str, body: bytes) -> None:
+        m = self._decode(body)
+        if m is None or not isinstance(m.get("s"), str):
+            self._malformed(src, _DATA)
+            return
+        key = self._key_of(m["g"])
+        inbox = self._inbox.get(key) if key is not None else None
+        if inbox is None:
+            return                          # no catch-up of that group any more
+        try:
+            inbox.send_nowait(m)
+        except trio.WouldBlock:
+            pass                            # its request times out and is sent again
+
+    def _on_request(self, src: str, body: bytes) -> None:
+        m = self._decode(body)
+        if m is None:
+            self._malformed(src, _REQ)
+            return
+        key = self._key_of(m["g"])
+        group = self.cluster.groups.get(key) if key is not None else None
+        replica = self.cluster.replicas.get(key) if key is not None else None
+        base = {"g": m["g"], "k": m["k"]}
+        if group is None or replica is None or src not in group.peers:
+            if m["k"] != "done":
+                self._send(src, {**base, "s": "unknown", "b": m.get("b"), "o": m.get("o")})
+            return
+        if m["k"] == "done":
+            group.catchup_done(src)
+            return
+        if m["k"] == "snap":
+            snap = group.log.snapshot()
+            if snap.index == 0 or replica.holding:
+                self._send(src, {**base, "s": "busy"})
+                return
+            self._send(src, {**base, "s": "ok", "i": snap.index, "t": snap.term,
+                             "p": list(snap.peers), "d": snap.data})
+            return
+        reply = {**base, "b": m["b"], "o": m["o"]}
+        if group.is_leader and isinstance(m.get("a"), int):
+            group.note_catchup(src, m["a"], time.time_ns())
+        entry = replica.account.streams.get(replica.name)
+        store = entry.stream.store if entry is not None else None
+        if replica.holding or not isinstance(store, FileStore) or store.failed is not None:
+            self._send(src, {**reply, "s": "busy"})
+            return
+        n = m.get("n")
+        n = min(n, MAX_SERVE_BYTES) if isinstance(n, int) and n > 0 else CHUNK_BYTES
+        try:
+            data = store.read_block(m["b"], m["o"], n)
+        except OSError:
+            self._send(src, {**reply, "s": "busy"})
+            return
+        if data is None:
+            self._send(src, {**reply, "s": "gone"})
+        elif len(data) < n:
+            self._send(src, {**reply, "s": "behind"})
+        else:
+            self._send(src, {**reply, "s": "ok", "d": data})

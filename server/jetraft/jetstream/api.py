@@ -530,15 +530,16 @@ class JetStreamAccount:
     # --- one replica of a clustered stream (net/js_cluster.py) -----------------------------
 
     def create_replica(self, config: dict[str, Any], created_ns: int, *,
-                       keep_files: bool = False) -> StreamEntry:
+                       keep_files: bool = False, store: FileStore | None = None) -> StreamEntry:
         """Create this server's replica of a stream the meta group assigned to it.
 
         ``config``: the stream config JSON as the meta leader checked it; ``created_ns``: the
         assignment's creation time. Any files left by an earlier replica of the same name
         are removed first (the stream's RAFT log is then replayed into the fresh replica),
         unless ``keep_files``: the store's blocks were brought to a snapshot's state
-        (jetstream/catchup.py) and are opened as they are. Raises JSApiError for a config
-        that no longer checks.
+        (jetstream/catchup.py) and are opened as they are; ``store``: those blocks opened
+        already (off the event loop: :meth:`open_replica_store`), the dedupe window left
+        empty for the snapshot's. Raises JSApiError for a config that no longer checks.
         """
         cfg = StreamConfig.from_json(config).checked()
         cfg.check_supported()       # before the old files go: an old log's setting is refused
@@ -549,7 +550,16 @@ class JetStreamAccount:
             shutil.rmtree(layout.stream_dir(self.base, cfg.name), ignore_errors=True)
         if cfg.storage == "file" and self.base is None:
             raise E.stream_create("jetstream has no store directory")
-        return self._create_stream(cfg, created_ns)
+        return self._create_stream(cfg, created_ns, store=store)
+
+    def open_replica_store(self, name: str) -> FileStore:
+        """Open stream ``name``'s block files as a FileStore (reading them all: call it in a
+        worker thread); its ``recovery_report`` lists any damage found. Raises StorageError
+        or OSError."""
+        msgs = self.replica_msgs_dir(name)
+        if msgs is None:
+            raise E.stream_create("jetstream has no store directory")
+        return FileStore(msgs, sync=self.sync, sync_always=self.sync_always)
 
     def replica_msgs_dir(self, name: str) -> str | None:
         """The directory of stream ``name``'s block files (None without a store directory)."""
@@ -686,15 +696,18 @@ class JetStreamAccount:
         entry = self.streams.get(name)
         return entry.stream.config.to_json() if entry is not None else None
 
-    def _create_stream(self, cfg: StreamConfig, now_ns: int) -> StreamEntry:
+    def _create_stream(self, cfg: StreamConfig, now_ns: int, store: FileStore | None = None) -> StreamEntry:
         if cfg.storage == "memory":
             entry = StreamEntry(Stream(cfg, MemoryStore(), created_ns=now_ns, domain=self.domain))
         else:
             sdir = layout.stream_dir(self.base, cfg.name)
             fileio.make_dirs(sdir)
             layout.write_stream_meta(sdir, cfg, now_ns)
-            store = FileStore(layout.msgs_dir(sdir), sync=self.sync, sync_always=self.sync_always)
-            entry = StreamEntry(Stream(cfg, store, created_ns=now_ns, domain=self.domain), directory=sdir)
+            opened = store is not None
+            if store is None:
+                store = FileStore(layout.msgs_dir(sdir), sync=self.sync, sync_always=self.sync_always)
+            entry = StreamEntry(Stream(cfg, store, created_ns=now_ns, domain=self.domain,
+                                       rebuild_dedupe=not opened), directory=sdir)
         self._add_stream(entry)
         return entry
 

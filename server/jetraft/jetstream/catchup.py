@@ -13,11 +13,11 @@ catches a replica up from the leader's store: server/jetstream_cluster.go
 ``stateSnapshot``/``processSnapshot``/``runCatchup``).
 
 :func:`align_store` brings a replica's block files to a snapshot's manifest as far as they
-go: blocks the snapshot does not list are removed, longer ones cut, and every block is
-checked record by record (``store_format.scan_block``); what is missing or damaged is
+go: blocks the snapshot does not list are removed, longer ones cut; what is missing is
 returned as byte ranges (:class:`Missing`) to fetch from a peer, which serves them with
-``FileStore.read_block`` (see ``net/stream_catchup.py``). A damaged block is cut at its
-first bad byte and fetched again from there: nothing that fails a checksum is kept.
+``FileStore.read_block`` (see ``net/stream_catchup.py``). The FileStore then opened over
+the files checks every record; a block where it found damage is cut at the first bad byte
+and fetched again from there: nothing that fails a checksum is kept.
 """
 
 from __future__ import annotations
@@ -132,23 +132,29 @@ class Alignment:
         return sum(m.want - m.have for m in self.missing)
 
 
-def align_store(msgs_dir: str, snap: StreamSnapshot, *, expect_complete: bool) -> Alignment:
-    """Bring the block files in ``msgs_dir`` to ``snap``'s manifest as far as they go and
-    return what is left to fetch. ``expect_complete``: the files should hold the whole
+def align_store(msgs_dir: str, snap: StreamSnapshot, *, expect_complete: bool,
+                cuts: dict[int, int] | None = None) -> Alignment:
+    """Bring the block files in ``msgs_dir`` to ``snap``'s manifest as far as their sizes go
+    and return what is left to fetch: blocks the manifest does not list are removed (and
+    blocks a FileStore set aside as ``.corrupt``), longer ones cut to their size, and a block
+    named in ``cuts`` (first_seq -> offset of its first bad byte, from a FileStore's
+    ``recovery_report``) cut there. The records are checked by the FileStore that is opened
+    over the files afterwards. ``expect_complete``: the files should hold the whole
     manifest (this replica took the snapshot itself and fsynced its store first), so a
-    block that is short or absent is reported as damage too. Reads every block (time in
-    proportion to the store: run it off the event loop). Raises OSError (with the path)
-    when a file cannot be read, cut or removed."""
+    block that is short or absent is reported as damage. Raises OSError (with the path)."""
     fileio.make_dirs(msgs_dir)
     want = dict(snap.blocks)
+    cuts = cuts or {}
     out = Alignment()
     present: dict[int, str] = {}
     changed_dir = False
     for name in sorted(os.listdir(msgs_dir)):
+        path = os.path.join(msgs_dir, name)
         start = fmt.parse_block_name(name)
+        if start is None and name.endswith(".corrupt"):
+            start = -1
         if start is None:
             continue
-        path = os.path.join(msgs_dir, name)
         if start not in want:
             fileio.unlink(path)
             out.removed.append(name)
@@ -164,49 +170,25 @@ def align_store(msgs_dir: str, snap: StreamSnapshot, *, expect_complete: bool) -
                                    "detail": f"block of {size} bytes is missing"})
             out.missing.append(Missing(start, 0, size))
             continue
-        have = _valid_prefix(path, name, size, expect_complete, out.damage)
-        if have < size:
-            out.missing.append(Missing(start, have, size))
+        length = os.stat(path).st_size
+        keep = min(length, size, cuts.get(start, size))
+        if keep < fmt.BLOCK_HEADER_SIZE:
+            keep = 0
+        if length < size and start not in cuts and expect_complete:
+            out.damage.append({"file": name, "offset": length, "kind": "short_block",
+                               "detail": f"block holds {length} of its {size} bytes"})
+        if keep != length:
+            fd = os.open(path, os.O_RDWR)
+            try:
+                fileio.ftruncate(fd, keep, path)
+                fileio.fdatasync(fd, path)
+            finally:
+                os.close(fd)
+        if keep < size:
+            out.missing.append(Missing(start, keep, size))
     if changed_dir:
         _fsync_dir(msgs_dir)
     return out
-
-
-def _valid_prefix(path: str, name: str, size: int, expect_complete: bool,
-                  damage: list[dict]) -> int:
-    """Check block ``path`` against the ``size`` the manifest gives it; cut it to its valid
-    prefix (never past ``size``); return that prefix's length (0: refetch it whole)."""
-    fd = os.open(path, os.O_RDWR)
-    try:
-        length = os.fstat(fd).st_size
-        buf = os.pread(fd, min(length, size), 0) if length else b""
-        have = len(buf)
-        if have < fmt.BLOCK_HEADER_SIZE or fmt.check_block_header(buf) is not True:
-            if have >= fmt.BLOCK_HEADER_SIZE or expect_complete:
-                damage.append({"file": name, "offset": 0, "kind": "checksum_mismatch"
-                               if have >= fmt.BLOCK_HEADER_SIZE else "short_block",
-                               "detail": "block header damaged or missing"})
-            have = 0
-        else:
-            scan = fmt.scan_block(buf, True)
-            cut = scan.end
-            for d in scan.damage:
-                cut = min(cut, d.offset)
-                torn_end = d.kind == "torn_tail" and len(buf) < size
-                if not torn_end or expect_complete:
-                    damage.append({"file": name, "offset": d.offset,
-                                   "kind": "torn_tail" if d.kind == "torn_tail" else d.kind,
-                                   "detail": d.detail})
-            if cut == len(buf) and len(buf) < size and expect_complete:
-                damage.append({"file": name, "offset": len(buf), "kind": "short_block",
-                               "detail": f"block holds {len(buf)} of its {size} bytes"})
-            have = cut
-        if length != have:
-            fileio.ftruncate(fd, have, path)
-            fileio.fdatasync(fd, path)
-        return have
-    finally:
-        os.close(fd)
 
 
 def _fsync_dir(path: str) -> None:

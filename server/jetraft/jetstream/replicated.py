@@ -90,6 +90,15 @@ def decode_entry(data: bytes) -> list[Any]:
     return item
 
 
+class StoreDamaged(Exception):
+    """Opening a replica's store found damage: ``report`` as FileStore ``recovery_report``
+    (dicts with ``file``, ``offset``, ``kind``, ``first_seq``, ``detail``)."""
+
+    def __init__(self, report: list[dict]) -> None:
+        super().__init__(f"{len(report)} problem(s) in the store, first: {report[0] if report else None}")
+        self.report = report
+
+
 class InterestOverride:
     """While a replica applies an entry, push-consumer interest comes from the entry (the
     leader's view when it proposed), not from this server's subscriptions."""
@@ -247,22 +256,36 @@ class StreamReplica:
         if self.on_restore is not None:
             self.on_restore(self)
 
-    def complete(self, now_ns: int) -> None:
+    def complete(self, now_ns: int, store: FileStore | None = None) -> None:
         """The store's blocks match the pending snapshot's manifest: open the stream over
-        them, check its state against the snapshot's, restore the streams' and consumers'
-        state, and stop holding. Raises StreamSnapshotError when the store does not match
-        (the caller fetches it again) or the state does not restore; the replica keeps
-        holding then."""
+        them (``store``: opened already, see ``JetStreamAccount.open_replica_store``), check
+        its state against the snapshot's, restore the streams' and consumers' state, and
+        stop holding. Raises :class:`StoreDamaged` when opening the store found damage (its
+        ``report``: cut those blocks there and fetch them again), StreamSnapshotError when
+        the store does not match (fetch it all again) or the state does not restore; the
+        replica keeps holding then (the store is closed)."""
         snap = self.pending
         if snap is None:
+            if store is not None:
+                store.close()
             return
+        if store is not None and store.recovery_report:
+            store.close()
+            raise StoreDamaged(list(store.recovery_report))
         extra = snap.state
         config = extra.get("config") if isinstance(extra, dict) else None
         created = extra.get("created_ns") if isinstance(extra, dict) else None
         replica = extra.get("replica") if isinstance(extra, dict) else None
         if not isinstance(config, dict) or not isinstance(created, int) or not isinstance(replica, dict):
+            if store is not None:
+                store.close()
             raise StreamSnapshotError("stream snapshot: state lacks config/created_ns/replica")
-        entry = self.account.create_replica(config, created, keep_files=True)
+        try:
+            entry = self.account.create_replica(config, created, keep_files=True, store=store)
+        except Exception:
+            if store is not None:
+                store.close()
+            raise
         st = entry.stream.store.state()
         got = (st.first_seq, st.last_seq, st.messages, st.bytes)
         want = (snap.first_seq, snap.last_seq, snap.messages, snap.bytes)

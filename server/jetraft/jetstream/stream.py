@@ -136,11 +136,12 @@ class Stream:
     dedupe map is rebuilt from the messages stored within ``duplicate_window`` of
     ``now_ns`` (default: the last message's timestamp), as nats-server ``rebuildDedupe``.
     ``created_ns``: creation time reported by :meth:`info`; ``domain``: the JetStream
-    domain, added to every PubAck when not empty.
+    domain, added to every PubAck when not empty. ``rebuild_dedupe`` False: leave the map
+    empty (a clustered replica restores it from a snapshot instead).
     """
 
     def __init__(self, config: StreamConfig, store: Any, *, created_ns: int = 0,
-                 domain: str = "", now_ns: int | None = None) -> None:
+                 domain: str = "", now_ns: int | None = None, rebuild_dedupe: bool = True) -> None:
         self.config = config.checked()
         self.store = store
         self.created_ns = created_ns
@@ -149,7 +150,8 @@ class Stream:
         self.last_seq = st.last_seq          # nats-server mset.lseq
         self.last_msg_id = ""                # nats-server mset.lmsgId
         self._dedupe: dict[str, tuple[int, int]] = {}   # msg id -> (seq, ts ns), by ts
-        self._rebuild_dedupe(st, st.last_ts if now_ns is None else now_ns)
+        if rebuild_dedupe:
+            self._rebuild_dedupe(st, st.last_ts if now_ns is None else now_ns)
 
     # --- dedupe ------------------------------------------------------------------------
     def _rebuild_dedupe(self, st: Any, now_ns: int) -> None:

@@ -325,6 +325,8 @@ class RaftGroup:
         self._applied_peers = tuple(snap.peers)
         self._since_bytes = 0
         self._backlog = True
+        self.host.group_event(self, "raft_snapshot_installed", {
+            "group": self.name, "index": snap.index, "term": snap.term})
         self.host.touch(self)
 
     def _offline(self, peer: str, now_ns: int) -> bool:

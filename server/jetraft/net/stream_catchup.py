@@ -28,8 +28,8 @@ complete: the replica then adopts the leader's latest snapshot instead
 and ``stream_catchup_finished`` (bytes, chunks, duration, sources).
 
 Route frames (APP kinds, msgpack maps): ``"jscu"`` requests ``{"g": group, "k": "blk",
-"b": block first_seq, "o": offset, "n": bytes, "a": index}``, ``{"g", "k": "snap"}`` and
-``{"g", "k": "done"}``; ``"jscd"`` answers ``{"g", "k": "blk", "b", "o", "s": status, "d":
+"b": block first_seq, "o": offset, "n": bytes, "a": index}``, ``{"g", "k": "snap"}``,
+``{"g", "k": "hold", "a": index}`` (still completing a snapshot) and ``{"g", "k": "done"}``; ``"jscd"`` answers ``{"g", "k": "blk", "b", "o", "s": status, "d":
 bytes}`` (status ``ok`` | ``behind`` | ``gone`` | ``busy`` | ``unknown``) and ``{"g", "k":
 "snap", "s", "i": index, "t": term, "p": peers, "d": data}``. Requests come only from the
 group's peers; malformed frames are reported and dropped.
@@ -46,7 +46,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 import msgpack
 import trio
 
+from jetraft.jetstream import store_format as fmt
 from jetraft.jetstream.catchup import Alignment, BlockWriter, Missing, StreamSnapshotError, align_store
+from jetraft.jetstream.replicated import StoreDamaged
 from jetraft.jetstream.store import FileStore
 from jetraft.raft.types import Snapshot
 
@@ -66,6 +68,8 @@ REQUEST_TIMEOUT_S = 2.0
 RETRY_S = 0.2
 #: Most bytes served per request, whatever a request asks.
 MAX_SERVE_BYTES = 1 << 20
+#: Seconds between a holding replica's notes to its leader.
+NOTE_S = 0.5
 
 Key = tuple[str, str]
 _REQ, _DATA = "jscu", "jscd"
@@ -179,49 +183,86 @@ class StreamCatchup:
         if snap is None:
             return
         reason = replica.pending_reason
+        cuts: dict[int, int] = {}
         failures = 0
-        while True:
-            started = time.monotonic_ns()
-            align: Alignment = await trio.to_thread.run_sync(
-                lambda: align_store(msgs_dir, snap, expect_complete=reason == "restart"))
-            for d in align.damage:
-                self.events.emit("stream_store_damaged", group=group.name, account=key[0],
-                                 stream=key[1], **d)
-            fetched = chunks = 0
-            sources: list[str] = []
-            if align.missing:
-                self.events.emit("stream_catchup_started", group=group.name, account=key[0],
-                                 stream=key[1], snapshot_index=group.applied_index,
-                                 reason="damage" if align.damage else reason,
-                                 bytes_needed=align.bytes_needed, last_seq=snap.last_seq)
+        began = time.monotonic_ns()
+        fetched = chunks = 0
+        sources: list[str] = []
+        announced = False
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._hold_notes, group)
+            while True:
+                align: Alignment = await trio.to_thread.run_sync(
+                    lambda: align_store(msgs_dir, snap, expect_complete=reason == "restart", cuts=cuts))
+                for d in align.damage:
+                    self._damaged(key, group, d)
+                if align.missing or (reason != "restart" and not announced):
+                    if not announced:
+                        announced = True
+                        self.events.emit("stream_catchup_started", group=group.name, account=key[0],
+                                         stream=key[1], snapshot_index=group.applied_index,
+                                         reason="damage" if align.damage or cuts else reason,
+                                         bytes_needed=align.bytes_needed, last_seq=snap.last_seq)
+                    try:
+                        got = await self._fetch(key, group, msgs_dir, align.missing, recv)
+                    except _Impossible as exc:
+                        self._finished(key, group, began, False, fetched, chunks, sources, str(exc))
+                        await self._adopt_latest(key, group, recv)
+                        return
+                    fetched, chunks = fetched + got[0], chunks + got[1]
+                    sources += [p for p in got[2] if p not in sources]
+                cuts = {}
                 try:
-                    fetched, chunks, sources = await self._fetch(key, group, msgs_dir,
-                                                                 align.missing, recv)
-                except _Impossible as exc:
-                    self._finished(key, group, started, False, fetched, chunks, sources, str(exc))
-                    await self._adopt_latest(key, group, recv)
-                    return
-            try:
-                replica.complete(time.time_ns())
-            except Exception as exc:  # noqa: BLE001 - the store does not match: fetch it all
-                failures += 1
-                self._finished(key, group, started, False, fetched, chunks, sources,
-                               f"{type(exc).__name__}: {exc}")
-                self.events.emit("stream_store_damaged", group=group.name, account=key[0],
-                                 stream=key[1], file="", offset=0, kind="checksum_mismatch",
-                                 detail=f"store does not match the snapshot, fetched again: {exc}")
-                await trio.to_thread.run_sync(lambda: shutil.rmtree(msgs_dir, ignore_errors=True))
-                reason = "damage"
-                if failures > 1:
-                    await trio.sleep(min(30.0, RETRY_S * 2 ** failures))
-                continue
-            if align.missing:
-                self._finished(key, group, started, True, fetched, chunks, sources, None)
+                    store = await trio.to_thread.run_sync(lambda: acc.open_replica_store(replica.name))
+                    replica.complete(time.time_ns(), store)
+                except StoreDamaged as damage:
+                    for problem in damage.report:
+                        start = fmt.parse_block_name(problem.get("file", ""))
+                        if start is None:
+                            start = fmt.parse_block_name(problem.get("file", "").removesuffix(".corrupt"))
+                        if start is not None:
+                            cuts[start] = min(cuts.get(start, problem.get("offset", 0)),
+                                              problem.get("offset", 0))
+                        self._damaged(key, group, {k: problem.get(k) for k in ("file", "offset", "kind", "detail")})
+                    if not cuts:
+                        raise
+                    reason = "damage"
+                    continue
+                except Exception as exc:  # noqa: BLE001 - the store does not match: fetch it all
+                    failures += 1
+                    self._finished(key, group, began, False, fetched, chunks, sources,
+                                   f"{type(exc).__name__}: {exc}")
+                    self._damaged(key, group, {"file": "", "offset": 0, "kind": "checksum_mismatch",
+                                               "detail": f"store does not match the snapshot, "
+                                                         f"fetched again: {exc}"})
+                    await trio.to_thread.run_sync(lambda: shutil.rmtree(msgs_dir, ignore_errors=True))
+                    reason, announced = "damage", False
+                    if failures > 1:
+                        await trio.sleep(min(30.0, RETRY_S * 2 ** failures))
+                    continue
+                if announced:
+                    self._finished(key, group, began, True, fetched, chunks, sources, None)
                 leader = group.leader
                 if leader is not None and leader != self.me:
                     self._send(leader, {"g": group.name, "k": "done"})
-            self.cluster.host.touch(group)     # apply what was committed meanwhile
-            return
+                self.cluster.host.touch(group)     # apply what was committed meanwhile
+                nursery.cancel_scope.cancel()
+                return
+
+    async def _hold_notes(self, group) -> None:
+        """Tell the group's leader, every :data:`NOTE_S`, that this replica is completing a
+        snapshot (it reports the replica lagging meanwhile, even when nothing is fetched)."""
+        while True:
+            leader = group.leader
+            if leader is not None and leader != self.me:
+                self._send(leader, {"g": group.name, "k": "hold", "a": group.applied_index})
+            await trio.sleep(NOTE_S)
+
+    def _damaged(self, key: Key, group, problem: dict) -> None:
+        self.events.emit("stream_store_damaged", group=group.name, account=key[0], stream=key[1],
+                         file=problem.get("file") or "", offset=problem.get("offset") or 0,
+                         kind=problem.get("kind") or "checksum_mismatch",
+                         detail=problem.get("detail") or "")
 
     def _finished(self, key: Key, group, started: int, ok: bool, fetched: int, chunks: int,
                   sources: list[str], error: str | None) -> None:
@@ -345,7 +386,7 @@ class StreamCatchup:
             m = msgpack.unpackb(body, raw=False, strict_map_key=True)
         except Exception:  # noqa: BLE001 - msgpack raises several types
             return None
-        if not isinstance(m, dict) or not isinstance(m.get("g"), str) or m.get("k") not in ("blk", "snap", "done"):
+        if not isinstance(m, dict) or not isinstance(m.get("g"), str) or m.get("k") not in ("blk", "snap", "done", "hold"):
             return None
         if m["k"] == "blk" and not all(isinstance(m.get(f), int) and not isinstance(m.get(f), bool)
                                        and m[f] >= 0 for f in ("b", "o")):
@@ -379,11 +420,15 @@ class StreamCatchup:
         replica = self.cluster.replicas.get(key) if key is not None else None
         base = {"g": m["g"], "k": m["k"]}
         if group is None or replica is None or src not in group.peers:
-            if m["k"] != "done":
+            if m["k"] in ("blk", "snap"):
                 self._send(src, {**base, "s": "unknown", "b": m.get("b"), "o": m.get("o")})
             return
         if m["k"] == "done":
             group.catchup_done(src)
+            return
+        if m["k"] == "hold":
+            if group.is_leader and isinstance(m.get("a"), int):
+                group.note_catchup(src, m["a"], time.time_ns())
             return
         if m["k"] == "snap":
             snap = group.log.snapshot()

@@ -516,6 +516,14 @@ class FileStore(_IndexedStore):
                     os.rename(path, path + ".corrupt")
                     self._gc.fsync_dir_now(self.directory)
                 continue
+            clean = fmt.scan_clean(buf)
+            if clean is not None:
+                fd = os.open(path, os.O_RDWR)
+                blk = _Block(start, path, fd, len(buf), self)
+                self._blocks.append(blk)
+                self._last = max(self._last, start - 1)
+                self._replay_clean(blk, clean, name, buf)
+                continue
             scan = fmt.scan_block(buf, is_last)
             fd = os.open(path, os.O_RDWR)
             blk = _Block(start, path, fd, scan.end, self)
@@ -537,6 +545,47 @@ class FileStore(_IndexedStore):
         self._ready = True
         for blk in list(self._blocks):
             self._maybe_free(blk)
+
+    def _replay_clean(self, blk: _Block, recs: list, name: str, buf: bytes) -> None:
+        """:meth:`_replay` for a block whose every record checked out (fmt.scan_clean):
+        messages in sequence go straight into the index (the common case, inlined), any
+        other record through :meth:`_replay`."""
+        index, subjects = self._index, self._subjects
+        names: dict[bytes, str] = {}
+        hsize = fmt.HEADER_SIZE
+        live = 0
+        nbytes = 0
+        last, last_ts = self._last, self._last_ts
+        first_empty = not index
+        for off, seq, ts, rtype, flags, slen, hlen, rsize in recs:
+            if rtype != fmt.REC_MSG or seq <= last:
+                self._last, self._last_ts, self._bytes = last, last_ts, self._bytes + nbytes
+                blk.live += live
+                live = nbytes = 0
+                self._replay(blk, fmt.Record(off, rsize, rtype, seq, ts, flags, slen, hlen), name, buf)
+                last, last_ts = self._last, self._last_ts
+                first_empty = not index
+                continue
+            raw = buf[off + hsize:off + hsize + slen]
+            subject = names.get(raw)
+            if subject is None:
+                subject = names[raw] = raw.decode("utf-8", "surrogateescape")
+            # 30 + subject + data (+ 4 + headers): msg_size, from the record's body length
+            size = 30 + rsize - hsize + (4 if hlen else 0)
+            index[seq] = (subject, size, ts, (blk, off, rsize))
+            lst = subjects.get(subject)
+            if lst is None:
+                subjects[subject] = [seq]
+            else:
+                lst.append(seq)
+            nbytes += size
+            live += 1
+            last, last_ts = seq, ts
+            if first_empty:
+                self._first = seq
+                first_empty = False
+        self._last, self._last_ts, self._bytes = last, last_ts, self._bytes + nbytes
+        blk.live += live
 
     def _replay(self, blk: _Block, rec: fmt.Record, name: str, buf: bytes) -> None:
         if rec.gap and rec.rtype == fmt.REC_MSG:

@@ -217,6 +217,33 @@ def scan_block(buf, is_last: bool) -> BlockScan:
     return scan
 
 
+def scan_clean(buf) -> list[tuple[int, int, int, int, int, int, int, int]] | None:
+    """The records of a block's bytes ``buf`` (header checked by the caller) as
+    ``(offset, seq, ts, type, flags, subject_len, headers_len, size)`` tuples when every record is
+    whole and checks out; None at the first that does not (then :func:`scan_block` tells
+    what is wrong). The fast path of a store's recovery: no object per record."""
+    size = len(buf)
+    mv = memoryview(buf)
+    unpack = _unpack_hdr
+    crc32 = _crc32
+    out = []
+    append = out.append
+    off = BLOCK_HEADER_SIZE
+    while off < size:
+        if size - off < HEADER_SIZE:
+            return None
+        hcrc, blen, seq, ts, rtype, flags, slen, hlen, _res, crc = unpack(buf, off)
+        end = off + HEADER_SIZE + blen
+        if end > size or slen + hlen > blen:
+            return None
+        hc = crc32(mv[off + 4:off + 36])
+        if hc != hcrc or crc32(mv[off + HEADER_SIZE:end], hc) != crc:
+            return None
+        append((off, seq, ts, rtype, flags, slen, hlen, end - off))
+        off = end
+    return out
+
+
 def _resync(buf, start: int) -> int | None:
     """The first offset >= ``start`` where a whole, valid record starts, or None."""
     size = len(buf)

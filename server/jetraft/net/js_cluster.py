@@ -429,6 +429,9 @@ class ClusterJetStream:
 
     def _leader_fn(self, key: Key):
         def on_leader(leader: str | None, term: int) -> None:
+            replica = self.replicas.get(key)
+            if leader is not None and replica is not None and replica.holding:
+                self.catchup.tell_leader(key)       # before it counts this replica current
             self.execute(self.controller.leader_changed(key, leader, term, time.time_ns()))
         return on_leader
 

@@ -251,12 +251,22 @@ class StreamCatchup:
 
     async def _hold_notes(self, group) -> None:
         """Tell the group's leader, every :data:`NOTE_S`, that this replica is completing a
-        snapshot (it reports the replica lagging meanwhile, even when nothing is fetched)."""
+        snapshot (it reports the replica lagging meanwhile, even when nothing is fetched);
+        :meth:`tell_leader` tells a new leader at once."""
         while True:
-            leader = group.leader
-            if leader is not None and leader != self.me:
-                self._send(leader, {"g": group.name, "k": "hold", "a": group.applied_index})
+            self._note(group)
             await trio.sleep(NOTE_S)
+
+    def _note(self, group) -> None:
+        leader = group.leader
+        if leader is not None and leader != self.me:
+            self._send(leader, {"g": group.name, "k": "hold", "a": group.applied_index})
+
+    def tell_leader(self, key: Key) -> None:
+        """``key``'s replica, holding, learnt of a (new) leader: tell it now."""
+        group = self.cluster.groups.get(key)
+        if group is not None and key in self._scopes:
+            self._note(group)
 
     def _damaged(self, key: Key, group, problem: dict) -> None:
         self.events.emit("stream_store_damaged", group=group.name, account=key[0], stream=key[1],

@@ -246,18 +246,15 @@ def raft_dir(c: Cluster, name: str, group: str):
     return next(d for d in root.iterdir() if (d / "group").exists() and (d / "group").read_text() == group)
 
 
-async def damage_and_restart(c: Cluster, js, name: str, group: str, harm, acked: list[int]) -> None:
-    """Stop ``name``, damage its files with ``harm(name)``, start it again and publish one
-    message (a replica whose snapshot file was lost learns that it lacks the log's start
-    at the stream's next write); check that it neither led the group nor deleted the stream
-    while it repaired itself."""
+async def damage_and_restart(c: Cluster, name: str, group: str, harm) -> None:
+    """Stop ``name``, damage its files with ``harm(name)``, start it again (nothing is
+    published meanwhile: the repair needs no write); check that it neither led the group
+    nor deleted the stream while it repaired itself."""
     c.stop_one(name)
     harm(name)
     c.start([name])
-    value = 7000 + len(acked)
-    await publish_acked(js, "snap.e", range(value, value + 1), acked)
-    done = wait_events(c, name, "stream_catchup_finished", group, 60, since_start=True,
-                       where=lambda e: e["ok"])
+    done = await asyncio.to_thread(wait_events, c, name, "stream_catchup_finished", group, 60,
+                                   since_start=True, where=lambda e: e["ok"])
     evs = c.events(name)
     start = max(i for i, e in enumerate(evs) if e["event"] == "server_starting")
     until_done = next(i for i, e in enumerate(evs) if i > start and e is not None
@@ -301,13 +298,13 @@ def test_a_damaged_minority_repairs_itself_and_loses_nothing_acknowledged(cluste
 
         for name, harm, kinds in ((followers[0], flip, {"checksum_mismatch"}),
                                   (followers[1], cut, {"short_block", "torn_tail"})):
-            await damage_and_restart(cluster, js, name, group, harm, acked)
+            await damage_and_restart(cluster, name, group, harm)
             found = events_of(cluster, name, "stream_store_damaged", group, since_start=True)
             assert any(e["kind"] in kinds and e["file"].endswith(".blk") for e in found), found
             started = events_of(cluster, name, "stream_catchup_started", group, since_start=True)
             assert started[0]["reason"] == "damage"
             await until(lambda: all_current(js, "SNAP", 3), 60, f"{name} current after repair")
-        await damage_and_restart(cluster, js, followers[0], group, bad_snapshot, acked)
+        await damage_and_restart(cluster, followers[0], group, bad_snapshot)
         recovered = events_of(cluster, followers[0], "raft_log_recovered", group, since_start=True)
         assert any(e["kind"] == "snapshot_checksum_mismatch" for e in recovered), recovered
         await until(lambda: all_current(js, "SNAP", 3), 60, "current after a damaged snapshot")
@@ -316,7 +313,7 @@ def test_a_damaged_minority_repairs_itself_and_loses_nothing_acknowledged(cluste
         try:
             await until(lambda: leader_elsewhere(js, leader), 60, "a repaired replica leads")
             got = await read_values(js, "SNAP")
-            assert got[:len(expected)] == expected and set(acked) <= set(got)
+            assert got == expected and set(acked) <= set(got)
         finally:
             cluster.start([leader])
         await until(lambda: all_current(js, "SNAP", 3), 60, "current again")

@@ -546,38 +546,48 @@ class FileStore(_IndexedStore):
         for blk in list(self._blocks):
             self._maybe_free(blk)
 
-    def _replay_clean(self, blk: _Block, recs: list, name: str, buf: bytes) -> None:
-        """:meth:`_replay` for a block whose every record checked out (fmt.scan_clean):
-        messages in sequence go straight into the index (the common case, inlined), any
-        other record through :meth:`_replay`."""
+    def _replay_clean(self, blk: _Block, offsets: list[int], name: str, buf: bytes) -> None:
+        """:meth:`_replay` for a block whose every record checked out (fmt.scan_clean, which
+        gives their offsets): messages in sequence go straight into the index (the common
+        case, inlined), any other record through :meth:`_replay`."""
         index, subjects = self._index, self._subjects
         names: dict[bytes, str] = {}
         hsize = fmt.HEADER_SIZE
+        unpack = fmt.RECORD_HEADER.unpack_from
+        startswith = buf.startswith
+        msg = fmt.REC_MSG
         live = 0
         nbytes = 0
         last, last_ts = self._last, self._last_ts
         first_empty = not index
-        for off, seq, ts, rtype, flags, slen, hlen, rsize in recs:
-            if rtype != fmt.REC_MSG or seq <= last:
+        prev_raw, prev_len, prev_subject, prev_list = b"", -1, "", None
+        for off in offsets:
+            _h, blen, seq, ts, rtype, flags, slen, hlen, _r, _c = unpack(buf, off)
+            if rtype != msg or seq <= last:
                 self._last, self._last_ts, self._bytes = last, last_ts, self._bytes + nbytes
                 blk.live += live
                 live = nbytes = 0
-                self._replay(blk, fmt.Record(off, rsize, rtype, seq, ts, flags, slen, hlen), name, buf)
+                self._replay(blk, fmt.Record(off, hsize + blen, rtype, seq, ts, flags, slen, hlen), name, buf)
                 last, last_ts = self._last, self._last_ts
                 first_empty = not index
+                prev_len, prev_list = -1, None
                 continue
-            raw = buf[off + hsize:off + hsize + slen]
-            subject = names.get(raw)
-            if subject is None:
-                subject = names[raw] = raw.decode("utf-8", "surrogateescape")
-            # 30 + subject + data (+ 4 + headers): msg_size, from the record's body length
-            size = 30 + rsize - hsize + (4 if hlen else 0)
-            index[seq] = (subject, size, ts, (blk, off, rsize))
-            lst = subjects.get(subject)
-            if lst is None:
-                subjects[subject] = [seq]
+            a = off + hsize
+            if slen == prev_len and startswith(prev_raw, a):
+                subject, lst = prev_subject, prev_list
             else:
-                lst.append(seq)
+                raw = buf[a:a + slen]
+                subject = names.get(raw)
+                if subject is None:
+                    subject = names[raw] = raw.decode("utf-8", "surrogateescape")
+                lst = subjects.get(subject)
+                if lst is None:
+                    lst = subjects[subject] = []
+                prev_raw, prev_len, prev_subject, prev_list = raw, slen, subject, lst
+            # 30 + subject + data (+ 4 + headers): msg_size, from the record's body length
+            size = 30 + blen + (4 if hlen else 0)
+            index[seq] = (subject, size, ts, (blk, off, hsize + blen))
+            lst.append(seq)
             nbytes += size
             live += 1
             last, last_ts = seq, ts

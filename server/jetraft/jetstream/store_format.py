@@ -217,29 +217,29 @@ def scan_block(buf, is_last: bool) -> BlockScan:
     return scan
 
 
-def scan_clean(buf) -> list[tuple[int, int, int, int, int, int, int, int]] | None:
-    """The records of a block's bytes ``buf`` (header checked by the caller) as
-    ``(offset, seq, ts, type, flags, subject_len, headers_len, size)`` tuples when every record is
-    whole and checks out; None at the first that does not (then :func:`scan_block` tells
-    what is wrong). The fast path of a store's recovery: no object per record."""
+def scan_clean(buf) -> list[int] | None:
+    """The offsets of the records of a block's bytes ``buf`` (block header checked by the
+    caller) when every record is whole and checks out; None at the first that does not
+    (then :func:`scan_block` tells what is wrong). The fast path of a store's recovery: no
+    object per record (the caller reads each header again with ``RECORD_HEADER``)."""
     size = len(buf)
     mv = memoryview(buf)
     unpack = _unpack_hdr
     crc32 = _crc32
-    out = []
+    out: list[int] = []
     append = out.append
     off = BLOCK_HEADER_SIZE
     while off < size:
         if size - off < HEADER_SIZE:
             return None
-        hcrc, blen, seq, ts, rtype, flags, slen, hlen, _res, crc = unpack(buf, off)
+        hcrc, blen, _seq, _ts, _rtype, _flags, slen, hlen, _res, crc = unpack(buf, off)
         end = off + HEADER_SIZE + blen
         if end > size or slen + hlen > blen:
             return None
         hc = crc32(mv[off + 4:off + 36])
         if hc != hcrc or crc32(mv[off + HEADER_SIZE:end], hc) != crc:
             return None
-        append((off, seq, ts, rtype, flags, slen, hlen, end - off))
+        append(off)
         off = end
     return out
 

@@ -240,6 +240,9 @@ class StreamCatchup:
                     if failures > 1:
                         await trio.sleep(min(30.0, RETRY_S * 2 ** failures))
                     continue
+                st = store.state()
+                self.events.emit("jetstream_stream_recovered", account=key[0], stream=key[1],
+                                 messages=st.messages, last_seq=st.last_seq)
                 if announced:
                     self._finished(key, group, began, True, fetched, chunks, sources, None)
                 leader = group.leader

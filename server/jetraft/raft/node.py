@@ -611,8 +611,16 @@ class RaftNode:
         )
 
     def _handle_heartbeat(self, msg: Message) -> None:
-        self._follower_commit(min(msg.commit, self._log.last_index()))
-        self._send(_HEARTBEAT_RESP, msg.src, context=msg.context)
+        """Commit what the leader says and we hold. A log that ends before the leader's
+        commit answers with ``reject`` and its last index as ``reject_hint``: a leader
+        that counted more of it (this log lost entries to corruption) probes it again
+        (:meth:`_handle_heartbeat_response`)."""
+        last = self._log.last_index()
+        self._follower_commit(min(msg.commit, last))
+        if last < msg.commit:
+            self._send(_HEARTBEAT_RESP, msg.src, context=msg.context, reject=True, reject_hint=last)
+        else:
+            self._send(_HEARTBEAT_RESP, msg.src, context=msg.context)
 
     def _follower_commit(self, index: int) -> None:
         """Followers commit only what the leader says and they hold (Raft §5.3)."""
@@ -868,6 +876,11 @@ class RaftNode:
     def _handle_heartbeat_response(self, msg: Message, pr: Progress) -> None:
         pr.recent_active = True
         pr.probe_sent = False
+        if msg.reject and msg.reject_hint < pr.match and pr.state != SNAPSHOT:
+            # The follower's log ends before entries it acknowledged (cut after damage on
+            # restart): it no longer holds them, so stop counting them and probe from there.
+            pr.match = msg.reject_hint
+            pr.become_probe()
         if pr.state == REPLICATE and pr.inflights.full():
             pr.inflights.free_first_one()
         if pr.match < self._log.last_index():

@@ -282,3 +282,29 @@ def test_append_response_travels_with_the_entries_it_acknowledges():
     assert [e.index for e in rd.entries] == [1, 2] and rd.must_sync
     assert rd.hard_state == HardState(1, None, 0)
     assert not n.has_ready()  # nothing handed out twice
+
+
+def test_a_follower_whose_log_lost_acknowledged_entries_is_probed_again():
+    """A follower's log cut back after damage (it lost entries it acknowledged) says so in
+    its heartbeat response; the leader stops counting them and re-sends them."""
+    c = Cluster("abc")
+    a = c.elect("a")
+    c.commit("a", 10, b"v")
+    assert a.match_index("b") == 11
+    c.sent.clear()
+    a.step(Message(MessageType.HEARTBEAT_RESPONSE, GROUP, "b", "a", term=a.term, reject=True, reject_hint=3))
+    assert a.match_index("b") == 3 and a.progress()["b"]["state"] == "probe"
+    a.step(Message(MessageType.HEARTBEAT_RESPONSE, GROUP, "c", "a", term=a.term))
+    assert a.match_index("c") == 11, "a plain heartbeat answer changes nothing"
+    a.step(Message(MessageType.HEARTBEAT_RESPONSE, GROUP, "c", "a", term=a.term, reject=True, reject_hint=11))
+    assert a.match_index("c") == 11, "a follower that holds what it acknowledged keeps its match"
+    c.pump()
+    assert a.match_index("b") == 11 and c.data("b") == c.data("a")
+
+
+def test_a_follower_behind_the_commit_says_so_in_its_heartbeat_answer():
+    c = Cluster("abc")
+    b = c.nodes["b"]
+    b.step(Message(MessageType.HEARTBEAT, GROUP, "a", "b", term=1, commit=5))
+    resp = [m for m in b.ready().messages if m.type == MessageType.HEARTBEAT_RESPONSE]
+    assert [(m.reject, m.reject_hint) for m in resp] == [(True, 0)]

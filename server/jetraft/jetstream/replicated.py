@@ -99,6 +99,10 @@ class StoreDamaged(Exception):
         self.report = report
 
 
+class StoreMismatch(StreamSnapshotError):
+    """The store's blocks open cleanly but its counts are not the snapshot's."""
+
+
 class InterestOverride:
     """While a replica applies an entry, push-consumer interest comes from the entry (the
     leader's view when it proposed), not from this server's subscriptions."""
@@ -261,8 +265,9 @@ class StreamReplica:
         them (``store``: opened already, see ``JetStreamAccount.open_replica_store``), check
         its state against the snapshot's, restore the streams' and consumers' state, and
         stop holding. Raises :class:`StoreDamaged` when opening the store found damage (its
-        ``report``: cut those blocks there and fetch them again), StreamSnapshotError when
-        the store does not match (fetch it all again) or the state does not restore; the
+        ``report``: cut those blocks there and fetch them again), :class:`StoreMismatch`
+        when the store's counts are not the snapshot's (fetch it all again),
+        StreamSnapshotError or ReplicaStateError when the state does not restore; the
         replica keeps holding then (the store is closed)."""
         snap = self.pending
         if snap is None:
@@ -291,7 +296,7 @@ class StreamReplica:
         want = (snap.first_seq, snap.last_seq, snap.messages, snap.bytes)
         if got != want:
             self.account.detach_replica(self.name)
-            raise StreamSnapshotError(
+            raise StoreMismatch(
                 f"store holds (first, last, messages, bytes) {got}, the snapshot says {want}")
         try:
             self.account.restore_replica_state(self.name, replica, now_ns)

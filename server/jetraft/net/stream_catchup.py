@@ -37,6 +37,7 @@ group's peers; malformed frames are reported and dropped.
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from collections import deque
@@ -48,7 +49,7 @@ import trio
 
 from jetraft.jetstream import store_format as fmt
 from jetraft.jetstream.catchup import Alignment, BlockWriter, Missing, StreamSnapshotError, align_store
-from jetraft.jetstream.replicated import StoreDamaged
+from jetraft.jetstream.replicated import StoreDamaged, StoreMismatch
 from jetraft.jetstream.store import FileStore
 from jetraft.raft.types import Snapshot
 
@@ -73,6 +74,13 @@ NOTE_S = 0.5
 
 Key = tuple[str, str]
 _REQ, _DATA = "jscu", "jscd"
+
+
+def _set_aside(msgs_dir: str, aside: str) -> None:
+    """Move a store that did not match its snapshot out of the way (kept, never deleted
+    on this replica's own say-so; a later mismatch replaces it)."""
+    shutil.rmtree(aside, ignore_errors=True)
+    os.rename(msgs_dir, aside)
 
 
 class CatchupCluster(Protocol):
@@ -149,12 +157,17 @@ class StreamCatchup:
             send, recv = trio.open_memory_channel[dict](self.window * 2 + 8)
             self._inbox[key] = send
             try:
-                await self._complete(key, replica, recv)
-            except Exception as exc:  # noqa: BLE001 - one replica's catch-up, never the server
-                self.events.emit("stream_catchup_finished", group=self._group_name(key),
-                                 account=key[0], stream=key[1], snapshot_index=0, ok=False,
-                                 bytes=0, chunks=0, duration_ns=0, sources=[],
-                                 error=f"{type(exc).__name__}: {exc}")
+                failures = 0
+                while replica.holding and self.cluster.replicas.get(key) is replica:
+                    try:
+                        await self._complete(key, replica, recv)
+                    except Exception as exc:  # noqa: BLE001 - one replica's catch-up, never the server
+                        failures += 1
+                        self.events.emit("stream_catchup_finished", group=self._group_name(key),
+                                         account=key[0], stream=key[1], snapshot_index=0, ok=False,
+                                         bytes=0, chunks=0, duration_ns=0, sources=[],
+                                         error=f"{type(exc).__name__}: {exc}")
+                        await trio.sleep(min(30.0, RETRY_S * 2 ** failures))   # then again
             finally:
                 if self._scopes.get(key) is scope:
                     del self._scopes[key]
@@ -208,12 +221,17 @@ class StreamCatchup:
                     except _Impossible as exc:
                         self._finished(key, group, began, False, fetched, chunks, sources, str(exc))
                         await self._adopt_latest(key, group, recv)
+                        nursery.cancel_scope.cancel()
                         return
                     fetched, chunks = fetched + got[0], chunks + got[1]
                     sources += [p for p in got[2] if p not in sources]
                 cuts = {}
                 try:
                     store = await trio.to_thread.run_sync(lambda: acc.open_replica_store(replica.name))
+                    if self.cluster.replicas.get(key) is not replica or replica.pending is not snap:
+                        store.close()       # closed, or a newer snapshot came, meanwhile
+                        nursery.cancel_scope.cancel()
+                        return
                     replica.complete(time.time_ns(), store)
                 except StoreDamaged as damage:
                     for problem in damage.report:
@@ -228,14 +246,15 @@ class StreamCatchup:
                         raise
                     reason = "damage"
                     continue
-                except Exception as exc:  # noqa: BLE001 - the store does not match: fetch it all
+                except StoreMismatch as exc:     # the store's counts are not the snapshot's
                     failures += 1
                     self._finished(key, group, began, False, fetched, chunks, sources,
                                    f"{type(exc).__name__}: {exc}")
+                    aside = msgs_dir.rstrip("/") + ".mismatch"
                     self._damaged(key, group, {"file": "", "offset": 0, "kind": "checksum_mismatch",
-                                               "detail": f"store does not match the snapshot, "
-                                                         f"fetched again: {exc}"})
-                    await trio.to_thread.run_sync(lambda: shutil.rmtree(msgs_dir, ignore_errors=True))
+                                               "detail": f"store does not match the snapshot ({exc}); "
+                                                         f"set aside as {aside}, fetched again"})
+                    await trio.to_thread.run_sync(lambda: _set_aside(msgs_dir, aside))
                     reason, announced = "damage", False
                     if failures > 1:
                         await trio.sleep(min(30.0, RETRY_S * 2 ** failures))

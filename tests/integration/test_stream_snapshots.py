@@ -220,7 +220,8 @@ def test_a_replica_far_behind_catches_up_through_a_snapshot_while_publishes_go_o
 def test_a_leader_change_during_a_catch_up_completes_it(cluster):
     """The replica is stopped while ~8 MiB are published; when it is started again and
     its catch-up has begun (at most 512 bytes outstanding), the leader it fetches from is
-    frozen: the catch-up goes on from the new leader (or the other replica) and ends."""
+    frozen: the catch-up goes on from the new leader (or the other replica) and ends. Until
+    then the leader reports the replica lagging."""
     async def scenario():
         group, reps = STATE["group"], STATE["members"]
         payload = os.urandom(2048)
@@ -231,6 +232,9 @@ def test_a_leader_change_during_a_catch_up_completes_it(cluster):
                             20, f"publish c-{i}")
         nc, js, leader, behind = await with_a_replica_stopped(cluster, publish)
         wait_events(cluster, behind, "stream_catchup_started", group, 60, since_start=True)
+        si = await js.stream_info("SNAP")
+        mine = next(r for r in si.cluster.replicas if r.name == behind)
+        assert not mine.current and mine.lag > 0, f"a replica completing a snapshot is reported lagging: {mine}"
         pid = cluster.servers[leader].proc.pid
         os.kill(pid, signal.SIGSTOP)
         try:

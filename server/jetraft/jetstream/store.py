@@ -1,9 +1,17 @@
 """The jetraft stream message store: one interface, two implementations.
 
-- :class:`MemoryStore` — messages in a dict (streams with ``storage: memory``).
+- :class:`MemoryStore` — messages held in memory (streams with ``storage: memory``).
 - :class:`FileStore` — messages in checksummed block files (format in
   :mod:`jetraft.jetstream.store_format`), an in-memory index rebuilt on open, fsync batched
   through the server's shared :class:`~jetraft.raft.storage.sync.GroupCommit`.
+
+The index is columns of flat arrays per block (:mod:`jetraft.jetstream.store_index`), no
+Python object per message. Opening walks each block and checks every record's checksums,
+except a block with an index file (``NNN.idx``, written when a block of message records
+only is sealed and when the store is closed): when the block's length and crc32 are still
+the ones the index file names, its columns are read from there instead. On the machine the
+figures in README.md come from, opening 1,000,000 messages takes about 1.3 s walking and
+0.27 s from index files.
 
 Both share one index (:class:`_IndexedStore`), so their semantics are the same by
 construction: sequence numbers start at 1 and only grow; ``first_seq`` is the lowest
@@ -41,6 +49,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import zlib
 from dataclasses import dataclass, field
 
 from jetraft.protocol.subjects import subject_matches
@@ -48,6 +57,7 @@ from jetraft.raft.storage import fileio
 from jetraft.raft.storage.sync import GroupCommit, StorageError, SyncFailed, SyncFile, storage_error
 
 from . import store_format as fmt
+from .store_index import Segment, SeqIndex
 
 __all__ = ["CorruptMessage", "FileStore", "MemoryStore", "MessageNotFound", "StoredMessage",
            "StreamState", "StorageError", "msg_size"]
@@ -118,14 +128,15 @@ _WALK_RANGE = 2048
 
 
 class _IndexedStore:
-    """The index both stores share: ``seq -> (subject, size, ts, loc)`` in sequence order
-    (``loc`` is what the implementation needs to read the message back) and per-subject
-    ascending sequence lists. Subclasses implement the ``_log_*``/``_fetch`` hooks; every
-    hook writes before the index changes, so a failed write changes nothing."""
+    """The index both stores share (:class:`~jetraft.jetstream.store_index.SeqIndex`):
+    per sequence its subject, size, ts and where to read it back, and per-subject ascending
+    sequence lists. Subclasses implement the ``_log_*``/``_fetch`` hooks; every hook
+    writes before the index changes, so a failed write changes nothing."""
+
+    _WITH_OBJS = False
 
     def __init__(self) -> None:
-        self._index: dict[int, tuple] = {}
-        self._subjects: dict[str, list[int]] = {}
+        self._index = SeqIndex(self._WITH_OBJS)
         self._bytes = 0
         self._first = 1
         self._last = 0
@@ -135,7 +146,8 @@ class _IndexedStore:
 
     # --- hooks -----------------------------------------------------------------------
     def _log_msg(self, seq: int, subject: str, headers: bytes | None, data: bytes,
-                 ts: int):
+                 ts: int) -> tuple:
+        """Write the message; returns ``(owner, off, rsz, obj)`` for the index."""
         raise NotImplementedError
 
     def _log_tombstones(self, seqs: list[int]) -> None:
@@ -144,20 +156,16 @@ class _IndexedStore:
     def _log_purge_below(self, seq: int) -> None:
         raise NotImplementedError
 
-    def _fetch(self, seq: int, entry: tuple) -> StoredMessage:
+    def _fetch(self, seq: int, seg: Segment, i: int) -> StoredMessage:
         raise NotImplementedError
 
-    def _on_dropped(self, entry: tuple) -> None:
-        """Called for each message that left the index."""
+    def _on_dropped(self, owner) -> None:
+        """Called for each message that left the index, with its segment's owner."""
 
     # --- index -----------------------------------------------------------------------
-    def _add(self, seq: int, subject: str, size: int, ts: int, loc) -> None:
-        self._index[seq] = (subject, size, ts, loc)
-        lst = self._subjects.get(subject)
-        if lst is None:
-            self._subjects[subject] = [seq]
-        else:
-            lst.append(seq)
+    def _add(self, seq: int, subject: str, size: int, ts: int, owner=None, off: int = 0,
+             rsz: int = 0, obj=None) -> None:
+        self._index.add(seq, subject, size, ts, owner, off, rsz, obj)
         self._bytes += size
         if seq > self._last:
             self._last, self._last_ts = seq, ts
@@ -165,32 +173,29 @@ class _IndexedStore:
             self._first = seq
 
     def _drop(self, seq: int) -> None:
-        entry = self._index.pop(seq)
-        lst = self._subjects[entry[0]]
-        if lst[0] == seq:
-            del lst[0]
-        else:
-            del lst[bisect.bisect_left(lst, seq)]
-        if not lst:
-            del self._subjects[entry[0]]
-        self._bytes -= entry[1]
-        self._on_dropped(entry)
+        _subject, size, owner = self._index.drop(seq)
+        self._bytes -= size
+        self._on_dropped(owner)
 
     def _fix_first(self) -> None:
-        # the index is in sequence order (sequences are inserted ascending)
-        self._first = next(iter(self._index)) if self._index else self._last + 1
+        first = self._index.first_from(self._first) if self._index.count else None
+        if first is None and self._index.count:
+            first = self._index.first_from(0)
+        self._first = first if first is not None else self._last + 1
 
     def _drop_below(self, seq: int) -> int:
         """Drop every message (and lost sequence) below ``seq``; returns messages dropped."""
-        doomed = []
-        for s in self._index:
-            if s >= seq:
-                break
-            doomed.append(s)
+        doomed = list(self._index.seqs(0, seq - 1))
         for s in doomed:
             self._drop(s)
         self._lost = {s for s in self._lost if s >= seq}
         return len(doomed)
+
+    def _load(self, seq: int) -> StoredMessage:
+        seg, i = self._index.slot(seq)
+        if seg is None:
+            raise MessageNotFound(seq)
+        return self._fetch(seq, seg, i)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -202,8 +207,8 @@ class _IndexedStore:
         epoch. FileStore: written to the OS, durable after the next :meth:`sync`."""
         self._check_open()
         seq = self._last + 1
-        loc = self._log_msg(seq, subject, headers, data, ts)
-        self._add(seq, subject, self.msg_size(subject, headers, data), ts, loc)
+        owner, off, rsz, obj = self._log_msg(seq, subject, headers, data, ts)
+        self._add(seq, subject, self.msg_size(subject, headers, data), ts, owner, off, rsz, obj)
         return seq
 
     @staticmethod
@@ -218,12 +223,12 @@ class _IndexedStore:
         """The message ``seq``. Raises :class:`MessageNotFound` if there is none,
         :class:`CorruptMessage` if it was lost to corruption or fails its checksum now."""
         self._check_open()
-        entry = self._index.get(seq)
-        if entry is None:
+        seg, i = self._index.slot(seq)
+        if seg is None:
             if seq in self._lost:
                 raise CorruptMessage(f"message {seq} was lost to a checksum mismatch")
             raise MessageNotFound(seq)
-        return self._fetch(seq, entry)
+        return self._fetch(seq, seg, i)
 
     def load_next(self, subject_filter: str, start_seq: int) -> StoredMessage | None:
         """The first message with seq >= ``start_seq`` whose subject matches the filter
@@ -234,36 +239,32 @@ class _IndexedStore:
         if start > self._last:
             return None
         if _matches_all(subject_filter):
-            index = self._index
-            for s in range(start, self._last + 1):
-                entry = index.get(s)
-                if entry is not None:
-                    return self._fetch(s, entry)
-            return None
+            seq = self._index.first_from(start)
+            return None if seq is None else self._load(seq)
         best = 0
+        by_subject = self._index.by_subject
         for subj in self._matching_subjects(subject_filter):
-            lst = self._subjects[subj]
+            lst = by_subject[subj]
             i = bisect.bisect_left(lst, start)
             if i < len(lst) and (best == 0 or lst[i] < best):
                 best = lst[i]
-        return self._fetch(best, self._index[best]) if best else None
+        return self._load(best) if best else None
 
     def load_last(self, subject: str) -> StoredMessage | None:
         """The last message on ``subject`` (a filter with wildcards is accepted too), or
         None. Raises :class:`CorruptMessage` if it fails its checksum."""
         self._check_open()
         seq = self.last_seq_for_subject(subject)
-        return self._fetch(seq, self._index[seq]) if seq else None
+        return self._load(seq) if seq else None
 
     def last_seq_for_subject(self, subject: str) -> int:
         """The sequence of the last message on ``subject``, 0 if none."""
-        return max((self._subjects[s][-1] for s in self._matching_subjects(subject)),
-                   default=0)
+        by_subject = self._index.by_subject
+        return max((by_subject[s][-1] for s in self._matching_subjects(subject)), default=0)
 
     def subject_of(self, seq: int) -> str | None:
         """The subject of message ``seq``, None when the store does not hold it (no I/O)."""
-        entry = self._index.get(seq)
-        return None if entry is None else entry[0]
+        return self._index.subject_of(seq)
 
     def num_pending(self, filters: tuple[str, ...] | list[str], start: int, last: int) -> int:
         """How many stored messages with ``start <= seq <= last`` match one of ``filters``
@@ -272,27 +273,32 @@ class _IndexedStore:
         if start > last:
             return 0
         if last - start < _WALK_RANGE:
+            if not filters:
+                return sum(1 for _ in self._index.seqs(start, last))
+            subject_of = self._index.subject_of
             n = 0
-            for seq in range(start, last + 1):
-                entry = self._index.get(seq)
-                if entry is not None and (not filters or any(subject_matches(f, entry[0]) for f in filters)):
+            for seq in self._index.seqs(start, last):
+                subject = subject_of(seq)
+                if any(subject_matches(f, subject) for f in filters):
                     n += 1
             return n
         names: set[str] = set()
         for f in filters or (">",):
             names.update(self._matching_subjects(f))
+        by_subject = self._index.by_subject
         n = 0
         for name in names:
-            seqs = self._subjects[name]
+            seqs = by_subject[name]
             n += bisect.bisect_left(seqs, last + 1) - bisect.bisect_left(seqs, start)
         return n
 
     def _matching_subjects(self, filt: str) -> list[str]:
+        by_subject = self._index.by_subject
         if _matches_all(filt):
-            return list(self._subjects)
+            return list(by_subject)
         if _is_literal(filt):
-            return [filt] if filt in self._subjects else []
-        return [s for s in self._subjects if subject_matches(filt, s)]
+            return [filt] if filt in by_subject else []
+        return [s for s in by_subject if subject_matches(filt, s)]
 
     def remove(self, seq: int) -> bool:
         """Delete message ``seq`` (STREAM.MSG.DELETE), durable as a tombstone record after
@@ -333,8 +339,8 @@ class _IndexedStore:
                     return 0
                 return self.compact_to(self._last - keep + 1)
             return 0
-        seqs = sorted(s for subj in self._matching_subjects(subject)
-                      for s in self._subjects[subj])
+        by_subject = self._index.by_subject
+        seqs = sorted(s for subj in self._matching_subjects(subject) for s in by_subject[subj])
         if keep:
             if keep >= len(seqs):
                 return 0
@@ -389,20 +395,20 @@ class _IndexedStore:
         n = len(self._index)
         first, last = self._first, self._last
         st = StreamState(messages=n, bytes=self._bytes, first_seq=first,
-                         first_ts=self._index[first][2] if n else 0, last_seq=last,
-                         last_ts=self._last_ts, num_subjects=len(self._subjects),
+                         first_ts=self._index.ts_of(first) if n else 0, last_seq=last,
+                         last_ts=self._last_ts, num_subjects=len(self._index.by_subject),
                          num_deleted=(last - first + 1 - n) if n else 0,
                          lost=sorted(self._lost))
         if with_deleted and n:
-            index = self._index
-            st.deleted = [s for s in range(first, last + 1) if s not in index]
+            st.deleted = self._index.missing(first, last)
         if subjects_filter is not None:
             st.subjects = self.subjects_state(subjects_filter)
         return st
 
     def subjects_state(self, subject_filter: str) -> dict[str, int]:
         """Message count per subject matching the filter ("" or ">" for all)."""
-        return {s: len(self._subjects[s]) for s in self._matching_subjects(subject_filter)}
+        by_subject = self._index.by_subject
+        return {s: len(by_subject[s]) for s in self._matching_subjects(subject_filter)}
 
     def close(self) -> None:
         """Release resources. Does not sync: call :meth:`sync` first to keep writes."""
@@ -412,13 +418,15 @@ class _IndexedStore:
 class MemoryStore(_IndexedStore):
     """The message store of a ``storage: memory`` stream; nothing survives the process."""
 
+    _WITH_OBJS = True
+
     @staticmethod
     def msg_size(subject: str, headers: bytes | None, data: bytes) -> int:
         """nats-server ``memstore.go memStoreMsgSize``: subject + headers + data + 16."""
         return len(subject.encode("utf-8", "surrogateescape")) + len(headers or b"") + len(data) + 16
 
     def _log_msg(self, seq, subject, headers, data, ts):
-        return StoredMessage(seq, subject, headers, bytes(data), ts)
+        return None, 0, 0, StoredMessage(seq, subject, headers, bytes(data), ts)
 
     def _log_tombstones(self, seqs):
         pass
@@ -426,18 +434,23 @@ class MemoryStore(_IndexedStore):
     def _log_purge_below(self, seq):
         pass
 
-    def _fetch(self, seq, entry):
-        return entry[3]
+    def _fetch(self, seq, seg, i):
+        return seg.objs[i]
 
 
 class _Block:
     """One open block file: ``live`` messages of the index it holds, ``external`` records
     it holds that affect earlier blocks (tombstones of lower sequences, purge markers);
-    ``unsure``: a failed write could not be undone (bytes past ``size`` may remain)."""
+    ``unsure``: a failed write could not be undone (bytes past ``size`` may remain);
+    ``crc``: crc32 of its ``size`` bytes (None: not known); ``pure``: it holds message
+    records only, in sequence (it may have an index file); ``indexed``: the size its index
+    file was written for (-1: none)."""
 
-    __slots__ = ("start", "path", "sf", "size", "live", "external", "unsure")
+    __slots__ = ("start", "path", "sf", "size", "live", "external", "unsure", "crc", "pure",
+                 "indexed")
 
-    def __init__(self, start: int, path: str, fd: int, size: int, owner=None) -> None:
+    def __init__(self, start: int, path: str, fd: int, size: int, owner=None,
+                 crc: int | None = 0) -> None:
         self.start = start
         self.path = path
         self.sf = SyncFile(fd, path, owner=owner, size=size)
@@ -445,6 +458,9 @@ class _Block:
         self.live = 0
         self.external = 0
         self.unsure = False
+        self.crc = crc
+        self.pure = True
+        self.indexed = -1
 
 
 class FileStore(_IndexedStore):
@@ -492,8 +508,10 @@ class FileStore(_IndexedStore):
                                      "first_seq": first_seq, "detail": detail})
 
     def _recover(self) -> None:
-        names = sorted((n for n in os.listdir(self.directory)
-                        if fmt.parse_block_name(n) is not None))
+        listing = os.listdir(self.directory)
+        names = sorted(n for n in listing if fmt.parse_block_name(n) is not None)
+        indexes = {fmt.parse_index_name(n): n for n in listing
+                   if fmt.parse_index_name(n) is not None}
         for i, name in enumerate(names):
             is_last = i == len(names) - 1
             path = os.path.join(self.directory, name)
@@ -516,22 +534,23 @@ class FileStore(_IndexedStore):
                     os.rename(path, path + ".corrupt")
                     self._gc.fsync_dir_now(self.directory)
                 continue
-            clean = fmt.scan_clean(buf)
-            if clean is not None:
-                fd = os.open(path, os.O_RDWR)
-                blk = _Block(start, path, fd, len(buf), self)
-                self._blocks.append(blk)
-                self._last = max(self._last, start - 1)
-                self._replay_clean(blk, clean, name, buf)
-                continue
-            scan = fmt.scan_block(buf, is_last)
             fd = os.open(path, os.O_RDWR)
-            blk = _Block(start, path, fd, scan.end, self)
+            blk = _Block(start, path, fd, len(buf), self, zlib.crc32(buf))
             self._blocks.append(blk)
+            self._last = max(self._last, start - 1)
+            if self._replay_index(blk, indexes.pop(start, None), buf):
+                continue
+            off = self._replay_fast(blk, name, buf)
+            if off == len(buf):
+                continue
+            blk.pure = False
+            scan = fmt.scan_block(buf, is_last, off)
             if scan.end < len(buf):
                 fileio.ftruncate(fd, scan.end, path)
                 self._gc.fsync_now(fd, path)
-            self._last = max(self._last, start - 1)
+                blk.size = scan.end
+                blk.sf.truncated(scan.end)
+                blk.crc = zlib.crc32(memoryview(buf)[:scan.end])
             events = sorted([(r.off, 0, r) for r in scan.records]
                             + [(d.offset, 1, d) for d in scan.damage],
                             key=lambda e: (e[0], e[1]))
@@ -541,60 +560,173 @@ class FileStore(_IndexedStore):
                                  ev.detail)
                 else:
                     self._replay(blk, ev, name, buf)
+        for stale in indexes.values():     # of a block gone or set aside
+            self._remove_index_file(stale)
+        for n in listing:                   # an index write cut short
+            if n.endswith(".idx.tmp"):
+                self._remove_index_file(n)
         self._fix_first()
         self._ready = True
         for blk in list(self._blocks):
             self._maybe_free(blk)
 
-    def _replay_clean(self, blk: _Block, offsets: list[int], name: str, buf: bytes) -> None:
-        """:meth:`_replay` for a block whose every record checked out (fmt.scan_clean, which
-        gives their offsets): messages in sequence go straight into the index (the common
-        case, inlined), any other record through :meth:`_replay`."""
-        index, subjects = self._index, self._subjects
-        names: dict[bytes, str] = {}
+    def _replay_index(self, blk: _Block, idx_name: str | None, buf: bytes) -> bool:
+        """Index block ``buf`` from its index file when there is one that still describes
+        it (same length and crc32, in sequence after what came before); True when done.
+        An index file that does not is removed (it is rewritten when the block is sealed or
+        the store closed)."""
+        if idx_name is None:
+            return False
+        ix = None
+        try:
+            with open(os.path.join(self.directory, idx_name), "rb") as f:
+                ix = fmt.decode_index(f.read())
+        except OSError:
+            pass
+        n = len(ix.subj) if ix is not None else 0
+        if ix is None or not n or ix.block_size != len(buf) or ix.block_crc != blk.crc \
+                or ix.base != blk.start or self._last != ix.base - 1 \
+                or fmt.BLOCK_HEADER_SIZE + sum(ix.rsz) != len(buf):
+            self._remove_index_file(idx_name)
+            return False
+        empty = not self._index.count
+        seg = self._index.add_columns(ix.base, blk, ix.names, ix.subj, ix.size, ix.rsz, ix.ts,
+                                      fmt.BLOCK_HEADER_SIZE)
+        self._bytes += sum(seg.size)
+        self._last, self._last_ts = ix.base + n - 1, ix.ts[-1]
+        if empty:
+            self._first = ix.base
+        blk.live += n
+        blk.indexed = len(buf)
+        return True
+
+    def _remove_index_file(self, name: str) -> None:
+        try:
+            os.unlink(os.path.join(self.directory, name))
+        except OSError:
+            pass
+
+    def _write_index(self, blk: _Block) -> None:
+        """Write the index file of ``blk`` when it holds message records only and has none
+        for its size yet. A cache, never fsynced: a missing, torn or stale one only makes
+        the next open walk the block (its length and crc32 are checked first)."""
+        if not blk.pure or blk.crc is None or blk.unsure or blk.indexed == blk.size \
+                or self.failed is not None:
+            return
+        seg = self._index.segment_of(blk)
+        if seg is None or seg.padded or seg.base != blk.start or not len(seg.subj) \
+                or fmt.BLOCK_HEADER_SIZE + sum(seg.rsz) != blk.size:
+            return
+        try:
+            data = fmt.encode_index(fmt.BlockIndex(blk.size, blk.crc, seg.base, seg.names,
+                                                   seg.subj, seg.size, seg.rsz, seg.ts))
+        except OverflowError:
+            return
+        path = os.path.join(self.directory, fmt.index_name(blk.start))
+        tmp = path + ".tmp"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except OSError:
+            self._remove_index_file(os.path.basename(tmp))
+            return
+        blk.indexed = blk.size
+
+    def _replay_fast(self, blk: _Block, name: str, buf: bytes) -> int:
+        """Replay the records of block ``buf`` from its header on, checking each one's
+        checksums, until the end or the first record that is not whole or fails them
+        (:func:`fmt.scan_block` then goes on from there); returns that offset. Messages in
+        sequence go straight into the index's columns (the common case, inlined), any other
+        record through :meth:`_replay`. One pass, no object per record."""
+        index = self._index
+        names: dict[bytes, tuple[int, object]] = {}
         hsize = fmt.HEADER_SIZE
         unpack = fmt.RECORD_HEADER.unpack_from
+        crc32 = zlib.crc32
+        mv = memoryview(buf)
         startswith = buf.startswith
         msg = fmt.REC_MSG
+        size_all = len(buf)
         live = 0
         nbytes = 0
         last, last_ts = self._last, self._last_ts
-        first_empty = not index
-        prev_raw, prev_len, prev_subject, prev_list = b"", -1, "", None
-        for off in offsets:
-            _h, blen, seq, ts, rtype, flags, slen, hlen, _r, _c = unpack(buf, off)
-            if rtype != msg or seq <= last:
-                self._last, self._last_ts, self._bytes = last, last_ts, self._bytes + nbytes
-                blk.live += live
-                live = nbytes = 0
-                self._replay(blk, fmt.Record(off, hsize + blen, rtype, seq, ts, flags, slen, hlen), name, buf)
-                last, last_ts = self._last, self._last_ts
-                first_empty = not index
-                prev_len, prev_list = -1, None
-                continue
-            a = off + hsize
-            if slen == prev_len and startswith(prev_raw, a):
-                subject, lst = prev_subject, prev_list
-            else:
-                raw = buf[a:a + slen]
-                subject = names.get(raw)
-                if subject is None:
-                    subject = names[raw] = raw.decode("utf-8", "surrogateescape")
-                lst = subjects.get(subject)
-                if lst is None:
-                    lst = subjects[subject] = []
-                prev_raw, prev_len, prev_subject, prev_list = raw, slen, subject, lst
-            # 30 + subject + data (+ 4 + headers): msg_size, from the record's body length
-            size = 30 + blen + (4 if hlen else 0)
-            index[seq] = (subject, size, ts, (blk, off, hsize + blen))
-            lst.append(seq)
-            nbytes += size
-            live += 1
-            last, last_ts = seq, ts
-            if first_empty:
-                self._first = seq
-                first_empty = False
+        first_empty = not index.count
+        prev_raw, prev_len, prev_sid, prev_list = b"", -1, 0, None
+        seg = None
+        seg_end = 0
+        off = fmt.BLOCK_HEADER_SIZE
+        try:
+            while off < size_all:
+                if size_all - off < hsize:
+                    break
+                hcrc, blen, seq, ts, rtype, flags, slen, hlen, _r, crc = unpack(buf, off)
+                end = off + hsize + blen
+                if end > size_all or slen + hlen > blen:
+                    break
+                hc = crc32(mv[off + 4:off + 36])
+                if hc != hcrc or crc32(mv[off + hsize:end], hc) != crc:
+                    break
+                if rtype != msg or seq <= last or seq != seg_end:
+                    self._end_run(blk, seg, live, nbytes, last, last_ts)
+                    live = nbytes = 0
+                    if rtype != msg or seq <= last:
+                        blk.pure = False
+                        self._replay(blk, fmt.Record(off, hsize + blen, rtype, seq, ts, flags,
+                                                     slen, hlen), name, buf)
+                        last, last_ts = self._last, self._last_ts
+                        first_empty = not index.count
+                        prev_len, prev_list = -1, None
+                        seg, seg_end = None, 0
+                        off = end
+                        continue
+                    seg = index.segment_for(seq, blk)
+                    seg_end = seg.end
+                    subj_a, size_a, ts_a = seg.subj.append, seg.size.append, seg.ts.append
+                    off_a, rsz_a = seg.off.append, seg.rsz.append
+                    names.clear()
+                    prev_len, prev_list = -1, None
+                a = off + hsize
+                if slen == prev_len and startswith(prev_raw, a):
+                    sid, lst = prev_sid, prev_list
+                else:
+                    raw = buf[a:a + slen]
+                    got = names.get(raw)
+                    if got is None:
+                        subject = raw.decode("utf-8", "surrogateescape")
+                        got = names[raw] = (seg.local_id(subject), index.seqs_of(subject))
+                    sid, lst = got
+                    prev_raw, prev_len, prev_sid, prev_list = raw, slen, sid, lst
+                # 30 + subject + data (+ 4 + headers): msg_size, from the body length
+                msize = 30 + blen + (4 if hlen else 0)
+                subj_a(sid)
+                size_a(msize)
+                ts_a(ts)
+                off_a(off)
+                rsz_a(hsize + blen)
+                lst.append(seq)
+                seg_end += 1
+                nbytes += msize
+                live += 1
+                last, last_ts = seq, ts
+                if first_empty:
+                    self._first = seq
+                    first_empty = False
+                off = end
+        finally:
+            mv.release()
+        self._end_run(blk, seg, live, nbytes, last, last_ts)
+        return off
+
+    def _end_run(self, blk: _Block, seg: Segment | None, live: int, nbytes: int, last: int,
+                 last_ts: int) -> None:
+        """Account for the ``live`` messages (``nbytes`` bytes) :meth:`_replay_fast` just
+        appended to ``seg``'s columns; ``last``/``last_ts``: the last of them."""
         self._last, self._last_ts, self._bytes = last, last_ts, self._bytes + nbytes
+        self._index.count += live
+        if seg is not None:
+            seg.live += live
+            seg.present.extend(b"\x01" * live)
         blk.live += live
 
     def _replay(self, blk: _Block, rec: fmt.Record, name: str, buf: bytes) -> None:
@@ -615,8 +747,7 @@ class FileStore(_IndexedStore):
                 return
             a = rec.off + fmt.HEADER_SIZE
             subject = buf[a:a + rec.subject_len].decode("utf-8", "surrogateescape")
-            self._add(rec.seq, subject, self._size_of(rec), rec.ts,
-                      (blk, rec.off, rec.size))
+            self._add(rec.seq, subject, self._size_of(rec), rec.ts, blk, rec.off, rec.size)
             blk.live += 1
         elif rec.rtype == fmt.REC_TOMBSTONE:
             if rec.seq < blk.start:
@@ -667,6 +798,8 @@ class FileStore(_IndexedStore):
                 blk.unsure = True
             raise self.fail(storage_error("write", blk.path, exc)) from exc
         blk.size += len(buf)
+        if blk.crc is not None:
+            blk.crc = zlib.crc32(buf, blk.crc)
         self._gc.mark_dirty(blk.sf)
         return off
 
@@ -701,6 +834,7 @@ class FileStore(_IndexedStore):
             prev = blk
             blk = self._new_block(new_block_at or self._last + 1, fmt.encode_block_header() + buf)
             if prev is not None:
+                self._write_index(prev)
                 self._maybe_free(prev)
             return blk, fmt.BLOCK_HEADER_SIZE
         return blk, self._write(blk, buf)
@@ -727,7 +861,7 @@ class FileStore(_IndexedStore):
             blk.size + len(buf) > self.block_bytes
         blk, off = self._append(buf, seq if roll else 0)
         blk.live += 1
-        return blk, off, len(buf)
+        return blk, off, len(buf), None
 
     def _log_tombstones(self, seqs):
         self._check_writable()
@@ -735,6 +869,7 @@ class FileStore(_IndexedStore):
         for s in seqs:
             fmt.encode_record(buf, fmt.REC_TOMBSTONE, s, 0)
         blk, _ = self._append(buf)
+        blk.pure = False
         blk.external += sum(1 for s in seqs if s < blk.start)
 
     def _log_purge_below(self, seq):
@@ -742,10 +877,10 @@ class FileStore(_IndexedStore):
         buf = bytearray()
         fmt.encode_record(buf, fmt.REC_PURGE, seq, self._last_ts)
         blk, _ = self._append(buf)
+        blk.pure = False
         blk.external += 1
 
-    def _on_dropped(self, entry):
-        blk = entry[3][0]
+    def _on_dropped(self, blk):
         blk.live -= 1
         if blk.live == 0 and self._ready:
             self._maybe_free(blk)
@@ -826,12 +961,13 @@ class FileStore(_IndexedStore):
                 fileio.unlink(blk.path)
             except OSError:
                 pass    # its records no longer matter (durably emptied): space, not data
+            self._remove_index_file(fmt.index_name(blk.start))
         if doomed:
             self._gc.mark_dir_dirty(self.directory, self)
 
     # --- reading ---------------------------------------------------------------------
-    def _fetch(self, seq, entry):
-        blk, off, size = entry[3]
+    def _fetch(self, seq, seg, i):
+        blk, off, size = seg.owner, seg.off[i], seg.rsz[i]
         buf = os.pread(blk.sf.fd, size, off)
         got = fmt.read_header(buf, 0)
         if got is None or got[0].size != size or got[0].seq != seq \
@@ -845,6 +981,8 @@ class FileStore(_IndexedStore):
         closing without it is what a crash looks like to the files)."""
         if self._closed:
             return
+        for blk in self._blocks:
+            self._write_index(blk)
         self._closed = True
         self._gc.forget_owner(self)
         for blk in self._blocks + self._doomed:

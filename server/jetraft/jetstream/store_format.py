@@ -32,12 +32,20 @@ flipped a bit: such a message is known by number and reported lost, never served
 lesson of nats-server #7549: Jepsen's bit flips in ``.blk`` files lost acknowledged
 messages silently). Checksums are per record, not chained: messages are removed
 individually, and a flipped bit must cost one message, not the rest of the block.
+
+Index file ``NNN.idx`` (a cache beside a block of message records only; see
+:class:`BlockIndex`): a 44-byte header (magic ``b"JRIDX\n"``, u16 version 1, u64 block
+length, u32 block crc32, u64 first sequence, u32 records, u32 subjects, u32 subject bytes,
+u32 crc32 of header and body), then the subjects' lengths (u32 each) and bytes, then the
+columns: subject number (i32), size (i32), record bytes (u32), ts (i64) per record.
 """
 
 from __future__ import annotations
 
 import struct
+import sys
 import zlib
+from array import array
 from dataclasses import dataclass, field
 
 from jetraft.raft.storage import wal
@@ -172,8 +180,9 @@ class BlockScan:
     end: int = 0
 
 
-def scan_block(buf, is_last: bool) -> BlockScan:
-    """Walk the records after the header of a block's bytes ``buf``.
+def scan_block(buf, is_last: bool, start: int = BLOCK_HEADER_SIZE) -> BlockScan:
+    """Walk the records of a block's bytes ``buf`` from offset ``start`` (a record
+    boundary: by default the first record, after the block header).
 
     A record whose header checks out but whose body does not is a checksum mismatch of
     that one record (its sequence is known). A damaged header means the lengths cannot be
@@ -184,7 +193,7 @@ def scan_block(buf, is_last: bool) -> BlockScan:
     """
     size = len(buf)
     scan = BlockScan(end=size)
-    off = BLOCK_HEADER_SIZE
+    off = start
     gap = 0
     while off < size:
         got = read_header(buf, off)
@@ -217,33 +226,6 @@ def scan_block(buf, is_last: bool) -> BlockScan:
     return scan
 
 
-def scan_clean(buf) -> list[int] | None:
-    """The offsets of the records of a block's bytes ``buf`` (block header checked by the
-    caller) when every record is whole and checks out; None at the first that does not
-    (then :func:`scan_block` tells what is wrong). The fast path of a store's recovery: no
-    object per record (the caller reads each header again with ``RECORD_HEADER``)."""
-    size = len(buf)
-    mv = memoryview(buf)
-    unpack = _unpack_hdr
-    crc32 = _crc32
-    out: list[int] = []
-    append = out.append
-    off = BLOCK_HEADER_SIZE
-    while off < size:
-        if size - off < HEADER_SIZE:
-            return None
-        hcrc, blen, _seq, _ts, _rtype, _flags, slen, hlen, _res, crc = unpack(buf, off)
-        end = off + HEADER_SIZE + blen
-        if end > size or slen + hlen > blen:
-            return None
-        hc = crc32(mv[off + 4:off + 36])
-        if hc != hcrc or crc32(mv[off + HEADER_SIZE:end], hc) != crc:
-            return None
-        append(off)
-        off = end
-    return out
-
-
 def _resync(buf, start: int) -> int | None:
     """The first offset >= ``start`` where a whole, valid record starts, or None."""
     size = len(buf)
@@ -252,3 +234,107 @@ def _resync(buf, start: int) -> int | None:
         if got is not None and off + got[0].size <= size and body_ok(buf, got[0], got[1]):
             return off
     return None
+
+
+# --- block index files: a block's index columns, so that opening need not walk it -------
+
+INDEX_MAGIC = b"JRIDX\n"
+INDEX_VERSION = 1
+#: magic, version, block_size, block_crc, base, n, nsubj, names_len, crc
+INDEX_HEADER = struct.Struct("<6sHQIQIIII")
+INDEX_HEADER_SIZE = INDEX_HEADER.size                     # 44
+
+
+def index_name(first_seq: int) -> str:
+    """The file name of the index of block ``first_seq`` (``NNN.idx`` beside ``NNN.blk``)."""
+    return block_name(first_seq)[:-4] + ".idx"
+
+
+def parse_index_name(name: str) -> int | None:
+    """The number in an index file name, or None if ``name`` is not one."""
+    return parse_block_name(name[:-4] + ".blk") if name.endswith(".idx") else None
+
+
+@dataclass(slots=True)
+class BlockIndex:
+    """What an index file holds for a block of message records only, in sequence
+    ``base, base + 1, ...``: the block's length (bytes) and crc32 when it was written (an
+    index is used only when both still match the block: a cut, grown or damaged block
+    is walked instead), the block's subjects, and per record: subject (an index into
+    ``names``), size (bytes it counts for), record bytes,
+    ts (ns). A record's offset is the block header plus the record bytes before it. The
+    index describes the block's own records only (every message present), so that a
+    store opened from it is exactly the store the block's bytes give."""
+
+    block_size: int
+    block_crc: int
+    base: int
+    names: list[str]
+    subj: array
+    size: array
+    rsz: array
+    ts: array
+
+
+def _le(a: array) -> bytes:
+    if sys.byteorder == "big":
+        a = array(a.typecode, a)
+        a.byteswap()
+    return a.tobytes()
+
+
+def _from_le(typecode: str, buf) -> array:
+    a = array(typecode)
+    a.frombytes(buf)
+    if sys.byteorder == "big":
+        a.byteswap()
+    return a
+
+
+def encode_index(ix: BlockIndex) -> bytes:
+    """The bytes of an index file. Raises OverflowError when a column does not fit its
+    width (a record of 2 GiB or more): such a block has no index."""
+    raw = [n.encode("utf-8", "surrogateescape") for n in ix.names]
+    lens = array("I", [len(r) for r in raw])
+    blob = b"".join(raw)
+    body = b"".join((_le(lens), blob, _le(array("i", ix.subj)), _le(array("i", ix.size)),
+                     _le(array("I", ix.rsz)), _le(array("q", ix.ts))))
+    head = INDEX_HEADER.pack(INDEX_MAGIC, INDEX_VERSION, ix.block_size, ix.block_crc, ix.base,
+                             len(ix.subj), len(raw), len(blob), 0)
+    crc = _crc32(body, _crc32(head[:-4]))
+    return head[:-4] + struct.pack("<I", crc) + body
+
+
+def decode_index(buf) -> BlockIndex | None:
+    """The index in ``buf``, or None when it is not a whole, valid index file of this
+    version (its own crc32 over header and body fails, or its lengths do not add up)."""
+    if len(buf) < INDEX_HEADER_SIZE:
+        return None
+    magic, version, bsize, bcrc, base, n, nsubj, names_len, crc = INDEX_HEADER.unpack_from(buf)
+    if magic != INDEX_MAGIC or version != INDEX_VERSION:
+        return None
+    if len(buf) != INDEX_HEADER_SIZE + 4 * nsubj + names_len + 20 * n:
+        return None
+    mv = memoryview(buf)
+    try:
+        if _crc32(mv[INDEX_HEADER_SIZE:], _crc32(mv[:INDEX_HEADER_SIZE - 4])) != crc:
+            return None
+        off = INDEX_HEADER_SIZE
+        lens = _from_le("I", mv[off:off + 4 * nsubj])
+        off += 4 * nsubj
+        names = []
+        for ln in lens:
+            names.append(bytes(mv[off:off + ln]).decode("utf-8", "surrogateescape"))
+            off += ln
+        if off != INDEX_HEADER_SIZE + 4 * nsubj + names_len:
+            return None
+        cols = []
+        for code, width in (("i", 4), ("i", 4), ("I", 4), ("q", 8)):
+            cols.append(_from_le(code, mv[off:off + width * n]))
+            off += width * n
+    finally:
+        mv.release()
+    subj = cols[0]
+    if n and (max(subj) >= nsubj or min(subj) < 0):
+        return None
+    return BlockIndex(bsize, bcrc, base, names, *cols)

@@ -430,10 +430,10 @@ def test_state_round_trip():
 class CorruptStore(MemoryStore):
     bad = {2}
 
-    def _fetch(self, seq, entry):
+    def _fetch(self, seq, seg, i):
         if seq in self.bad:
             raise CorruptMessage(f"message {seq}")
-        return super()._fetch(seq, entry)
+        return super()._fetch(seq, seg, i)
 
 
 def test_corrupt_message_skipped():

@@ -179,6 +179,9 @@ class ClusterController:
         self._origins: OrderedDict[str, str] = OrderedDict()
         self._origin: str | None = None      # the origin of the request being handled
         self._last_peer_change_ns: int | None = None
+        #: replicas this server is leaving that saw a leader named in the assignment
+        #: (see :meth:`_maybe_leave`)
+        self._leaving: set[Key] = set()
         self._now = 0                        # ns since the epoch, of the input being handled
 
     def _take(self) -> list[Any]:
@@ -205,9 +208,13 @@ class ClusterController:
         for key in self.view.replica_keys():
             group = self.view.group(key)
             replica = self.view.replica(key)
-            if replica is None or group is None or not group.is_leader:
+            if replica is None or group is None:
                 continue
             sa = self.meta.streams.get(key)
+            if not group.is_leader:
+                if sa is not None and self.me not in sa.peers:
+                    self._maybe_leave(key, group, sa)
+                continue
             if sa is not None:
                 self._reconcile_peers(group, sa)
             self._maybe_tick(key, replica, group, now_ns, mono_ns)
@@ -224,18 +231,91 @@ class ClusterController:
         self._out.append(OpenMeta(tuple(sorted({self.me, *js_peers}))))
 
     def _reconcile_peers(self, group: GroupView, sa: StreamAssignment) -> None:
+        """On the group's leader, one membership step towards ``sa.peers``: remove an extra
+        peer, else add a missing one (one change at a time, thesis §4.1). A leader the
+        assignment no longer names hands over before it lets go of its copy (see
+        :meth:`_reconcile_leaving`)."""
         want = set(sa.peers)
         have = set(group.peers)
+        if self.me not in want:
+            self._reconcile_leaving(group, sa)
+            return
         extra = sorted(have - want)
         if extra:
-            if extra[0] == self.me:
-                self._out.append(ChangePeer(group.name, "step_down"))
-            else:
-                self._out.append(ChangePeer(group.name, "remove", extra[0]))
+            self._out.append(ChangePeer(group.name, "remove", extra[0]))
             return
         missing = sorted(want - have)
         if missing:
             self._out.append(ChangePeer(group.name, "add", missing[0]))
+
+    def _reconcile_leaving(self, group: GroupView, sa: StreamAssignment) -> None:
+        """The leader of a group whose assignment no longer names this server (a peer-remove
+        of the leader). In order, one step per tick:
+
+        1. another extra peer is removed first (the usual order);
+        2. when no other member of the group stays (R1: group {A}, assigned {C}), a missing
+           peer is added first: this server holds the only copy;
+        3. once a quorum of the members that stay are current (caught up, and not fetching
+           a snapshot's messages), the leader proposes its own removal. The change commits
+           only once a quorum of the new configuration holds the log up to it; the RAFT core
+           then hands leadership to the most up-to-date member with TimeoutNow (thesis
+           §4.2.2), whose reconciliation adds the missing peers. This server closes and
+           deletes its replica once its configuration no longer names it and it no longer
+           leads (:meth:`_maybe_leave`).
+
+        (nats-server jetstream_cluster.go: a stream leader no longer in its group's peers
+        hands its leadership over before the replica is removed.) A step the RAFT group
+        refuses (a change in flight) is asked again on the next tick."""
+        me = self.me
+        want = set(sa.peers)
+        if me not in group.peers:
+            return      # our removal is appended: the RAFT core steps down once it commits
+        others = [p for p in group.peers if p != me]
+        extra = sorted(p for p in others if p not in want)
+        if extra:
+            self._out.append(ChangePeer(group.name, "remove", extra[0]))
+            return
+        if not others:
+            missing = sorted(want - set(group.peers))
+            if missing:
+                self._out.append(ChangePeer(group.name, "add", missing[0]))
+            return
+        current = {r["name"] for r in group.replicas(self._now) if r.get("current")}
+        if sum(1 for p in others if p in current) >= len(others) // 2 + 1:
+            self._out.append(ChangePeer(group.name, "remove", me))
+
+    def _maybe_leave(self, key: Key, group: GroupView | None, sa: StreamAssignment) -> None:
+        """A replica of a stream whose assignment no longer names this server: closed and
+        deleted when that loses nothing. A leader never lets go (it hands over first, see
+        :meth:`_reconcile_leaving`). A follower does when:
+
+        - its group's configuration no longer names it (its removal reached its log; a
+          former leader steps down only once that is committed);
+        - the other members form a quorum of the configuration without it (R3 and more:
+          they commit and elect without it);
+        - otherwise (a configuration of two, R2): once a leader this server saw, named in
+          the assignment, went silent (no leader known): the leader stops sending to a
+          removed peer at once, so until then it may still need this server's
+          acknowledgements (a new leader commits an entry of its term before any change).
+        """
+        if group is None:
+            self._leaving.discard(key)
+            self._drop_replica(key, delete=True)
+            return
+        if group.is_leader:
+            return
+        me = self.me
+        peers = group.peers
+        others = [p for p in peers if p != me]
+        leader = group.leader
+        if me in peers and len(others) < len(peers) // 2 + 1:
+            if leader is not None and leader != me and leader in sa.peers:
+                self._leaving.add(key)
+                return
+            if leader is not None or key not in self._leaving:
+                return
+        self._leaving.discard(key)
+        self._drop_replica(key, delete=True)
 
     def _maybe_tick(self, key: Key, replica: StreamReplica, group: GroupView, now: int,
                     mono_ns: int) -> None:
@@ -295,7 +375,7 @@ class ClusterController:
         if kind in ("stream_added", "stream_updated", "stream_peers_changed"):
             now = self.meta.streams.get((sa.account, sa.name))
             if now is not None and now.group == sa.group:
-                self._ensure_replica(sa, kind)
+                self._ensure_replica(sa, kind, change.old_peers)
         elif kind == "stream_removed":
             self._drop_replica((sa.account, sa.name), delete=True)
             self._answer_meta("delete", sa.account, sa.name, {"success": True})
@@ -338,12 +418,17 @@ class ClusterController:
             placement_tags=tuple(getattr(placement, "tags", None) or ()) if placement else (),
             exclude=exclude, existing=existing, load=self.meta.load())
 
-    def _ensure_replica(self, sa: StreamAssignment, kind: str) -> None:
+    def _ensure_replica(self, sa: StreamAssignment, kind: str,
+                        old_peers: tuple[str, ...] = ()) -> None:
+        """Open this server's replica of ``sa`` if it names this server and none is open;
+        let go of one it no longer names once that loses nothing (:meth:`_maybe_leave`).
+        A peer-remove (``stream_peers_changed``, ``old_peers`` the peers before) is answered
+        here on the meta leader, once its entry is applied."""
         key = (sa.account, sa.name)
         peers_changed = kind == "stream_peers_changed"
         if self.me not in sa.peers:
             if self.view.replica(key) is not None:
-                self._drop_replica(key, delete=True)
+                self._maybe_leave(key, self.view.group(key), sa)
             if peers_changed:
                 self._answer_meta("peer-remove", sa.account, sa.name, {"success": True})
             return
@@ -353,15 +438,21 @@ class ClusterController:
             if peers_changed:
                 self._answer_meta("peer-remove", sa.account, sa.name, {"success": True})
             return
-        # A replacement joins the group as it is now (the others); its log then replays
-        # every membership change, each a no-op or a step towards the current peers.
-        bootstrap = tuple(p for p in sa.peers if p != self.me) if peers_changed else tuple(sa.peers)
+        # A replacement joins the group as it was before the change (the former peers but
+        # itself: the group of an R1 stream whose only peer is removed is that peer); its
+        # log then replays every membership change, each a no-op or a step towards the
+        # current peers.
+        if peers_changed:
+            bootstrap = tuple(p for p in (old_peers or sa.peers) if p != self.me)
+        else:
+            bootstrap = tuple(sa.peers)
         campaign = not peers_changed and bool(sa.peers) and sa.peers[0] == self.me
         then = (self._meta_answer("peer-remove", sa.account, sa.name, {"success": True})
                 if peers_changed else [])
         self._out.append(OpenReplica(sa, bootstrap, campaign, tuple(then)))
 
     def _drop_replica(self, key: Key, *, delete: bool) -> None:
+        self._leaving.discard(key)
         self._set_leader_interest(key, False)
         self._out.append(CloseReplica(key, delete))
 
@@ -376,8 +467,10 @@ class ClusterController:
                 self._ensure_replica(sa, "stream_added")
         for key in self.view.replica_keys():
             sa = self.meta.streams.get(key)
-            if sa is None or self.me not in sa.peers:
+            if sa is None:
                 self._drop_replica(key, delete=True)
+            elif self.me not in sa.peers:
+                self._maybe_leave(key, self.view.group(key), sa)
         return self._take()
 
     def reopen_replica(self, key: Key, now_ns: int) -> list[Any]:
@@ -928,18 +1021,41 @@ class ClusterController:
         remaining = tuple(p for p in sa.peers if p != peer)
         try:
             new = self._place(sa, exclude=(peer,), existing=remaining)
-        except PlacementError:
-            raise E.peer_remap() from None
+        except PlacementError as exc:
+            reason = self._remap_reason(sa, exc)
+            self._emit("jetstream_placement_failed", account=acc.name, stream=stream,
+                       replicas=len(sa.peers), reason=reason)
+            raise E.peer_remap(reason) from None
         added = [p for p in new if p not in remaining]
         replacement = added[0] if added else None
         if replacement is None:
-            raise E.peer_remap()
+            raise E.peer_remap(self._remap_reason(sa, PlacementError()))
         self._propose_meta(encode_replace_stream_peer(acc.name, stream, peer, replacement),
                            acc.name, reply, rtype)
         self._meta_replies[("peer-remove", acc.name, stream)] = (reply, rtype)
         self._emit("jetstream_peer_removed", account=acc.name, stream=stream, group=sa.group,
                    peer=peer, replacement=replacement)
         return True
+
+    def _remap_reason(self, sa: StreamAssignment, err: PlacementError) -> str:
+        """Why no server can replace a peer of ``sa``: the placement error's description
+        (nats-server jetstream_cluster.go selectPeerError, errors.json
+        JSClusterNoPeersErrF: "no suitable peers for placement, server tag not unique"),
+        then what the servers outside the group lack, e.g. ``"no suitable peers for
+        placement, server tag not unique (no server outside n1, n3, n5 in a zone the stream
+        does not use, unique_tag 'az:')"``."""
+        group = ", ".join(sorted(sa.peers))
+        spare = [p for p in self._peer_infos() if p.jetstream and p.name not in sa.peers]
+        if not spare:
+            detail = f"no server outside {group}"
+        elif err.unique_tag:
+            detail = (f"no server outside {group} in a zone the stream does not use, "
+                      f"unique_tag '{self.unique_tag}'")
+        elif err.offline and not any(p.online for p in spare):
+            detail = f"every server outside {group} is offline"
+        else:
+            detail = f"no server outside {group} qualifies"
+        return f"{err.description} ({detail})"
 
     def _system_api(self, account: str, subject: str, reply: str | None, headers: bytes | None,
                     payload: bytes, hops: int) -> bool:

@@ -45,6 +45,10 @@ class GroupView(Protocol):
     def is_leader(self) -> bool: ...
     @property
     def peers(self) -> tuple[str, ...]: ...
+    def replicas(self, now_ns: int) -> list[dict]:
+        """On the leader, per other peer: ``name``, ``current`` (online, caught up), ...;
+        [] on a follower (RaftGroup.replicas)."""
+        ...
 
 
 class RoutePeerView(Protocol):

@@ -749,9 +749,14 @@ def raft_general(err: Any) -> JSApiError:
     return api_error("JSRaftGeneralErrF", err=err)
 
 
-def peer_remap() -> JSApiError:
-    """10075 (503) "peer remap failed" -- JSPeerRemapErr."""
-    return api_error("JSPeerRemapErr")
+def peer_remap(reason: str = "") -> JSApiError:
+    """10075 (503) "peer remap failed" -- JSPeerRemapErr; with ``reason``, the description
+    is ``"peer remap failed: <reason>"`` (nats-server answers the bare text; jetraft says
+    why, in the words of JSClusterNoPeersErrF's placement reasons)."""
+    err = api_error("JSPeerRemapErr")
+    if reason:
+        err = JSApiError(err.code, err.err_code, f"{err.description}: {reason}", err.constant)
+    return err
 
 
 def stream_assignment(err: Any) -> JSApiError:

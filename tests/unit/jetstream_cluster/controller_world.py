@@ -64,10 +64,18 @@ class Group:
     leader: str | None = None
     refuse: bool = False
     proposals: list[bytes] = field(default_factory=list)
+    #: the other peers its leader reports current (None: all of them)
+    current: set[str] | None = None
 
     @property
     def is_leader(self) -> bool:
         return self.leader == ME
+
+    def replicas(self, now_ns: int) -> list[dict]:
+        if not self.is_leader:
+            return []
+        return [{"name": p, "current": self.current is None or p in self.current}
+                for p in self.peers if p != ME]
 
 
 @dataclass

@@ -184,12 +184,15 @@ class Cluster:
 
     def start(self, names: Sequence[str] | None = None) -> Cluster:
         """Start the servers (all by default) together, then wait until each is ready
-        (TCP and /healthz). Raises ServerStartError with the outputs when one is not."""
+        (TCP and /healthz). Some of them only (a restart): ready once listening
+        (``/healthz?js-server-only=true``), as a restarted replica may take a while to be
+        current. Raises ServerStartError with the outputs when one is not."""
         __tracebackhide__ = True
         started = [self._launch(n) for n in (names or list(self.members))]
         deadline = time.monotonic() + self.ready_timeout
+        path = "/healthz" if names is None else "/healthz?js-server-only=true"
         for server in started:
-            reason = servers._wait_ready(server, deadline)
+            reason = servers._wait_ready(server, deadline, path)
             if reason is not None:
                 raise ServerStartError(f"{self.kind} {server.config_path.stem} failed to start "
                                        f"({reason})\n{server.output()}")

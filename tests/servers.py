@@ -196,21 +196,22 @@ def _tcp_ready(port: int) -> bool:
         return False
 
 
-def _healthz_ready(server: RunningServer) -> bool:
-    """True when the monitoring port answers ``/healthz`` with HTTP 200."""
+def _healthz_ready(server: RunningServer, path: str = "/healthz") -> bool:
+    """True when the monitoring port answers ``path`` (``/healthz``) with HTTP 200."""
     try:
-        status, _ = server.http_get("/healthz", timeout=0.5)
+        status, _ = server.http_get(path, timeout=0.5)
     except OSError:
         return False
     return status == 200
 
 
-def _wait_ready(server: RunningServer, deadline: float) -> str | None:
-    """Poll until ready; return None when ready, else the reason it is not."""
+def _wait_ready(server: RunningServer, deadline: float, path: str = "/healthz") -> str | None:
+    """Poll until ready (TCP, then ``path`` answers 200); return None when ready, else the
+    reason it is not."""
     while time.monotonic() < deadline:
         if not server.alive():
             return f"exited with code {server.proc.returncode}"
-        if _tcp_ready(server.port) and (server.http_port is None or _healthz_ready(server)):
+        if _tcp_ready(server.port) and (server.http_port is None or _healthz_ready(server, path)):
             return None
         time.sleep(0.02)
     return "not ready before the deadline"

@@ -110,6 +110,8 @@ class ClusterJetStream:
         self.replicas: dict[Key, StreamReplica] = {}
         self.groups: dict[Key, RaftGroup] = {}
         self.meta_snapshot_ns = 0          # when the meta state was last snapshotted
+        self._routed = False               # a route came up since start (/healthz)
+        self._route_down_ns: dict[str, int] = {}   # peer -> time.time_ns() its route went down
         self.controller = ClusterController(
             server_name=server.server_name, cluster_name=self.cluster_name,
             server_tags=tuple(server.config.server_tags), unique_tag=service.config.unique_tag,
@@ -186,6 +188,19 @@ class ClusterJetStream:
     def storage_failed(self, group: str) -> bool:
         return group in self.storage_failures
 
+    def routed_since_start(self) -> bool:
+        """Whether a route to another server came up since this server started (until
+        then the meta layer is recovering: nats-server raft.go waits for routes before it
+        signals the end of its replay)."""
+        return self._routed
+
+    def route_down_since(self, name: str) -> int | None:
+        """Wall-clock ns (time.time_ns) since which the route to server ``name`` is down,
+        or None while it is up (or never came up since this server started)."""
+        if name in self.routes.peers:
+            return None
+        return self._route_down_ns.get(name)
+
     # ------------------------------------------------------------------ inputs
 
     def interest(self, account: str, subject: str) -> bool:
@@ -205,6 +220,11 @@ class ClusterJetStream:
         return self.routes.send_app(peer, "raft", payload)
 
     def _on_peer_change(self, name: str, connected: bool) -> None:
+        if connected:
+            self._routed = True
+            self._route_down_ns.pop(name, None)
+        elif name:
+            self._route_down_ns[name] = time.time_ns()
         self.controller.peer_changed(name, connected, time.monotonic_ns())
         if connected:
             self.host.peer_up(name)
@@ -467,15 +487,20 @@ class ClusterJetStream:
                     item["lag"] = int(r["lag"])
                 item["peer"] = peer_hash(r["name"])
                 replicas.append(item)
-        else:   # a follower knows the leader's liveness only (nats-server does the same)
+        else:   # a follower knows the leader's liveness and which routes are down
             for name in group.peers:
                 if name == self.server.server_name:
                     continue
                 seen = group.heard_ns(name)
-                current = name == group.leader and seen is not None
-                replicas.append({"name": name, "current": current,
-                                 "active": max(0, now - seen) if current else 0,
-                                 "peer": peer_hash(name)})
+                offline = name not in self.routes.peers or name in self.host.down
+                current = name == group.leader and seen is not None and not offline
+                item = {"name": name, "current": current,
+                        "active": max(0, now - seen) if current else 0, "peer": peer_hash(name)}
+                if offline:     # active: since it was last heard or its route went down
+                    item["offline"] = True
+                    last = max(seen or 0, self.route_down_since(name) or 0)
+                    item["active"] = max(0, now - last) if last else 0
+                replicas.append(item)
         if replicas:
             out["replicas"] = sorted(replicas, key=lambda r: r["name"])
         return out

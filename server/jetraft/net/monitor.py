@@ -1,5 +1,5 @@
 """Monitoring over HTTP on the ``http``/``-m`` port (or HTTPS on ``https``/``-ms``): /healthz,
-/varz, /connz, /subsz, /routez.
+/varz, /connz, /subsz, /routez, /jsz.
 
 Served by hypercorn (ASGI on trio). Field names, types and units follow nats-server
 server/monitor.go: durations are integer nanoseconds, times RFC 3339 UTC, uptime a Go-style
@@ -25,6 +25,8 @@ from hypercorn.trio import serve
 from jetraft import NATS_COMPAT_VERSION, __version__
 from jetraft.events import rfc3339_ns
 from jetraft.jetstream.model import format_time
+from jetraft.net.js_health import HealthzOptions
+from jetraft.net.js_health import healthz as js_healthz
 
 if TYPE_CHECKING:
     from jetraft.net.ports import MonitorHost
@@ -37,12 +39,21 @@ def _ns(seconds: float) -> int:
     return int(seconds * NS)
 
 
-def healthz(server: MonitorHost) -> tuple[int, dict[str, Any]]:
-    """``/healthz``: 200 ``{"status":"ok"}``, or 503 with the reason."""
-    if server.healthy:
-        return 200, {"status": "ok"}
-    reason = "lame duck mode" if server.lame_duck_mode else "server shutting down"
-    return 503, {"status": "unavailable", "error": reason}
+def healthz(server: MonitorHost, params: dict[str, list[str]] | None = None) -> tuple[int, dict[str, Any]]:
+    """``/healthz``: 200 ``{"status":"ok"}``, or 503 (400, 404) with the reason; the
+    checks and the query (``js-enabled-only``, ``js-server-only``, ``js-meta-only``,
+    ``account``, ``stream``, ``consumer``, ``details``) are described in
+    :mod:`jetraft.net.js_health` (nats-server server/monitor.go HandleHealthz). Raises
+    QueryError for a boolean nats-server refuses."""
+    params = params or {}
+    flags = {key: _flag(params, key) for key in ("js-enabled", "js-enabled-only", "js-server-only",
+                                                 "js-meta-only", "details")}
+    opts = HealthzOptions(
+        js_enabled_only=flags["js-enabled-only"] or flags["js-enabled"],
+        js_server_only=flags["js-server-only"], js_meta_only=flags["js-meta-only"],
+        account=params.get("account", [""])[0], stream=params.get("stream", [""])[0],
+        consumer=params.get("consumer", [""])[0], details=flags["details"])
+    return js_healthz(server, opts)
 
 
 def varz(server: MonitorHost) -> dict[str, Any]:
@@ -332,7 +343,7 @@ def make_app(server: MonitorHost):
         if method not in ("GET", "HEAD"):
             status, body = 405, {"error": "method not allowed"}
         elif path == "/healthz":
-            status, body = healthz(server)
+            status, body = healthz(server, params)
         elif path == "/varz":
             body = varz(server)
         elif path == "/connz":

@@ -122,8 +122,20 @@ def meta_view(answers: list[dict]) -> tuple[dict | None, str | None]:
     return (metas[0][1], metas[0][0]) if metas else (None, None)
 
 
-def meta_rows(meta: dict, viewer: str | None) -> list[tuple]:
-    """Rows of the meta group table: the leader (marked *), then each other peer."""
+def offline_peers(answers: list[dict]) -> set[str]:
+    """The meta peers some answering server sees offline (``offline: true`` in its
+    ``meta_cluster.replicas``), less the servers that answered (they are up)."""
+    answered = {a.get("server", {}).get("name") for a in answers}
+    out: set[str] = set()
+    for a in answers:
+        meta = a.get("data", {}).get("meta_cluster") or {}
+        out.update(p.get("name") for p in meta.get("replicas") or [] if p.get("offline"))
+    return out - answered
+
+
+def meta_rows(meta: dict, viewer: str | None, offline: set[str] | frozenset[str] = frozenset()) -> list[tuple]:
+    """Rows of the meta group table: the leader (marked *), then each other peer; a peer
+    in ``offline`` (see :func:`offline_peers`) is shown offline and not current."""
     leader = meta.get("leader") or ""
     rows: list[tuple] = []
     if leader:
@@ -135,7 +147,8 @@ def meta_rows(meta: dict, viewer: str | None) -> list[tuple]:
             continue
         seen.add(name)
         active = peer.get("active") or 0
-        rows.append((name, "", str(bool(peer.get("current"))).lower(), str(not peer.get("offline")).lower(),
+        down = bool(peer.get("offline")) or name in offline
+        rows.append((name, "", str(bool(peer.get("current")) and not down).lower(), str(not down).lower(),
                      f"{format_ago(active)} ago" if active else "not seen", peer.get("lag") or 0))
     if viewer and viewer not in seen:
         rows.append((viewer, "", "?", "true", "", ""))
@@ -177,7 +190,7 @@ def report_jetstream(opts: Options, expect: int | None) -> None:
         title = (f"RAFT Meta Group Information (cluster {meta.get('name', '?')}, "
                  f"{meta.get('cluster_size', '?')} peers, leader {meta.get('leader') or 'none'})")
         print_table(title, ["Name", "Leader", "Current", "Online", "Active", "Lag"],
-                    meta_rows(meta, viewer), right=(5,))
+                    meta_rows(meta, viewer, offline_peers(answers)), right=(5,))
 
     run(opts, body)
 

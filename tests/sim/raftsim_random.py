@@ -399,10 +399,20 @@ class RandomSim:
         if leader is None:
             return
         self.members = list(c.nodes[leader].raft.peers)
-        self.removed = [x for x in c.ids if x not in self.members]
-        if self.removed and (len(self.members) <= 3 or rng.random() < 0.5):
+        learners = list(c.nodes[leader].raft.learners)
+        self.removed = [x for x in c.ids if x not in self.members and x not in learners]
+        roll = rng.random()
+        if learners and roll < 0.6:
+            # a learner is promoted (or, now and then, dropped again)
+            kind = (ConfigChangeType.PROMOTE_LEARNER if rng.random() < 0.8
+                    else ConfigChangeType.REMOVE_LEARNER)
+            cc = ConfigChange(kind, rng.choice(learners))
+        elif self.removed and (len(self.members) <= 3 or roll < 0.5):
             peer = self.removed[0]
-            cc = ConfigChange(ConfigChangeType.ADD_PEER, peer)
+            # new servers join as learners first (thesis §4.2.1), sometimes directly
+            kind = (ConfigChangeType.ADD_LEARNER if rng.random() < 0.7
+                    else ConfigChangeType.ADD_PEER)
+            cc = ConfigChange(kind, peer)
         elif len(self.members) > 3 or (len(self.members) == 3 and rng.random() < 0.3):
             peer = rng.choice(self.members)
             cc = ConfigChange(ConfigChangeType.REMOVE_PEER, peer)

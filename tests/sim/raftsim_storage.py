@@ -101,6 +101,9 @@ class SimStorage:
     def initial_state(self) -> tuple[HardState, tuple[str, ...]]:
         return self.view.hs, self.peers_at(self.view.last_index())
 
+    def initial_learners(self) -> tuple[str, ...]:
+        return self.membership_at(self.view.last_index())[1]
+
     def entries(self, lo: int, hi: int, max_bytes: int | None = None) -> list[Entry]:
         view = self.view
         base = view.ents[0].index
@@ -202,7 +205,8 @@ class SimStorage:
         term = self.term(index)
         if self.durable.term_at(index) != term:
             raise AssertionError(f"snapshot at {index} of an entry that is not durable")
-        snap = Snapshot(index, term, tuple(peers) if peers is not None else self.peers_at(index), data)
+        voters, learners = self.membership_at(index)
+        snap = Snapshot(index, term, tuple(peers) if peers is not None else voters, data, learners)
         self.view.snap = snap
         self.durable.snap = snap
         return snap
@@ -217,18 +221,33 @@ class SimStorage:
     # -- helpers for the simulator ------------------------------------------------------
 
     def peers_at(self, index: int) -> tuple[str, ...]:
-        """The configuration in effect at ``index``: the snapshot's peers, then every config
-        change entry after the snapshot up to ``index`` (a change takes effect when appended)."""
+        """The voters in effect at ``index`` (see :meth:`membership_at`)."""
+        return self.membership_at(index)[0]
+
+    def membership_at(self, index: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """``(voters, learners)`` in effect at ``index``: the snapshot's, then every config
+        change entry after the snapshot up to ``index`` (a change takes effect when appended),
+        replayed here by hand rather than with the core's own function."""
         view = self.view
-        peers = list(view.snap.peers)
+        voters, learners = list(view.snap.peers), list(view.snap.learners)
         for e in view.ents[1:]:
             if e.index > index:
                 break
             if e.index <= view.snap.index or e.type != EntryType.CONFIG_CHANGE:
                 continue
             cc = ConfigChange.decode(e.data)
-            if cc.type == ConfigChangeType.ADD_PEER and cc.peer not in peers:
-                peers.append(cc.peer)
-            elif cc.type == ConfigChangeType.REMOVE_PEER and cc.peer in peers:
-                peers.remove(cc.peer)
-        return tuple(peers)
+            t, p = cc.type, cc.peer
+            if t == ConfigChangeType.ADD_PEER and p not in voters:
+                voters.append(p)
+            elif t == ConfigChangeType.REMOVE_PEER and p in voters:
+                voters.remove(p)
+            elif t == ConfigChangeType.ADD_LEARNER and p not in voters and p not in learners:
+                learners.append(p)
+            elif t == ConfigChangeType.REMOVE_LEARNER and p in learners:
+                learners.remove(p)
+            elif t == ConfigChangeType.PROMOTE_LEARNER:
+                if p in learners:
+                    learners.remove(p)
+                if p not in voters:
+                    voters.append(p)
+        return tuple(voters), tuple(learners)

@@ -27,19 +27,55 @@ from .types import (
 def apply_config_entry(
     peers: tuple[str, ...], entry: Entry, *, undo: bool = False
 ) -> tuple[str, ...]:
-    """The configuration after a CONFIG_CHANGE ``entry`` (thesis §4.1), or with ``undo``
-    the one before it given the one after. A malformed or no-op change (adding a known
-    peer, removing an unknown one) leaves ``peers`` as is."""
+    """The voters after a CONFIG_CHANGE ``entry`` (thesis §4.1), or with ``undo`` the ones
+    before it given the ones after (:func:`apply_membership` with the learners left out)."""
+    return apply_membership(peers, (), entry, undo=undo)[0]
+
+
+_ADD, _REMOVE = ConfigChangeType.ADD_PEER, ConfigChangeType.REMOVE_PEER
+_ADD_L, _REMOVE_L = ConfigChangeType.ADD_LEARNER, ConfigChangeType.REMOVE_LEARNER
+_PROMOTE = ConfigChangeType.PROMOTE_LEARNER
+#: each change's inverse, for undoing a truncated one
+_INVERSE = {_ADD: _REMOVE, _REMOVE: _ADD, _ADD_L: _REMOVE_L, _REMOVE_L: _ADD_L}
+
+
+def _without(names: tuple[str, ...], name: str) -> tuple[str, ...]:
+    return tuple(p for p in names if p != name)
+
+
+def apply_membership(
+    voters: tuple[str, ...], learners: tuple[str, ...], entry: Entry, *, undo: bool = False
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(voters, learners)`` after a CONFIG_CHANGE ``entry`` (thesis §4.1; learners as
+    etcd's, thesis §4.2.1), or with ``undo`` the ones before it given the ones after. A
+    malformed or no-op change (adding a known member, removing an unknown one) leaves them
+    as they are. PROMOTE_LEARNER of a name that is no learner adds it as a voter (so the
+    voters come out right when the learners are not tracked); undone, a voter becomes a
+    learner again."""
     try:
         change = ConfigChange.decode(entry.data)
     except ValueError:
-        return peers
-    adding = (change.type == ConfigChangeType.ADD_PEER) != undo
-    if adding:
-        return peers if change.peer in peers else peers + (change.peer,)
-    if change.peer not in peers:
-        return peers
-    return tuple(p for p in peers if p != change.peer)
+        return voters, learners
+    kind, peer = change.type, change.peer
+    if kind == _PROMOTE:
+        if undo:
+            if peer in voters:
+                return _without(voters, peer), learners + (peer,)
+            return voters, learners
+        if peer in voters:
+            return voters, _without(learners, peer)
+        return voters + (peer,), _without(learners, peer)
+    if undo:
+        kind = _INVERSE[kind]
+    if kind == _ADD:
+        return (voters if peer in voters else voters + (peer,)), _without(learners, peer)
+    if kind == _REMOVE:
+        return _without(voters, peer), learners
+    if kind == _ADD_L:
+        if peer in voters or peer in learners:
+            return voters, learners
+        return voters, learners + (peer,)
+    return voters, _without(learners, peer)
 
 
 class MemoryStorage:
@@ -55,15 +91,22 @@ class MemoryStorage:
     # -- read side (types.Storage) -------------------------------------------------------
 
     def initial_state(self) -> tuple[HardState, tuple[str, ...]]:
-        """The hard state and the latest configuration in the log: the snapshot's peers
-        with every CONFIG_CHANGE entry after it applied in order."""
-        peers = self._snap.peers
+        """The hard state and the latest configuration's voters in the log: the snapshot's
+        peers with every CONFIG_CHANGE entry after it applied in order."""
+        return self._hs, self._membership()[0]
+
+    def initial_learners(self) -> tuple[str, ...]:
+        """The latest configuration's learners in the log (as :meth:`initial_state`)."""
+        return self._membership()[1]
+
+    def _membership(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        voters, learners = self._snap.peers, self._snap.learners
         for e in self._ents[1:]:
-            # Entries at or below the snapshot are already in snapshot.peers (a snapshot may
-            # be taken without compacting the log up to it).
+            # Entries at or below the snapshot are already in the snapshot's configuration
+            # (a snapshot may be taken without compacting the log up to it).
             if e.type == EntryType.CONFIG_CHANGE and e.index > self._snap.index:
-                peers = apply_config_entry(peers, e)
-        return self._hs, peers
+                voters, learners = apply_membership(voters, learners, e)
+        return voters, learners
 
     def entries(self, lo: int, hi: int, max_bytes: int | None = None) -> list[Entry]:
         """Entries in [lo, hi); at least one when the range is not empty, at most
@@ -139,13 +182,14 @@ class MemoryStorage:
         self._ents = [Entry(snap.term, snap.index), *keep]
         self._snap = snap
 
-    def create_snapshot(self, index: int, data: bytes, peers: tuple[str, ...]) -> Snapshot:
-        """Record the application's snapshot taken at applied ``index`` (with ``peers``, the
-        configuration at that index). Raises ValueError for an index at or below the
-        current snapshot and UnavailableError past the last index."""
+    def create_snapshot(self, index: int, data: bytes, peers: tuple[str, ...],
+                        learners: tuple[str, ...] = ()) -> Snapshot:
+        """Record the application's snapshot taken at applied ``index`` (with ``peers`` and
+        ``learners``, the configuration at that index). Raises ValueError for an index at or
+        below the current snapshot and UnavailableError past the last index."""
         if index <= self._snap.index:
             raise ValueError(f"snapshot index {index} not after current {self._snap.index}")
-        snap = Snapshot(index, self.term(index), tuple(peers), data)
+        snap = Snapshot(index, self.term(index), tuple(peers), data, tuple(learners))
         self._snap = snap
         return snap
 

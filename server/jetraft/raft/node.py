@@ -25,7 +25,9 @@ Rules implemented, with their sources:
 * Leadership transfer (thesis §3.10): TIMEOUT_NOW; the target campaigns at once.
 * Single-server membership changes (thesis §4.1): CONFIG_CHANGE entries take effect when
   appended, are undone on truncation, one at a time; a removed leader steps down once its
-  removal is committed (thesis §4.2.2).
+  removal is committed (thesis §4.2.2). Learners (thesis §4.2.1 "catching up new servers",
+  etcd learners): members that receive the log and count for no quorum, never campaign
+  and are never asked for votes, until promoted to voters.
 * Snapshots (Raft §7): compacted entries are replaced by an InstallSnapshot.
 * Read index (thesis §6.4): a heartbeat round confirms leadership before answering.
 """
@@ -36,7 +38,7 @@ import random
 from collections.abc import Callable
 
 from .log import RaftLog
-from .memory import apply_config_entry as _apply_config
+from .memory import apply_membership as _apply_membership
 from .progress import PROBE, REPLICATE, SNAPSHOT, Progress
 from .types import (
     CompactedError,
@@ -130,6 +132,7 @@ class RaftNode:
         "_role",
         "_leader",
         "_peers",
+        "_learners",
         "_conf_hist",
         "_prs",
         "_votes",
@@ -190,12 +193,18 @@ class RaftNode:
         self._bcast = False
         self._bcast_empty = False
         self._forward: list[Entry] = []
-        self._init_config(tuple(stored_peers) or tuple(config.peers))
+        initial_learners = getattr(storage, "initial_learners", None)
+        stored_learners = tuple(initial_learners()) if initial_learners is not None else ()
+        if stored_peers or stored_learners:
+            self._init_config(tuple(stored_peers), stored_learners)
+        else:
+            self._init_config(tuple(config.peers), ())
         self._reset_timeout()
 
-    def _init_config(self, latest: tuple[str, ...]) -> None:
+    def _init_config(self, latest: tuple[str, ...], learners: tuple[str, ...]) -> None:
         """Rebuild the configuration history over the uncommitted tail of the log, by
-        undoing its CONFIG_CHANGE entries backwards from the latest configuration."""
+        undoing its CONFIG_CHANGE entries backwards from the latest configuration (voters
+        ``latest``, ``learners``)."""
         log = self._log
         tail: list[Entry] = []
         if log.committed < log.last_index():
@@ -204,13 +213,14 @@ class RaftNode:
                 for e in log.slice(log.committed + 1, log.last_index() + 1)
                 if e.type == _CONFIG
             ]
-        peers = latest
-        later: list[tuple[int, tuple[str, ...]]] = []
+        peers, lrn = latest, learners
+        later: list[tuple[int, tuple[str, ...], tuple[str, ...]]] = []
         for e in reversed(tail):
-            later.append((e.index, peers))
-            peers = _apply_config(peers, e, undo=True)
-        self._conf_hist = [(log.committed, peers), *reversed(later)]
+            later.append((e.index, peers, lrn))
+            peers, lrn = _apply_membership(peers, lrn, e, undo=True)
+        self._conf_hist = [(log.committed, peers, lrn), *reversed(later)]
         self._peers = latest
+        self._learners = learners
 
     # -- properties ----------------------------------------------------------------------
 
@@ -252,8 +262,15 @@ class RaftNode:
 
     @property
     def peers(self) -> tuple[str, ...]:
-        """The latest configuration in the log (thesis §4.1), committed or not."""
+        """The voters of the latest configuration in the log (thesis §4.1), committed or
+        not."""
         return self._peers
+
+    @property
+    def learners(self) -> tuple[str, ...]:
+        """The learners of the latest configuration in the log: members that receive the
+        log but neither vote nor count for a quorum (thesis §4.2.1)."""
+        return self._learners
 
     def _quorum(self) -> int:
         return len(self._peers) // 2 + 1
@@ -330,7 +347,7 @@ class RaftNode:
         log = self._log
         last = log.last_index()
         inflight = self._cfg.max_inflight
-        for p in self._peers:
+        for p in self._peers + self._learners:
             if p != self._id:
                 self._prs[p] = Progress(last + 1, inflight)
         # etcd: no config change until everything before this term is committed.
@@ -648,7 +665,8 @@ class RaftNode:
             return False
         log.restore(snap)
         self._peers = tuple(snap.peers)
-        self._conf_hist = [(snap.index, self._peers)]
+        self._learners = tuple(snap.learners)
+        self._conf_hist = [(snap.index, self._peers, self._learners)]
         self._emit("raft_snapshot_installed", index=snap.index, term=snap.term)
         self._committed()
         return True
@@ -673,40 +691,51 @@ class RaftNode:
         self._bcast = True
 
     def _config_appended(self, e: Entry) -> None:
-        old = self._peers
-        new = _apply_config(old, e)
-        if new == old:
+        old, old_l = self._peers, self._learners
+        new, new_l = _apply_membership(old, old_l, e)
+        if new == old and new_l == old_l:
             return
-        self._peers = new
-        self._conf_hist.append((e.index, new))
-        self._config_changed(old, new, e.index)
+        self._peers, self._learners = new, new_l
+        self._conf_hist.append((e.index, new, new_l))
+        self._config_changed(old, old_l, e.index)
 
     def _undo_config_from(self, index: int) -> None:
         hist = self._conf_hist
         if hist[-1][0] < index:
             return
-        old = self._peers
+        old, old_l = self._peers, self._learners
         while len(hist) > 1 and hist[-1][0] >= index:
             hist.pop()
-        self._peers = hist[-1][1]
-        self._config_changed(old, self._peers, index)
+        _, self._peers, self._learners = hist[-1]
+        self._config_changed(old, old_l, index)
 
-    def _config_changed(self, old: tuple[str, ...], new: tuple[str, ...], index: int) -> None:
-        for p in new:
-            if p not in old:
-                self._emit("raft_peer_added", term=self._term, peer=p, index=index)
-                if self._role is Role.LEADER and p != self._id:
-                    pr = Progress(self._log.last_index() + 1, self._cfg.max_inflight)
-                    pr.recent_active = True
-                    self._prs[p] = pr
-        for p in old:
-            if p not in new:
-                self._emit("raft_peer_removed", term=self._term, peer=p, index=index)
-                if self._role is Role.LEADER:
+    def _config_changed(self, old: tuple[str, ...], old_l: tuple[str, ...], index: int) -> None:
+        """The configuration went from voters ``old`` and learners ``old_l`` to the current
+        one: events, and the leader's progress trackers (a learner keeps its tracker when
+        promoted or demoted)."""
+        new, new_l = self._peers, self._learners
+        leader = self._role is Role.LEADER
+        for p in new + new_l:
+            if p in old or p in old_l:
+                if (p in new) != (p in old):
+                    self._emit("raft_peer_promoted" if p in new else "raft_peer_demoted",
+                               term=self._term, peer=p, index=index)
+                continue
+            self._emit("raft_peer_added", term=self._term, peer=p, index=index,
+                       learner=p in new_l)
+            if leader and p != self._id:
+                pr = Progress(self._log.last_index() + 1, self._cfg.max_inflight)
+                pr.recent_active = True
+                self._prs[p] = pr
+        for p in old + old_l:
+            if p not in new and p not in new_l:
+                self._emit("raft_peer_removed", term=self._term, peer=p, index=index,
+                           learner=p in old_l)
+                if leader:
                     self._prs.pop(p, None)
                     if self._transferee == p:
                         self._transferee = None
-        if self._role is Role.LEADER:
+        if leader:
             self._pending_conf_index = max(self._pending_conf_index, index)
             self._maybe_commit()
 
@@ -761,7 +790,8 @@ class RaftNode:
     def _step_down_removed(self) -> None:
         """thesis §4.2.2: a leader removed from the configuration steps down once that is
         committed; it hands over to the most up-to-date peer with TIMEOUT_NOW."""
-        best = max(self._prs.items(), key=lambda kv: kv[1].match, default=None)
+        best = max(((p, pr) for p, pr in self._prs.items() if p in self._peers),
+                   key=lambda kv: kv[1].match, default=None)
         if best is not None and best[1].match == self._log.last_index():
             self._send(_TIMEOUT_NOW, best[0])
         self._become_follower(self._term, None)
@@ -913,17 +943,23 @@ class RaftNode:
 
     def propose_config_change(self, change: ConfigChange) -> None:
         """Propose a single-server membership change (thesis §4.1). Leader only
-        (NotLeaderError otherwise). ValueError when adding a known peer, removing an
-        unknown one or the last one; ProposalDroppedError while an earlier change is not
-        committed or a transfer is in progress."""
+        (NotLeaderError otherwise). ValueError when adding a known member (voter or
+        learner), removing an unknown one or the last voter, promoting a non-learner;
+        ProposalDroppedError while an earlier change is not committed or a transfer is in
+        progress."""
         if self._role is not Role.LEADER:
             raise NotLeaderError(self._leader)
-        peers = self._peers
-        if change.type == ConfigChangeType.ADD_PEER:
-            if change.peer in peers:
-                raise ValueError(f"peer {change.peer!r} already in the group")
-        elif change.peer not in peers:
-            raise ValueError(f"peer {change.peer!r} not in the group")
+        peers, learners = self._peers, self._learners
+        kind, peer = change.type, change.peer
+        if kind in (ConfigChangeType.ADD_PEER, ConfigChangeType.ADD_LEARNER):
+            if peer in peers or peer in learners:
+                raise ValueError(f"peer {peer!r} already in the group"
+                                 + (" as a learner" if peer in learners else ""))
+        elif kind in (ConfigChangeType.PROMOTE_LEARNER, ConfigChangeType.REMOVE_LEARNER):
+            if peer not in learners:
+                raise ValueError(f"peer {peer!r} is not a learner of the group")
+        elif peer not in peers:
+            raise ValueError(f"peer {peer!r} not in the group")
         elif len(peers) == 1:
             raise ValueError("cannot remove the last peer")
         if self._pending_conf_index > self._log.committed:
@@ -1088,7 +1124,7 @@ class RaftNode:
         if self._role is not Role.LEADER:
             return {}
         out: dict[str, dict] = {}
-        for p in self._peers:
+        for p in self._peers + self._learners:
             if p == self._id:
                 out[p] = {
                     "match": self._self_match(),

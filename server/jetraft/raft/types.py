@@ -65,8 +65,16 @@ class Entry:
 
 
 class ConfigChangeType(enum.IntEnum):
+    """ADD_PEER/REMOVE_PEER: a voter; ADD_LEARNER/REMOVE_LEARNER: a non-voting member that
+    receives the log but counts for no quorum (thesis §4.2.1, etcd learners);
+    PROMOTE_LEARNER: a learner becomes a voter. Each has one exact inverse (for undoing a
+    truncated change)."""
+
     ADD_PEER = 1
     REMOVE_PEER = 2
+    ADD_LEARNER = 3
+    PROMOTE_LEARNER = 4
+    REMOVE_LEARNER = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,12 +115,14 @@ class HardState:
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """State machine state up to and including ``index`` (of ``term``), with the group's
-    peers at that point. ``data`` is opaque application state (bytes)."""
+    configuration at that point: ``peers`` (voters) and ``learners``. ``data`` is opaque
+    application state (bytes)."""
 
     index: int
     term: int
     peers: tuple[str, ...]
     data: bytes = b""
+    learners: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)

@@ -13,7 +13,7 @@ Layout (msgpack, arrays rather than maps; integers are unsigned, < 2**64)::
                 term, index, log_term, commit, #   indexes into ``strings``
                 entries, reject, reject_hint, context, snapshot]
     entry    = [term, index, type, data]       # type: EntryType value; data: bin
-    snapshot = [index, term, [peer, ...], data] or nil
+    snapshot = [index, term, [peer, ...], data] or [..., [learner, ...]] or nil
 
 A message's trailing fields that hold their default (0, ``[]``, ``false``, ``b""``, nil)
 are left out, so a heartbeat is ``[7, g, s, d, term, 0, 0, commit]``. Field meanings are
@@ -57,7 +57,7 @@ def encode_batch(messages: list[Message]) -> bytes:
         if m.entries or m.reject or m.reject_hint or m.context or snap is not None:
             row += ([[e.term, e.index, e.type, e.data] for e in m.entries],
                     m.reject, m.reject_hint, m.context,
-                    None if snap is None else [snap.index, snap.term, list(snap.peers), snap.data])
+                    None if snap is None else _encode_snapshot(snap))
         while len(row) > 4 and not row[-1]:
             row.pop()
         out.append(row)
@@ -159,6 +159,13 @@ class _Fields:
         return v
 
 
+def _encode_snapshot(snap: Snapshot) -> list:
+    out = [snap.index, snap.term, list(snap.peers), snap.data]
+    if snap.learners:
+        out.append(list(snap.learners))
+    return out
+
+
 def _decode_message(k: int, row: object, strings: list[str]) -> Message:
     """The slow path: every check spelled out, with an error naming the field."""
     f = _Fields(f"message {k}")
@@ -175,11 +182,15 @@ def _decode_message(k: int, row: object, strings: list[str]) -> Message:
     entries = tuple(_decode_entry(f, j, e) for j, e in enumerate(f.array("entries", raw_entries)))
     snap = None
     if raw_snap is not None:
-        s_index, s_term, peers, s_data = f.array("snapshot", raw_snap, 4)
-        if type(peers) is not list or any(type(p) is not str for p in peers):
-            raise f.fail("snapshot peers", "an array of strings", peers)
+        if type(raw_snap) is not list or len(raw_snap) not in (4, 5):
+            raise f.fail("snapshot", "an array of 4 or 5", raw_snap)
+        s_index, s_term, peers, s_data, *rest = raw_snap
+        learners = rest[0] if rest else []
+        for name, names in (("snapshot peers", peers), ("snapshot learners", learners)):
+            if type(names) is not list or any(type(p) is not str for p in names):
+                raise f.fail(name, "an array of strings", names)
         snap = Snapshot(f.uint("snapshot index", s_index), f.uint("snapshot term", s_term),
-                        tuple(peers), f.binary("snapshot data", s_data))
+                        tuple(peers), f.binary("snapshot data", s_data), tuple(learners))
     return Message(
         t, f.ref("group", group, strings), f.ref("src", src, strings), f.ref("dst", dst, strings),
         term=f.uint("term", term), log_term=f.uint("log_term", log_term),

@@ -18,10 +18,10 @@ from array import array
 from bisect import bisect_right
 from dataclasses import dataclass
 
+from jetraft.raft.memory import apply_membership
 from jetraft.raft.types import (
     CompactedError,
     ConfigChange,
-    ConfigChangeType,
     CorruptRangeError,
     Entry,
     EntryType,
@@ -301,16 +301,18 @@ class GroupLog:
         commit = max(self._snap.index, min(hs.commit, self.last_index()))
         if commit != hs.commit:
             hs = HardState(hs.term, hs.vote, commit)
-        return hs, self._peers()
+        return hs, self._membership()[0]
 
-    def _peers(self) -> tuple[str, ...]:
-        peers = list(self._snap.peers)
-        for _index, cc in self._confs:
-            if cc.type == ConfigChangeType.ADD_PEER and cc.peer not in peers:
-                peers.append(cc.peer)
-            elif cc.type == ConfigChangeType.REMOVE_PEER and cc.peer in peers:
-                peers.remove(cc.peer)
-        return tuple(peers)
+    def initial_learners(self) -> tuple[str, ...]:
+        """The latest configuration's learners (as the peers of :meth:`initial_state`)."""
+        return self._membership()[1]
+
+    def _membership(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        voters, learners = self._snap.peers, self._snap.learners
+        for index, cc in self._confs:
+            voters, learners = apply_membership(
+                voters, learners, Entry(0, index, EntryType.CONFIG_CHANGE, cc.encode()))
+        return voters, learners
 
     def first_index(self) -> int:
         """The first readable index: last compacted index + 1 (compact(), apply_snapshot();
@@ -665,7 +667,8 @@ class GroupLog:
         self._hs_durable_slot = self._hs_written_slot
         self._hs_lazy = False
 
-    def create_snapshot(self, index: int, data: bytes, peers: tuple[str, ...]) -> Snapshot:
+    def create_snapshot(self, index: int, data: bytes, peers: tuple[str, ...],
+                        learners: tuple[str, ...] = ()) -> Snapshot:
         """Record that the application's state ``data`` covers the log up to ``index``
         (applied, so within the log); ``term`` comes from the log. Durable on return. Does
         not delete segments: call compact(). Raises ValueError if index <= snapshot.index,
@@ -673,7 +676,7 @@ class GroupLog:
         self._check_open()
         if index <= self._snap.index:
             raise ValueError(f"snapshot index {index} not after current {self._snap.index}")
-        snap = Snapshot(index, self.term(index), tuple(peers), bytes(data))
+        snap = Snapshot(index, self.term(index), tuple(peers), bytes(data), tuple(learners))
         self._install(snap)
         return snap
 

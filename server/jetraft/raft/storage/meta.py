@@ -8,8 +8,8 @@ acknowledged, and the last durable state stays readable (the "double write" of
 LMDB's meta pages).
 
 ``snapshot`` is ``magic b"JRSNAP\\n", u8 version, u64 body length, u32 crc32`` then the
-msgpack body ``[index, term, [peers...], data]``; the crc covers the header's first 16
-bytes and the body. It is replaced atomically: write ``snapshot.tmp``, fsync, rename over
+msgpack body ``[index, term, [peers...], data]``, plus ``[learners...]`` when there are
+any; the crc covers the header's first 16 bytes and the body. It is replaced atomically: write ``snapshot.tmp``, fsync, rename over
 ``snapshot``, fsync the directory (the protocol of etcd's snap/ and of SQLite's journal).
 """
 
@@ -66,7 +66,10 @@ def decode_hard_state(buf: bytes) -> tuple[int, int, HardState] | None:
 
 def encode_snapshot(snap: Snapshot) -> bytes:
     """The snapshot file's bytes."""
-    body = msgpack.packb([snap.index, snap.term, list(snap.peers), snap.data])
+    fields = [snap.index, snap.term, list(snap.peers), snap.data]
+    if snap.learners:
+        fields.append(list(snap.learners))
+    body = msgpack.packb(fields)
     head = _SNAP_HEADER.pack(_SNAP_MAGIC, _SNAP_VERSION, len(body), 0)[:16]
     crc = zlib.crc32(body, zlib.crc32(head))
     return head + struct.pack("<I", crc) + body
@@ -86,8 +89,12 @@ def decode_snapshot(buf: bytes) -> Snapshot:
     if version != _SNAP_VERSION:
         raise ValueError(f"snapshot format version {version} is not supported")
     try:
-        index, term, peers, data = msgpack.unpackb(body)
-        return Snapshot(int(index), int(term), tuple(str(p) for p in peers), bytes(data))
+        index, term, peers, data, *rest = msgpack.unpackb(body)
+        learners = rest[0] if rest else ()
+        if len(rest) > 1:
+            raise ValueError(f"{len(rest)} fields past the data")
+        return Snapshot(int(index), int(term), tuple(str(p) for p in peers), bytes(data),
+                        tuple(str(p) for p in learners))
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
         raise ValueError(f"snapshot body does not decode: {exc}") from exc
 

@@ -17,9 +17,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,lab,validation]'
 	touch $(STAMP)
 
-# jetraft's wheel and every dependency, for hosts with no route to a package index
+# jetraft's wheel and every dependency as wheels for each supported host's Python (Debian 12:
+# CPython 3.11, Debian 13: CPython 3.13) on this machine's architecture, for hosts with no route
+# to a package index; checked offline for each, stale wheels removed (tools/wheelhouse.py).
+# Idempotent: a second run fetches nothing and leaves the files as they were.
 wheelhouse: setup
-	$(BIN)/python -m pip wheel --quiet --wheel-dir build/wheelhouse .
+	$(BIN)/python tools/wheelhouse.py --wheelhouse build/wheelhouse
 
 lab-deps:
 	@dpkg -s $(LAB_DEBS) >/dev/null 2>&1 || { apt-get update -q && \

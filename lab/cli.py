@@ -22,8 +22,21 @@ from lab.nspawn import LabError, NspawnLab
 console = Console(stderr=True)
 
 
-def _lab() -> NspawnLab:
-    return NspawnLab(progress=lambda message: console.print(f"[bold]lab:[/] {message}"))
+def _lab(suite: str | None = None) -> NspawnLab:
+    """The lab of ``suite`` (up), or of the suite the running lab was brought up with."""
+    lab = NspawnLab(progress=lambda message: console.print(f"[bold]lab:[/] {message}"))
+    suite = suite or lab.running_suite()
+    if suite and suite != lab.suite:
+        lab = NspawnLab(progress=lab.progress, suite=suite)
+    return lab
+
+
+def _suite_option(f):
+    return click.option(
+        "--suite", type=click.Choice(topology.LAB_SUITES), default=topology.DEFAULT_LAB_SUITE,
+        show_default=True, envvar="JETRAFT_LAB_SUITE",
+        help="The hosts' Debian: mixed (jr-c1, zone c, on Debian 13 trixie, the others on "
+             "Debian 12 bookworm), bookworm or trixie for all five.")(f)
 
 
 def _names(targets: tuple[str, ...]) -> list[str]:
@@ -49,15 +62,17 @@ class _LabGroup(click.Group):
 
 @click.group(cls=_LabGroup)
 def main() -> None:
-    """The jetraft lab: five hosts in zones a, a, b, b, c (systemd-nspawn on a bridge)."""
+    """The jetraft lab: five hosts in zones a, a, b, b, c (systemd-nspawn on a bridge), on
+    Debian 12 and 13 (--suite)."""
 
 
 @main.command()
-def up() -> None:
+@_suite_option
+def up(suite: str) -> None:
     """Build and boot the five hosts and write inventories/lab/ (replaces a running lab)."""
     started = time.monotonic()
-    inventory = _lab().up()
-    console.print(f"lab: five hosts up in {time.monotonic() - started:.1f} s; "
+    inventory = _lab(suite).up()
+    console.print(f"lab: five hosts ({suite}) up in {time.monotonic() - started:.1f} s; "
                   f"inventory {inventory.relative_to(topology.ROOT)}")
 
 
@@ -71,9 +86,10 @@ def down() -> None:
 @main.command()
 def status() -> None:
     """A table of the hosts: running, paused, link, SSH, data disk."""
-    table = Table("host", "zone", "address", "running", "PID 1", "paused", "link", "ssh", "disk")
+    table = Table("host", "zone", "address", "debian", "running", "PID 1", "paused", "link", "ssh",
+                  "disk")
     for s in _lab().status():
-        table.add_row(s.host.name, s.host.zone, s.host.address, _yn(s.running),
+        table.add_row(s.host.name, s.host.zone, s.host.address, s.suite, _yn(s.running),
                       str(s.pid1 or "-"), _yn(s.paused), _yn(s.link_up), _yn(s.ssh),
                       s.data_disk or "-")
     Console(width=max(Console().width, 110)).print(table)
@@ -152,9 +168,10 @@ def drill_table(results) -> Table:
 @main.command(name="run")
 @click.option("--keep", is_flag=True, help="Leave the lab up at the end.")
 @click.option("--no-drills", is_flag=True, help="Skip the (destructive) drills.")
-def run_command(keep: bool, no_drills: bool) -> None:
+@_suite_option
+def run_command(keep: bool, no_drills: bool, suite: str) -> None:
     """The main job end to end: lab up, site.yml twice, testinfra, drills, logs, summary."""
     from lab.run import run
 
-    if not run(keep=keep, drills=not no_drills).ok:
+    if not run(keep=keep, drills=not no_drills, suite=suite).ok:
         sys.exit(1)

@@ -1,7 +1,8 @@
 """The lab on a machine without a hypervisor: five systemd-nspawn hosts on a bridge.
 
-Each host boots a real systemd (PID 1) from one cached Debian rootfs (debootstrap, from
-Debian's packages) through its own overlay, gets a static address on the lab's bridge
+Each host boots a real systemd (PID 1) from a cached Debian rootfs (debootstrap, from
+Debian's packages; one per suite: bookworm for Debian 12, trixie for Debian 13; the default
+lab is mixed, see lab/topology.py) through its own overlay, gets a static address on the lab's bridge
 (no route beyond it), sshd with the lab's key and its own pinned host key, and a
 file-backed loop device as its data disk (loop devices report non-rotational).
 
@@ -35,6 +36,7 @@ CACHE_DIR = Path(os.environ.get("JETRAFT_LAB_CACHE", "/var/cache/jetraft-lab"))
 BRIDGE = "jrlab0"
 CGROUP_NAME = "jetraft-lab"
 CGROUP_ROOTS = (Path("/sys/fs/cgroup/systemd"), Path("/sys/fs/cgroup/unified"))
+#: The suite of a host whose state predates the per-host suite.
 SUITE = "bookworm"
 #: What the roles need on a host, installed in the base so that the hosts need no route to
 #: any package mirror (the roles still ask apt for them: a no-op there).
@@ -83,6 +85,7 @@ class HostStatus:
     """What ``status`` shows for one host."""
 
     host: LabHost
+    suite: str
     running: bool
     pid1: int | None
     paused: bool
@@ -95,12 +98,16 @@ class NspawnLab:
     """The nspawn provider: ``up``, ``down``, ``status`` and the faults, by host name.
 
     State (overlays, disk files, the SSH key, PIDs) lives under ``state_dir``; the base
-    rootfs is cached under ``cache_dir`` keyed by its recipe, so only the first ``up`` on
-    a machine runs debootstrap (about 70 s).
+    rootfs of each Debian suite is cached under ``cache_dir`` keyed by its recipe, so only
+    the first ``up`` of a suite on a machine runs debootstrap (about 70 s each).
+    ``suite`` is the lab's: one of topology.LAB_SUITES (``mixed`` by default).
     """
 
     def __init__(self, state_dir: Path = STATE_DIR, cache_dir: Path = CACHE_DIR,
-                 progress: Progress = lambda message: None):
+                 progress: Progress = lambda message: None,
+                 suite: str = topology.DEFAULT_LAB_SUITE):
+        self.suites = topology.host_suites(suite)
+        self.suite = suite
         self.state_dir = state_dir
         self.cache_dir = cache_dir
         self.progress = progress
@@ -140,20 +147,24 @@ class NspawnLab:
 
     # ---- the base rootfs ----------------------------------------------------------------
 
-    def base(self) -> Path:
-        """The cached base rootfs, built with debootstrap on first use (prepared: empty
-        machine-id, no SSH host keys, systemd-networkd enabled, apt timers masked)."""
-        key = hashlib.sha256(" ".join((RECIPE_VERSION, SUITE, *PACKAGES)).encode()).hexdigest()
-        base = self.cache_dir / f"rootfs-{SUITE}-{key[:12]}"
+    def base(self, suite: str = SUITE) -> Path:
+        """The cached base rootfs of Debian ``suite`` (bookworm or trixie), built with
+        debootstrap on first use (prepared: empty machine-id, no SSH host keys,
+        systemd-networkd enabled, apt timers masked)."""
+        if suite not in topology.DEBIAN_SUITES:
+            raise LabError(f"no Debian suite {suite!r} for a lab host; the suites are "
+                           f"{', '.join(topology.DEBIAN_SUITES)}")
+        key = hashlib.sha256(" ".join((RECIPE_VERSION, suite, *PACKAGES)).encode()).hexdigest()
+        base = self.cache_dir / f"rootfs-{suite}-{key[:12]}"
         if (base / ".jetraft-lab-ready").exists():
             return base
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         building = base.with_name(base.name + ".building")
         shutil.rmtree(building, ignore_errors=True)
         mirror = _debian_mirror()
-        self.progress(f"building the base rootfs with debootstrap from {mirror} (about 70 s, "
-                      "once per machine)")
-        _run("debootstrap", "--variant=minbase", "--include=" + ",".join(PACKAGES), SUITE,
+        self.progress(f"building the {suite} base rootfs with debootstrap from {mirror} "
+                      "(about 70 s, once per machine and suite)")
+        _run("debootstrap", "--variant=minbase", "--include=" + ",".join(PACKAGES), suite,
              str(building), mirror)
         (building / "etc/machine-id").write_text("")
         (building / "var/lib/dbus/machine-id").unlink(missing_ok=True)
@@ -171,6 +182,10 @@ class NspawnLab:
         return base
 
     # ---- state --------------------------------------------------------------------------
+
+    def running_suite(self) -> str | None:
+        """The lab suite the lab in ``state_dir`` was brought up with (None: not up)."""
+        return self._state().get("suite")
 
     def _state(self) -> dict:
         try:
@@ -190,31 +205,33 @@ class NspawnLab:
     # ---- up / down ----------------------------------------------------------------------
 
     def up(self) -> Path:
-        """Build (or rebuild) the five hosts, boot them, wait until each answers SSH, and
-        write the inventory. Leftovers of an earlier lab are removed first. Returns the
-        inventory's path. Raises LabError if a host does not come up (its console log is
-        named)."""
+        """Build (or rebuild) the five hosts, each on its suite's base, boot them, wait until
+        each answers SSH, and write the inventory. Leftovers of an earlier lab are removed
+        first. Returns the inventory's path. Raises LabError if a host does not come up (its
+        console log is named)."""
         self.preflight()
-        base = self.base()
+        bases = {suite: self.base(suite) for suite in sorted(set(self.suites.values()))}
         if self.state_file.exists() or _link_exists(BRIDGE):
             self.progress("removing the previous lab")
             self.down()
         self._keys()
         self._bridge()
-        state: dict = {"hosts": {}}
+        state: dict = {"suite": self.suite, "hosts": {}}
         for h in HOSTS:
-            state["hosts"][h.name] = {"disk": self._disk(h)}
+            state["hosts"][h.name] = {"disk": self._disk(h), "suite": self.suites[h.name]}
             self._save(state)
-            self._prepare_host(h, base)
+            self._prepare_host(h)
         for h in HOSTS:
-            state["hosts"][h.name]["nspawn_pid"] = self._boot(h, base, state["hosts"][h.name]["disk"])
+            state["hosts"][h.name]["nspawn_pid"] = self._boot(
+                h, bases[self.suites[h.name]], state["hosts"][h.name]["disk"])
             self._save(state)
         self.progress("waiting for sshd on every host")
         for h in HOSTS:
             self._wait_ssh(h)
         inventory = topology.write_inventory(
             data_disks={name: s["disk"] for name, s in state["hosts"].items()},
-            ssh_key=self.ssh_key, known_hosts=self.known_hosts)
+            ssh_key=self.ssh_key, known_hosts=self.known_hosts,
+            host_vars=topology.suite_host_vars(self.suite))
         self.progress(f"inventory written to {inventory}")
         return inventory
 
@@ -271,7 +288,8 @@ class NspawnLab:
             raise LabError(f"{name} is already running")
         h = topology.host(name)
         _remove_cgroups(name)
-        host_state["nspawn_pid"] = self._boot(h, self.base(), host_state["disk"])
+        host_state["nspawn_pid"] = self._boot(h, self.base(host_state.get("suite", SUITE)),
+                                              host_state["disk"])
         state["hosts"][name] = host_state
         self._save(state)
         self._wait_ssh(h)
@@ -311,7 +329,8 @@ class NspawnLab:
             freeze = CGROUP_ROOTS[1] / CGROUP_NAME / h.name / "cgroup.freeze"
             paused = running and freeze.exists() and freeze.read_text().strip() == "1"
             link = running and _link_up(_veth(h.name))
-            out.append(HostStatus(h, running, _pid1(pid) if running else None, paused, link,
+            out.append(HostStatus(h, host_state.get("suite", self.suites[h.name]), running,
+                                  _pid1(pid) if running else None, paused, link,
                                   running and link and not paused and _port_open(h.address, 22),
                                   host_state.get("disk")))
         return out
@@ -351,7 +370,7 @@ class NspawnLab:
         Path(f"/sys/block/{Path(dev).name}/queue/rotational").write_text("0")
         return dev
 
-    def _prepare_host(self, h: LabHost, base: Path) -> None:
+    def _prepare_host(self, h: LabHost) -> None:
         upper = self._host_dir(h.name) / "upper"
         shutil.rmtree(upper, ignore_errors=True)
         for sub in ("etc/ssh", "etc/systemd/network", "root/.ssh"):

@@ -77,14 +77,16 @@ def _recap(output: str) -> dict[str, dict[str, int]]:
     return out
 
 
-def run(*, keep: bool = False, drills: bool = True, console: Console | None = None) -> Summary:
-    """Run the main job; returns its Summary (``ok`` false if a step failed)."""
+def run(*, keep: bool = False, drills: bool = True, console: Console | None = None,
+        suite: str = topology.DEFAULT_LAB_SUITE) -> Summary:
+    """Run the main job on a lab of ``suite`` (topology.LAB_SUITES); returns its Summary
+    (``ok`` false if a step failed)."""
     console = console or Console(width=max(Console().width, 120))
     run_id = time.strftime("%Y%m%d-%H%M%S")
     run_dir = topology.ARTIFACTS_DIR / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     summary = Summary(run_id)
-    lab = NspawnLab(progress=lambda m: console.print(f"[bold]lab:[/] {m}"))
+    lab = NspawnLab(progress=lambda m: console.print(f"[bold]lab:[/] {m}"), suite=suite)
     env = {"ANSIBLE_CONFIG": str(topology.ROOT / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
            "JETRAFT_LAB_RUN": str(run_dir), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     playbook = [str(BIN / "ansible-playbook")]
@@ -111,9 +113,12 @@ def run(*, keep: bool = False, drills: bool = True, console: Console | None = No
         return ", ".join(f"{h} changed={n}" for h, n in changed.items())
 
     try:
-        if not (topology.ROOT / "build" / "wheelhouse").is_dir():
+        # The wheelhouse must install on every host's Python (3.11 and 3.13): checked offline,
+        # and built when it does not.
+        if subprocess.run([str(BIN / "python"), str(topology.ROOT / "tools" / "wheelhouse.py"),
+                           "--check"], cwd=topology.ROOT, capture_output=True).returncode != 0:
             step("wheelhouse", lambda: _stream(["make", "wheelhouse"]) and "")
-        step("lab up", lambda: str(lab.up().relative_to(topology.ROOT)))
+        step(f"lab up ({suite})", lambda: _lab_up(lab))
         step("site.yml (first)", lambda: site(False))
         step("site.yml (second, changed=0)", lambda: site(True))
         step("testinfra", lambda: _tail(_stream([str(BIN / "python"), "-m", "pytest", "-p",
@@ -140,6 +145,16 @@ def run(*, keep: bool = False, drills: bool = True, console: Console | None = No
              "drills": summary.drills, "validation": summary.validation}, indent=2))
         _print(console, summary, run_dir)
     return summary
+
+
+def _lab_up(lab: NspawnLab) -> str:
+    """Bring the lab up; the detail names the inventory and each Debian release's hosts."""
+    inventory = lab.up()
+    by_suite: dict[str, list[str]] = {}
+    for name, suite in lab.suites.items():
+        by_suite.setdefault(suite, []).append(name)
+    return (f"{inventory.relative_to(topology.ROOT)}; "
+            + "; ".join(f"{suite}: {', '.join(names)}" for suite, names in sorted(by_suite.items())))
 
 
 def _validate(run_dir: Path, summary: Summary) -> str:

@@ -42,6 +42,17 @@ HOSTS: tuple[LabHost, ...] = (
 )
 ZONES: tuple[str, ...] = ("a", "b", "c")
 
+#: The Debian releases a lab host can run: suite name -> major version (preflight's
+#: "Debian 12", "Debian 13"), and the Python 3 each ships (the hosts' virtualenvs use it).
+DEBIAN_SUITES: dict[str, str] = {"bookworm": "12", "trixie": "13"}
+DEBIAN_PYTHON: dict[str, str] = {"bookworm": "3.11", "trixie": "3.13"}
+#: A lab is all bookworm, all trixie, or mixed: zone c's one host (jr-c1) on trixie and the
+#: others on bookworm, so that every R3 stream (one replica per zone) has a replica on
+#: Debian 13 and every zone-loss drill runs with both releases in the cluster.
+LAB_SUITES: tuple[str, ...] = ("mixed", "bookworm", "trixie")
+DEFAULT_LAB_SUITE = "mixed"
+MIXED_TRIXIE_HOSTS: tuple[str, ...] = ("jr-c1",)
+
 
 def host(name: str) -> LabHost:
     """The lab host called ``name``; raises KeyError naming the known hosts."""
@@ -56,6 +67,22 @@ def zone_hosts(zone: str) -> list[LabHost]:
     if zone not in ZONES:
         raise KeyError(f"no zone {zone!r}; the zones are {', '.join(ZONES)}")
     return [h for h in HOSTS if h.zone == zone]
+
+
+def host_suites(lab_suite: str = DEFAULT_LAB_SUITE) -> dict[str, str]:
+    """The Debian suite of each host (name -> suite) in a lab of ``lab_suite`` (one of
+    LAB_SUITES); raises KeyError naming the lab suites."""
+    if lab_suite == "mixed":
+        return {h.name: "trixie" if h.name in MIXED_TRIXIE_HOSTS else "bookworm" for h in HOSTS}
+    if lab_suite in DEBIAN_SUITES:
+        return {h.name: lab_suite for h in HOSTS}
+    raise KeyError(f"no lab suite {lab_suite!r}; the lab suites are {', '.join(LAB_SUITES)}")
+
+
+def suite_host_vars(lab_suite: str = DEFAULT_LAB_SUITE) -> dict[str, dict[str, str]]:
+    """The inventory's per-host ``jetraft_lab_suite`` (the host's Debian suite) in a lab of
+    ``lab_suite``, as both providers write it (testinfra checks each host runs it)."""
+    return {name: {"jetraft_lab_suite": suite} for name, suite in host_suites(lab_suite).items()}
 
 
 def write_inventory(*, data_disks: dict[str, str], ssh_key: Path | None, known_hosts: Path | None,

@@ -30,9 +30,10 @@ SECRET_KEYS = ("jetraft_server_sys_password", "jetraft_server_route_password",
 
 
 def write(directory: Path = topology.INVENTORY_DIR, vagrant_dir: Path = HERE / ".vagrant",
-          data_disk: str = "/dev/vdb") -> Path:
+          data_disk: str = "/dev/vdb", suite: str = topology.DEFAULT_LAB_SUITE) -> Path:
     """Write the inventory into ``directory`` from the lab's key, known_hosts and secrets in
-    ``vagrant_dir``; every host's data disk is ``data_disk``. Returns hosts.yml's path.
+    ``vagrant_dir``; every host's data disk is ``data_disk``, its Debian suite that of a
+    lab of ``suite`` (the Vagrantfile's boxes). Returns hosts.yml's path.
     Raises ValueError when the secrets file lacks one of SECRET_KEYS."""
     secrets_file = vagrant_dir / SECRETS
     lab_secrets = yaml.safe_load(secrets_file.read_text()) or {}
@@ -43,7 +44,8 @@ def write(directory: Path = topology.INVENTORY_DIR, vagrant_dir: Path = HERE / "
         directory=directory, data_disks={h.name: data_disk for h in topology.HOSTS},
         ssh_key=(vagrant_dir / SSH_KEY).resolve(),
         known_hosts=(vagrant_dir / KNOWN_HOSTS).resolve(), ssh_user="root",
-        lab_secrets={k: lab_secrets[k] for k in SECRET_KEYS})
+        lab_secrets={k: lab_secrets[k] for k in SECRET_KEYS},
+        host_vars=topology.suite_host_vars(suite))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,11 +56,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vagrant-dir", type=Path, default=HERE / ".vagrant",
                         help=f"where the Vagrantfile keeps {SSH_KEY}, {KNOWN_HOSTS} and {SECRETS} "
                              "(default: %(default)s)")
+    parser.add_argument("--suite", choices=topology.LAB_SUITES, default=topology.DEFAULT_LAB_SUITE,
+                        help="the hosts' Debian, as in the Vagrantfile (default: %(default)s)")
     parser.add_argument("--directory", type=Path, default=topology.INVENTORY_DIR,
                         help="where to write (default: %(default)s)")
     args = parser.parse_args(argv)
     try:
-        hosts_file = write(args.directory, args.vagrant_dir, args.data_disk)
+        hosts_file = write(args.directory, args.vagrant_dir, args.data_disk, args.suite)
     except (OSError, ValueError) as e:
         parser.exit(1, f"lab.vagrant_inventory: {e}\n")
     print(f"inventory written to {hosts_file}")

@@ -39,3 +39,25 @@ def test_status_of_a_lab_that_is_not_up_lists_every_host_stopped(tmp_path):
     assert result.returncode == 0, result.stderr
     rows = [line for line in result.stdout.splitlines() if "jr-" in line]
     assert len(rows) == 5 and all(" no " in row for row in rows)
+
+
+def test_status_names_each_hosts_debian_zone_c_on_trixie_by_default(tmp_path):
+    result = lab(tmp_path, "status")
+    assert result.returncode == 0, result.stderr
+    rows = {line.split()[1]: line for line in result.stdout.splitlines() if "jr-" in line}
+    assert " trixie " in rows["jr-c1"]
+    assert all(" bookworm " in rows[h] for h in ("jr-a1", "jr-a2", "jr-b1", "jr-b2"))
+
+
+def test_an_unknown_suite_is_refused_naming_the_suites(tmp_path):
+    result = lab(tmp_path, "up", "--suite", "buster")
+    assert result.returncode == 2
+    assert "'buster' is not one of 'mixed', 'bookworm', 'trixie'" in " ".join(result.stderr.split())
+    assert not (tmp_path / "state").exists()
+
+
+def test_up_and_run_default_to_the_mixed_lab(tmp_path):
+    for command in ("up", "run"):
+        result = lab(tmp_path, command, "--help")
+        assert result.returncode == 0, result.stderr
+        assert "[default: mixed]" in " ".join(result.stdout.split())

@@ -28,16 +28,19 @@ def shape(data: dict) -> dict:
         "groups": {g: sorted(data[g].get("hosts", [])) for g in ("zone_a", "zone_b", "zone_c")},
         "children": sorted(data["jetraft"]["children"]),
         "hosts": {h: (v["ansible_host"], v["jetraft_zone"], bool(v["jetraft_storage_device"]),
-                      bool(v["jetraft_server_sys_password"]), bool(v["jetraft_server_accounts"]))
+                      bool(v["jetraft_server_sys_password"]), bool(v["jetraft_server_accounts"]),
+                      v.get("jetraft_lab_suite"))
                   for h, v in hostvars.items()},
     }
 
 
 def test_nspawn_and_vagrant_write_the_same_inventory(tmp_path):
     nspawn_dir, vagrant_dir = tmp_path / "nspawn", tmp_path / "vagrant"
+    # as the nspawn lab writes it (NspawnLab.up): each host's Debian suite in a mixed lab
     topology.write_inventory(data_disks={h.name: f"/dev/loop{i}" for i, h in enumerate(topology.HOSTS)},
                              ssh_key=tmp_path / "key", known_hosts=tmp_path / "known_hosts",
-                             directory=nspawn_dir)
+                             directory=nspawn_dir,
+                             host_vars=topology.suite_host_vars("mixed"))
     dot_vagrant = tmp_path / ".vagrant"
     dot_vagrant.mkdir()
     (dot_vagrant / "jetraft-secrets.yml").write_text(yaml.safe_dump({
@@ -48,6 +51,9 @@ def test_nspawn_and_vagrant_write_the_same_inventory(tmp_path):
     assert shape(nspawn) == shape(vagrant)
     assert shape(nspawn)["groups"] == {"zone_a": ["jr-a1", "jr-a2"], "zone_b": ["jr-b1", "jr-b2"],
                                        "zone_c": ["jr-c1"]}
+    assert {h: v[-1] for h, v in shape(nspawn)["hosts"].items()} == {
+        "jr-a1": "bookworm", "jr-a2": "bookworm", "jr-b1": "bookworm", "jr-b2": "bookworm",
+        "jr-c1": "trixie"}
     for data, directory in ((nspawn, nspawn_dir), (vagrant, vagrant_dir)):
         a1 = data["_meta"]["hostvars"]["jr-a1"]
         assert a1["ansible_user"] == "root"     # the drills log in as root, host keys pinned

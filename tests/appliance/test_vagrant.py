@@ -36,7 +36,8 @@ def vagrant_env(tmp_path_factory):
     """Vagrant's environment: its home and the Vagrantfile's state in a temporary directory,
     no version checks, plugins from the system (Debian's vagrant-libvirt)."""
     tmp = tmp_path_factory.mktemp("vagrant")
-    return {**os.environ, "VAGRANT_CHECKPOINT_DISABLE": "1", "VAGRANT_HOME": str(tmp / "home"),
+    env = {k: v for k, v in os.environ.items() if k != "JETRAFT_LAB_SUITE"}
+    return {**env, "VAGRANT_CHECKPOINT_DISABLE": "1", "VAGRANT_HOME": str(tmp / "home"),
             "VAGRANT_DOTFILE_PATH": str(tmp / "dot"), "VAGRANT_NO_COLOR": "1"}
 
 
@@ -108,14 +109,15 @@ def machines(vagrant_env):
     """machines(provider): every machine as Vagrant compiles it for that provider."""
     compiled = {}
 
-    def get(provider: str) -> dict:
-        if provider not in compiled:
+    def get(provider: str, **env: str) -> dict:
+        key = (provider, *sorted(env.items()))
+        if key not in compiled:
             result = subprocess.run(["ruby", "-", provider], input=DUMP, cwd=LAB,
                                     capture_output=True, text=True, timeout=120,
-                                    env={**vagrant_env, "VAGRANT_DEFAULT_PROVIDER": provider})
+                                    env={**vagrant_env, "VAGRANT_DEFAULT_PROVIDER": provider, **env})
             assert result.returncode == 0, result.stderr
-            compiled[provider] = json.loads(result.stdout.strip().splitlines()[-1])
-        return compiled[provider]
+            compiled[key] = json.loads(result.stdout.strip().splitlines()[-1])
+        return compiled[key]
     return get
 
 
@@ -125,7 +127,9 @@ def test_five_machines_and_site_yml_once_from_the_last(machines, provider):
     assert list(ms) == [h.name for h in topology.HOSTS]
     for h in topology.HOSTS:
         m = ms[h.name]
-        assert (m["box"], m["hostname"]) == ("debian/bookworm64", h.name)
+        # the default lab is mixed: zone c's host on Debian 13, the others on Debian 12
+        box = "debian/trixie64" if h.name == "jr-c1" else "debian/bookworm64"
+        assert (m["box"], m["hostname"]) == (box, h.name)
         assert ["private_network", h.address] in m["networks"]
         names = [p["name"] for p in m["provisioners"]]
         disk = ["non-rotational data disk"] if provider == "libvirt" else []
@@ -150,6 +154,20 @@ def test_five_machines_and_site_yml_once_from_the_last(machines, provider):
     assert set(secrets) == set(vagrant_inventory.SECRET_KEYS)
     assert {t for t, _ in ms["jr-c1"]["triggers"]} == {"inventories/lab"}
     assert {c for _, c in ms["jr-c1"]["triggers"]} == {"up", "provision", "reload"}
+
+
+@pytest.mark.parametrize("suite,box", [("trixie", "debian/trixie64"),
+                                       ("bookworm", "debian/bookworm64")])
+def test_jetraft_lab_suite_puts_every_machine_on_one_debian(machines, suite, box):
+    ms = machines("libvirt", JETRAFT_LAB_SUITE=suite)
+    assert {name: m["box"] for name, m in ms.items()} == {h.name: box for h in topology.HOSTS}
+
+
+def test_an_unknown_lab_suite_is_refused_naming_the_suites(vagrant_env):
+    result = vagrant({**vagrant_env, "JETRAFT_LAB_SUITE": "buster"}, "libvirt", "validate")
+    assert result.returncode != 0
+    assert "JETRAFT_LAB_SUITE=buster: the lab suites are mixed, bookworm, trixie" in \
+        result.stdout + result.stderr
 
 
 def test_the_libvirt_data_disk_is_marked_non_rotational(machines):

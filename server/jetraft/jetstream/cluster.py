@@ -263,9 +263,12 @@ class ClusterController:
            deletes its replica once its configuration no longer names it and it no longer
            leads (:meth:`_maybe_leave`).
 
-        (nats-server jetstream_cluster.go: a stream leader no longer in its group's peers
-        hands its leadership over before the replica is removed.) A step the RAFT group
-        refuses (a change in flight) is asked again on the next tick."""
+        nats-server (jetstream_cluster.go ``removeStream``) has the removed server step down
+        if it leads, propose its own removal and delete its copy at once, without waiting
+        for either: an R1 stream then starts empty on its new server, and an R2 stream's
+        remaining copy may be left without a quorum. jetraft keeps the copy until the
+        removal is committed. A step the RAFT group refuses (a change in flight) is asked
+        again on the next tick."""
         me = self.me
         want = set(sa.peers)
         if me not in group.peers:

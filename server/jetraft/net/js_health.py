@@ -13,7 +13,8 @@ connections" (its client listener is closed then).
 4. JetStream not configured: 200. Configured but not running: 503 "JetStream not enabled
    (10076)". ``js-enabled-only`` (or the deprecated ``js-enabled``): 200 from here.
 5. Clustered: the meta group. 503 "JetStream is still recovering meta layer" until the
-   meta group is open and a route has come up since start, "JetStream has not established
+   meta group is open and a route has come up since start (or the group is this server
+   alone), "JetStream has not established
    contact with a meta leader" without a known leader, "JetStream is not current with the
    meta leader" when the leader was not heard within :data:`CONTACT_TIMEOUTS` election
    timeouts or what it committed is not applied here, "JetStream meta layer write error:
@@ -191,7 +192,8 @@ def _meta_problem(cluster: Any, now_ns: int) -> str | None:
     if failure is not None:
         return f"JetStream meta layer write error: {failure.error}"
     group = cluster.meta_group
-    if group is None or group.closed or not cluster.routed_since_start():
+    alone = group is not None and tuple(group.peers) == (cluster.server.server_name,)
+    if group is None or group.closed or not (alone or cluster.routed_since_start()):
         return "JetStream is still recovering meta layer"
     if group.failed is not None:
         return f"JetStream meta layer write error: {group.failed}"

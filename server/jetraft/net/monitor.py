@@ -53,7 +53,10 @@ def healthz(server: MonitorHost, params: dict[str, list[str]] | None = None) -> 
         js_server_only=flags["js-server-only"], js_meta_only=flags["js-meta-only"],
         account=params.get("account", [""])[0], stream=params.get("stream", [""])[0],
         consumer=params.get("consumer", [""])[0], details=flags["details"])
-    return js_healthz(server, opts)
+    try:
+        return js_healthz(server, opts)
+    except Exception as exc:  # noqa: BLE001 - fail closed: a check that broke is not a pass
+        return 503, {"status": "unavailable", "error": f"health check failed: {exc!r}"}
 
 
 def varz(server: MonitorHost) -> dict[str, Any]:

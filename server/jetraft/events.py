@@ -281,11 +281,23 @@ EVENTS: dict[str, EventSpec] = {
         {"group": "str", "index": "int", "term": "int"},
     ),
     "raft_peer_added": EventSpec(
-        "info", "A peer joined the group's configuration (thesis §4.1).",
-        {"group": "str", "term": "int", "peer": "str", "index": "int"},
+        "info", "A peer joined the group's configuration (thesis §4.1), as a voter or as a "
+        "learner that receives the log but does not vote (thesis §4.2.1).",
+        {"group": "str", "term": "int", "peer": "str", "index": "int",
+         "learner": "bool: it joined as a learner"},
     ),
     "raft_peer_removed": EventSpec(
         "info", "A peer left the group's configuration (thesis §4.1).",
+        {"group": "str", "term": "int", "peer": "str", "index": "int",
+         "learner": "bool: it was a learner"},
+    ),
+    "raft_peer_promoted": EventSpec(
+        "info", "A learner of the group became a voter (thesis §4.2.1).",
+        {"group": "str", "term": "int", "peer": "str", "index": "int"},
+    ),
+    "raft_peer_demoted": EventSpec(
+        "info", "A promotion was undone: its entry was cut from the log before it committed "
+        "(thesis §4.1), and the peer is a learner again.",
         {"group": "str", "term": "int", "peer": "str", "index": "int"},
     ),
     "raft_leader_transfer": EventSpec(
@@ -361,6 +373,23 @@ EVENTS: dict[str, EventSpec] = {
     ),
     "jetstream_server_removed": EventSpec(
         "info", "A server was removed from the meta group (SERVER.REMOVE).", {"peer": "str"},
+    ),
+    "jetstream_meta_joining": EventSpec(
+        "info", "This server heard of an established meta group before opening its own, and "
+        "opens it from what it was told: as a member of its first configuration, or as a new "
+        "server the meta leader adds as a learner, then promotes to a voter once caught up.",
+        {"by": "the server that told it (str)", "leader": "str or null", "term": "int",
+         "voters": "list of server names", "learners": "list of server names",
+         "member": "bool: this server is one of the voters"},
+    ),
+    "jetstream_meta_refused": EventSpec(
+        "warn", "This server was removed from the meta group ($JS.API.SERVER.REMOVE) and is "
+        "not a member until added again: it opens no meta group and holds no replica.",
+        {"by": "the server that said so (str)", "leader": "str or null", "reason": "str"},
+    ),
+    "route_frame_invalid": EventSpec(
+        "warn", "A route peer sent a frame this server could not read; it was ignored.",
+        {"peer_name": "str", "kind": "the frame's kind (str)", "reason": "str"},
     ),
     "jetstream_stepdown_requested": EventSpec(
         "info", "A leader step-down was requested through the API or lame duck mode.",

@@ -47,6 +47,7 @@ from jetraft.jetstream.api import API_PREFIX, LIST_LIMIT, NAMES_LIMIT, JetStream
 from jetraft.jetstream.api_subjects import ack_stream, api_kind, peer_hash, response_type, stream_of
 from jetraft.jetstream.cluster_actions import (
     ChangePeer,
+    CloseMeta,
     CloseReplica,
     ClusterView,
     Emit,
@@ -78,6 +79,7 @@ from jetraft.jetstream.meta import (
     encode_update_stream,
     group_name,
 )
+from jetraft.jetstream.meta_members import MetaHello, join_peers, membership_step
 from jetraft.jetstream.model import StreamConfig, StreamInfo, StreamState
 from jetraft.jetstream.outbound import Outbound
 from jetraft.jetstream.placement import PeerInfo, PlacementError, select_peers
@@ -100,7 +102,7 @@ from jetraft.raft.types import Entry, EntryType
 
 # The actions and the view live in cluster_actions.py; they are exported here too.
 __all__ = [
-    "META_GROUP", "ChangePeer", "CloseReplica", "ClusterController", "ClusterView", "Emit",
+    "META_GROUP", "ChangePeer", "CloseMeta", "CloseReplica", "ClusterController", "ClusterView", "Emit",
     "Forward", "ForwardedRequest", "GroupView", "Key", "OpenMeta", "OpenReplica", "Propose",
     "Refusal", "RemoveServer", "RoutePeerView", "Send", "SetInterest", "StepDown", "decode_forward",
     "decode_reply_frame", "encode_reply_frame", "zone_of",
@@ -183,6 +185,10 @@ class ClusterController:
         #: (see :meth:`_maybe_leave`)
         self._leaving: set[Key] = set()
         self._now = 0                        # ns since the epoch, of the input being handled
+        #: before the meta group is open: the peers to open it with as told by a server
+        #: of an established group (:meth:`meta_hello`), and whether one said we were removed
+        self._join: tuple[str, ...] | None = None
+        self._refused_by: str | None = None
 
     def _take(self) -> list[Any]:
         out, self._out = self._out, []
@@ -195,16 +201,53 @@ class ClusterController:
         for the routes to be quiet."""
         self._last_peer_change_ns = mono_ns
 
+    def meta_hello(self, src: str, hello: MetaHello) -> list[Any]:
+        """Server ``src`` told us about its meta group (route APP frame ``"jsmeta"``, see
+        :mod:`jetraft.jetstream.meta_members`). Before our meta group is open: remember
+        how to join an established group, or that we were removed from it (said once in
+        the event log: ``jetstream_meta_refused``)."""
+        meta = self.view.meta_group_view()
+        if meta is not None:
+            # A server removed while it was down opens its old meta log at start: once an
+            # established group's leader says so, it stops acting as a member.
+            if hello.removed and hello.established and self.me not in hello.voters \
+                    and src == hello.leader and not meta.is_leader:
+                self._refuse(src, hello)
+                self._out.append(CloseMeta())
+            return self._take()
+        if hello.removed:
+            self._refuse(src, hello)
+            return self._take()
+        peers = join_peers(self.me, hello)
+        if peers is not None and self._join is None:
+            self._join = peers
+            self._emit("jetstream_meta_joining", by=src, leader=hello.leader, term=hello.term,
+                       voters=list(hello.voters), learners=list(hello.learners),
+                       member=self.me in hello.voters)
+        return self._take()
+
+    def _refuse(self, src: str, hello: MetaHello) -> None:
+        if self._refused_by is None:
+            self._refused_by = src
+            self._join = None
+            self._emit("jetstream_meta_refused", by=src, leader=hello.leader,
+                       reason="this server was removed from the meta group "
+                              "($JS.API.SERVER.REMOVE); it is not a member until added again")
+
     def tick(self, now_ns: int, mono_ns: int) -> list[Any]:
         """Time passed (``now_ns`` wall clock, ``mono_ns`` monotonic): bootstrap the meta
-        group once the routes settled, or drive every led stream group's membership towards
-        its assignment and propose a TICK entry where one is due."""
+        group once the routes settled (or join an established one), take the next step of
+        the meta group's membership on its leader, drive every led stream group's
+        membership towards its assignment and propose a TICK entry where one is due."""
         self._now = now_ns
         if self._last_peer_change_ns is None:
             self._last_peer_change_ns = mono_ns
-        if self.view.meta_group_view() is None:
+        meta = self.view.meta_group_view()
+        if meta is None:
             self._maybe_bootstrap(mono_ns)
             return self._take()
+        if meta.is_leader:
+            self._meta_membership(meta, now_ns)
         for key in self.view.replica_keys():
             group = self.view.group(key)
             replica = self.view.replica(key)
@@ -220,7 +263,23 @@ class ClusterController:
             self._maybe_tick(key, replica, group, now_ns, mono_ns)
         return self._take()
 
+    def _meta_membership(self, meta: GroupView, now_ns: int) -> None:
+        """On the meta leader: the next join, promotion or removal of the meta group
+        (:func:`~jetraft.jetstream.meta_members.membership_step`)."""
+        step = membership_step(
+            voters=meta.peers, learners=meta.learners,
+            candidates=[n for n, p in self.view.route_peers().items() if p.jetstream],
+            removed=self.meta.removed_servers,
+            current=lambda name: meta.member_current(name, now_ns))
+        if step is not None:
+            self._out.append(ChangePeer(META_GROUP, step[0], step[1]))
+
     def _maybe_bootstrap(self, mono_ns: int) -> None:
+        if self._join is not None:          # an established group told us how to join
+            self._out.append(OpenMeta(self._join))
+            return
+        if self._refused_by is not None:    # removed: stay out until added again
+            return
         # Every route is up (one of them may be ourselves), then a quiet moment: the seed
         # configuration names every server, and discovery brings the rest meanwhile.
         if not self.view.routes_settled():
@@ -879,9 +938,12 @@ class ClusterController:
         now = self._now
         meta = self.view.meta_group_view()
         silent = self.view.meta_silent(now) if meta is not None else set()
+        voters = set(meta.peers) if meta is not None else set()
         for name, peer in self.view.route_peers().items():
             online.add(name)
-            if name not in removed:
+            # only voters of the meta group hold replicas: a server that is joining (a
+            # learner, or no member yet) or was removed is not placed on
+            if name not in removed and name in voters:
                 out.append(PeerInfo(name, tuple(peer.tags), name not in silent, peer.jetstream,
                                     peer.cluster, now if name in silent else None))
         if meta is not None:

@@ -21,7 +21,7 @@ from jetraft.jetstream.outbound import Outbound
 from jetraft.jetstream.replicated import StreamReplica
 
 __all__ = [
-    "ChangePeer", "CloseReplica", "ClusterView", "Emit", "Forward", "ForwardedRequest",
+    "ChangePeer", "CloseMeta", "CloseReplica", "ClusterView", "Emit", "Forward", "ForwardedRequest",
     "GroupView", "Key", "OpenMeta", "OpenReplica", "Propose", "Refusal", "RemoveServer", "RoutePeerView",
     "Send", "SetInterest", "StepDown", "decode_forward", "decode_reply_frame",
     "encode_reply_frame",
@@ -45,6 +45,11 @@ class GroupView(Protocol):
     def is_leader(self) -> bool: ...
     @property
     def peers(self) -> tuple[str, ...]: ...
+    @property
+    def learners(self) -> tuple[str, ...]: ...
+    def member_current(self, peer: str, now_ns: int) -> bool:
+        """On the leader: ``peer`` (a member) answered and is caught up and online."""
+        ...
     def replicas(self, now_ns: int) -> list[dict]:
         """On the leader, per other peer: ``name``, ``current`` (online, caught up), ...;
         [] on a follower (RaftGroup.replicas)."""
@@ -173,10 +178,17 @@ class OpenMeta:
 
 
 @dataclass(frozen=True, slots=True)
+class CloseMeta:
+    """This server was removed from the meta group while it was down: close the meta group
+    and every stream replica, keeping their files (nothing is deleted on a removed
+    server's own say-so), and open nothing until it is added again."""
+
+
+@dataclass(frozen=True, slots=True)
 class ChangePeer:
-    """One membership step of the group named ``group``: ``op`` is ``"add"`` or
-    ``"remove"`` of ``peer``, or ``"step_down"``. A RAFT refusal (a change in flight) is
-    ignored: reconciliation asks again."""
+    """One membership step of the group named ``group``: ``op`` is ``"add"``,
+    ``"add_learner"``, ``"promote"`` or ``"remove"`` of ``peer``, or ``"step_down"``. A RAFT
+    refusal (a change in flight) is ignored: reconciliation asks again."""
 
     group: str
     op: str

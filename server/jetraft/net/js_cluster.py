@@ -34,6 +34,7 @@ from jetraft.jetstream.api_subjects import peer_hash
 from jetraft.jetstream.cluster import (
     META_GROUP,
     ChangePeer,
+    CloseMeta,
     CloseReplica,
     ClusterController,
     Emit,
@@ -53,6 +54,7 @@ from jetraft.jetstream.cluster import (
     zone_of,
 )
 from jetraft.jetstream.catchup import StreamSnapshotError
+from jetraft.jetstream.meta_members import MetaHello, decode_hello, encode_hello
 from jetraft.jetstream.model import StreamConfig, format_time
 from jetraft.jetstream.replicated import StreamReplica
 from jetraft.net.durability import PROBE_TIMEOUT_S, STORAGE_RETRY_S, probe_directory, storage_api_error
@@ -87,6 +89,8 @@ class ClusterService(Protocol):
 
 #: Seconds between ticks of the controller (bootstrap, reconciliation, timers of led groups).
 RECONCILE_S = 0.1
+#: Seconds between the meta leader's repeated hellos to a server that is no voter.
+HELLO_REPEAT_S = 1.0
 
 
 class ClusterJetStream:
@@ -126,6 +130,8 @@ class ClusterJetStream:
         self.routes.on_app("raft", self.host.receive)
         self.routes.on_app("jsapi", self._on_forwarded_api)
         self.routes.on_app("jsreply", self._on_reply)
+        self.routes.on_app("jsmeta", self._on_meta_hello)
+        self._hello_sent: dict[str, float] = {}    # peer -> trio time the leader last told it
         self.routes.on_peer_change(self._on_peer_change)
         for acc in service.accounts.values():
             acc.cluster_info = self._cluster_info_fn(acc.name)
@@ -228,8 +234,45 @@ class ClusterJetStream:
         self.controller.peer_changed(name, connected, time.monotonic_ns())
         if connected:
             self.host.peer_up(name)
+            self._send_hello(name)
         else:
             self.host.peer_down(name)
+            self._hello_sent.pop(name, None)
+
+    # ------------------------------------------------------------------ meta membership
+
+    def _send_hello(self, name: str) -> None:
+        """Tell JetStream server ``name`` what our meta group is (route APP frame
+        ``"jsmeta"``, :mod:`jetraft.jetstream.meta_members`), if we have one."""
+        group = self.meta_group
+        peer = self.routes.peers.get(name)
+        if group is None or peer is None or not peer.jetstream:
+            return
+        hello = MetaHello(tuple(group.peers), tuple(group.learners), group.leader, group.term,
+                          removed=name in self.meta.removed_servers)
+        self.routes.send_app(name, "jsmeta", encode_hello(hello))
+
+    def _repeat_hellos(self) -> None:
+        """On the meta leader, about every :data:`HELLO_REPEAT_S`: tell each JetStream
+        server that is no voter (joining, or removed) about the group again."""
+        group = self.meta_group
+        if group is None or not group.is_leader:
+            return
+        now = trio.current_time()
+        voters = set(group.peers)
+        for name, peer in list(self.routes.peers.items()):
+            if peer.jetstream and name not in voters \
+                    and now - self._hello_sent.get(name, -HELLO_REPEAT_S) >= HELLO_REPEAT_S:
+                self._hello_sent[name] = now
+                self._send_hello(name)
+
+    def _on_meta_hello(self, src: str, body: bytes) -> None:
+        try:
+            hello = decode_hello(body)
+        except ValueError as exc:
+            self.events.emit("route_frame_invalid", peer_name=src, kind="jsmeta", reason=str(exc))
+            return
+        self.execute(self.controller.meta_hello(src, hello))
 
     def _on_forwarded_api(self, src: str, body: bytes) -> None:
         _taken, actions = self.controller.forwarded(src, body, time.time_ns())
@@ -260,6 +303,7 @@ class ClusterJetStream:
         while True:
             await trio.sleep(RECONCILE_S)
             self.execute(self.controller.tick(time.time_ns(), time.monotonic_ns()))
+            self._repeat_hellos()
 
     def _expected_servers(self) -> int:
         """How many servers the configured routes name (ourselves included once)."""
@@ -302,6 +346,8 @@ class ClusterJetStream:
                 self._remove_server(action)
             elif kind is OpenMeta:
                 self._open_meta(action.peers)
+            elif kind is CloseMeta:
+                self._close_meta()
             elif kind is Refusal:
                 self.execute(self.controller.refusal(action))
             else:
@@ -341,6 +387,10 @@ class ClusterJetStream:
                 group.step_down()
             elif action.op == "remove":
                 group.remove_peer(action.peer)
+            elif action.op == "add_learner":
+                group.add_learner(action.peer)
+            elif action.op == "promote":
+                group.promote(action.peer)
             else:
                 group.add_peer(action.peer)
         except (RaftError, ValueError):
@@ -384,6 +434,21 @@ class ClusterJetStream:
             self._storage_resumed(failure)
         self.events.emit("jetstream_enabled", store_dir=self.service.store_dir,
                          accounts=sorted(self.service.accounts), sync="raft")
+
+    def _close_meta(self) -> None:
+        """This server was removed from the meta group (see :class:`CloseMeta`): close every
+        stream replica and the meta group, keeping their files."""
+        for key in list(self.groups):
+            self.catchup.stop(key)
+            self.replicas.pop(key, None)
+            group = self.groups.pop(key)
+            self.host.close_group(group.name)
+            acc = self.service.accounts.get(key[0])
+            if acc is not None:
+                acc.detach_replica(key[1])
+        if self.meta_group is not None:
+            self.host.close_group(META_GROUP)
+            self.meta_group = None
 
     def _open_replica(self, action: OpenReplica) -> None:
         sa = action.assignment

@@ -24,7 +24,7 @@ from typing import Protocol
 
 import trio
 
-from jetraft.raft.memory import apply_config_entry
+from jetraft.raft.memory import apply_membership
 from jetraft.raft.node import RaftNode
 from jetraft.raft.storage import GroupLog
 from jetraft.raft.types import (
@@ -138,7 +138,8 @@ class RaftGroup:
         snap = log.snapshot()
         self._applied = snap.index
         self._applied_term = snap.term                # the term of the entry at _applied
-        self._applied_peers = tuple(snap.peers)       # the configuration at _applied
+        # the configuration (voters, learners) at _applied
+        self._applied_conf = (tuple(snap.peers), tuple(snap.learners))
         self._snapshot_retry = 0                      # applied index to ask for one again
         self.policy = policy if policy is not None else SnapshotPolicy()
         self._since_bytes = 0                         # entry bytes applied since the snapshot
@@ -250,18 +251,45 @@ class RaftGroup:
         self._live().campaign()
         self.host.touch(self)
 
+    @property
+    def learners(self) -> tuple[str, ...]:
+        """Members that receive the log but do not vote (see :meth:`add_learner`)."""
+        return self.node.learners
+
     def add_peer(self, peer: str) -> None:
         """Propose adding ``peer`` (thesis §4.1, one server at a time). Leader only; see
         :meth:`RaftNode.propose_config_change` for the errors. The new server should open
         the group with the current peers *without* itself, so it cannot campaign before
         it is a member."""
-        self._live().propose_config_change(ConfigChange(ConfigChangeType.ADD_PEER, peer))
-        self.host.touch(self)
+        self._change(ConfigChangeType.ADD_PEER, peer)
+
+    def add_learner(self, peer: str) -> None:
+        """Propose adding ``peer`` as a learner (thesis §4.2.1): it receives the log but
+        does not vote until :meth:`promote`. Errors as :meth:`add_peer`."""
+        self._change(ConfigChangeType.ADD_LEARNER, peer)
+
+    def promote(self, peer: str) -> None:
+        """Propose making learner ``peer`` a voter (ValueError if it is no learner)."""
+        self._change(ConfigChangeType.PROMOTE_LEARNER, peer)
 
     def remove_peer(self, peer: str) -> None:
-        """Propose removing ``peer`` (a removed leader steps down once it is committed)."""
-        self._live().propose_config_change(ConfigChange(ConfigChangeType.REMOVE_PEER, peer))
+        """Propose removing ``peer``, a voter or a learner (a removed leader steps down once
+        it is committed)."""
+        kind = (ConfigChangeType.REMOVE_LEARNER if peer in self.node.learners
+                else ConfigChangeType.REMOVE_PEER)
+        self._change(kind, peer)
+
+    def _change(self, kind: ConfigChangeType, peer: str) -> None:
+        self._live().propose_config_change(ConfigChange(kind, peer))
         self.host.touch(self)
+
+    def member_current(self, peer: str, now_ns: int) -> bool:
+        """On the leader: ``peer`` (voter or learner) has answered, is online and at most
+        :data:`CURRENT_LAG` entries behind (``now_ns``: time.time_ns()). False elsewhere."""
+        node = self.node
+        if node.role is not Role.LEADER or not node.match_index(peer):
+            return False
+        return not self._offline(peer, now_ns) and self._lag(peer, node.last_index, now_ns) <= CURRENT_LAG
 
     def heard_ns(self, peer: str) -> int | None:
         """Wall-clock ns (time.time_ns) when a message from ``peer`` last arrived, or None."""
@@ -322,7 +350,7 @@ class RaftGroup:
         self.sm.restore(snap.data)
         self._applied = snap.index
         self._applied_term = snap.term
-        self._applied_peers = tuple(snap.peers)
+        self._applied_conf = (tuple(snap.peers), tuple(snap.learners))
         self._since_bytes = 0
         self._backlog = True
         self.host.group_event(self, "raft_snapshot_installed", {
@@ -375,7 +403,7 @@ class RaftGroup:
             self.sm.restore(snap.data)
             self._applied = snap.index
             self._applied_term = snap.term
-            self._applied_peers = tuple(snap.peers)
+            self._applied_conf = (tuple(snap.peers), tuple(snap.learners))
             self._since_bytes = 0
             self._snapshot_mono_ns = time.monotonic_ns()
         ents = rd.committed_entries
@@ -418,14 +446,14 @@ class RaftGroup:
         self.sm.apply(ents)
         if self.host.wants_event("raft_applied"):
             self._applied_event_log(ents)
-        peers = self._applied_peers
+        voters, learners = self._applied_conf
         n = 0
         for e in ents:
             n += len(e.data)
             if e.type == _CONFIG:
-                peers = apply_config_entry(peers, e)
+                voters, learners = apply_membership(voters, learners, e)
         self._since_bytes += n
-        self._applied_peers = peers
+        self._applied_conf = (voters, learners)
         self._applied = ents[-1].index
         self._applied_term = ents[-1].term
 
@@ -513,7 +541,7 @@ class RaftGroup:
             self._snapshot_retry = self._applied + policy.entries
             self._snapshot_mono_ns = now
             return
-        snap = log.create_snapshot(self._applied, data, self._applied_peers)
+        snap = log.create_snapshot(self._applied, data, *self._applied_conf)
         self._since_bytes = 0
         self._snapshot_mono_ns = now
         self.host.group_event(self, "raft_snapshot_taken", {

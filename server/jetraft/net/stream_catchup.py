@@ -393,7 +393,8 @@ class StreamCatchup:
                         resp = await recv.receive()
                         if resp.get("k") != "snap" or resp.get("s") != "ok":
                             continue
-                        snap = Snapshot(resp["i"], resp["t"], tuple(resp["p"]), resp["d"])
+                        snap = Snapshot(resp["i"], resp["t"], tuple(resp["p"]), resp["d"],
+                                        tuple(resp.get("l") or ()))
                         if snap.index > group.applied_index:
                             group.adopt_snapshot(snap)   # starts the next catch-up
                             return
@@ -468,7 +469,8 @@ class StreamCatchup:
                 self._send(src, {**base, "s": "busy"})
                 return
             self._send(src, {**base, "s": "ok", "i": snap.index, "t": snap.term,
-                             "p": list(snap.peers), "d": snap.data})
+                             "p": list(snap.peers), "d": snap.data,
+                             "l": list(snap.learners)})
             return
         reply = {**base, "b": m["b"], "o": m["o"]}
         if group.is_leader and isinstance(m.get("a"), int):

@@ -21,6 +21,7 @@ from jetraft.jetstream.api import JetStreamAccount
 from jetraft.jetstream.cluster import (
     META_GROUP,
     ChangePeer,
+    CloseMeta,
     CloseReplica,
     ClusterController,
     Emit,
@@ -66,10 +67,14 @@ class Group:
     proposals: list[bytes] = field(default_factory=list)
     #: the other peers its leader reports current (None: all of them)
     current: set[str] | None = None
+    learners: tuple[str, ...] = ()
 
     @property
     def is_leader(self) -> bool:
         return self.leader == ME
+
+    def member_current(self, peer: str, now_ns: int) -> bool:
+        return self.is_leader and (self.current is None or peer in self.current)
 
     def replicas(self, now_ns: int) -> list[dict]:
         if not self.is_leader:
@@ -118,6 +123,7 @@ class World:
         self.peer_changes: list[ChangePeer] = []
         self.stepdowns: list[StepDown] = []
         self.opened_meta: list[tuple[str, ...]] = []
+        self.meta_closed = 0
         self.step_down_to: str | None = "n2"
         self._now = T0
         self.c = ClusterController(server_name=ME, cluster_name="c1",
@@ -250,6 +256,11 @@ class World:
                     self.events.emit("jetstream_stream_deleted", account=a.key[0], stream=a.key[1])
             elif t is ChangePeer:
                 self.peer_changes.append(a)
+            elif t is CloseMeta:
+                self.meta_closed += 1
+                self.meta = None
+                self.groups.clear()
+                self.replicas.clear()
             elif t is StepDown:
                 self.stepdowns.append(a)
                 self.run(self.c.step_down_done(a, self.step_down_to))

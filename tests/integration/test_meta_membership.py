@@ -1,0 +1,164 @@
+"""Servers join and leave the meta group through the meta log, end to end.
+
+Five jetraft servers in zones a/a/b/b/c form the cluster (their configurations name each
+other only, as before the cluster grew). Two new servers, which list every route, join
+while an application publishes: each is added as a learner, then promoted to a voter once
+it has caught up, and nothing acknowledged is lost. A server removed with SERVER.REMOVE
+that comes back is refused and says so in its event log; placement never picks it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+from cluster import Cluster
+from test_js_cluster import (
+    SYS_PASSWORD,
+    RetryableError,
+    accounts_block,
+    all_current,
+    connect,
+    create,
+    publish_acked,
+    read_all,
+    retry,
+    run,
+    until,
+)
+
+ZONES = {"n1": "a", "n2": "a", "n3": "b", "n4": "b", "n5": "c", "n6": "a", "n7": "c"}
+FIRST = ["n1", "n2", "n3", "n4", "n5"]
+
+
+def meta_cluster(c: Cluster, name: str) -> dict:
+    return c.servers[name].monitor("/jsz").get("meta_cluster") or {}
+
+
+def meta_leader(c: Cluster) -> str | None:
+    for name, server in c.servers.items():
+        if server.alive():
+            try:
+                leader = meta_cluster(c, name).get("leader")
+            except (OSError, ValueError, AssertionError):
+                continue
+            if leader:
+                return leader
+    return None
+
+
+def voters_seen_by_leader(c: Cluster) -> tuple[int, set[str]]:
+    leader = meta_leader(c)
+    if leader is None:
+        return 0, set()
+    mc = meta_cluster(c, leader)
+    return mc.get("cluster_size", 0), {r["name"] for r in mc.get("replicas") or [] if r.get("current")}
+
+
+@pytest.fixture
+def grown(tmp_path):
+    c = Cluster("jetraft", tmp_path, 7, jetstream=True, unique_tag="az:",
+                tags=[[f"az:{z}"] for z in ZONES.values()], extra=accounts_block())
+    first_routes = tuple(c.route_url(n) for n in FIRST)
+    for name in FIRST:
+        c.members[name].routes = first_routes
+    try:
+        c.start(FIRST)
+        yield c
+    finally:
+        c.stop()
+
+
+def wait_size(c: Cluster, size: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    seen = None
+    while time.monotonic() < deadline:
+        try:
+            seen = voters_seen_by_leader(c)
+        except (OSError, ValueError, AssertionError) as exc:
+            seen = exc
+        if isinstance(seen, tuple) and seen[0] == size and len(seen[1]) == size - 1:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"meta group not {size} current voters after {timeout}s: {seen}\n{c.outputs()}")
+
+
+def events_named(c: Cluster, name: str, event: str) -> list[dict]:
+    return [e for e in c.events(name) if e.get("event") == event]
+
+
+def test_new_servers_join_as_learners_then_voters_under_load(grown):
+    c = grown
+    wait_size(c, 5, 30)
+
+    async def scenario():
+        nc = await connect(c, FIRST)
+        js = nc.jetstream(timeout=5)
+        await create(js, name="GROW", subjects=["grow.>"], num_replicas=3)
+        await until(lambda: all_current(js, "GROW", 3), 30, "GROW current")
+        acked: list[int] = []
+        pub = asyncio.create_task(publish_acked(js, "grow.x", range(600), acked))
+        await asyncio.sleep(0.3)
+        c.start(["n6"])
+        await asyncio.to_thread(wait_size, c, 6, 60)
+        c.start(["n7"])
+        await asyncio.to_thread(wait_size, c, 7, 60)
+        await pub
+        assert sorted(await read_all(js, "GROW", "grow.x")) == list(range(600))
+        await nc.close()
+    run(scenario, timeout=180)
+    for new in ("n6", "n7"):
+        added = [e for name in FIRST + ["n6", "n7"] for e in events_named(c, name, "raft_peer_added")
+                 if e.get("group") == "_meta_" and e.get("peer") == new]
+        promoted = [e for name in FIRST for e in events_named(c, name, "raft_peer_promoted")
+                    if e.get("group") == "_meta_" and e.get("peer") == new]
+        assert added and all(e["learner"] for e in added), added
+        assert promoted
+        assert [e for e in events_named(c, new, "jetstream_meta_joining")], new
+    # every server agrees on the seven voters
+    for name in c.servers:
+        assert meta_cluster(c, name).get("cluster_size") == 7, name
+
+
+def test_a_removed_server_that_comes_back_is_refused(grown):
+    c = grown
+    wait_size(c, 5, 30)
+    c.start(["n6"])
+    wait_size(c, 6, 60)
+    c.stop_one("n6")
+
+    async def scenario():
+        sysc = await connect(c, FIRST, user="admin", password=SYS_PASSWORD)
+
+        async def ask():
+            reply = await sysc.request("$JS.API.SERVER.REMOVE", json.dumps({"peer": "n6"}).encode(),
+                                       timeout=5)
+            body = json.loads(reply.data)
+            if body.get("error", {}).get("err_code") == 10008:
+                raise RetryableError("no meta leader yet")
+            return body
+        assert (await retry(ask, 20, "SERVER.REMOVE n6", only=RetryableError))["success"] is True
+        await sysc.close()
+    run(scenario)
+    wait_size(c, 5, 30)
+    c.start(["n6"])
+    deadline = time.monotonic() + 30
+    while not events_named(c, "n6", "jetstream_meta_refused"):
+        assert time.monotonic() < deadline, c.outputs()
+        time.sleep(0.1)
+    refused = events_named(c, "n6", "jetstream_meta_refused")[-1]
+    assert "SERVER.REMOVE" in refused["reason"]
+    size, _ = voters_seen_by_leader(c)
+    assert size == 5
+
+    async def placed():
+        nc = await connect(c, FIRST)
+        js = nc.jetstream(timeout=5)
+        for i in range(4):
+            await create(js, name=f"P{i}", subjects=[f"p{i}.>"], num_replicas=3)
+            si = await js.stream_info(f"P{i}")
+            assert "n6" not in [si.cluster.leader, *(r.name for r in si.cluster.replicas)]
+        await nc.close()
+    run(placed)

@@ -1,0 +1,132 @@
+"""Meta group membership through the meta log (jetraft.jetstream.meta_members and the
+controller's use of it): new servers join as learners and are promoted once caught up;
+removed servers stay out; placement only picks voters; a late server joins an established
+group instead of starting its own."""
+
+from __future__ import annotations
+
+import pytest
+from controller_world import ME, T0, Group, World
+
+from jetraft.jetstream.cluster import META_GROUP, ChangePeer
+from jetraft.jetstream.meta import encode_remove_server
+from jetraft.jetstream.meta_members import (
+    MetaHello,
+    decode_hello,
+    encode_hello,
+    join_peers,
+    membership_step,
+)
+
+FIVE = {"n1": ("az:a",), "n2": ("az:a",), "n3": ("az:b",), "n4": ("az:b",), "n5": ("az:c",)}
+
+
+def test_step_order_remove_then_promote_then_add():
+    def step(learners=(), current=(), removed=(), candidates=("n2", "n3", "n4", "n6")):
+        return membership_step(voters=("n1", "n2", "n3"), learners=learners, candidates=candidates,
+                               removed=set(removed), current=lambda n: n in current)
+    assert step() == ("add_learner", "n4")
+    assert step(removed={"n4"}) == ("add_learner", "n6")
+    assert step(learners=("n4",)) == ("add_learner", "n6")          # n4 not caught up yet
+    assert step(learners=("n4",), current={"n4"}) == ("promote", "n4")
+    assert step(learners=("n4", "n6"), current={"n4"}, removed={"n6"}) == ("remove", "n6")
+    assert step(candidates=("n2", "n3"), removed=set()) is None
+
+
+def test_hello_round_trip_and_hostile_frames():
+    h = MetaHello(("n1", "n2", "n3"), ("n4",), "n1", 7, removed=True)
+    assert decode_hello(encode_hello(h)) == h
+    for bad in (b"", b"\xc1", encode_hello(h)[:-3], b"\x80",
+                __import__("msgpack").packb({"v": [1], "r": [], "l": None, "t": 1}),
+                __import__("msgpack").packb({"v": ["a"], "r": [], "l": None, "t": -1})):
+        with pytest.raises(ValueError):
+            decode_hello(bad)
+
+
+def test_join_peers():
+    est = MetaHello(("n1", "n2", "n3"), (), "n2", 3)
+    assert join_peers("n6", est) == ("n1", "n2", "n3")          # a joiner: not itself
+    assert join_peers("n3", est) == ("n1", "n2", "n3")          # a first member, late
+    assert join_peers("n6", MetaHello(("n1", "n2"), (), None, 0)) is None   # still forming
+    assert join_peers("n6", MetaHello(("n1", "n2"), (), "n1", 2, removed=True)) is None
+
+
+def meta_world(learners=()) -> World:
+    w = World({**FIVE, "n6": ("az:c",)}, unique_tag="az:")
+    w.meta = Group(META_GROUP, ("n1", "n2", "n3", "n4", "n5"), leader=ME, learners=tuple(learners))
+    return w
+
+
+def test_meta_leader_adds_a_new_server_as_learner_then_promotes_it():
+    w = meta_world()
+    w.tick(mono=10**9)
+    assert ChangePeer(META_GROUP, "add_learner", "n6") in w.peer_changes
+    w.peer_changes.clear()
+    w.meta.learners = ("n6",)
+    w.meta.current = {"n2", "n3", "n4", "n5"}                   # n6 still catching up
+    w.tick(mono=2 * 10**9)
+    assert w.peer_changes == []
+    w.meta.current = None
+    w.tick(mono=3 * 10**9)
+    assert w.peer_changes == [ChangePeer(META_GROUP, "promote", "n6")]
+
+
+def test_followers_and_removed_servers_change_nothing():
+    w = meta_world()
+    w.meta.leader = "n2"
+    w.tick(mono=10**9)
+    assert w.peer_changes == []
+    w = meta_world()
+    w.c.meta.apply(encode_remove_server("n6"))
+    w.tick(mono=10**9)
+    assert not [c for c in w.peer_changes if c.peer == "n6"]
+
+
+def test_placement_never_picks_a_server_that_is_no_voter():
+    w = meta_world(learners=("n6",))
+    for i in range(8):
+        w.request("$JS.API.STREAM.CREATE.S%d" % i, {"name": "S%d" % i, "subjects": [f"s{i}.>"],
+                                                     "num_replicas": 3, "storage": "memory"})
+    w.commit_meta()
+    assert len(w.c.meta.streams) == 8
+    placed = {p for sa in w.c.meta.streams.values() for p in sa.peers}
+    assert "n6" not in placed and placed <= {"n1", "n2", "n3", "n4", "n5"}
+
+
+def test_a_late_server_joins_the_established_group():
+    w = World(FIVE)                                       # n1 has no meta group yet
+    w.run(w.c.meta_hello("n2", MetaHello(("n2", "n3", "n4", "n5", "n7"), (), "n2", 4)))
+    w.tick(mono=1)                                        # no settle wait
+    assert w.opened_meta == [("n2", "n3", "n4", "n5", "n7")]
+    assert [e for e, _f in w.events.lines].count("jetstream_meta_joining") == 1
+
+
+def test_a_removed_server_opens_nothing_and_says_why():
+    w = World(FIVE)
+    for src in ("n2", "n3"):
+        w.run(w.c.meta_hello(src, MetaHello(("n2", "n3", "n4"), (), "n2", 4, removed=True)))
+    w.tick(mono=10 * 10**9)
+    assert w.opened_meta == []
+    refused = [f for e, f in w.events.lines if e == "jetstream_meta_refused"]
+    assert len(refused) == 1 and "SERVER.REMOVE" in refused[0]["reason"]
+
+
+def test_a_forming_group_does_not_stop_the_bootstrap():
+    w = World(FIVE)
+    w.run(w.c.meta_hello("n2", MetaHello(("n1", "n2", "n3", "n4", "n5"), (), None, 0)))
+    w.tick(mono=1)
+    w.tick(mono=10 * 10**9)
+    assert w.opened_meta == [("n1", "n2", "n3", "n4", "n5")]
+
+
+def test_a_server_removed_while_down_closes_its_old_meta_group():
+    w = World(FIVE)
+    w.meta = Group(META_GROUP, ("n1", "n2", "n3", "n4", "n5"), leader=None)  # its old log
+    stale = MetaHello(("n2", "n3", "n4", "n5"), (), "n2", 5, removed=True)
+    w.run(w.c.meta_hello("n3", stale))             # not the leader: not taken on its word
+    assert w.meta_closed == 0
+    w.run(w.c.meta_hello("n2", stale))
+    assert w.meta_closed == 1 and w.meta is None
+    w.tick(mono=10 * 10**9)
+    assert w.opened_meta == []                     # and it does not bootstrap again
+    assert [e for e, _f in w.events.lines].count("jetstream_meta_refused") == 1

@@ -155,10 +155,14 @@ def test_a_restarted_replica_is_unhealthy_until_it_caught_up(slow_catchup):
         si = await js.stream_info("S")
         leader = si.cluster.leader
         behind = next(r.name for r in si.cluster.replicas)
+        await nc.close()
+        nc = await nats.connect(servers=[c.servers[n].url for n in NAMES if n != behind],
+                                max_reconnect_attempts=-1, reconnect_time_wait=0.1)
+        js = nc.jetstream(timeout=10)
         c.stop_one(behind)
         payload = os.urandom(4096)
         for i in range(2000):
-            await js.publish("s.x", payload)
+            await js.publish("s.x", payload, headers={"Nats-Msg-Id": str(i)})
         await nc.close()
         return leader, behind
 

@@ -10,21 +10,19 @@ that comes back is refused and says so in its event log; placement never picks i
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 
 import pytest
 from cluster import Cluster
+from test_admin_cli import Admin
 from test_js_cluster import (
     SYS_PASSWORD,
-    RetryableError,
     accounts_block,
     all_current,
     connect,
     create,
     publish_acked,
     read_all,
-    retry,
     run,
     until,
 )
@@ -122,26 +120,22 @@ def test_new_servers_join_as_learners_then_voters_under_load(grown):
         assert meta_cluster(c, name).get("cluster_size") == 7, name
 
 
-def test_a_removed_server_that_comes_back_is_refused(grown):
+def test_a_removed_server_that_comes_back_is_refused(grown, tmp_path):
     c = grown
     wait_size(c, 5, 30)
     c.start(["n6"])
     wait_size(c, 6, 60)
     c.stop_one("n6")
 
-    async def scenario():
-        sysc = await connect(c, FIRST, user="admin", password=SYS_PASSWORD)
-
-        async def ask():
-            reply = await sysc.request("$JS.API.SERVER.REMOVE", json.dumps({"peer": "n6"}).encode(),
-                                       timeout=5)
-            body = json.loads(reply.data)
-            if body.get("error", {}).get("err_code") == 10008:
-                raise RetryableError("no meta leader yet")
-            return body
-        assert (await retry(ask, 20, "SERVER.REMOVE n6", only=RetryableError))["success"] is True
-        await sysc.close()
-    run(scenario)
+    admin = Admin(c.servers["n1"].url, tmp_path, "--user", "admin", "--password", SYS_PASSWORD)
+    # natscli's spelling (server cluster); the leader cannot be removed, nor a stranger
+    leader = meta_leader(c)
+    out = admin("server", "cluster", "peer-remove", leader, "-f", code=1)
+    assert "is the meta group leader" in out.stderr and "step-down" in out.stderr
+    out = admin("server", "raft", "peer-remove", "nobody", "-f", code=1)
+    assert "nobody is not a peer of the meta group" in out.stderr
+    out = admin("server", "cluster", "peer-remove", "n6", "-f")
+    assert 'Removed peer "n6"' in out.stdout
     wait_size(c, 5, 30)
     c.start(["n6"])
     deadline = time.monotonic() + 30

@@ -1,8 +1,9 @@
-"""``jetraft server ...``: list, report jetstream, raft step-down.
+"""``jetraft server ...``: list, report jetstream, raft step-down, raft peer-remove
+(``server cluster ...`` is natscli's spelling of ``server raft ...``).
 
 These use the system account's requests (``$SYS.REQ.SERVER.PING``,
-``$SYS.REQ.SERVER.PING.JSZ``) and ``$JS.API.META.LEADER.STEPDOWN``, so they need a user
-of the system account (``--user``/``--password`` or a context). Every server answers a
+``$SYS.REQ.SERVER.PING.JSZ``), ``$JS.API.META.LEADER.STEPDOWN`` and
+``$JS.API.SERVER.REMOVE``, so they need a user of the system account (``--user``/``--password`` or a context). Every server answers a
 ping; the answers are gathered until ``--expect`` of them have come (without --expect:
 until none has come for :data:`QUIET_GAP` seconds after the last one), or ``--timeout``
 passes.
@@ -17,7 +18,7 @@ from typing import Any
 import click
 import nats.errors
 
-from jetraft.cli.admin.groups import AliasedGroup, json_option, pass_options
+from jetraft.cli.admin.groups import AliasedGroup, confirm, force_option, json_option, pass_options
 from jetraft.cli.admin.render import print_table
 from jetraft.cli.admin.session import CliError, Options, Session, run
 from jetraft.cli.admin.streams import poll_new_leader
@@ -237,5 +238,49 @@ def raft_step_down(opts: Options, wait: float) -> None:
             session.output_json({"old_leader": old, "new_leader": new})
         else:
             session.echo(f'{clock()} New leader elected "{new}"')
+
+    run(opts, body)
+
+
+@server_raft.command("peer-remove")
+@click.argument("name")
+@force_option
+@json_option
+@pass_options
+def raft_peer_remove(opts: Options, name: str, force: bool) -> None:
+    """Remove server NAME (a name or peer id) from the JetStream meta group ($JS.API.SERVER.REMOVE).
+
+    For a server that will not come back: its stream replicas are placed on other servers
+    by the usual zone rules, and it is refused as a member if it returns with its old
+    store. Finds NAME among the meta leader's peers (from $SYS.REQ.SERVER.PING.JSZ), asks
+    'Really remove online|offline peer NAME' unless -f, then prints 'Removed peer "NAME"'.
+    """
+
+    async def body(session: Session) -> None:
+        meta, seen_by = meta_view(await gather(session, PING_JSZ))
+        if meta is None:
+            raise CliError("JetStream is not clustered on the servers that answered: there is no meta group")
+        leader = meta.get("leader")
+        if not leader or leader != seen_by:
+            raise CliError("no meta group leader answered: wait for one to be elected "
+                           "(jetraft server report jetstream), then try again")
+        if name == leader:
+            raise CliError(f"{name} is the meta group leader: move the leadership first "
+                           "(jetraft server raft step-down), then remove it")
+        found = next((r for r in meta.get("replicas") or []
+                      if name in (r.get("name"), r.get("peer"))), None)
+        if found is None:
+            peers = sorted([leader, *(r.get("name") for r in meta.get("replicas") or [])])
+            raise CliError(f"{name} is not a peer of the meta group (its peers: {', '.join(peers)})")
+        state = "offline" if found.get("offline") else "online"
+        if not force and not session.opts.json:
+            session.echo("Removing a peer is for a server that will not come back: its stream replicas are "
+                         "placed on other servers,\nand it is refused as a member if it returns with its old store.")
+        confirm(force, f"Really remove {state} peer {found['name']}?")
+        resp = await session.request_json(session.api_subject("SERVER.REMOVE"), {"peer": found["name"]})
+        if session.opts.json:
+            session.output_json(resp)
+        else:
+            session.echo(f'{clock()} Removed peer "{found["name"]}" from the meta group')
 
     run(opts, body)

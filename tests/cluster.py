@@ -21,7 +21,7 @@ directory and launches each with ``[binary, "-c", conf]`` (as tests/servers.py d
         password: "rpass"
       }
     }
-    jetstream {                                # when jetstream=True
+    jetstream {                                # when jetstream=True (and not in plain)
       store_dir: "<workdir>/n1/store"
       unique_tag: "az:"
     }
@@ -87,7 +87,7 @@ class Cluster:
     ``route_auth``: the credentials put in the route URLs (default ``auth``). ``tags``: one
     sequence of ``server_tags`` per server. ``jetstream``: a jetstream block with a store
     under the working directory (``unique_tag`` when given, and ``jetstream_extra``: text put
-    inside that block). ``extra``: text appended to every
+    inside that block); ``plain``: names of servers left without it (a mixed cluster). ``extra``: text appended to every
     configuration, or one text per server. ``cluster_extra``: text put inside every
     ``cluster`` block (a ``tls { ... }`` block, say), or one text per server.
     """
@@ -98,7 +98,7 @@ class Cluster:
                  auth: tuple[str, str] | None = None, route_auth: tuple[str, str] | None = None,
                  tags: Sequence[Sequence[str]] | None = None, jetstream: bool = False,
                  unique_tag: str | None = None, extra: str | Sequence[str] = "",
-                 jetstream_extra: str = "",
+                 jetstream_extra: str = "", plain: Sequence[str] = (),
                  cluster_extra: str | Sequence[str] = "", ready_timeout: float = 20.0) -> None:
         if kind not in servers.KINDS:
             raise ValueError(f"unknown server kind {kind!r}; expected one of {servers.KINDS}")
@@ -109,6 +109,7 @@ class Cluster:
         self.auth = auth
         self.route_auth = route_auth if route_auth is not None else auth
         self.jetstream = jetstream
+        self.plain = frozenset(plain)
         self.unique_tag = unique_tag
         self.jetstream_extra = jetstream_extra
         self.ready_timeout = ready_timeout
@@ -169,7 +170,7 @@ class Cluster:
         if self.cluster_extras.get(name):
             lines.append(self.cluster_extras[name].strip())
         lines.append("}")
-        if self.jetstream:
+        if self.jetstream and name not in self.plain:
             lines += ["jetstream {", f"  store_dir: {_q(str(self.store_dir(name)))}"]
             if self.unique_tag:
                 lines.append(f"  unique_tag: {_q(self.unique_tag)}")

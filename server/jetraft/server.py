@@ -28,6 +28,7 @@ from jetraft.net.client import ClientConnection, accept_connections
 from jetraft.net.jetstream import JetStreamService
 from jetraft.net.monitor import serve_monitor
 from jetraft.net.route import RouteManager
+from jetraft.net.route_interest import JS_API_QUEUE, JS_API_SUBJECT
 from jetraft.net.router import Router
 from jetraft.net.sysreq import PING_SUBJECTS
 from jetraft.protocol import encode_err, encode_info
@@ -171,6 +172,9 @@ class Server:
                     if self.routes is not None:  # after JetStream has registered its handlers
                         for subject in (*PING_SUBJECTS, f"$SYS.REQ.SERVER.{self.server_id}.*"):
                             self.routes.add_internal_interest(cfg.system_account, subject)
+                        for account in self.jetstream.accounts if self.jetstream is not None else ():
+                            # servers without JetStream send $JS.API requests to one of us
+                            self.routes.add_internal_interest(account, JS_API_SUBJECT, JS_API_QUEUE)
                         await nursery.start(self.routes.run)
                         self.events.emit("listening", kind="cluster", host=cfg.cluster.host,
                                          port=self.routes.port)

@@ -16,6 +16,17 @@ feeds it (:mod:`jetraft.net.route_conn`, in slices of ``INTEREST_SLICE`` subject
 
 The route manager (:class:`~jetraft.net.route.RouteManager`) owns one :class:`RouteInterest`
 and offers its public methods to the other layers under the same names.
+
+A cluster may mix servers with and without JetStream (nats-server serves ``$JS.API`` through
+a server without JetStream: the account's ``$JS.API.>`` service import, answered by one
+JetStream server, jetstream_api.go). Each JetStream server holds internal interest in
+:data:`JS_API_SUBJECT` in queue group :data:`JS_API_QUEUE` for every account it serves, so a
+server without JetStream sends each ``$JS.API`` request of its clients to exactly one
+JetStream server (a queue group gets one copy in the whole cluster; each server weighs 1)
+in one route forward, and a request that no JetStream server can take (none reachable)
+meets no interest and gets the 503 no-responders status at once, as from nats-server. A
+JetStream server answers its own clients' requests itself: it never indexes that interest
+of its peers (:meth:`RouteInterest.remote_sub`).
 """
 
 from __future__ import annotations
@@ -30,7 +41,13 @@ if TYPE_CHECKING:
     from jetraft.net.ports import RouteHost
     from jetraft.net.route_conn import RouteConnection
 
-__all__ = ["PeerRoute", "RemoteSub", "RouteInterest"]
+__all__ = ["JS_API_QUEUE", "JS_API_SUBJECT", "PeerRoute", "RemoteSub", "RouteInterest"]
+
+#: The subject of a JetStream server's interest in the JetStream API of an account.
+JS_API_SUBJECT = "$JS.API.>"
+#: The queue group of that interest: one JetStream server gets each request; a routed
+#: message that names it was picked for this server as if its own client had sent it.
+JS_API_QUEUE = "_jetraft_jsapi"
 
 
 class PeerRoute(Protocol):
@@ -193,7 +210,10 @@ class RouteInterest:
 
     def remote_sub(self, conn: RouteConnection, frame: rp.RouteSub) -> None:
         """SUB from ``conn``'s peer: add its interest (or update a queue group's weight) and
-        tell the router. An invalid subject refuses the route."""
+        tell the router. An invalid subject refuses the route. A peer's :data:`JS_API_QUEUE`
+        interest is ignored on a server with JetStream (it answers its clients itself)."""
+        if frame.queue == JS_API_QUEUE and self.server.jetstream is not None:
+            return
         key = (frame.account, frame.subject, frame.queue)
         rsub = conn.interest.get(key)
         if rsub is not None:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from jetraft.jetstream.errors import not_enabled_for_account
 from jetraft.net.ports import RouterHost
+from jetraft.net.route_interest import JS_API_QUEUE
 from jetraft.net.sysreq import handle_system_request
 from jetraft.protocol import Match, Message, SubjectIndex, encode_msg, no_responders_headers
 
@@ -102,7 +103,10 @@ class Router:
         """A message a peer (server_name ``src``) routed here (nats-server route.go
         processInboundRoutedMsg): JetStream has the first look, as in :meth:`publish`, then
         every local plain subscriber gets it and, for each queue name in ``queues``, one local
-        member of that group. Never forwarded again."""
+        member of that group. Never forwarded again. A ``$JS.API`` request for which a server
+        without JetStream picked this one (``queues`` names
+        :data:`~jetraft.net.route_interest.JS_API_QUEUE`) is JetStream's as if a local client
+        had sent it."""
         acc = self.accounts.get(account)
         if acc is None:  # an account this server does not have (client.go "Unknown account")
             return
@@ -112,7 +116,7 @@ class Router:
         stats.in_bytes += len(msg.payload) + (len(headers) if headers else 0)
         self._system_request(account, msg)
         if self.jetstream is not None:
-            self.jetstream.handle(account, msg, routed=True)
+            self.jetstream.handle(account, msg, routed=not queues or JS_API_QUEUE not in queues)
         self.deliver(acc, msg, queues=queues)
 
     def route_internal(self, account: str, msg: Message) -> None:

@@ -1,0 +1,216 @@
+"""A mixed cluster: three JetStream servers and one server without JetStream, as nats-py
+sees it through the plain server, on jetraft and nats-server.
+
+The seed ("Mixing JetStream enabled servers with standard NATS servers") lets a cluster mix
+both kinds: the plain server carries core NATS and its clients reach JetStream through it.
+One four-server cluster per server kind serves the module (n1..n3 with a ``jetstream``
+block, n4 without); the tests run in file order, the last one stops the JetStream servers.
+
+Timing is never assumed: interest travelling between servers and the meta leader's election
+are polled for with deadlines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+import servers
+from cluster import Cluster
+from compat_support import connect, poll, round_trip, run
+from js_support import wait_for
+from nats.aio.client import Client
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
+
+JS_SERVERS = ("n1", "n2", "n3")
+PLAIN = "n4"
+ACCOUNT_INFO_RESPONSE = "io.nats.jetstream.api.v1.account_info_response"
+
+
+def meta_leader(c: Cluster) -> str | None:
+    """The meta leader every JetStream server's /jsz names; None while they disagree."""
+    leaders = {c.servers[n].monitor("/jsz").get("meta_cluster", {}).get("leader") for n in JS_SERVERS}
+    return next(iter(leaders)) if len(leaders) == 1 else None
+
+
+@pytest.fixture(scope="module", params=servers.KINDS)
+def cluster(request, tmp_path_factory):
+    """A formed cluster of one kind: n1..n3 with JetStream and an agreed meta leader, n4
+    without JetStream."""
+    c = Cluster(request.param, tmp_path_factory.mktemp(f"mixed-{request.param}"), 4,
+                jetstream=True, plain=(PLAIN,))
+    failed_before = request.session.testsfailed
+    try:
+        c.start()
+        c.wait_formed()
+        deadline = time.monotonic() + 30
+        while meta_leader(c) is None:
+            assert time.monotonic() < deadline, f"no agreed meta leader\n{c.outputs()}"
+            time.sleep(0.05)
+        yield c
+    finally:
+        c.stop()
+        if request.session.testsfailed > failed_before:
+            print(c.outputs())
+
+
+async def plain_client(c: Cluster) -> Client:
+    return await connect(c.servers[PLAIN].url)
+
+
+async def api(nc: Client, subject: str, body=None, timeout: float = 15) -> dict:
+    """A JSON API request through ``nc``, asked again (for at most ``timeout`` seconds) while
+    it gets no responders or no answer: interest still on its way between the servers."""
+    raw = b"" if body is None else json.dumps(body).encode()
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            msg = await nc.request(subject, raw, timeout=2)
+            return json.loads(msg.data)
+        except (NoRespondersError, NatsTimeoutError):
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.05)
+
+
+# ----------------------------------------------------------------------------- tests
+
+
+def test_account_info_through_plain_server(cluster):
+    async def scenario():
+        nc = await plain_client(cluster)
+        try:
+            info = await api(nc, "$JS.API.INFO")
+            assert info["type"] == ACCOUNT_INFO_RESPONSE, info
+            assert "error" not in info, info
+            assert info["streams"] == 0 and info["consumers"] == 0, info
+        finally:
+            await nc.close()
+
+    run(scenario)
+
+
+def test_each_request_answered_once(cluster):
+    """Every JetStream server could answer: exactly one does, for each request."""
+    async def scenario():
+        nc = await plain_client(cluster)
+        try:
+            await api(nc, "$JS.API.INFO")       # interest has arrived
+            replies: dict[str, int] = {}
+
+            async def count(msg):
+                replies[msg.subject] = replies.get(msg.subject, 0) + 1
+
+            await nc.subscribe("answers.>", cb=count)
+            await round_trip(nc)
+            for i in range(20):
+                await nc.publish("$JS.API.INFO", b"", reply=f"answers.{i}")
+            await poll(lambda: len(replies) == 20, 15, "20 answers")
+            # a last request: later than any second answer to the first twenty
+            await nc.publish("$JS.API.STREAM.NAMES", b"", reply="answers.last")
+            await poll(lambda: "answers.last" in replies, 15, "the last answer")
+            assert set(replies.values()) == {1}, replies
+        finally:
+            await nc.close()
+
+    run(scenario)
+
+
+def test_stream_through_plain_server(cluster):
+    """Create an R3 stream, publish 100 messages with acknowledgements, read them back
+    (stream info, message get, a pull consumer) — all through the plain server; the
+    stream's replicas are on the JetStream servers."""
+    async def scenario():
+        nc = await plain_client(cluster)
+        js = nc.jetstream(timeout=5)
+        try:
+            created = await api(nc, "$JS.API.STREAM.CREATE.MIXED",
+                                {"name": "MIXED", "subjects": ["mixed.>"], "num_replicas": 3})
+            assert "error" not in created, created
+            assert created["config"]["num_replicas"] == 3, created
+
+            async def first_ack():
+                try:
+                    return await js.publish("mixed.0", b"m0")
+                except NoRespondersError:       # the leader's interest is on its way
+                    return None
+
+            ack = await wait_for(first_ack, lambda a: a is not None, 15, "first ack")
+            assert (ack.stream, ack.seq) == ("MIXED", 1)
+            for i in range(1, 100):
+                ack = await js.publish(f"mixed.{i}", f"m{i}".encode())
+                assert (ack.stream, ack.seq) == ("MIXED", i + 1)
+
+            info = await js.stream_info("MIXED")
+            assert (info.state.messages, info.state.first_seq, info.state.last_seq) == (100, 1, 100)
+            names = {info.cluster.leader, *(r.name for r in info.cluster.replicas or [])}
+            assert names == set(JS_SERVERS), info.cluster
+
+            for seq in (1, 50, 100):
+                msg = await js.get_msg("MIXED", seq)
+                assert (msg.subject, msg.data, msg.seq) == (f"mixed.{seq - 1}", f"m{seq - 1}".encode(), seq)
+
+            psub = await js.pull_subscribe("mixed.>", durable="PULL", stream="MIXED")
+            got: list[bytes] = []
+            deadline = time.monotonic() + 20
+            while len(got) < 100 and time.monotonic() < deadline:
+                try:
+                    batch = await psub.fetch(100 - len(got), timeout=2)
+                except NatsTimeoutError:
+                    continue
+                for m in batch:
+                    got.append(m.data)
+                    await m.ack()
+            assert got == [f"m{i}".encode() for i in range(100)]
+            cinfo = await js.consumer_info("MIXED", "PULL")
+            assert cinfo.delivered.stream_seq == 100, cinfo
+            await wait_for(lambda: js.consumer_info("MIXED", "PULL"),
+                           lambda ci: ci.ack_floor.stream_seq == 100, 15, "acks applied")
+        finally:
+            await nc.close()
+        # the plain server is no member of the meta group either
+        leader = meta_leader(cluster)
+        assert leader in JS_SERVERS
+        mc = cluster.servers[leader].monitor("/jsz")["meta_cluster"]
+        assert mc["cluster_size"] == 3, mc
+        assert {r["name"] for r in mc.get("replicas") or []} | {leader} == set(JS_SERVERS), mc
+
+    run(scenario)
+
+
+def test_no_jetstream_server_left(cluster):
+    """With every JetStream server stopped, a request through the plain server gets the
+    503 no-responders status (nats-py's NoRespondersError), as core NATS answers a request
+    nobody can take; core NATS on the plain server goes on."""
+    async def scenario():
+        nc = await plain_client(cluster)
+        try:
+            assert "error" not in await api(nc, "$JS.API.INFO")     # served until then
+            for name in JS_SERVERS:
+                await asyncio.to_thread(cluster.stop_one, name)
+
+            async def refused() -> bool:
+                try:
+                    await nc.request("$JS.API.INFO", b"", timeout=2)
+                except NoRespondersError:
+                    return True
+                except NatsTimeoutError:
+                    return False
+                return False
+
+            await poll(refused, 20, "no responders once the JetStream servers are gone")
+            with pytest.raises(NoRespondersError):
+                await nc.request("$JS.API.STREAM.INFO.MIXED", b"", timeout=2)
+            with pytest.raises(NoRespondersError):
+                await nc.request("mixed.1", b"x", timeout=2)
+            sub = await nc.subscribe("core.still")
+            await nc.publish("core.still", b"up")
+            msg = await sub.next_msg(timeout=5)
+            assert msg.data == b"up"
+        finally:
+            await nc.close()
+
+    run(scenario)

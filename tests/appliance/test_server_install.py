@@ -5,6 +5,7 @@ reach one fails the run)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -66,3 +67,24 @@ def test_a_missing_wheelhouse_says_how_to_make_one(tmp_path):
     out = flat(result)
     assert result.returncode != 0
     assert "run `make wheelhouse` on the controller" in out, out[-2000:]
+
+
+def test_a_virtualenv_made_by_another_python_is_made_again(wheelhouse, tmp_path):
+    """A host upgraded from Debian 12 to 13: the virtualenv the old Python made is replaced by
+    one of the host's Python, and jetraft runs from it."""
+    inv = write_inventory(tmp_path, wheelhouse)
+    assert install(inv).returncode == 0
+    cfg = tmp_path / "opt" / "jetraft" / "pyvenv.cfg"
+    ours = cfg.read_text()
+    cfg.write_text("".join("version = 3.9.2\n" if line.startswith("version") else line + "\n"
+                           for line in ours.splitlines()))
+    (tmp_path / "opt" / "jetraft" / "lib" / "python3.9").mkdir()     # the old Python's packages
+    again = install(inv)
+    assert again.returncode == 0, again.stdout[-4000:]
+    assert re.search(r"A virtualenv made by another Python is made again\] \**\nchanged: \[h1\]",
+                     again.stdout), again.stdout[-4000:]
+    assert cfg.read_text() == ours
+    assert not (tmp_path / "opt" / "jetraft" / "lib" / "python3.9").exists()
+    server = tmp_path / "opt" / "jetraft" / "bin" / "jetraft-server"
+    shown = subprocess.run([str(server), "--version"], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0 and __version__ in shown.stdout + shown.stderr

@@ -24,6 +24,7 @@ from js_support import wait_for
 from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js.errors import ServiceUnavailableError
 
 JS_SERVERS = ("n1", "n2", "n3")
 PLAIN = "n4"
@@ -159,7 +160,7 @@ def test_stream_through_plain_server(cluster):
             while len(got) < 100 and time.monotonic() < deadline:
                 try:
                     batch = await psub.fetch(100 - len(got), timeout=2)
-                except NatsTimeoutError:
+                except (NatsTimeoutError, ServiceUnavailableError):   # 503: interest on its way
                     continue
                 for m in batch:
                     got.append(m.data)

@@ -353,6 +353,12 @@ EVENTS: dict[str, EventSpec] = {
          "traceback": "str"},
     ),
     # The JetStream cluster (meta group decisions and administration)
+    "jetstream_cluster_tick_failed": EventSpec(
+        "error", "One pass of the cluster controller's periodic work (the meta group's bootstrap "
+        "and membership, stream groups' reconciliation and timers) raised an exception inside the "
+        "server: that pass was abandoned and the next one runs 0.1 s later; the server goes on.",
+        {"error": "repr of the exception", "traceback": "str"},
+    ),
     "jetstream_stream_assigned": EventSpec(
         "info", "The meta group placed a stream on a RAFT group of peers.",
         {"account": "str", "stream": "str", "group": "RAFT group name", "peers": "list of server names",
@@ -380,7 +386,19 @@ EVENTS: dict[str, EventSpec] = {
         "server the meta leader adds as a learner, then promotes to a voter once caught up.",
         {"by": "the server that told it (str)", "leader": "str or null", "term": "int",
          "voters": "list of server names", "learners": "list of server names",
-         "member": "bool: this server is one of the voters"},
+         "member": "bool: this server is one of the voters",
+         "store_lost": "bool: the group records another store id for this server (it lost "
+                       "its store): it joins as a new member"},
+    ),
+    "jetstream_meta_store_replaced": EventSpec(
+        "warn", "The meta state records another store id for this server: it lost its store "
+        "(a wiped disk, a new machine under the same name). It neither votes nor holds a "
+        "replica until the meta leader has removed its old identity and admitted it again.",
+        {"store": "the recorded store id (str)", "mine": "this server's store id (str)"},
+    ),
+    "jetstream_meta_member": EventSpec(
+        "info", "The meta state recorded this server's store id: it votes and holds replicas.",
+        {"store": "this server's store id (str)"},
     ),
     "jetstream_meta_refused": EventSpec(
         "warn", "This server was removed from the meta group ($JS.API.SERVER.REMOVE) and is "

@@ -156,3 +156,58 @@ def test_a_removed_server_that_comes_back_is_refused(grown, tmp_path):
             assert "n6" not in [si.cluster.leader, *(r.name for r in si.cluster.replicas)]
         await nc.close()
     run(placed)
+
+
+def test_a_server_that_lost_its_store_rejoins_as_a_new_member(grown):
+    """n3 (zone b) is stopped, its store wiped, and started again: it joins as a new member
+    (no vote, no replica until its new store is recorded), its old identity leaves the
+    meta group, its stream slots are filled in its zone, and nothing acknowledged is lost."""
+    import shutil
+    c = grown
+    wait_size(c, 5, 30)
+    deadline = time.monotonic() + 30          # every store recorded (first sight)
+    while not all(events_named(c, n, "jetstream_meta_member") for n in FIRST):
+        assert time.monotonic() < deadline, c.outputs()
+        time.sleep(0.1)
+
+    async def scenario():
+        nc = await connect(c, FIRST)
+        js = nc.jetstream(timeout=5)
+        await create(js, name="WIPE", subjects=["wipe.>"], num_replicas=3)
+        await until(lambda: all_current(js, "WIPE", 3), 30, "WIPE current")
+        si = await js.stream_info("WIPE")
+        peers = [si.cluster.leader, *(r.name for r in si.cluster.replicas)]
+        victim = next(p for p in peers if ZONES[p] == "b")
+        acked: list[int] = []
+        await publish_acked(js, "wipe.x", range(200), acked)
+        c.stop_one(victim)
+        shutil.rmtree(c.store_dir(victim))
+        pub = asyncio.create_task(publish_acked(js, "wipe.x", range(200, 400), acked))
+        c.start([victim])
+        await pub
+
+        async def rejoined():
+            try:
+                now = await js.stream_info("WIPE")
+            except Exception:  # noqa: BLE001 - no leader at this instant
+                return False
+            names = [now.cluster.leader, *(r.name for r in now.cluster.replicas)]
+            return (len(names) == 3 and victim not in names
+                    and sorted(ZONES[n] for n in names) == ["a", "b", "c"]
+                    and all(r.current for r in now.cluster.replicas))
+        await until(rejoined, 60, "WIPE re-replicated in zone b")
+        assert sorted(await read_all(js, "WIPE", "wipe.x")) == list(range(400))
+        await nc.close()
+        return victim
+    victim = asyncio.run(asyncio.wait_for(scenario(), 180))
+    wait_size(c, 5, 60)               # the wiped server is a voter again
+    events = c.events(victim)
+    joining = [e for e in events if e.get("event") == "jetstream_meta_joining"]
+    assert joining and joining[-1]["store_lost"] is True
+    assert [e for e in events if e.get("event") == "jetstream_meta_member"]
+    # while it had no recorded store it granted no vote in the meta group
+    granted = [e for e in events if e.get("event") == "raft_vote_granted"
+               and e.get("group") == "_meta_" and e["ts"] < [
+                   x for x in events if x.get("event") == "jetstream_meta_member"][-1]["ts"]
+               and e["ts"] > joining[-1]["ts"]]
+    assert granted == []

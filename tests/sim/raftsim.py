@@ -97,6 +97,8 @@ class SimNode:
     sm_index: int = 0
     sm_hash: bytes = b""
     applied: list[tuple[int, int, bytes]] = field(default_factory=list)  # kept when record_applied
+    #: False after a wipe until the node is admitted again: it may not vote (can_vote)
+    admitted: bool = True
 
     @property
     def up(self) -> bool:
@@ -351,7 +353,7 @@ class Cluster:
             **self.cfg,
         )
         hook = (lambda name, fields, _pid=pid: self._on_event(_pid, name, fields))
-        sn.raft = cls(cfg, sn.storage, on_event=hook)
+        sn.raft = cls(cfg, sn.storage, on_event=hook, can_vote=lambda _sn=sn: _sn.admitted)
         sn.inflight = None
         self.checker.on_restore(sn, sn.storage.view.snap, "restart")
         if self.record_applied:
@@ -374,6 +376,19 @@ class Cluster:
     def restart(self, pid: str) -> None:
         self.start(pid)
         self.checker.observe(self.nodes[pid])
+
+    def wipe(self, pid: str, peers: tuple[str, ...]) -> None:
+        """Stop ``pid`` and lose its whole store (a wiped disk, a new machine under the same
+        name): it comes back empty, knowing the group's voters ``peers`` but not itself, and
+        may not vote until admitted again (see RandomSim's admission)."""
+        sn = self.nodes[pid]
+        sn.raft = None
+        sn.inflight = None
+        sn.storage = SimStorage(tuple(p for p in peers if p != pid))
+        sn.sm_index, sn.sm_hash, sn.applied = 0, b"", []
+        sn.admitted = False
+        self.checker.durable_term.pop(pid, None)    # its terms start again: a new store
+        self.note("wipe", pid)
 
     # -- primitives ---------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from jetraft.raft.types import (
     ConfigChange,
     ConfigChangeType,
+    EntryType,
     Message,
     RaftError,
 )
@@ -51,6 +52,7 @@ class SimParams:
     snapshot_weight: int = 2
     config_changes: bool = False
     config_weight: int = 2
+    wipe_weight: int = 1               # with config changes: a node loses its whole store
     liveness_checks: float = 0.2       # share of heals that start a liveness check
     election_ticks: int = 10
     heartbeat_ticks: int = 3
@@ -120,8 +122,10 @@ class RandomSim:
         self.liveness_checks = 0
         self.stats = dict(
             delivered=0, lost=0, duplicated=0, crashes=0, torn=0, restarts=0, partitions=0,
-            snapshots=0, transfers=0, config_changes=0, proposals=0,
+            snapshots=0, transfers=0, config_changes=0, proposals=0, wipes=0, admissions=0,
         )
+        self.wiped: str | None = None             # a wiped node not admitted again yet
+        self.wipe_admit_at: int | None = None     # ... once its commit index reaches this
         for pid in self.cluster.ids:
             self.at(self.rng.randrange(TICK), "tick", (pid, 1))
 
@@ -257,6 +261,8 @@ class RandomSim:
             raise AssertionError(kind)
         if self.steps % 64 == 0 and not self.p.config_changes:
             c.checker.check_durable_quorum(c.ids)
+        if self.wiped is not None and self.steps % 16 == 0:
+            self.admission()
 
     # -- clients ------------------------------------------------------------------------------
 
@@ -299,6 +305,7 @@ class RandomSim:
             + ["transfer"] * p.transfer_weight
             + ["snapshot"] * p.snapshot_weight
             + (["config"] * p.config_weight if p.config_changes else [])
+            + (["wipe"] * p.wipe_weight if p.config_changes else [])
         )
         what = rng.choice(choices)
         if what == "crash":
@@ -352,6 +359,98 @@ class RandomSim:
                     self.stats["snapshots"] += 1
         elif what == "config":
             self.config_change()
+        elif what == "wipe":
+            self.wipe()
+
+    # -- wiped stores (a server that lost its disk is a new member) ----------------------------
+
+    def wipe(self) -> None:
+        """One node at a time loses its store. It may not vote until admitted: its old
+        identity is removed from the configuration by a committed change, and its log reaches
+        that change's index (everything it acknowledged before the wipe was committed at or
+        before it, so from then on its votes are as safe as any node's). The same rule as
+        jetraft's meta group (jetstream/meta_members.py)."""
+        if self.wiped is not None:
+            return
+        c, rng = self.cluster, self.rng
+        leader = c.leader()
+        # with fewer than three voters, losing one store leaves no quorum of stores that
+        # still hold the data: the group cannot go on without an operator (as nats-server)
+        if leader is None or len(c.nodes[leader].raft.peers) < 3:
+            return
+        pid = rng.choice(c.ids)
+        c.wipe(pid, tuple(c.nodes[leader].raft.peers))
+        self.wiped, self.wipe_admit_at = pid, None
+        self.stats["wipes"] += 1
+        self.ready_scheduled.discard(pid)
+        self.at(rng.randint(TICK, 40 * TICK), "restart", pid)
+
+    def admission(self) -> None:
+        """Drive the wiped node's admission: remove its old identity, then admit it once its
+        log holds that removal (the random config changes add it back)."""
+        w = self.wiped
+        if w is None:
+            return
+        c = self.cluster
+        wn = c.nodes[w]
+        if self.wipe_admit_at is not None:
+            if wn.raft is not None and wn.raft.commit_index >= self.wipe_admit_at:
+                wn.admitted = True
+                self.wiped = self.wipe_admit_at = None
+                self.stats["admissions"] += 1
+                c.note("admitted", w)
+            return
+        leader = c.leader()
+        if leader is None or leader == w:
+            return
+        lr = c.nodes[leader].raft
+        if w in lr.peers or w in lr.learners:
+            if w in lr.peers and len(lr.peers) == 1:
+                return
+            kind = (ConfigChangeType.REMOVE_LEARNER if w in lr.learners
+                    else ConfigChangeType.REMOVE_PEER)
+            try:
+                c.propose_config_change(leader, ConfigChange(kind, w))
+            except RaftError:
+                return
+            self.touch(leader)
+            return
+        # out of the leader's configuration: where was it removed, and is that committed?
+        view = c.nodes[leader].storage.view
+        at = view.snap.index
+        for e in view.ents[1:]:
+            if e.index > view.snap.index and e.type == EntryType.CONFIG_CHANGE:
+                cc = ConfigChange.decode(e.data)
+                if cc.peer == w and cc.type in (ConfigChangeType.REMOVE_PEER,
+                                                ConfigChangeType.REMOVE_LEARNER):
+                    at = e.index
+        if lr.commit_index >= at:
+            self.wipe_admit_at = max(at, 1)
+
+    def readmit(self, leader: str) -> None:
+        """While a wiped node is not admitted: remove its old identity, then add it back
+        (as a learner, then promoted; or directly as a voter)."""
+        if self.wipe_admit_at is None:
+            self.admission()
+            return
+        c, w = self.cluster, self.wiped
+        lr = c.nodes[leader].raft
+        if w in lr.learners:
+            cc = ConfigChange(ConfigChangeType.PROMOTE_LEARNER, w)
+        elif w not in lr.peers:
+            cc = ConfigChange(ConfigChangeType.ADD_LEARNER if self.rng.random() < 0.7
+                              else ConfigChangeType.ADD_PEER, w)
+        else:
+            return
+        self._propose_change(leader, cc)
+
+    def _propose_change(self, leader: str, cc: ConfigChange) -> None:
+        try:
+            self.cluster.propose_config_change(leader, cc)
+        except RaftError:
+            return
+        self.stats["config_changes"] += 1
+        self.touch(leader)
 
     def partition(self) -> None:
         rng, c = self.rng, self.cluster
@@ -398,6 +497,9 @@ class RandomSim:
         leader = c.leader()
         if leader is None:
             return
+        if self.wiped is not None:
+            self.readmit(leader)    # nothing else changes until it is a member again
+            return
         self.members = list(c.nodes[leader].raft.peers)
         learners = list(c.nodes[leader].raft.learners)
         self.removed = [x for x in c.ids if x not in self.members and x not in learners]
@@ -418,12 +520,7 @@ class RandomSim:
             cc = ConfigChange(ConfigChangeType.REMOVE_PEER, peer)
         else:
             return
-        try:
-            c.propose_config_change(leader, cc)
-        except RaftError:
-            return
-        self.stats["config_changes"] += 1
-        self.touch(leader)
+        self._propose_change(leader, cc)
 
     # -- liveness -------------------------------------------------------------------------
 
@@ -436,7 +533,9 @@ class RandomSim:
         for pid in c.ids:
             if c.nodes[pid].raft is None:
                 self.restart(pid)
-        self.calm_until = c.now + self.p.liveness_bound
+        # a wiped node that is not admitted yet counts for its configuration's quorum but
+        # votes for nobody: elections need every other voter to agree, and take longer
+        self.calm_until = c.now + self.p.liveness_bound * (2 if self.wiped is not None else 1)
         self.calm_values = set()
         self.liveness_checks += 1
         c.note("liveness", "check until", self.calm_until)

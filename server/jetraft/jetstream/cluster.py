@@ -72,12 +72,15 @@ from jetraft.jetstream.meta import (
     MetaChange,
     MetaState,
     StreamAssignment,
+    encode_add_stream_peer,
     encode_assign_stream,
+    encode_member_store,
     encode_remove_server,
     encode_remove_stream,
     encode_replace_stream_peer,
     encode_update_stream,
     group_name,
+    replicas_of,
 )
 from jetraft.jetstream.meta_members import MetaHello, join_peers, membership_step
 from jetraft.jetstream.model import StreamConfig, StreamInfo, StreamState
@@ -161,8 +164,10 @@ class ClusterController:
 
     def __init__(self, *, server_name: str, cluster_name: str, server_tags: tuple[str, ...],
                  unique_tag: str, system_account: str, accounts: Mapping[str, JetStreamAccount],
-                 view: ClusterView) -> None:
+                 view: ClusterView, store_id: str = "") -> None:
         self.me = server_name
+        #: this server's store id (see jetraft.jetstream.meta "Store identities")
+        self.store_id = store_id
         self.cluster_name = cluster_name
         self.server_tags = tuple(server_tags)
         self.unique_tag = unique_tag
@@ -189,6 +194,16 @@ class ClusterController:
         #: of an established group (:meth:`meta_hello`), and whether one said we were removed
         self._join: tuple[str, ...] | None = None
         self._refused_by: str | None = None
+        #: joined an established group as a new member (or one that lost its store): no
+        #: vote and no replica until the meta state records this server's store id
+        self.join_fresh = False
+        #: the store id each connected server said it runs with (its hellos)
+        self.peer_stores: dict[str, str] = {}
+        #: meta entries this leader proposed and is waiting to see applied -> mono ns
+        self._pending: dict[bytes, int] = {}
+        self._fill_failed: set[Key] = set()
+        self._member_said = False
+        self._mono = 0
 
     def _take(self) -> list[Any]:
         out, self._out = self._out, []
@@ -200,12 +215,35 @@ class ClusterController:
         """A route to ``name`` came up or went down (monotonic ns): the bootstrap waits
         for the routes to be quiet."""
         self._last_peer_change_ns = mono_ns
+        if not connected:
+            self.peer_stores.pop(name, None)
+
+    @property
+    def fresh(self) -> bool:
+        """This server may neither vote in the meta group nor hold a replica: the meta
+        state records another store id for it (it lost its store), or it joined as a new
+        member whose store id is not recorded yet."""
+        recorded = self.meta.stores.get(self.me)
+        if recorded is not None:
+            return recorded != self.store_id
+        return self.join_fresh
+
+    def hello(self, name: str) -> MetaHello | None:
+        """What to tell server ``name`` of our meta group (None: no meta group yet)."""
+        meta = self.view.meta_group_view()
+        if meta is None:
+            return MetaHello((), (), None, 0, store=self.store_id)
+        return MetaHello(tuple(meta.peers), tuple(meta.learners), meta.leader, meta.term,
+                         removed=name in self.meta.removed_servers, store=self.store_id,
+                         your_store=self.meta.stores.get(name))
 
     def meta_hello(self, src: str, hello: MetaHello) -> list[Any]:
         """Server ``src`` told us about its meta group (route APP frame ``"jsmeta"``, see
         :mod:`jetraft.jetstream.meta_members`). Before our meta group is open: remember
         how to join an established group, or that we were removed from it (said once in
         the event log: ``jetstream_meta_refused``)."""
+        if hello.store:
+            self.peer_stores[src] = hello.store
         meta = self.view.meta_group_view()
         if meta is not None:
             # A server removed while it was down opens its old meta log at start: once an
@@ -218,12 +256,13 @@ class ClusterController:
         if hello.removed:
             self._refuse(src, hello)
             return self._take()
-        peers = join_peers(self.me, hello)
-        if peers is not None and self._join is None:
-            self._join = peers
+        got = join_peers(self.me, self.store_id, hello)
+        if got is not None and self._join is None:
+            self._join, self.join_fresh = got
             self._emit("jetstream_meta_joining", by=src, leader=hello.leader, term=hello.term,
                        voters=list(hello.voters), learners=list(hello.learners),
-                       member=self.me in hello.voters)
+                       member=not self.join_fresh,
+                       store_lost=hello.your_store not in (None, self.store_id))
         return self._take()
 
     def _refuse(self, src: str, hello: MetaHello) -> None:
@@ -240,6 +279,7 @@ class ClusterController:
         the meta group's membership on its leader, drive every led stream group's
         membership towards its assignment and propose a TICK entry where one is due."""
         self._now = now_ns
+        self._mono = mono_ns
         if self._last_peer_change_ns is None:
             self._last_peer_change_ns = mono_ns
         meta = self.view.meta_group_view()
@@ -264,15 +304,63 @@ class ClusterController:
         return self._take()
 
     def _meta_membership(self, meta: GroupView, now_ns: int) -> None:
-        """On the meta leader: the next join, promotion or removal of the meta group
-        (:func:`~jetraft.jetstream.meta_members.membership_step`)."""
+        """On the meta leader: the next join, promotion, removal or store record of the
+        meta group (:func:`~jetraft.jetstream.meta_members.membership_step`), and replicas
+        placed in the slots a server that lost its store left vacant."""
+        stores = {n: self.peer_stores.get(n, "") for n, p in self.view.route_peers().items()
+                  if p.jetstream}
+        stores[self.me] = self.store_id
+        for name in (*meta.peers, *meta.learners):     # first sight: all at once
+            if stores.get(name) and name not in self.meta.stores:
+                self._propose_once(encode_member_store(name, stores[name]))
         step = membership_step(
-            voters=meta.peers, learners=meta.learners,
-            candidates=[n for n, p in self.view.route_peers().items() if p.jetstream],
-            removed=self.meta.removed_servers,
+            voters=meta.peers, learners=meta.learners, candidates=stores,
+            removed=self.meta.removed_servers, recorded=self.meta.stores,
             current=lambda name: meta.member_current(name, now_ns))
         if step is not None:
-            self._out.append(ChangePeer(META_GROUP, step[0], step[1]))
+            op, name = step
+            if op == "record":
+                self._propose_once(encode_member_store(name, stores[name]))
+            else:
+                self._out.append(ChangePeer(META_GROUP, op, name))
+        self._fill_vacancies()
+
+    def _propose_once(self, data: bytes) -> None:
+        """Propose a meta entry unless the same one was proposed within the last second
+        (the tick asks every 0.1 s until it is applied)."""
+        last = self._pending.get(data)
+        if last is not None and self._mono - last < 1_000_000_000:
+            return
+        if len(self._pending) > 1024:
+            self._pending.clear()
+        self._pending[data] = self._mono
+        self._out.append(Propose(META_GROUP, data))
+
+    def _fill_vacancies(self, limit: int = 8) -> None:
+        """On the meta leader: streams with fewer peers than their ``num_replicas`` (a
+        server that lost its store left them) get a replica placed under their placement
+        rules, one per stream and tick. A server whose slot it was is not placed back on
+        that stream: its old replica may still be in the stream's RAFT group."""
+        done = 0
+        for key, sa in sorted(self.meta.streams.items()):
+            if done >= limit:
+                return
+            if len(sa.peers) >= replicas_of(sa):
+                continue
+            try:
+                new = self._place(sa, exclude=tuple(sa.vacated), existing=sa.peers,
+                                  count=replicas_of(sa))
+            except PlacementError as exc:
+                if key not in self._fill_failed:
+                    self._fill_failed.add(key)
+                    self._emit("jetstream_placement_failed", account=sa.account, stream=sa.name,
+                               replicas=replicas_of(sa), reason=str(exc))
+                continue
+            self._fill_failed.discard(key)
+            added = [p for p in new if p not in sa.peers]
+            if added:
+                self._propose_once(encode_add_stream_peer(sa.account, sa.name, added[0]))
+                done += 1
 
     def _maybe_bootstrap(self, mono_ns: int) -> None:
         if self._join is not None:          # an established group told us how to join
@@ -443,6 +531,16 @@ class ClusterController:
             self._answer_meta("delete", sa.account, sa.name, {"success": True})
         elif kind == "server_removed":
             self._server_removed(change)
+        elif kind == "member_store" and change.server == self.me:
+            if self.fresh:
+                self._emit("jetstream_meta_store_replaced", store=self.meta.stores.get(self.me),
+                           mine=self.store_id)
+            elif self.join_fresh or not self._member_said:
+                self.join_fresh = False
+                self._member_said = True
+                self._emit("jetstream_meta_member", store=self.store_id)
+                assigned = self.ensure_assigned(now_ns)     # replicas now assigned to it
+                self._out.extend(assigned)
         return self._take()
 
     def _server_removed(self, change: MetaChange) -> None:
@@ -472,11 +570,12 @@ class ClusterController:
                        group=sa.group, peer=change.server, replacement=added[0])
 
     def _place(self, sa: StreamAssignment, *, exclude: tuple[str, ...] = (),
-               existing: tuple[str, ...] = ()) -> list[str]:
-        """Peers for ``sa``'s replicas under its placement (PlacementError if impossible)."""
+               existing: tuple[str, ...] = (), count: int | None = None) -> list[str]:
+        """Peers for ``sa``'s replicas (``count``, default as many as it has) under its
+        placement (PlacementError if impossible)."""
         placement = StreamConfig.from_json(sa.config).placement
         return select_peers(
-            self._peer_infos(), len(sa.peers), unique_tag=self.unique_tag,
+            self._peer_infos(), len(sa.peers) if count is None else count, unique_tag=self.unique_tag,
             placement_tags=tuple(getattr(placement, "tags", None) or ()) if placement else (),
             exclude=exclude, existing=existing, load=self.meta.load())
 
@@ -488,6 +587,8 @@ class ClusterController:
         here on the meta leader, once its entry is applied."""
         key = (sa.account, sa.name)
         peers_changed = kind == "stream_peers_changed"
+        if self.fresh and self.view.replica(key) is None:
+            return          # not a member again yet: no replica (see :attr:`fresh`)
         if self.me not in sa.peers:
             if self.view.replica(key) is not None:
                 self._maybe_leave(key, self.view.group(key), sa)

@@ -27,7 +27,18 @@ Entry wire format: one msgpack map (``use_bin_type``), ``{"op": <name>, ...}``:
 ``remove_consumer``    ``account``, ``stream``, ``name``, ``reply`` (str or nil)
 ``replace_peer``       ``account``, ``name``, ``old``, ``new``
 ``remove_server``      ``server``
+``member_store``       ``server``, ``store``: the store (RAFT identity) the server now runs with
+``add_stream_peer``    ``account``, ``name``, ``peer``: fill a vacant replica slot
 =====================  ==========================================================================
+
+Store identities (jetraft's own, for servers that lost their disk): every server's store
+has a random id, created with the store. The meta leader records each member's with
+``member_store``. A server seen again with another id lost its store (a wiped disk, a new
+machine under the same name): recording the new id vacates its replica slots in every
+stream and consumer (its peers drop it: ``stream_peers_changed``), because its old
+replicas' data and RAFT votes are gone; the leader then fills the vacant slots with
+``add_stream_peer`` under the usual placement rules, and the server joins again as a new
+member.
 
 A stream assignment map has ``account``, ``name``, ``config`` (a JSON-able map, the
 stream config as the API stored it), ``group``, ``peers`` (list of server names),
@@ -46,7 +57,8 @@ answers such requests itself, without proposing (as nats-server does for an equa
 STREAM.CREATE).
 
 The snapshot is a msgpack map ``{"v": 1, "streams": [...], "consumers": [...],
-"removed": [...]}`` sorted by key, so equal states give equal bytes; the ``reply``
+"removed": [...], "stores": {server: id}}`` sorted by key (``stores`` may be missing in a
+snapshot of an older server), so equal states give equal bytes; the ``reply``
 subjects are not in it (nats-server ``writeableStreamAssignment`` leaves them out too).
 """
 
@@ -100,7 +112,9 @@ class StreamAssignment:
     read-only). ``group``: the RAFT group name (:func:`group_name`). ``peers``: server
     names, in placement order. ``created_ns``: creation time, ns since the epoch.
     ``reply``: the API reply subject to answer once created (not compared, not in
-    snapshots). ``preferred``: the server that should lead, or ``None``.
+    snapshots). ``preferred``: the server that should lead, or ``None``. ``vacated``:
+    servers that lost their store while they were peers (``member_store``): not placed back
+    on this stream (their old replica may still be in its RAFT group).
     """
 
     account: str
@@ -111,6 +125,7 @@ class StreamAssignment:
     created_ns: int
     reply: str | None = field(default=None, compare=False)
     preferred: str | None = None
+    vacated: tuple[str, ...] = ()
 
     @property
     def key(self) -> tuple[str, str]:
@@ -306,6 +321,7 @@ def _read_stream(r: _Reader) -> StreamAssignment:
         account=r.name("account"), name=r.name("name"), config=r.config("config"),
         group=r.name("group"), peers=r.peers("peers"), created_ns=r.time("created_ns"),
         reply=r.opt_str("reply"), preferred=r.opt_str("preferred"),
+        vacated=r.peers("vacated", optional=True) or (),
     )
     if sa.config.get("name", sa.name) != sa.name:
         raise MetaEntryError(f"{r.where}: config name {sa.config.get('name')!r} is not {sa.name!r}")
@@ -331,6 +347,8 @@ def _stream_map(sa: StreamAssignment, *, with_reply: bool = True) -> dict[str, A
         out["reply"] = sa.reply
     if sa.preferred is not None:
         out["preferred"] = sa.preferred
+    if sa.vacated:
+        out["vacated"] = list(sa.vacated)
     return out
 
 
@@ -421,6 +439,17 @@ def encode_remove_server(name: str) -> bytes:
     return _pack({"op": "remove_server", "server": name})
 
 
+def encode_member_store(name: str, store: str) -> bytes:
+    """Entry: server ``name`` runs with store id ``store`` (see the module docstring)."""
+    return _pack({"op": "member_store", "server": name, "store": store})
+
+
+def encode_add_stream_peer(account: str, name: str, peer: str) -> bytes:
+    """Entry: ``peer`` takes a vacant replica slot of stream ``name`` (and of its
+    consumers): the stream has fewer peers than its ``num_replicas``."""
+    return _pack({"op": "add_stream_peer", "account": account, "name": name, "peer": peer})
+
+
 # --- Decoded operations ------------------------------------------------------------------
 
 
@@ -449,7 +478,17 @@ def _decode_entry(data: bytes) -> tuple[str, Any]:
         return op, args
     if op == "remove_server":
         return op, r.name("server")
+    if op == "member_store":
+        return op, (r.name("server"), r.name("store"))
+    if op == "add_stream_peer":
+        return op, (r.name("account"), r.name("name"), r.name("peer"))
     raise MetaEntryError(f"meta entry: unknown op {op!r}")
+
+
+def replicas_of(sa: StreamAssignment) -> int:
+    """The replica count the stream's config asks for (``num_replicas``, at least 1)."""
+    n = sa.config.get("num_replicas", 1)
+    return n if isinstance(n, int) and n >= 1 else 1
 
 
 def _swap_peer(peers: tuple[str, ...], old: str, new: str) -> tuple[str, ...]:
@@ -461,16 +500,19 @@ def _swap_peer(peers: tuple[str, ...], old: str, new: str) -> tuple[str, ...]:
 
 @dataclass
 class MetaState:
-    """Every stream and consumer assignment, and the removed servers.
+    """Every stream and consumer assignment, the removed servers and the members' stores.
 
     ``streams`` is keyed ``(account, name)``, ``consumers`` ``(account, stream, name)``;
-    ``removed_servers`` holds servers removed with :func:`encode_remove_server`.
+    ``removed_servers`` holds servers removed with :func:`encode_remove_server`;
+    ``stores`` each member's store id (:func:`encode_member_store`).
     Compare two states with ``==`` (``reply`` subjects are ignored).
     """
 
     streams: dict[tuple[str, str], StreamAssignment] = field(default_factory=dict)
     consumers: dict[tuple[str, str, str], ConsumerAssignment] = field(default_factory=dict)
     removed_servers: set[str] = field(default_factory=set)
+    #: each member's store id (``member_store``; see the module docstring)
+    stores: dict[str, str] = field(default_factory=dict)
 
     # --- applying entries
 
@@ -547,6 +589,48 @@ class MetaState:
                 changes.append(_updated("consumer_peers_changed", new_ca, ca))
         return changes
 
+    def _apply_member_store(self, args: tuple[str, str]) -> list[MetaChange]:
+        server, store = args
+        old = self.stores.get(server)
+        if old == store:
+            return []
+        self.stores[server] = store
+        changes = [MetaChange("member_store", server=server)]
+        if old is None:
+            return changes
+        # the server lost its store: its replicas are gone, their slots vacant (an R1
+        # stream keeps its only peer: its data went with the store, it starts empty there)
+        for sa in self.streams_on(server):
+            if len(sa.peers) == 1:
+                continue
+            new_sa = dataclasses.replace(sa, peers=tuple(p for p in sa.peers if p != server),
+                                         preferred=None if sa.preferred == server else sa.preferred,
+                                         vacated=tuple(sorted({*sa.vacated, server})), reply=None)
+            self.streams[sa.key] = new_sa
+            changes.append(_updated("stream_peers_changed", new_sa, sa))
+        for ca in self.consumers_on(server):
+            if len(ca.peers) == 1:
+                continue
+            new_ca = dataclasses.replace(ca, peers=tuple(p for p in ca.peers if p != server), reply=None)
+            self.consumers[ca.key] = new_ca
+            changes.append(_updated("consumer_peers_changed", new_ca, ca))
+        return changes
+
+    def _apply_add_stream_peer(self, args: tuple[str, str, str]) -> list[MetaChange]:
+        account, name, peer = args
+        sa = self.streams.get((account, name))
+        if sa is None or peer in sa.peers or len(sa.peers) >= replicas_of(sa):
+            return []
+        new_sa = dataclasses.replace(sa, peers=(*sa.peers, peer), reply=None)
+        self.streams[sa.key] = new_sa
+        changes = [_updated("stream_peers_changed", new_sa, sa)]
+        for ca in self.consumers_of(account, name):
+            if peer not in ca.peers and len(ca.peers) < len(new_sa.peers):
+                new_ca = dataclasses.replace(ca, peers=(*ca.peers, peer), reply=None)
+                self.consumers[ca.key] = new_ca
+                changes.append(_updated("consumer_peers_changed", new_ca, ca))
+        return changes
+
     def _apply_remove_server(self, server: str) -> list[MetaChange]:
         if server in self.removed_servers:
             return []
@@ -587,6 +671,7 @@ class MetaState:
             "streams": [_stream_map(sa, with_reply=False) for _, sa in sorted(self.streams.items())],
             "consumers": [_consumer_map(ca, with_reply=False) for _, ca in sorted(self.consumers.items())],
             "removed": sorted(self.removed_servers),
+            "stores": dict(sorted(self.stores.items())),
         }, use_bin_type=True)
 
     @classmethod
@@ -609,6 +694,11 @@ class MetaState:
         if any(type(s) is not str for s in removed):
             raise MetaEntryError("meta snapshot: 'removed' must be a list of server names")
         state.removed_servers = set(removed)
+        stores = r.data.get("stores", {}) if isinstance(r.data, dict) else {}
+        if not isinstance(stores, dict) or any(type(k) is not str or type(v) is not str
+                                               for k, v in stores.items()):
+            raise MetaEntryError("meta snapshot: 'stores' must map server names to store ids")
+        state.stores = dict(stores)
         return state
 
     def install_snapshot(self, data: bytes) -> list[MetaChange]:
@@ -633,6 +723,10 @@ class MetaState:
         changes += [MetaChange("server_removed", server=s)
                     for s in sorted(new.removed_servers - self.removed_servers)]
         self.streams, self.consumers, self.removed_servers = new.streams, new.consumers, new.removed_servers
+        if new.stores != self.stores:
+            changes += [MetaChange("member_store", server=s) for s in sorted(new.stores)
+                        if self.stores.get(s) != new.stores[s]]
+            self.stores = new.stores
         return changes
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import time
+import traceback
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -54,7 +55,8 @@ from jetraft.jetstream.cluster import (
     zone_of,
 )
 from jetraft.jetstream.catchup import StreamSnapshotError
-from jetraft.jetstream.meta_members import MetaHello, decode_hello, encode_hello
+from jetraft.jetstream.layout import atomic_write
+from jetraft.jetstream.meta_members import decode_hello, encode_hello
 from jetraft.jetstream.model import StreamConfig, format_time
 from jetraft.jetstream.replicated import StreamReplica
 from jetraft.net.durability import PROBE_TIMEOUT_S, STORAGE_RETRY_S, probe_directory, storage_api_error
@@ -91,6 +93,32 @@ class ClusterService(Protocol):
 RECONCILE_S = 0.1
 #: Seconds between the meta leader's repeated hellos to a server that is no voter.
 HELLO_REPEAT_S = 1.0
+#: How many failed controller passes are reported (each with its traceback) per start.
+TICK_FAILURES_REPORTED = 20
+#: The file under ``<store_dir>/jetstream`` holding this server's store id.
+STORE_ID_FILE = "store_id"
+#: The file under ``<store_dir>/jetstream`` that says this server joined as a new member.
+JOINING_MARKER = "meta_joining"
+
+
+def store_identity(js_dir: str) -> str:
+    """This server's store id: read from ``<store_dir>/jetstream/store_id``, or made (16
+    random bytes, hex) and written there durably when the store has none (a new or wiped
+    store). Raises OSError when it can be neither read nor written."""
+    path = os.path.join(js_dir, STORE_ID_FILE)
+    try:
+        with open(path, encoding="ascii") as f:
+            text = f.read().strip()
+        if len(text) == 32 and all(c in "0123456789abcdef" for c in text):
+            return text
+    except FileNotFoundError:
+        pass
+    except (OSError, UnicodeDecodeError):
+        pass        # unreadable or damaged: a new identity (the old one cannot be proven)
+    store = os.urandom(16).hex()
+    os.makedirs(js_dir, exist_ok=True)
+    atomic_write(path, store.encode() + b"\n")
+    return store
 
 
 class ClusterJetStream:
@@ -116,12 +144,16 @@ class ClusterJetStream:
         self.meta_snapshot_ns = 0          # when the meta state was last snapshotted
         self._routed = False               # a route came up since start (/healthz)
         self._route_down_ns: dict[str, int] = {}   # peer -> time.time_ns() its route went down
+        js_dir = os.path.join(service.store_dir, "jetstream")
+        raft_dir = os.path.join(js_dir, "_raft")
+        self._joining_marker = os.path.join(js_dir, JOINING_MARKER)
         self.controller = ClusterController(
             server_name=server.server_name, cluster_name=self.cluster_name,
             server_tags=tuple(server.config.server_tags), unique_tag=service.config.unique_tag,
-            system_account=server.config.system_account, accounts=service.accounts, view=self)
+            system_account=server.config.system_account, accounts=service.accounts, view=self,
+            store_id=store_identity(js_dir))
+        self.controller.join_fresh = os.path.exists(self._joining_marker)
         self.controller.peer_changed("", True, time.monotonic_ns())
-        raft_dir = os.path.join(service.store_dir, "jetstream", "_raft")
         self.host = RaftHost(server.server_name, raft_dir, self._send_raft, events=server.events,
                              zone=self.zone, sync=service.commit,
                              flush=server.flush_outbound,
@@ -132,6 +164,7 @@ class ClusterJetStream:
         self.routes.on_app("jsreply", self._on_reply)
         self.routes.on_app("jsmeta", self._on_meta_hello)
         self._hello_sent: dict[str, float] = {}    # peer -> trio time the leader last told it
+        self._tick_failures = 0
         self.routes.on_peer_change(self._on_peer_change)
         for acc in service.accounts.values():
             acc.cluster_info = self._cluster_info_fn(acc.name)
@@ -242,14 +275,12 @@ class ClusterJetStream:
     # ------------------------------------------------------------------ meta membership
 
     def _send_hello(self, name: str) -> None:
-        """Tell JetStream server ``name`` what our meta group is (route APP frame
-        ``"jsmeta"``, :mod:`jetraft.jetstream.meta_members`), if we have one."""
-        group = self.meta_group
+        """Tell JetStream server ``name`` what our meta group is, and our store id (route
+        APP frame ``"jsmeta"``, :mod:`jetraft.jetstream.meta_members`)."""
         peer = self.routes.peers.get(name)
-        if group is None or peer is None or not peer.jetstream:
+        hello = self.controller.hello(name)
+        if peer is None or not peer.jetstream or hello is None:
             return
-        hello = MetaHello(tuple(group.peers), tuple(group.learners), group.leader, group.term,
-                          removed=name in self.meta.removed_servers)
         self.routes.send_app(name, "jsmeta", encode_hello(hello))
 
     def _repeat_hellos(self) -> None:
@@ -273,6 +304,22 @@ class ClusterJetStream:
             self.events.emit("route_frame_invalid", peer_name=src, kind="jsmeta", reason=str(exc))
             return
         self.execute(self.controller.meta_hello(src, hello))
+        self._sync_joining_marker()
+
+    def _sync_joining_marker(self) -> None:
+        """Keep the file that says this server joined as a new member (no vote, no replica
+        until its store is recorded) in step with the controller, so a restart in between
+        remembers it."""
+        want = self.controller.join_fresh
+        have = os.path.exists(self._joining_marker)
+        try:
+            if want and not have:
+                atomic_write(self._joining_marker, b"joining\n")
+            elif have and not want:
+                os.unlink(self._joining_marker)
+        except OSError as exc:
+            self.events.emit("jetstream_storage_failed", group=META_GROUP, op="marker",
+                             error=str(exc), path=self._joining_marker)
 
     def _on_forwarded_api(self, src: str, body: bytes) -> None:
         _taken, actions = self.controller.forwarded(src, body, time.time_ns())
@@ -302,8 +349,14 @@ class ClusterJetStream:
     async def _tick_loop(self) -> None:
         while True:
             await trio.sleep(RECONCILE_S)
-            self.execute(self.controller.tick(time.time_ns(), time.monotonic_ns()))
-            self._repeat_hellos()
+            try:
+                self.execute(self.controller.tick(time.time_ns(), time.monotonic_ns()))
+                self._repeat_hellos()
+            except Exception as exc:  # noqa: BLE001 - one pass fails, the next one runs
+                if self._tick_failures < TICK_FAILURES_REPORTED:
+                    self._tick_failures += 1
+                    self.events.emit("jetstream_cluster_tick_failed", error=repr(exc),
+                                     traceback="".join(traceback.format_exception(exc)))
 
     def _expected_servers(self) -> int:
         """How many servers the configured routes name (ourselves included once)."""
@@ -598,6 +651,8 @@ class ClusterJetStream:
         carried out before the next (a later change sees what the earlier ones did)."""
         for change in changes:
             self.execute(self.controller.meta_change(change, time.time_ns()))
+        if changes:
+            self._sync_joining_marker()
 
     # ------------------------------------------------------------------ storage failures
     #
@@ -776,6 +831,12 @@ class _MetaMachine:
 
     def restore(self, data: bytes) -> None:
         self.cluster.meta_applied(self.cluster.meta.install_snapshot(data))
+
+    @property
+    def may_vote(self) -> bool:
+        """Not while this server lost its store and has not been admitted again (see
+        :attr:`ClusterController.fresh`)."""
+        return not self.cluster.controller.fresh
 
     def leader_changed(self, leader: str | None, term: int) -> None:
         pass

@@ -195,8 +195,13 @@ class RaftGroup:
         return bool(getattr(self.sm, "holding", False))
 
     def can_lead(self) -> bool:
-        """The node's ``can_lead`` hook: not while :attr:`holding`."""
-        return not self.holding
+        """The node's ``can_lead`` hook: not while :attr:`holding`, nor while it may not
+        vote."""
+        return not self.holding and self.can_vote()
+
+    def can_vote(self) -> bool:
+        """The node's ``can_vote`` hook: the state machine's ``may_vote`` (default True)."""
+        return bool(getattr(self.sm, "may_vote", True))
 
     @property
     def applied_index(self) -> int:

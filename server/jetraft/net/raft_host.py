@@ -199,7 +199,7 @@ class RaftHost:
                      pre_vote=True, check_quorum=True, max_bytes_per_message=MAX_BYTES_PER_MESSAGE,
                      max_inflight=MAX_INFLIGHT, commit_broadcast=g.commit_broadcast)
         return RaftNode(cfg, log, on_event=lambda name, fields: self.group_event(g, name, fields),
-                        can_lead=g.can_lead)
+                        can_lead=g.can_lead, can_vote=g.can_vote)
 
     def reopen_group(self, group: str) -> RaftGroup:
         """Resume a failed group (see the module docstring) with the same RaftGroup object

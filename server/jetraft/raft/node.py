@@ -116,7 +116,10 @@ class RaftNode:
     ``on_event(name, fields)`` receives the RAFT events named in :mod:`.types`.
     ``can_lead()``: the application's say on whether this node may campaign now (False while
     its state machine lacks data the log no longer holds, e.g. a replica fetching a
-    snapshot's messages); None: always. Votes for others are unaffected.
+    snapshot's messages); None: always. ``can_vote()``: the application's say on whether
+    this node may grant (pre-)votes now (False for a server that lost its store and has not
+    been admitted again: its log no longer holds what it once acknowledged, so its vote
+    could elect a leader missing committed entries); None: always.
     """
 
     __slots__ = (
@@ -151,6 +154,7 @@ class RaftNode:
         "_bcast_empty",
         "_forward",
         "_can_lead",
+        "_can_vote",
     )
 
     def __init__(
@@ -160,6 +164,7 @@ class RaftNode:
         *,
         on_event: Callable[[str, dict], None] | None = None,
         can_lead: Callable[[], bool] | None = None,
+        can_vote: Callable[[], bool] | None = None,
     ) -> None:
         if config.election_ticks <= config.heartbeat_ticks or config.heartbeat_ticks < 1:
             raise ValueError("need 1 <= heartbeat_ticks < election_ticks")
@@ -169,6 +174,7 @@ class RaftNode:
         self._storage = storage
         self._on_event = on_event
         self._can_lead = can_lead
+        self._can_vote = can_vote
         self._rng = random.Random(config.seed)
         hs, stored_peers = storage.initial_state()
         log = self._log = RaftLog(storage)
@@ -279,9 +285,11 @@ class RaftNode:
         """May this node campaign? It must be in the configuration, and its log must not
         be missing committed entries lost to corruption (see :meth:`_lost_commit_guard`):
         such a node and a lagging peer could form a majority without those entries. The
-        application may hold it back too (``can_lead``)."""
+        application may hold it back too (``can_lead``), and a node that may not vote
+        (``can_vote``) does not vote for itself either."""
         return (self._id in self._peers and self._log.last_index() >= self._commit_watermark()
-                and (self._can_lead is None or self._can_lead()))
+                and (self._can_lead is None or self._can_lead())
+                and (self._can_vote is None or self._can_vote()))
 
     def _commit_watermark(self) -> int:
         watermark = getattr(self._storage, "commit_watermark", None)
@@ -483,6 +491,8 @@ class RaftNode:
             or (self._vote is None and self._leader is None)
             or (pre and msg.term > self._term)
         )
+        if self._can_vote is not None and not self._can_vote():
+            can_vote = False
         if can_vote and self._log.is_up_to_date(msg.index, msg.log_term) and not self._lost_commit_guard(msg):
             self._send(rtype, msg.src, term=msg.term)
             if not pre:

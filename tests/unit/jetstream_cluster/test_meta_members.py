@@ -21,20 +21,42 @@ from jetraft.jetstream.meta_members import (
 FIVE = {"n1": ("az:a",), "n2": ("az:a",), "n3": ("az:b",), "n4": ("az:b",), "n5": ("az:c",)}
 
 
-def test_step_order_remove_then_promote_then_add():
-    def step(learners=(), current=(), removed=(), candidates=("n2", "n3", "n4", "n6")):
-        return membership_step(voters=("n1", "n2", "n3"), learners=learners, candidates=candidates,
-                               removed=set(removed), current=lambda n: n in current)
+def step(learners=(), current=(), removed=(), candidates=None, recorded=None):
+    cands = {"n1": "s1", "n2": "s2", "n3": "s3", "n4": "s4", "n6": "s6"} if candidates is None else candidates
+    rec = {k: v for k, v in cands.items()} if recorded is None else recorded
+    return membership_step(voters=("n1", "n2", "n3"), learners=learners, candidates=cands,
+                           removed=set(removed), recorded=rec, current=lambda n: n in current)
+
+
+def test_step_order_remove_then_record_then_promote_then_add():
     assert step() == ("add_learner", "n4")
     assert step(removed={"n4"}) == ("add_learner", "n6")
     assert step(learners=("n4",)) == ("add_learner", "n6")          # n4 not caught up yet
     assert step(learners=("n4",), current={"n4"}) == ("promote", "n4")
     assert step(learners=("n4", "n6"), current={"n4"}, removed={"n6"}) == ("remove", "n6")
-    assert step(candidates=("n2", "n3"), removed=set()) is None
+    assert step(candidates={"n1": "s1", "n2": "s2", "n3": "s3"}) is None
+
+
+def test_step_store_identities():
+    base = {"n1": "s1", "n2": "s2", "n3": "s3"}
+    # a member whose store is not recorded yet is recorded (first sight)
+    assert step(candidates=base, recorded={"n1": "s1", "n3": "s3"}) == ("record", "n2")
+    # a member that comes back with another store lost it: its old identity leaves
+    assert step(candidates={**base, "n2": "NEW"}, recorded=base) == ("remove", "n2")
+    # then, no member, it is recorded with its new store, then added as a learner
+    def after_removal(recorded):
+        return membership_step(voters=("n1", "n3"), learners=(), candidates={**base, "n2": "NEW"},
+                               removed=set(), recorded=recorded, current=lambda n: False)
+    assert after_removal(base) == ("record", "n2")
+    assert after_removal({**base, "n2": "NEW"}) == ("add_learner", "n2")
+    # a server whose store is unknown (no hello yet) is left alone
+    assert step(candidates={**base, "n6": ""}, recorded=base) is None
+    # a new server is recorded before it is added
+    assert step(candidates={**base, "n7": "s7"}, recorded=base) == ("record", "n7")
 
 
 def test_hello_round_trip_and_hostile_frames():
-    h = MetaHello(("n1", "n2", "n3"), ("n4",), "n1", 7, removed=True)
+    h = MetaHello(("n1", "n2", "n3"), ("n4",), "n1", 7, removed=True, store="ab", your_store="cd")
     assert decode_hello(encode_hello(h)) == h
     for bad in (b"", b"\xc1", encode_hello(h)[:-3], b"\x80",
                 __import__("msgpack").packb({"v": [1], "r": [], "l": None, "t": 1}),
@@ -45,29 +67,40 @@ def test_hello_round_trip_and_hostile_frames():
 
 def test_join_peers():
     est = MetaHello(("n1", "n2", "n3"), (), "n2", 3)
-    assert join_peers("n6", est) == ("n1", "n2", "n3")          # a joiner: not itself
-    assert join_peers("n3", est) == ("n1", "n2", "n3")          # a first member, late
-    assert join_peers("n6", MetaHello(("n1", "n2"), (), None, 0)) is None   # still forming
-    assert join_peers("n6", MetaHello(("n1", "n2"), (), "n1", 2, removed=True)) is None
+    assert join_peers("n6", "s6", est) == (("n1", "n2", "n3"), True)   # a joiner: not itself
+    assert join_peers("n3", "s3", est) == (("n1", "n2", "n3"), False)  # a first member, late
+    known = MetaHello(("n1", "n2", "n3"), (), "n2", 3, your_store="s3")
+    assert join_peers("n3", "s3", known) == (("n1", "n2", "n3"), False)
+    # the group records another store for n3: it lost its store, it joins anew
+    assert join_peers("n3", "WIPED", known) == (("n1", "n2"), True)
+    assert join_peers("n6", "s6", MetaHello(("n1", "n2"), (), None, 0)) is None   # forming
+    assert join_peers("n6", "s6", MetaHello(("n1", "n2"), (), "n1", 2, removed=True)) is None
 
 
 def meta_world(learners=()) -> World:
     w = World({**FIVE, "n6": ("az:c",)}, unique_tag="az:")
     w.meta = Group(META_GROUP, ("n1", "n2", "n3", "n4", "n5"), leader=ME, learners=tuple(learners))
+    w.c.store_id = "s-n1"
+    w.c.peer_stores = {n: f"s-{n}" for n in w.peers}
+    w.c.meta.stores = {n: f"s-{n}" for n in FIVE}            # the five are recorded
     return w
 
 
 def test_meta_leader_adds_a_new_server_as_learner_then_promotes_it():
     w = meta_world()
     w.tick(mono=10**9)
+    assert w.peer_changes == []                                # its store is recorded first
+    w.commit_meta()
+    assert w.c.meta.stores["n6"] == "s-n6"
+    w.tick(mono=2 * 10**9)
     assert ChangePeer(META_GROUP, "add_learner", "n6") in w.peer_changes
     w.peer_changes.clear()
     w.meta.learners = ("n6",)
     w.meta.current = {"n2", "n3", "n4", "n5"}                   # n6 still catching up
-    w.tick(mono=2 * 10**9)
+    w.tick(mono=3 * 10**9)
     assert w.peer_changes == []
     w.meta.current = None
-    w.tick(mono=3 * 10**9)
+    w.tick(mono=4 * 10**9)
     assert w.peer_changes == [ChangePeer(META_GROUP, "promote", "n6")]
 
 
@@ -130,3 +163,50 @@ def test_a_server_removed_while_down_closes_its_old_meta_group():
     w.tick(mono=10 * 10**9)
     assert w.opened_meta == []                     # and it does not bootstrap again
     assert [e for e, _f in w.events.lines].count("jetstream_meta_refused") == 1
+
+
+def test_a_member_that_lost_its_store_is_removed_recorded_and_its_slots_refilled():
+    w = meta_world()
+    for i in range(3):
+        w.request("$JS.API.STREAM.CREATE.V%d" % i, {"name": "V%d" % i, "subjects": [f"v{i}.>"],
+                                                     "num_replicas": 3, "storage": "memory"})
+    w.commit_meta()
+    on_n2 = [sa.name for sa in w.c.meta.streams.values() if "n2" in sa.peers]
+    assert on_n2
+    w.c.peer_stores["n2"] = "WIPED"                            # n2 came back with a new store
+    w.tick(mono=10**9)
+    assert w.peer_changes == [ChangePeer(META_GROUP, "remove", "n2")]
+    w.peer_changes.clear()
+    w.meta.peers = ("n1", "n3", "n4", "n5")                    # the removal took effect
+    w.tick(mono=2 * 10**9)
+    w.commit_meta()                                            # member_store n2 = WIPED
+    assert w.c.meta.stores["n2"] == "WIPED"
+    for name in on_n2:
+        sa = w.c.meta.streams[("$G", name)]
+        assert "n2" not in sa.peers and sa.vacated == ("n2",)
+    w.tick(mono=3 * 10**9)                                     # vacant slots filled elsewhere
+    w.commit_meta()
+    for name in on_n2:
+        sa = w.c.meta.streams[("$G", name)]
+        assert len(sa.peers) == 3 and "n2" not in sa.peers
+        zones = sorted(FIVE[p][0] for p in sa.peers)
+        assert zones == ["az:a", "az:b", "az:c"], (name, sa.peers)
+
+
+def test_a_fresh_server_opens_no_replica_until_its_store_is_recorded():
+    w = World(FIVE)
+    w.c.store_id = "NEW"
+    w.run(w.c.meta_hello("n2", MetaHello(("n1", "n2", "n3"), (), "n2", 4, store="s-n2",
+                                          your_store="OLD")))
+    assert w.c.fresh and w.c.join_fresh
+    w.tick(mono=1)
+    assert w.opened_meta == [("n2", "n3")]                     # a joiner: not itself
+    w.meta = Group(META_GROUP, ("n1", "n2", "n3"), leader="n2")
+    w.c.meta.stores["n1"] = "OLD"
+    w.assign("R", peers=("n1", "n2", "n3"))                    # its old assignment, replayed
+    assert w.replicas == {}
+    from jetraft.jetstream.meta import encode_member_store
+    for change in w.c.meta.apply(encode_member_store("n1", "NEW")):
+        w.run(w.c.meta_change(change, T0))
+    assert not w.c.fresh
+    assert [e for e, _f in w.events.lines].count("jetstream_meta_member") == 1

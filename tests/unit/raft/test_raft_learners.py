@@ -154,3 +154,26 @@ def test_learners_survive_storage_and_the_wire():
                Entry(1, 2, EntryType.CONFIG_CHANGE, ConfigChange(PROMOTE, "d").encode()),
                Entry(1, 3, EntryType.CONFIG_CHANGE, ConfigChange(ADD_L, "e").encode())])
     assert st.initial_state()[1] == ("a", "b", "c", "d") and st.initial_learners() == ("e",)
+
+
+def test_a_node_that_may_not_vote_grants_no_vote_and_never_campaigns():
+    """``can_vote`` False (a server that lost its store and was not admitted again): it
+    refuses votes and pre-votes, and does not campaign; once allowed, it votes again."""
+    from jetraft.raft import Config, RaftNode
+    allowed = {"c": False}
+    c = Cluster("abc")
+    c.nodes["c"] = node = RaftNode(Config("c", GROUP, tuple("abc"), seed=7), c.storages["c"],
+                                   can_vote=lambda: allowed["c"])
+    c.isolate("b")                      # a needs c's vote to win (2 of 3)
+    c.nodes["a"].campaign()
+    c.pump()
+    assert c.nodes["a"].role is not Role.LEADER
+    assert [m for m in c.sent if m.src == "c" and m.type in (MessageType.VOTE_RESPONSE,
+                                                            MessageType.PRE_VOTE_RESPONSE)
+            and not m.reject] == []
+    c.tick(["c"], n=60)
+    assert node.role is Role.FOLLOWER   # never campaigned
+    allowed["c"] = True
+    c.nodes["a"].campaign()
+    c.pump()
+    assert c.nodes["a"].role is Role.LEADER

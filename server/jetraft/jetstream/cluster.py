@@ -50,6 +50,7 @@ from jetraft.jetstream.cluster_actions import (
     CloseMeta,
     CloseReplica,
     ClusterView,
+    ToMetaLeader,
     Emit,
     Forward,
     ForwardedRequest,
@@ -72,8 +73,11 @@ from jetraft.jetstream.meta import (
     MetaChange,
     MetaState,
     StreamAssignment,
+    MetaEntryError,
+    decode_op,
     encode_add_stream_peer,
     encode_assign_stream,
+    encode_clear_vacated,
     encode_member_store,
     encode_remove_server,
     encode_remove_stream,
@@ -107,7 +111,8 @@ from jetraft.raft.types import Entry, EntryType
 __all__ = [
     "META_GROUP", "ChangePeer", "CloseMeta", "CloseReplica", "ClusterController", "ClusterView", "Emit",
     "Forward", "ForwardedRequest", "GroupView", "Key", "OpenMeta", "OpenReplica", "Propose",
-    "Refusal", "RemoveServer", "RoutePeerView", "Send", "SetInterest", "StepDown", "decode_forward",
+    "Refusal", "RemoveServer", "RoutePeerView", "Send", "SetInterest", "StepDown", "ToMetaLeader",
+    "decode_forward",
     "decode_reply_frame", "encode_reply_frame", "zone_of",
 ]
 
@@ -300,6 +305,8 @@ class ClusterController:
                 continue
             if sa is not None:
                 self._reconcile_peers(group, sa)
+                if sa.vacated:
+                    self._report_vacated(group, sa)
             self._maybe_tick(key, replica, group, now_ns, mono_ns)
         return self._take()
 
@@ -325,16 +332,41 @@ class ClusterController:
                 self._out.append(ChangePeer(META_GROUP, op, name))
         self._fill_vacancies()
 
-    def _propose_once(self, data: bytes) -> None:
-        """Propose a meta entry unless the same one was proposed within the last second
-        (the tick asks every 0.1 s until it is applied)."""
+    def _propose_once(self, data: bytes, *, via_leader: bool = False) -> None:
+        """Propose a meta entry (``via_leader``: have the meta leader propose it) unless
+        the same one was asked for within the last second (the tick asks every 0.1 s until
+        it is applied)."""
         last = self._pending.get(data)
         if last is not None and self._mono - last < 1_000_000_000:
             return
         if len(self._pending) > 1024:
             self._pending.clear()
         self._pending[data] = self._mono
+        self._out.append(ToMetaLeader(data) if via_leader else Propose(META_GROUP, data))
+
+    def _report_vacated(self, group: GroupView, sa: StreamAssignment) -> None:
+        """On a stream group's leader: a server whose slot was vacated (it lost its store)
+        is out of the group and that change is committed: it may hold a replica again."""
+        if not group.config_settled:
+            return
+        for server in sa.vacated:
+            if server not in group.peers and server not in group.learners:
+                self._propose_once(encode_clear_vacated(sa.account, sa.name, server),
+                                   via_leader=True)
+
+    def meta_op(self, src: str, data: bytes) -> list[Any]:
+        """On the meta leader: server ``src`` asks for meta entry ``data`` (route APP frame
+        ``"jsmetaop"``); only ``clear_vacated`` is taken, anything else is ignored."""
+        meta = self.view.meta_group_view()
+        if meta is None or not meta.is_leader:
+            return []
+        try:
+            if decode_op(data) != "clear_vacated":
+                return []
+        except MetaEntryError:
+            return []
         self._out.append(Propose(META_GROUP, data))
+        return self._take()
 
     def _fill_vacancies(self, limit: int = 8) -> None:
         """On the meta leader: streams with fewer peers than their ``num_replicas`` (a

@@ -21,7 +21,7 @@ from jetraft.jetstream.outbound import Outbound
 from jetraft.jetstream.replicated import StreamReplica
 
 __all__ = [
-    "ChangePeer", "CloseMeta", "CloseReplica", "ClusterView", "Emit", "Forward", "ForwardedRequest",
+    "ChangePeer", "CloseMeta", "CloseReplica", "ToMetaLeader", "ClusterView", "Emit", "Forward", "ForwardedRequest",
     "GroupView", "Key", "OpenMeta", "OpenReplica", "Propose", "Refusal", "RemoveServer", "RoutePeerView",
     "Send", "SetInterest", "StepDown", "decode_forward", "decode_reply_frame",
     "encode_reply_frame",
@@ -47,6 +47,10 @@ class GroupView(Protocol):
     def peers(self) -> tuple[str, ...]: ...
     @property
     def learners(self) -> tuple[str, ...]: ...
+    @property
+    def config_settled(self) -> bool:
+        """On the leader: every configuration change in its log is committed."""
+        ...
     def member_current(self, peer: str, now_ns: int) -> bool:
         """On the leader: ``peer`` (a member) answered and is caught up and online."""
         ...
@@ -175,6 +179,15 @@ class OpenMeta:
     """Open (bootstrap) the meta group with ``peers``."""
 
     peers: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ToMetaLeader:
+    """Have the meta leader propose ``data``, a meta entry of one of the kinds a server
+    may ask for (``clear_vacated``): proposed here when this server leads the meta group,
+    else sent to the leader in a route APP frame ``"jsmetaop"``."""
+
+    data: bytes
 
 
 @dataclass(frozen=True, slots=True)

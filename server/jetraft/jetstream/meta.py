@@ -29,6 +29,7 @@ Entry wire format: one msgpack map (``use_bin_type``), ``{"op": <name>, ...}``:
 ``remove_server``      ``server``
 ``member_store``       ``server``, ``store``: the store (RAFT identity) the server now runs with
 ``add_stream_peer``    ``account``, ``name``, ``peer``: fill a vacant replica slot
+``clear_vacated``      ``account``, ``name``, ``server``: its old replica left the stream's group
 =====================  ==========================================================================
 
 Store identities (jetraft's own, for servers that lost their disk): every server's store
@@ -38,7 +39,9 @@ machine under the same name): recording the new id vacates its replica slots in 
 stream and consumer (its peers drop it: ``stream_peers_changed``), because its old
 replicas' data and RAFT votes are gone; the leader then fills the vacant slots with
 ``add_stream_peer`` under the usual placement rules, and the server joins again as a new
-member.
+member. A stream does not get a new replica on the server whose slot was vacated until the
+stream's leader has seen the old replica's removal from its RAFT group committed
+(``clear_vacated``): the old identity must not be taken for the new one.
 
 A stream assignment map has ``account``, ``name``, ``config`` (a JSON-able map, the
 stream config as the API stored it), ``group``, ``peers`` (list of server names),
@@ -444,6 +447,17 @@ def encode_member_store(name: str, store: str) -> bytes:
     return _pack({"op": "member_store", "server": name, "store": store})
 
 
+def encode_clear_vacated(account: str, name: str, server: str) -> bytes:
+    """Entry: the old replica of ``server`` (which lost its store) has left the RAFT group
+    of stream ``name``: the server may hold one of its replicas again."""
+    return _pack({"op": "clear_vacated", "account": account, "name": name, "server": server})
+
+
+def decode_op(data: bytes) -> str:
+    """The ``op`` of a meta entry (MetaEntryError when it does not decode)."""
+    return _decode_entry(data)[0]
+
+
 def encode_add_stream_peer(account: str, name: str, peer: str) -> bytes:
     """Entry: ``peer`` takes a vacant replica slot of stream ``name`` (and of its
     consumers): the stream has fewer peers than its ``num_replicas``."""
@@ -482,6 +496,8 @@ def _decode_entry(data: bytes) -> tuple[str, Any]:
         return op, (r.name("server"), r.name("store"))
     if op == "add_stream_peer":
         return op, (r.name("account"), r.name("name"), r.name("peer"))
+    if op == "clear_vacated":
+        return op, (r.name("account"), r.name("name"), r.name("server"))
     raise MetaEntryError(f"meta entry: unknown op {op!r}")
 
 
@@ -615,6 +631,15 @@ class MetaState:
             self.consumers[ca.key] = new_ca
             changes.append(_updated("consumer_peers_changed", new_ca, ca))
         return changes
+
+    def _apply_clear_vacated(self, args: tuple[str, str, str]) -> list[MetaChange]:
+        account, name, server = args
+        sa = self.streams.get((account, name))
+        if sa is None or server not in sa.vacated:
+            return []
+        self.streams[sa.key] = dataclasses.replace(
+            sa, vacated=tuple(v for v in sa.vacated if v != server), reply=None)
+        return []
 
     def _apply_add_stream_peer(self, args: tuple[str, str, str]) -> list[MetaChange]:
         account, name, peer = args

@@ -37,6 +37,7 @@ from jetraft.jetstream.cluster import (
     ChangePeer,
     CloseMeta,
     CloseReplica,
+    ToMetaLeader,
     ClusterController,
     Emit,
     Forward,
@@ -163,6 +164,7 @@ class ClusterJetStream:
         self.routes.on_app("jsapi", self._on_forwarded_api)
         self.routes.on_app("jsreply", self._on_reply)
         self.routes.on_app("jsmeta", self._on_meta_hello)
+        self.routes.on_app("jsmetaop", self._on_meta_op)
         self._hello_sent: dict[str, float] = {}    # peer -> trio time the leader last told it
         self._tick_failures = 0
         self.routes.on_peer_change(self._on_peer_change)
@@ -401,6 +403,8 @@ class ClusterJetStream:
                 self._open_meta(action.peers)
             elif kind is CloseMeta:
                 self._close_meta()
+            elif kind is ToMetaLeader:
+                self._to_meta_leader(action.data)
             elif kind is Refusal:
                 self.execute(self.controller.refusal(action))
             else:
@@ -487,6 +491,20 @@ class ClusterJetStream:
             self._storage_resumed(failure)
         self.events.emit("jetstream_enabled", store_dir=self.service.store_dir,
                          accounts=sorted(self.service.accounts), sync="raft")
+
+    def _to_meta_leader(self, data: bytes) -> None:
+        """Propose meta entry ``data`` here when leading the meta group, else ask the
+        leader (route APP frame ``"jsmetaop"``); without a leader it is asked again later."""
+        group = self.meta_group
+        if group is None:
+            return
+        if group.is_leader:
+            self._propose(Propose(META_GROUP, data))
+        elif group.leader is not None:
+            self.routes.send_app(group.leader, "jsmetaop", data)
+
+    def _on_meta_op(self, src: str, body: bytes) -> None:
+        self.execute(self.controller.meta_op(src, body))
 
     def _close_meta(self) -> None:
         """This server was removed from the meta group (see :class:`CloseMeta`): close every

@@ -261,6 +261,11 @@ class RaftGroup:
         """Members that receive the log but do not vote (see :meth:`add_learner`)."""
         return self.node.learners
 
+    @property
+    def config_settled(self) -> bool:
+        """On the leader: every configuration change in the log is committed."""
+        return self.node.role is Role.LEADER and not self.node.config_pending
+
     def add_peer(self, peer: str) -> None:
         """Propose adding ``peer`` (thesis §4.1, one server at a time). Leader only; see
         :meth:`RaftNode.propose_config_change` for the errors. The new server should open

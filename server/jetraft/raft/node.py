@@ -273,6 +273,11 @@ class RaftNode:
         return self._peers
 
     @property
+    def config_pending(self) -> bool:
+        """On the leader: a configuration change is appended but not committed yet."""
+        return self._role is Role.LEADER and self._pending_conf_index > self._log.committed
+
+    @property
     def learners(self) -> tuple[str, ...]:
         """The learners of the latest configuration in the log: members that receive the
         log but neither vote nor count for a quorum (thesis §4.2.1)."""

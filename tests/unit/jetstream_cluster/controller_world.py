@@ -23,6 +23,7 @@ from jetraft.jetstream.cluster import (
     ChangePeer,
     CloseMeta,
     CloseReplica,
+    ToMetaLeader,
     ClusterController,
     Emit,
     Forward,
@@ -68,6 +69,7 @@ class Group:
     #: the other peers its leader reports current (None: all of them)
     current: set[str] | None = None
     learners: tuple[str, ...] = ()
+    config_settled: bool = True
 
     @property
     def is_leader(self) -> bool:
@@ -124,6 +126,7 @@ class World:
         self.stepdowns: list[StepDown] = []
         self.opened_meta: list[tuple[str, ...]] = []
         self.meta_closed = 0
+        self.to_meta_leader: list[bytes] = []
         self.step_down_to: str | None = "n2"
         self._now = T0
         self.c = ClusterController(server_name=ME, cluster_name="c1",
@@ -256,6 +259,8 @@ class World:
                     self.events.emit("jetstream_stream_deleted", account=a.key[0], stream=a.key[1])
             elif t is ChangePeer:
                 self.peer_changes.append(a)
+            elif t is ToMetaLeader:
+                self.to_meta_leader.append(a.data)
             elif t is CloseMeta:
                 self.meta_closed += 1
                 self.meta = None

@@ -210,3 +210,33 @@ def test_a_fresh_server_opens_no_replica_until_its_store_is_recorded():
         w.run(w.c.meta_change(change, T0))
     assert not w.c.fresh
     assert [e for e, _f in w.events.lines].count("jetstream_meta_member") == 1
+
+
+def test_a_vacated_server_gets_a_replica_again_once_its_old_one_left_the_group():
+    from jetraft.jetstream.meta import encode_clear_vacated, encode_member_store, encode_remove_stream
+    w = meta_world()
+    key = w.assign("Z", peers=("n1", "n2", "n5"), leader=ME)  # n1 leads the stream's group
+    w.c.meta.stores["n2"] = "s-n2"
+    for change in w.c.meta.apply(encode_member_store("n2", "WIPED")):
+        w.run(w.c.meta_change(change, T0))
+    sa = w.c.meta.streams[key]
+    assert sa.peers == ("n1", "n5") and sa.vacated == ("n2",)
+    # the group still holds n2's old replica: nothing is reported yet
+    w.groups[key].peers = ("n1", "n2", "n5")
+    w.tick(mono=10**9)
+    assert w.to_meta_leader == []
+    # removed, but the removal not committed yet: still nothing
+    w.groups[key].peers = ("n1", "n5")
+    w.groups[key].config_settled = False
+    w.tick(mono=2 * 10**9)
+    assert w.to_meta_leader == []
+    w.groups[key].config_settled = True
+    w.tick(mono=3 * 10**9)
+    assert w.to_meta_leader == [encode_clear_vacated("$G", "Z", "n2")]
+    # the meta leader takes that kind of entry from a peer, and no other
+    w.run(w.c.meta_op("n3", encode_remove_stream("$G", "Z")))
+    assert encode_remove_stream("$G", "Z") not in w.meta.proposals
+    w.run(w.c.meta_op("n3", encode_clear_vacated("$G", "Z", "n2")))
+    assert encode_clear_vacated("$G", "Z", "n2") in w.meta.proposals
+    w.c.meta.apply(encode_clear_vacated("$G", "Z", "n2"))
+    assert w.c.meta.streams[key].vacated == ()

@@ -31,8 +31,8 @@ this rule and finds no lost committed entry; without the rule it finds one
 (``tests/sim``).
 
 Joining: every server tells each JetStream server it connects to what its meta group is
-and its store id (:class:`MetaHello`, route APP frame ``"jsmeta"``), and the meta leader
-repeats it to non-voters. A server that has not opened its meta group yet opens it from
+and its store id (:class:`MetaHello`, route APP frame ``"jsmeta"``), when the route comes
+up and then every second. A server that has not opened its meta group yet opens it from
 the first hello of a group that has elected a leader: as a member when the hello names it
 a voter (a server of the first configuration starting late), otherwise as a joiner that
 knows the voters but not itself (it cannot campaign before the entry adding it reaches its

@@ -625,8 +625,11 @@ class FileStore(_IndexedStore):
         path = os.path.join(self.directory, fmt.index_name(blk.start))
         tmp = path + ".tmp"
         try:
-            with open(tmp, "wb") as f:
-                f.write(data)
+            fd = fileio.open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, fileio.FILE_MODE)
+            try:
+                fileio.pwrite_all(fd, data, 0, tmp)
+            finally:
+                os.close(fd)
             os.replace(tmp, path)
         except OSError:
             self._remove_index_file(os.path.basename(tmp))

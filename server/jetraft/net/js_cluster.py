@@ -64,7 +64,7 @@ from jetraft.net.durability import PROBE_TIMEOUT_S, STORAGE_RETRY_S, probe_direc
 from jetraft.net.raft_group import SnapshotPolicy
 from jetraft.net.raft_host import RaftGroup, RaftHost
 from jetraft.net.stream_catchup import StreamCatchup
-from jetraft.raft.storage import StorageError
+from jetraft.raft.storage import StorageError, fileio
 from jetraft.raft.storage.fileio import errno_name
 from jetraft.raft.types import EntryType, NotLeaderError, ProposalDroppedError, RaftError, Role
 
@@ -92,7 +92,7 @@ class ClusterService(Protocol):
 
 #: Seconds between ticks of the controller (bootstrap, reconciliation, timers of led groups).
 RECONCILE_S = 0.1
-#: Seconds between the meta leader's repeated hellos to a server that is no voter.
+#: Seconds between two hellos to the same JetStream server.
 HELLO_REPEAT_S = 1.0
 #: How many failed controller passes are reported (each with its traceback) per start.
 TICK_FAILURES_REPORTED = 20
@@ -117,7 +117,7 @@ def store_identity(js_dir: str) -> str:
     except (OSError, UnicodeDecodeError):
         pass        # unreadable or damaged: a new identity (the old one cannot be proven)
     store = os.urandom(16).hex()
-    os.makedirs(js_dir, exist_ok=True)
+    fileio.make_dirs(js_dir)
     atomic_write(path, store.encode() + b"\n")
     return store
 
@@ -286,16 +286,13 @@ class ClusterJetStream:
         self.routes.send_app(name, "jsmeta", encode_hello(hello))
 
     def _repeat_hellos(self) -> None:
-        """On the meta leader, about every :data:`HELLO_REPEAT_S`: tell each JetStream
-        server that is no voter (joining, or removed) about the group again."""
-        group = self.meta_group
-        if group is None or not group.is_leader:
-            return
+        """About every :data:`HELLO_REPEAT_S`: tell each JetStream server again what our meta
+        group and our store are (a hello lost at connect time, or sent before the peer could
+        read it, would otherwise leave a member's store unrecorded, or a new server without
+        a way to join). One small frame per peer per interval."""
         now = trio.current_time()
-        voters = set(group.peers)
         for name, peer in list(self.routes.peers.items()):
-            if peer.jetstream and name not in voters \
-                    and now - self._hello_sent.get(name, -HELLO_REPEAT_S) >= HELLO_REPEAT_S:
+            if peer.jetstream and now - self._hello_sent.get(name, -HELLO_REPEAT_S) >= HELLO_REPEAT_S:
                 self._hello_sent[name] = now
                 self._send_hello(name)
 

@@ -207,6 +207,7 @@ class ClusterController:
         #: meta entries this leader proposed and is waiting to see applied -> mono ns
         self._pending: dict[bytes, int] = {}
         self._fill_failed: set[Key] = set()
+        self._filled_at = -(10**18)
         self._member_said = False
         self._mono = 0
 
@@ -369,12 +370,15 @@ class ClusterController:
         return self._take()
 
     def _fill_vacancies(self, limit: int = 8) -> None:
-        """On the meta leader: streams with fewer peers than their ``num_replicas`` (a
-        server that lost its store left them) get a replica placed under their placement
-        rules, one per stream and tick. A server whose slot it was is not placed back on
+        """On the meta leader, once a second: streams with fewer peers than their
+        ``num_replicas`` (a server that lost its store left them) get a replica placed under
+        their placement rules, one per stream and pass, at most ``limit`` per pass. A server whose slot it was is not placed back on
         that stream: its old replica may still be in the stream's RAFT group."""
+        if self._mono - self._filled_at < 1_000_000_000:
+            return          # once a second: a pass looks at every stream
+        self._filled_at = self._mono
         done = 0
-        for key, sa in sorted(self.meta.streams.items()):
+        for key, sa in self.meta.streams.items():
             if done >= limit:
                 return
             if len(sa.peers) >= replicas_of(sa):

@@ -214,3 +214,42 @@ def test_a_server_that_lost_its_store_rejoins_as_a_new_member(grown, zone):
                    x for x in events if x.get("event") == "jetstream_meta_member"][-1]["ts"]
                and e["ts"] > joining[-1]["ts"]]
     assert granted == []
+
+
+def test_a_stream_deleted_after_a_meta_snapshot_gets_no_group_at_restart(tmp_path):
+    """The meta group snapshots while stream GONE exists, then GONE is deleted (the deletion
+    is in the log after the snapshot). A restarted server replays both before it opens any
+    replica: GONE's RAFT group is not created again (its log would start over at term 0)."""
+    c = Cluster("jetraft", tmp_path, 3, jetstream=True, jetstream_extra="meta_compact: 2")
+    try:
+        c.start()
+        c.wait_formed()
+        deadline = time.monotonic() + 30          # the first-sight store records are in
+        while not all(events_named(c, n, "jetstream_meta_member") for n in c.servers):
+            assert time.monotonic() < deadline, c.outputs()
+            time.sleep(0.1)
+
+        async def scenario():
+            nc = await connect(c, list(c.servers))
+            js = nc.jetstream(timeout=5)
+            await create(js, name="GONE", subjects=["gone.>"], num_replicas=3)
+            await create(js, name="KEEP", subjects=["keep.>"], num_replicas=3)
+            await until(lambda: all_current(js, "KEEP", 3), 30, "KEEP current")
+            group = (await js.stream_info("GONE")).cluster.name
+            await js.delete_stream("GONE")
+            await nc.close()
+            return group
+        run(scenario)
+        snaps = [e for e in events_named(c, "n2", "raft_snapshot_taken") if e.get("group") == "_meta_"]
+        assert snaps, "the meta group took a snapshot while GONE existed"
+        c.restart("n2")
+        deadline = time.monotonic() + 30
+        while not [e for e in c.events("n2")[-200:] if e.get("event") == "jetstream_meta_member"]:
+            assert time.monotonic() < deadline, c.outputs()
+            time.sleep(0.1)
+        ran = c.members["n2"].starts
+        reopened = [e for e in c.events("n2") if e.get("event") == "jetstream_stream_deleted"
+                    and e.get("stream") == "GONE"]
+        assert len(reopened) == 1, (ran, reopened)      # only the deletion before the restart
+    finally:
+        c.stop()

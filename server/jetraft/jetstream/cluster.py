@@ -210,6 +210,10 @@ class ClusterController:
         self._filled_at = -(10**18)
         self._member_said = False
         self._mono = 0
+        #: the meta group is replaying its snapshot and log at start-up: replicas are opened
+        #: once, after it (:meth:`ensure_assigned`), from the state the replay ends in, so a
+        #: stream the snapshot holds but the log deletes never gets its group opened again
+        self.replaying = False
 
     def _take(self) -> list[Any]:
         out, self._out = self._out, []
@@ -560,7 +564,7 @@ class ClusterController:
         sa = change.assignment
         if kind in ("stream_added", "stream_updated", "stream_peers_changed"):
             now = self.meta.streams.get((sa.account, sa.name))
-            if now is not None and now.group == sa.group:
+            if now is not None and now.group == sa.group and not self.replaying:
                 self._ensure_replica(sa, kind, change.old_peers)
         elif kind == "stream_removed":
             self._drop_replica((sa.account, sa.name), delete=True)
@@ -575,8 +579,9 @@ class ClusterController:
                 self.join_fresh = False
                 self._member_said = True
                 self._emit("jetstream_meta_member", store=self.store_id)
-                assigned = self.ensure_assigned(now_ns)     # replicas now assigned to it
-                self._out.extend(assigned)
+                if not self.replaying:                      # replicas now assigned to it
+                    assigned = self.ensure_assigned(now_ns)
+                    self._out.extend(assigned)
         return self._take()
 
     def _server_removed(self, change: MetaChange) -> None:

@@ -102,12 +102,15 @@ STORE_ID_FILE = "store_id"
 JOINING_MARKER = "meta_joining"
 
 
-def store_identity(js_dir: str) -> str:
+def store_identity(js_dir: str, *, renew: bool = False) -> str:
     """This server's store id: read from ``<store_dir>/jetstream/store_id``, or made (16
     random bytes, hex) and written there durably when the store has none (a new or wiped
-    store). Raises OSError when it can be neither read nor written."""
+    store) or when ``renew`` (its meta group's log is gone: whatever it voted and
+    acknowledged is gone with it). Raises OSError when it can be neither read nor written."""
     path = os.path.join(js_dir, STORE_ID_FILE)
     try:
+        if renew:
+            raise FileNotFoundError(path)
         with open(path, encoding="ascii") as f:
             text = f.read().strip()
         if len(text) == 32 and all(c in "0123456789abcdef" for c in text):
@@ -148,17 +151,19 @@ class ClusterJetStream:
         js_dir = os.path.join(service.store_dir, "jetstream")
         raft_dir = os.path.join(js_dir, "_raft")
         self._joining_marker = os.path.join(js_dir, JOINING_MARKER)
-        self.controller = ClusterController(
-            server_name=server.server_name, cluster_name=self.cluster_name,
-            server_tags=tuple(server.config.server_tags), unique_tag=service.config.unique_tag,
-            system_account=server.config.system_account, accounts=service.accounts, view=self,
-            store_id=store_identity(js_dir))
-        self.controller.join_fresh = os.path.exists(self._joining_marker)
-        self.controller.peer_changed("", True, time.monotonic_ns())
         self.host = RaftHost(server.server_name, raft_dir, self._send_raft, events=server.events,
                              zone=self.zone, sync=service.commit,
                              flush=server.flush_outbound,
                              pass_follows=lambda: server.in_read)
+        # the store id goes with the meta group's log: without it (a new store, or RAFT
+        # state lost while other files stayed) this server is a new member
+        self.controller = ClusterController(
+            server_name=server.server_name, cluster_name=self.cluster_name,
+            server_tags=tuple(server.config.server_tags), unique_tag=service.config.unique_tag,
+            system_account=server.config.system_account, accounts=service.accounts, view=self,
+            store_id=store_identity(js_dir, renew=META_GROUP not in self.host.logs.groups()))
+        self.controller.join_fresh = os.path.exists(self._joining_marker)
+        self.controller.peer_changed("", True, time.monotonic_ns())
         server.after_read_hooks.append(self.host.pass_now)
         self.routes.on_app("raft", self.host.receive)
         self.routes.on_app("jsapi", self._on_forwarded_api)
@@ -167,6 +172,8 @@ class ClusterJetStream:
         self.routes.on_app("jsmetaop", self._on_meta_op)
         self._hello_sent: dict[str, float] = {}    # peer -> trio time the leader last told it
         self._tick_failures = 0
+        #: the meta commit index when the meta group was opened (see _open_meta)
+        self.meta_replay_to = 0
         self.routes.on_peer_change(self._on_peer_change)
         for acc in service.accounts.values():
             acc.cluster_info = self._cluster_info_fn(acc.name)
@@ -478,16 +485,30 @@ class ClusterJetStream:
         if failure is not None and failure.retry_at > trio.current_time():
             return
         machine = _MetaMachine(self)
+        self.controller.replaying = True
         try:
             self.meta_group = self.host.open_group(META_GROUP, peers, machine, policy=SnapshotPolicy(
                 entries=self.service.config.meta_compact, bytes=self.service.config.meta_compact_size))
         except (StorageError, OSError) as exc:      # retried by the tick loop
+            self.controller.replaying = False
             self._storage_failed(META_GROUP, None, exc, "open")
             return
+        # the entries committed before this start are replayed first (see
+        # ClusterController.replaying); the replicas are opened once they are
+        self.meta_replay_to = self.meta_group.commit_index
+        if self.meta_group.applied_index >= self.meta_replay_to:
+            self.end_meta_replay()
         if failure is not None:
             self._storage_resumed(failure)
         self.events.emit("jetstream_enabled", store_dir=self.service.store_dir,
                          accounts=sorted(self.service.accounts), sync="raft")
+
+    def end_meta_replay(self) -> None:
+        """The meta group applied what was committed before this start: open the replicas
+        the state it ended in assigns to this server."""
+        if self.controller.replaying:
+            self.controller.replaying = False
+            self.execute(self.controller.ensure_assigned(time.time_ns()))
 
     def _to_meta_leader(self, data: bytes) -> None:
         """Propose meta entry ``data`` here when leading the meta group, else ask the
@@ -839,6 +860,8 @@ class _MetaMachine:
                                          consumer=None, path=META_GROUP,
                                          detail=f"meta entry {e.index} rejected: {exc}")
         self.cluster.meta_applied(changes)
+        if entries and entries[-1].index >= self.cluster.meta_replay_to:
+            self.cluster.end_meta_replay()
 
     def snapshot(self) -> bytes:
         self.cluster.meta_snapshot_ns = time.time_ns()

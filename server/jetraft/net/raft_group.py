@@ -442,7 +442,12 @@ class RaftGroup:
         if self._applied >= commit:
             self._backlog = False
             return
-        hi = min(commit, self._applied + BACKLOG_BATCH)
+        hi = min(commit, self._applied + BACKLOG_BATCH, self.log.last_index())
+        if hi <= self._applied or self.log.first_index() > self._applied + 1:
+            # the node installed a snapshot its Ready has not brought to the log and the
+            # state machine yet (the log ends before the commit, or starts after what was
+            # applied): that Ready moves the applied index on; nothing to read here now
+            return
         ents = self.log.entries(self._applied + 1, hi + 1)
         if ents:
             self._apply_entries(ents)

@@ -172,9 +172,12 @@ class Server:
                     if self.routes is not None:  # after JetStream has registered its handlers
                         for subject in (*PING_SUBJECTS, f"$SYS.REQ.SERVER.{self.server_id}.*"):
                             self.routes.add_internal_interest(cfg.system_account, subject)
-                        for account in self.jetstream.accounts if self.jetstream is not None else ():
-                            # servers without JetStream send $JS.API requests to one of us
-                            self.routes.add_internal_interest(account, JS_API_SUBJECT, JS_API_QUEUE)
+                        if self.jetstream is not None:
+                            # servers without JetStream send $JS.API requests to one of us:
+                            # each JetStream account's, and the system account's (server
+                            # remove, meta step-down)
+                            for account in dict.fromkeys((*self.jetstream.accounts, cfg.system_account)):
+                                self.routes.add_internal_interest(account, JS_API_SUBJECT, JS_API_QUEUE)
                         await nursery.start(self.routes.run)
                         self.events.emit("listening", kind="cluster", host=cfg.cluster.host,
                                          port=self.routes.port)

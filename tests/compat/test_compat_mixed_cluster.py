@@ -6,6 +6,9 @@ both kinds: the plain server carries core NATS and its clients reach JetStream t
 One four-server cluster per server kind serves the module (n1..n3 with a ``jetstream``
 block, n4 without); the tests run in file order, the last one stops the JetStream servers.
 
+Clients of the plain server connect without credentials as the APP user (``no_auth_user``),
+a JetStream account; the ``$SYS`` user is the system account's (``sys``/``sys``).
+
 Timing is never assumed: interest travelling between servers and the meta leader's election
 are polled for with deadlines.
 """
@@ -29,6 +32,15 @@ from nats.js.errors import ServiceUnavailableError
 JS_SERVERS = ("n1", "n2", "n3")
 PLAIN = "n4"
 ACCOUNT_INFO_RESPONSE = "io.nats.jetstream.api.v1.account_info_response"
+SERVER_REMOVE_RESPONSE = "io.nats.jetstream.api.v1.meta_server_remove_response"
+#: A JetStream account for the clients without credentials, and the system account's user.
+ACCOUNTS = """
+accounts {
+  $SYS { users [ { user: sys, password: sys } ] }
+  APP { jetstream: enabled, users [ { user: app, password: app } ] }
+}
+no_auth_user: app
+"""
 
 
 def meta_leader(c: Cluster) -> str | None:
@@ -42,7 +54,7 @@ def cluster(request, tmp_path_factory):
     """A formed cluster of one kind: n1..n3 with JetStream and an agreed meta leader, n4
     without JetStream."""
     c = Cluster(request.param, tmp_path_factory.mktemp(f"mixed-{request.param}"), 4,
-                jetstream=True, plain=(PLAIN,))
+                jetstream=True, plain=(PLAIN,), extra=ACCOUNTS)
     failed_before = request.session.testsfailed
     try:
         c.start()
@@ -178,6 +190,40 @@ def test_stream_through_plain_server(cluster):
         mc = cluster.servers[leader].monitor("/jsz")["meta_cluster"]
         assert mc["cluster_size"] == 3, mc
         assert {r["name"] for r in mc.get("replicas") or []} | {leader} == set(JS_SERVERS), mc
+
+    run(scenario)
+
+
+def test_system_account_request_through_plain_server(cluster):
+    """A ``$SYS`` user of the plain server asks ``$JS.API.SERVER.REMOVE`` (served in the
+    system account only, by the meta leader) for a server that is no member: one JetStream
+    server answers, once, with error 10044 (no member of the cluster)."""
+    async def scenario():
+        nc = await connect(cluster.servers[PLAIN].url, user="sys", password="sys")
+        try:
+            first = await api(nc, "$JS.API.SERVER.REMOVE", {"peer": "nobody"})
+            assert first["type"] == SERVER_REMOVE_RESPONSE, first
+            assert first["error"]["err_code"] == 10044, first
+            replies: dict[str, list[dict]] = {}
+
+            async def collect(msg):
+                replies.setdefault(msg.subject, []).append(json.loads(msg.data))
+
+            await nc.subscribe("removes.>", cb=collect)
+            await round_trip(nc)
+            body = json.dumps({"peer": "nobody"}).encode()
+            for i in range(5):
+                await nc.publish("$JS.API.SERVER.REMOVE", body, reply=f"removes.{i}")
+            await poll(lambda: len(replies) == 5, 15, "5 answers")
+            # a last request: later than any second answer to the first five
+            await nc.publish("$JS.API.SERVER.REMOVE", body, reply="removes.last")
+            await poll(lambda: "removes.last" in replies, 15, "the last answer")
+            assert {len(answers) for answers in replies.values()} == {1}, replies
+            for answers in replies.values():
+                assert answers[0]["type"] == SERVER_REMOVE_RESPONSE, answers
+                assert answers[0]["error"]["err_code"] == 10044, answers
+        finally:
+            await nc.close()
 
     run(scenario)
 

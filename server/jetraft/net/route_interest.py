@@ -20,10 +20,11 @@ and offers its public methods to the other layers under the same names.
 A cluster may mix servers with and without JetStream (nats-server serves ``$JS.API`` through
 a server without JetStream: the account's ``$JS.API.>`` service import, answered by one
 JetStream server, jetstream_api.go). Each JetStream server holds internal interest in
-:data:`JS_API_SUBJECT` in queue group :data:`JS_API_QUEUE` for every account it serves, so a
-server without JetStream sends each ``$JS.API`` request of its clients to exactly one
-JetStream server (a queue group gets one copy in the whole cluster; each server weighs 1)
-in one route forward, and a request that no JetStream server can take (none reachable)
+:data:`JS_API_SUBJECT` in queue group :data:`JS_API_QUEUE` for every account it serves and
+for the system account (where nats-server serves ``$JS.API.SERVER.REMOVE`` and the meta
+step-down), so a server without JetStream sends each ``$JS.API`` request of its clients to
+exactly one JetStream server (a queue group gets one copy in the whole cluster; each
+server weighs 1) in one route forward, and a request that no JetStream server can take (none reachable)
 meets no interest and gets the 503 no-responders status at once, as from nats-server. A
 JetStream server answers its own clients' requests itself: it never indexes that interest
 of its peers (:meth:`RouteInterest.remote_sub`).

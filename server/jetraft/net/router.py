@@ -106,7 +106,8 @@ class Router:
         member of that group. Never forwarded again. A ``$JS.API`` request for which a server
         without JetStream picked this one (``queues`` names
         :data:`~jetraft.net.route_interest.JS_API_QUEUE`) is JetStream's as if a local client
-        had sent it."""
+        had sent it, a request of the system account included (refused as in :meth:`publish`
+        when JetStream does not serve it)."""
         acc = self.accounts.get(account)
         if acc is None:  # an account this server does not have (client.go "Unknown account")
             return
@@ -115,8 +116,13 @@ class Router:
         headers = msg.headers
         stats.in_bytes += len(msg.payload) + (len(headers) if headers else 0)
         self._system_request(account, msg)
-        if self.jetstream is not None:
-            self.jetstream.handle(account, msg, routed=not queues or JS_API_QUEUE not in queues)
+        jetstream = self.jetstream
+        if jetstream is not None:
+            picked = JS_API_QUEUE in queues
+            if (not jetstream.handle(account, msg, routed=not picked) and picked and msg.reply
+                    and account == self._host.config.system_account
+                    and msg.subject.startswith("$JS.API.")):
+                self._system_account_js_refusal(msg.subject, msg.reply)
         self.deliver(acc, msg, queues=queues)
 
     def route_internal(self, account: str, msg: Message) -> None:

@@ -287,6 +287,20 @@ class Cluster:
                 raise AssertionError(f"cluster not formed after {timeout}s: {seen}\n{self.outputs()}")
             time.sleep(0.05)
 
+    def wait_meta_leader(self, timeout: float = 30.0) -> str:
+        """Poll /jsz until every server names the same meta leader; return its name, or raise
+        AssertionError with what each server names after ``timeout`` seconds."""
+        __tracebackhide__ = True
+        deadline = time.monotonic() + timeout
+        while True:
+            named = {n: s.monitor("/jsz").get("meta_cluster", {}).get("leader") for n, s in self.servers.items()}
+            leaders = set(named.values())
+            if len(leaders) == 1 and None not in leaders:
+                return leaders.pop()
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no agreed meta leader after {timeout}s: {named}\n{self.outputs()}")
+            time.sleep(0.05)
+
     def events(self, name: str) -> list[dict]:
         """jetraft's event log (JSON lines on stdout) of every start of server ``name``."""
         home = self.workdir / name

@@ -23,6 +23,17 @@ CRLF = b"\r\n"
 QUIET_CONNECT = {"verbose": False, "pedantic": False, "headers": True, "no_responders": True}
 
 
+def json_type(value) -> str:
+    """The JSON type of a decoded value (int and float are both "number")."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if value is None:
+        return "null"
+    return {str: "string", list: "array", dict: "object"}[type(value)]
+
+
 def run(scenario: Callable[[], Awaitable[None]], timeout: float = 60.0) -> None:
     """Run an asyncio scenario to completion in a fresh event loop, bounded by ``timeout``."""
 

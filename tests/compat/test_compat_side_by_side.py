@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from compat_support import close_all, connect, poll, round_trip, run
+from compat_support import close_all, connect, json_type, poll, round_trip, run
 
 CONFIG = """
 max_payload: 65536
@@ -43,17 +43,6 @@ REQUIRED_VARZ = [
     "server_id", "server_name", "version", "connections", "in_msgs", "out_msgs", "in_bytes",
     "out_bytes", "subscriptions",
 ]
-
-
-def json_type(value) -> str:
-    """The JSON type of a decoded value (int and float are both "number")."""
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if value is None:
-        return "null"
-    return {str: "string", list: "array", dict: "object"}[type(value)]
 
 
 async def observe(server) -> dict:

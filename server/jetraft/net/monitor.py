@@ -4,7 +4,9 @@
 Served by hypercorn (ASGI on trio). Field names, types and units follow nats-server
 server/monitor.go: durations are integer nanoseconds, times RFC 3339 UTC, uptime a Go-style
 duration string. Query parameters as nats-server: ``/connz?subs=1&offset=0&limit=1024``,
-``/subsz?subs=1&offset=0&limit=1024``, ``/routez?subs=1``.
+``/subsz?subs=1&offset=0&limit=1024``, ``/routez?subs=1``,
+``/jsz?accounts=true&streams=true&consumers=true&config=true&acc=A&offset=0&limit=1024``
+(and ``leader-only``, ``stream-leader-only``, ``raft``: :class:`JszOptions`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 import re
 import ssl
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
@@ -121,16 +124,75 @@ def varz(server: MonitorHost) -> dict[str, Any]:
     return out
 
 
-def jsz(server: MonitorHost) -> dict[str, Any]:
-    """nats-server JSInfo: totals over this server's streams (replicas included) and, in a
-    cluster, ``meta_cluster`` with the meta leader and every peer's state."""
+@dataclass(frozen=True)
+class JszOptions:
+    """``/jsz``'s query (nats-server server/monitor.go JSzOptions and HandleJsz).
+
+    ``account`` (``acc=``): the one account to detail, whatever the paging; ``accounts``:
+    add ``account_details``; ``streams``: add each account's ``stream_detail`` (implies
+    ``accounts`` when no ``account`` is named); ``consumers``: add each stream's
+    ``consumer_detail`` (implies ``streams``); ``direct_consumers``: accepted (jetraft has
+    no direct consumers, so nothing is added); ``config``: add the stream and consumer
+    configs; ``leader_only``: answer only on the meta leader; ``offset``/``limit``: page
+    over the accounts sorted by name (a limit of 0 is 1024, a negative one every account);
+    ``raft``: add ``stream_raft_group``; ``stream_leader_only``: list only the streams this
+    server leads."""
+
+    account: str = ""
+    accounts: bool = False
+    streams: bool = False
+    consumers: bool = False
+    direct_consumers: bool = False
+    config: bool = False
+    leader_only: bool = False
+    offset: int = 0
+    limit: int = 0
+    raft: bool = False
+    stream_leader_only: bool = False
+
+    @classmethod
+    def from_query(cls, params: dict[str, list[str]]) -> JszOptions:
+        """The options of a parsed query string, read in nats-server's order (the first bad
+        value is the one reported). Raises QueryError for a value Go's strconv refuses."""
+        flags = {key: _flag(params, key) for key in ("accounts", "streams", "consumers",
+                                                     "direct-consumers", "config")}
+        offset, limit = _query_int(params, "offset"), _query_int(params, "limit")
+        leader_only, raft = _flag(params, "leader-only"), _flag(params, "raft")
+        stream_leader_only = _flag(params, "stream-leader-only")
+        return cls(account=params.get("acc", [""])[0], accounts=flags["accounts"], streams=flags["streams"],
+                   consumers=flags["consumers"], direct_consumers=flags["direct-consumers"],
+                   config=flags["config"], leader_only=leader_only, offset=offset, limit=limit, raft=raft,
+                   stream_leader_only=stream_leader_only)
+
+
+#: nats-server's /jsz answer to ``leader-only=true`` on a server that is not the meta
+#: leader (or has no JetStream): errSkipZreq wrapped, server/monitor.go Jsz.
+NOT_LEADER = "filtered response: not leader"
+_UINT64 = (1 << 64) - 1
+
+
+def jsz(server: MonitorHost, opts: JszOptions | None = None) -> dict[str, Any]:
+    """nats-server JSInfo: totals over this server's streams (replicas included), ``total``
+    (the JetStream accounts), in a cluster ``meta_cluster`` with the meta leader and every
+    peer's state, and the ``account_details`` ``opts`` asks for (:func:`account_detail`).
+
+    The work is proportional to the accounts, streams and consumers on this server, never
+    to their messages. Raises QueryError (answered 400) for ``leader_only`` on a server
+    that is not the meta leader (nats-server server/monitor.go Jsz)."""
+    opts = opts or JszOptions()
     now = time.time_ns()
     service = server.jetstream
     out: dict[str, Any] = {"server_id": server.server_id, "now": format_time(now)}
     if service is None:
+        if opts.leader_only:
+            raise QueryError(NOT_LEADER)
         out.update({"disabled": True, "streams": 0, "consumers": 0, "messages": 0, "bytes": 0,
                     "total": 0})
         return out
+    cluster = service.cluster
+    if opts.leader_only and cluster is not None and not (
+            cluster.meta_group is not None and cluster.meta_group.is_leader):
+        raise QueryError(NOT_LEADER)
     cfg = service.config
     out["config"] = {"max_memory": cfg.max_memory_store or -1, "max_storage": cfg.max_file_store or -1,
                      "store_dir": service.store_dir, "sync_interval": 0 if service.sync_always
@@ -139,7 +201,6 @@ def jsz(server: MonitorHost) -> dict[str, Any]:
         out["config"]["sync_always"] = True
     streams = consumers = messages = nbytes = 0
     mem = store = api_total = api_errors = 0
-    cluster = service.cluster
     leaders = cons_leaders = 0
     for acc in service.accounts.values():
         api_total += acc.api_total
@@ -172,7 +233,88 @@ def jsz(server: MonitorHost) -> dict[str, Any]:
         meta = cluster.meta_cluster_info()
         if meta is not None:
             out["meta_cluster"] = meta
-    out["total"] = 0
+    details = [account_detail(server, service.accounts[name], opts, now)
+               for name in _detailed_accounts(list(service.accounts), opts)]
+    if details:
+        out["account_details"] = details
+    out["total"] = len(service.accounts)
+    return out
+
+
+def _detailed_accounts(names: list[str], opts: JszOptions) -> list[str]:
+    """The accounts ``opts`` asks to detail: ``acc`` when it names one of ``names``;
+    otherwise with ``accounts`` (or ``streams``/``consumers``) the page ``offset``/``limit``
+    of them sorted by name; otherwise none (nats-server server/monitor.go Jsz)."""
+    streams = opts.streams or opts.consumers
+    if opts.account in names:
+        return [opts.account]
+    if not (opts.accounts or (streams and not opts.account)):
+        return []
+    names = sorted(names)
+    limit = DEFAULT_LIMIT if opts.limit == 0 else opts.limit
+    if limit < 0:
+        return names
+    offset = max(0, opts.offset)
+    return names[offset:offset + limit]
+
+
+def account_detail(server: MonitorHost, acc: Any, opts: JszOptions, now_ns: int) -> dict[str, Any]:
+    """nats-server AccountDetail for one JetStream account (``JetStreamAccount``): name,
+    id, usage in bytes, the reserved memory and storage (the account's limits as Go's
+    uint64 reads them: -1, unlimited, is 2^64-1), API counters (level 0, as nats-server
+    reports per account) and, with ``streams``, ``stream_detail``: one nats-server
+    StreamDetail per stream with a replica on this server, sorted by name (server/monitor.go
+    accountDetail)."""
+    mem, store = acc.usage()
+    out: dict[str, Any] = {
+        "name": acc.name, "id": acc.name, "memory": mem, "storage": store,
+        "reserved_memory": acc.limits.max_memory & _UINT64, "reserved_storage": acc.limits.max_storage & _UINT64,
+        "accounts": 0, "ha_assets": 0, "api": {"level": 0, "total": acc.api_total, "errors": acc.api_errors}}
+    if not (opts.streams or opts.consumers):
+        return out
+    details = []
+    for name in sorted(acc.streams):
+        detail = _stream_detail(server, acc, name, opts, now_ns)
+        if detail is not None:
+            details.append(detail)
+    if details:
+        out["stream_detail"] = details
+    return out
+
+
+def _stream_detail(server: MonitorHost, acc: Any, name: str, opts: JszOptions,
+                   now_ns: int) -> dict[str, Any] | None:
+    """One StreamDetail: name, created, cluster (stream info's ClusterInfo: on a single
+    server just this server as leader), config (with ``config``), state (as stream info),
+    consumer_detail (with ``consumers``: consumer info objects, their config only with
+    ``config``), stream_raft_group (with ``raft``, in a cluster). None when
+    ``stream_leader_only`` and another server leads it."""
+    entry = acc.streams[name]
+    cluster = acc.cluster_info(name) if acc.cluster_info is not None else None
+    cluster = cluster or {"leader": server.server_name}
+    if opts.stream_leader_only and cluster.get("leader") != server.server_name:
+        return None
+    info = entry.stream.info(now_ns, consumer_count=len(entry.consumers))
+    out: dict[str, Any] = {"name": name, "created": info["created"], "cluster": cluster}
+    if opts.config:
+        out["config"] = info["config"]
+    out["state"] = info["state"]
+    if opts.consumers:
+        consumers = []
+        for cname in sorted(entry.consumers):
+            consumer = entry.consumers[cname].info(now_ns)
+            if not opts.config:
+                consumer.pop("config", None)
+            consumers.append(consumer)
+        if consumers:
+            out["consumer_detail"] = consumers
+    for key in ("mirror", "sources"):
+        if info.get(key):
+            out[key] = info[key]
+    cluster_js = server.jetstream.cluster
+    group = cluster_js.groups.get((acc.name, name)) if opts.raft and cluster_js is not None else None
+    if group is not None:
+        out["stream_raft_group"] = group.name
     return out
 
 
@@ -356,7 +498,7 @@ def make_app(server: MonitorHost):
         elif path == "/routez":
             body = routez(server, params)
         elif path == "/jsz":
-            body = jsz(server)
+            body = jsz(server, JszOptions.from_query(params))
         elif path == "/":
             body = {"endpoints": ["/healthz", "/varz", "/connz", "/subsz", "/routez", "/jsz"]}
         else:

@@ -39,12 +39,15 @@ def _suite_option(f):
              "Debian 12 bookworm), bookworm or trixie for all five.")(f)
 
 
-def _names(targets: tuple[str, ...]) -> list[str]:
-    """Host names from arguments that are host names or ``zone:<a|b|c>``."""
+def _names(targets: tuple[str, ...], lab: NspawnLab | None = None) -> list[str]:
+    """Host names from arguments that are host names or ``zone:<a|b|c>`` (the zone's hosts in
+    the running lab, spares added included)."""
+    in_lab = {s.host.name for s in lab.status()} if lab is not None else set()
+    members = [h for h in topology.ALL_HOSTS if h in topology.HOSTS or h.name in in_lab]
     names: list[str] = []
     for target in targets:
         if target.startswith("zone:"):
-            names += [h.name for h in topology.zone_hosts(target[5:])]
+            names += [h.name for h in topology.zone_hosts(target[5:], members)]
         else:
             names.append(topology.host(target).name)
     return names
@@ -63,7 +66,7 @@ class _LabGroup(click.Group):
 @click.group(cls=_LabGroup)
 def main() -> None:
     """The jetraft lab: five hosts in zones a, a, b, b, c (systemd-nspawn on a bridge), on
-    Debian 12 and 13 (--suite)."""
+    Debian 12 and 13 (--suite); two spares (jr-a3, jr-c2) grow it to seven (add)."""
 
 
 @main.command()
@@ -104,7 +107,7 @@ def _fault(name: str, help_text: str, action):
     @click.argument("targets", nargs=-1, required=True)
     def command(targets: tuple[str, ...]) -> None:
         lab = _lab()
-        for host_name in _names(targets):
+        for host_name in _names(targets, lab):
             action(lab, host_name)
             console.print(f"lab: {name} {host_name}")
     return command
@@ -121,6 +124,25 @@ _fault("resume", "Thaw paused hosts.", lambda lab, n: lab.pause(n, False))
 _fault("partition", "Cut the hosts' network links (SSH too).",
        lambda lab, n: lab.partition(n, True))
 _fault("heal", "Restore the hosts' network links.", lambda lab, n: lab.partition(n, False))
+
+
+@main.command()
+@click.argument("hosts", nargs=-1, required=True)
+def add(hosts: tuple[str, ...]) -> None:
+    """Boot spare hosts (jr-a3, jr-c2) as new machines and add them to the inventory; then
+    `ansible-playbook playbooks/scale.yml` makes them servers of the cluster."""
+    inventory = _lab().add(list(hosts))
+    console.print(f"lab: added {', '.join(hosts)}; inventory {inventory.relative_to(topology.ROOT)}")
+
+
+@main.command()
+@click.argument("host")
+def replace(host: str) -> None:
+    """Power-cut HOST and boot a new machine in its place (same name, zone and address; an
+    empty disk, nothing installed); then `ansible-playbook playbooks/replace_host.yml -e
+    jetraft_replace_host=HOST` makes it a server of the cluster again."""
+    inventory = _lab().replace(host)
+    console.print(f"lab: {host} is a new machine; inventory {inventory.relative_to(topology.ROOT)}")
 
 
 @main.command(context_settings={"ignore_unknown_options": True})

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Callable
 
 from lab import topology
-from lab.topology import HOSTS, LabHost
+from lab.topology import ALL_HOSTS, HOSTS, LabHost
 
 STATE_DIR = Path(os.environ.get("JETRAFT_LAB_STATE", "/var/lib/jetraft-lab"))
 CACHE_DIR = Path(os.environ.get("JETRAFT_LAB_CACHE", "/var/cache/jetraft-lab"))
@@ -228,12 +228,73 @@ class NspawnLab:
         self.progress("waiting for sshd on every host")
         for h in HOSTS:
             self._wait_ssh(h)
+        return self._write_inventory(state)
+
+    def _write_inventory(self, state: dict) -> Path:
         inventory = topology.write_inventory(
             data_disks={name: s["disk"] for name, s in state["hosts"].items()},
             ssh_key=self.ssh_key, known_hosts=self.known_hosts,
             host_vars=topology.suite_host_vars(self.suite))
         self.progress(f"inventory written to {inventory}")
         return inventory
+
+    # ---- day two: new machines ------------------------------------------------------------
+
+    def add(self, names: list[str]) -> Path:
+        """Build and boot the spare hosts ``names`` (topology.SPARE_HOSTS) as new machines
+        (no jetraft on them, an empty data disk), wait for their sshd, and write them into
+        the inventory. Returns the inventory's path. Raises LabError when the lab is not up,
+        a name is no spare, or a host is already in the lab."""
+        state = self._state()
+        if not state["hosts"]:
+            raise LabError("the lab is not up: run `python -m lab up`")
+        spares = {h.name: h for h in topology.SPARE_HOSTS}
+        for name in names:
+            if name not in spares:
+                raise LabError(f"{name} is no spare host; the spares are {', '.join(spares)}")
+            if name in state["hosts"]:
+                raise LabError(f"{name} is already in the lab")
+        for name in names:
+            h = spares[name]
+            suite = self.suites[name]
+            self.progress(f"building {name} (zone {h.zone}, {suite}) as a new machine")
+            state["hosts"][name] = {"disk": self._disk(h), "suite": suite}
+            self._save(state)
+            self._prepare_host(h)
+            state["hosts"][name]["nspawn_pid"] = self._boot(h, self.base(suite),
+                                                            state["hosts"][name]["disk"])
+            self._save(state)
+        for name in names:
+            self._wait_ssh(spares[name])
+        return self._write_inventory(state)
+
+    def replace(self, name: str) -> Path:
+        """Replace ``name`` by a new machine of the same name, zone and address: power-cut
+        it (when running), throw its root overlay and data disk away, and boot a fresh host
+        (new SSH host key and machine id, nothing installed, an empty data disk). Returns
+        the inventory's path (the data disk's device may change)."""
+        state = self._state()
+        host_state = self._host_state(name)
+        if _alive(host_state.get("nspawn_pid")):
+            self.kill(name)
+        _remove_cgroups(name)
+        disk = host_state.get("disk")
+        if disk and _loop_backing(disk) == str(self._disk_file(name)):
+            _run("losetup", "-d", disk, check=False)
+        for dev in _loops_backed_by(self._disk_file(name)):
+            _run("losetup", "-d", dev, check=False)
+        self._disk_file(name).unlink(missing_ok=True)
+        h = topology.host(name)
+        suite = host_state.get("suite", self.suites[name])
+        self.progress(f"{name}: a new machine (empty disk, new host key)")
+        host_state = {"disk": self._disk(h), "suite": suite}
+        state["hosts"][name] = host_state
+        self._save(state)
+        self._prepare_host(h)
+        host_state["nspawn_pid"] = self._boot(h, self.base(suite), host_state["disk"])
+        self._save(state)
+        self._wait_ssh(h)
+        return self._write_inventory(state)
 
     def down(self) -> None:
         """Stop every host (clean halt, then power cut after 20 s), and remove the lab's
@@ -247,10 +308,10 @@ class NspawnLab:
             if disk and _loop_backing(disk) == str(self._disk_file(name)):
                 _run("losetup", "-d", disk, check=False)
         # loop devices of an earlier lab whose state file was lost
-        for h in HOSTS:
+        for h in ALL_HOSTS:
             for dev in _loops_backed_by(self._disk_file(h.name)):
                 _run("losetup", "-d", dev, check=False)
-        for h in HOSTS:
+        for h in ALL_HOSTS:
             _remove_cgroups(h.name)
         for root in CGROUP_ROOTS:
             try:
@@ -322,7 +383,7 @@ class NspawnLab:
         """Each host's state as seen from the machine."""
         state = self._state()
         out = []
-        for h in HOSTS:
+        for h in [h for h in ALL_HOSTS if h in HOSTS or h.name in state["hosts"]]:
             host_state = state["hosts"].get(h.name, {})
             pid = host_state.get("nspawn_pid")
             running = _alive(pid)
@@ -382,7 +443,7 @@ class NspawnLab:
             f"jetraft-lab {h.name} {time.time_ns()}".encode()).hexdigest() + "\n")
         (upper / "etc/hosts").write_text(
             "127.0.0.1 localhost\n" + f"127.0.1.1 {h.name}\n"
-            + "".join(f"{o.address} {o.name}\n" for o in HOSTS if o != h))
+            + "".join(f"{o.address} {o.name}\n" for o in ALL_HOSTS if o != h))
         (upper / "etc/systemd/network/10-lab.network").write_text(
             f"[Match]\nName=host0\n\n[Network]\nAddress={h.address}/{topology.NETWORK.prefixlen}\n"
             "LinkLocalAddressing=no\nIPv6AcceptRA=no\n")

@@ -1,5 +1,6 @@
 """The main job end to end: lab up, site.yml (twice: the second must change nothing),
-testinfra, the drills, log collection, the Spark validation of the collected logs
+testinfra, the drills, the day-two drills (upgrade, replace a host, scale to seven), log
+collection, the Spark validation of the collected logs
 (jetraft-validate), lab down; a summary at the end.
 
 Each step's output streams to the terminal as it runs; the summary (steps, seconds, the
@@ -123,11 +124,15 @@ def run(*, keep: bool = False, drills: bool = True, console: Console | None = No
         step("site.yml (second, changed=0)", lambda: site(True))
         step("testinfra", lambda: _tail(_stream([str(BIN / "python"), "-m", "pytest", "-p",
                                                   "no:cacheprovider", "tests/infra", "-m",
-                                                  "not drill", "-v"], env)))
+                                                  "not drill and not day_two", "-v"], env)))
         if drills:
             step("drills", lambda: _tail(_stream([str(BIN / "python"), "-m", "pytest", "-p",
                                                    "no:cacheprovider", "tests/infra", "-m",
                                                    "drill", "-v"], env)))
+            step("day-two drills (upgrade, replace, scale)",
+                 lambda: _tail(_stream([str(BIN / "python"), "-m", "pytest", "-p",
+                                        "no:cacheprovider", "tests/infra/test_day_two.py", "-m",
+                                        "day_two", "-v"], env)))
         step("collect logs", lambda: _stream(playbook + ["playbooks/collect_logs.yml"], env)
              and str((run_dir / "logs").relative_to(topology.ROOT)))
         step("validation", lambda: _validate(run_dir, summary))

@@ -1,4 +1,5 @@
-"""The lab's five hosts in three zones, and the Ansible inventory every provider writes.
+"""The lab's five hosts in three zones (and two spares for growing it to seven), and the
+Ansible inventory every provider writes.
 
 Both providers (systemd-nspawn here, Vagrant with a hypervisor) build the same hosts with
 the same names, zones and addresses, and write the same inventory, so that site.yml, the
@@ -41,6 +42,14 @@ HOSTS: tuple[LabHost, ...] = (
     LabHost("jr-c1", "c", "10.213.0.15"),
 )
 ZONES: tuple[str, ...] = ("a", "b", "c")
+#: Hosts a lab can grow by (``python -m lab add``; playbooks/scale.yml): with them the
+#: cluster is seven servers in zones a, a, a, b, b, c, c (3/2/2), and losing any zone still
+#: leaves a quorum (four of seven).
+SPARE_HOSTS: tuple[LabHost, ...] = (
+    LabHost("jr-a3", "a", "10.213.0.16"),
+    LabHost("jr-c2", "c", "10.213.0.17"),
+)
+ALL_HOSTS: tuple[LabHost, ...] = HOSTS + SPARE_HOSTS
 
 #: The Debian releases a lab host can run: suite name -> major version (preflight's
 #: "Debian 12", "Debian 13"), and the Python 3 each ships (the hosts' virtualenvs use it).
@@ -55,27 +64,29 @@ MIXED_TRIXIE_HOSTS: tuple[str, ...] = ("jr-c1",)
 
 
 def host(name: str) -> LabHost:
-    """The lab host called ``name``; raises KeyError naming the known hosts."""
-    for h in HOSTS:
+    """The lab host (or spare) called ``name``; raises KeyError naming the known hosts."""
+    for h in ALL_HOSTS:
         if h.name == name:
             return h
-    raise KeyError(f"no lab host {name!r}; the hosts are {', '.join(h.name for h in HOSTS)}")
+    raise KeyError(f"no lab host {name!r}; the hosts are {', '.join(h.name for h in ALL_HOSTS)}")
 
 
-def zone_hosts(zone: str) -> list[LabHost]:
-    """The hosts of ``zone``; raises KeyError for an unknown zone."""
+def zone_hosts(zone: str, hosts: tuple[LabHost, ...] | list[LabHost] = HOSTS) -> list[LabHost]:
+    """The hosts of ``zone`` among ``hosts`` (the first five by default); raises KeyError for
+    an unknown zone."""
     if zone not in ZONES:
         raise KeyError(f"no zone {zone!r}; the zones are {', '.join(ZONES)}")
-    return [h for h in HOSTS if h.zone == zone]
+    return [h for h in hosts if h.zone == zone]
 
 
 def host_suites(lab_suite: str = DEFAULT_LAB_SUITE) -> dict[str, str]:
     """The Debian suite of each host (name -> suite) in a lab of ``lab_suite`` (one of
     LAB_SUITES); raises KeyError naming the lab suites."""
     if lab_suite == "mixed":
-        return {h.name: "trixie" if h.name in MIXED_TRIXIE_HOSTS else "bookworm" for h in HOSTS}
+        return {h.name: "trixie" if h.name in MIXED_TRIXIE_HOSTS else "bookworm"
+                for h in ALL_HOSTS}
     if lab_suite in DEBIAN_SUITES:
-        return {h.name: lab_suite for h in HOSTS}
+        return {h.name: lab_suite for h in ALL_HOSTS}
     raise KeyError(f"no lab suite {lab_suite!r}; the lab suites are {', '.join(LAB_SUITES)}")
 
 
@@ -91,7 +102,8 @@ def write_inventory(*, data_disks: dict[str, str], ssh_key: Path | None, known_h
                     lab_secrets: dict | None = None) -> Path:
     """Write ``directory``/hosts.yml and group_vars for the lab and return hosts.yml's path.
 
-    ``data_disks`` maps host name to its data disk's device path (``jetraft_storage_device``).
+    ``data_disks`` maps the name of each host in the lab (the first five, and any spares
+    added) to its data disk's device path (``jetraft_storage_device``).
     Hosts are reached as ``ssh_user`` (with become when not root) with ``ssh_key``;
     their host keys are pinned in ``known_hosts`` (None: not checked, for Vagrant boxes);
     ``host_vars`` adds variables per host. The cluster's PKI (CA, certificates; made by
@@ -103,11 +115,12 @@ def write_inventory(*, data_disks: dict[str, str], ssh_key: Path | None, known_h
     directory.mkdir(parents=True, exist_ok=True)
     group_vars = directory / "group_vars"
     group_vars.mkdir(exist_ok=True)
+    members = [h for h in ALL_HOSTS if h.name in data_disks]
     children = {
         f"zone_{zone}": {"hosts": {h.name: {"ansible_host": h.address,
                                             "jetraft_storage_device": data_disks[h.name],
                                             **(host_vars or {}).get(h.name, {})}
-                                   for h in zone_hosts(zone)}}
+                                   for h in zone_hosts(zone, members)}}
         for zone in ZONES
     }
     group_vars_ssh = {"ansible_user": ssh_user}
@@ -115,6 +128,7 @@ def write_inventory(*, data_disks: dict[str, str], ssh_key: Path | None, known_h
         group_vars_ssh["ansible_ssh_private_key_file"] = str(ssh_key)
     group_vars_ssh["ansible_ssh_common_args"] = (
         f"-o UserKnownHostsFile={known_hosts} -o StrictHostKeyChecking=yes -o ConnectTimeout=5"
+        " -o ServerAliveInterval=5 -o ServerAliveCountMax=3"
         if known_hosts is not None else
         "-o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=no -o ConnectTimeout=5")
     if ssh_user != "root":

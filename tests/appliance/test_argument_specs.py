@@ -62,6 +62,7 @@ SHOWN_ON_PURPOSE = {
     "The server answers /healthz": "a client key path",
     "The server knows the meta leader of a meta group of every server": "a client key path",
     "The meta leader sees every other server current": "a client key path",
+    "The server's streams have a leader, and those it leads every replica, current, in distinct zones": "a client key path",
     "After the restart, the server is healthy and knows the meta leader: {{ __jetraft_server_restart_host }}": "a client key path",
     "Before the restart or reload, every other server answers /healthz: {{ __jetraft_server_gate_host }}": "a client key path",
     "Before the restart or reload, every other server knows the meta leader: {{ __jetraft_server_gate_host }}": "a client key path",

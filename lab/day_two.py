@@ -1,0 +1,201 @@
+"""Day-two drills: the appliance's own playbooks run while a client publishes.
+
+- ``upgrade``: playbooks/upgrade.yml rolls a new wheelhouse (jetraft rebuilt at a new
+  version, :func:`next_wheelhouse`) over every server, one at a time;
+- ``replace_host``: a server's host is power-cut and replaced by a new machine of the same
+  name and zone with an empty disk (the provider's ``replace``), then
+  playbooks/replace_host.yml makes it a server again;
+- ``scale``: new machines (the provider's ``add``) join through playbooks/scale.yml.
+
+Each drill publishes to an R3 stream (one replica per zone) throughout, as lab/drills.py's
+do, runs the playbook as an operator would (``ansible-playbook -i <inventory>``, its
+output in ``<drill>.ansible.log`` beside the ledger), then waits for every replica to be
+current, drains the stream and compares it with the ledger. ``seconds_without_writes`` is
+the longest time between acknowledgements from the drill's first change until the playbook
+ended: for the upgrade the target is under 1.5 s (each server hands its leaderships over
+before it stops).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Protocol
+
+from lab.drills import DrillError, DrillResult, Drills, Server, Target, until
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+#: A playbook that has not ended within this many seconds is stopped and the drill fails.
+PLAYBOOK_DEADLINE_S = 1800.0
+
+
+class Machines(Protocol):
+    """What a provider does to machines (lab/nspawn.py's NspawnLab)."""
+
+    def kill(self, name: str) -> None: ...
+
+    def replace(self, name: str) -> Path: ...
+
+    def add(self, names: list[str]) -> Path: ...
+
+
+def next_wheelhouse(wheelhouse: Path, dest: Path, version: str) -> Path:
+    """A wheelhouse in ``dest``: every wheel of ``wheelhouse`` but jetraft's, and jetraft
+    built from this tree at ``version`` (its pyproject.toml and ``jetraft.__version__`` set
+    to it). Returns ``dest``. Raises DrillError when the build fails."""
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    for wheel in wheelhouse.glob("*.whl"):
+        if not wheel.name.startswith("jetraft-"):
+            shutil.copy2(wheel, dest / wheel.name)
+    with tempfile.TemporaryDirectory(prefix="jetraft-next-") as tmp:
+        src = Path(tmp) / "src"
+        src.mkdir()
+        for name in ("pyproject.toml", "README.md"):
+            shutil.copy2(ROOT / name, src / name)
+        shutil.copytree(ROOT / "server", src / "server",
+                        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        pyproject = src / "pyproject.toml"
+        pyproject.write_text(re.sub(r'(?m)^version = "[^"]*"', f'version = "{version}"',
+                                    pyproject.read_text(), count=1))
+        init = src / "server" / "jetraft" / "__init__.py"
+        init.write_text(re.sub(r'(?m)^__version__ = "[^"]*"', f'__version__ = "{version}"',
+                               init.read_text(), count=1))
+        result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+                                 "--wheel-dir", str(dest), str(src)],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            raise DrillError(f"building jetraft {version} failed: {result.stderr.strip()[-2000:]}")
+    if not list(dest.glob("jetraft-*.whl")):
+        raise DrillError(f"no jetraft wheel was built in {dest}")
+    return dest
+
+
+class DayTwo(Drills):
+    """The day-two drills against the cluster of ``inventory`` (re-read after a playbook
+    that changes it), with ``machines`` for new machines."""
+
+    def __init__(self, inventory: Path, artifacts: Path, machines: Machines | None = None,
+                 log=print):
+        super().__init__(Target.from_inventory(inventory), artifacts, log=log)
+        self.inventory = inventory
+        self.machines = machines
+
+    async def _playbook(self, drill: str, name: str, *extra: str) -> float:
+        """Run playbooks/<name>.yml against the inventory; its output goes to
+        ``<drill>.ansible.log``. Returns its seconds; DrillError when it fails (the last
+        lines of its output in the message)."""
+        log_file = self.artifacts / f"{drill}.ansible.log"
+        env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+               "ANSIBLE_FORCE_COLOR": "0", "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+        argv = [str(BIN / "ansible-playbook"), "-i", str(self.inventory), f"playbooks/{name}.yml",
+                *extra]
+        self.log(f"drill {drill}: {' '.join(argv[1:])}")
+        started = time.monotonic()
+        with log_file.open("w") as out:
+            proc = await asyncio.create_subprocess_exec(*argv, cwd=ROOT, env=env, stdout=out,
+                                                        stderr=subprocess.STDOUT)
+            try:
+                code = await asyncio.wait_for(proc.wait(), PLAYBOOK_DEADLINE_S)
+            except asyncio.TimeoutError:
+                proc.kill()
+                await proc.wait()
+                raise DrillError(f"{name}.yml did not end within {PLAYBOOK_DEADLINE_S:.0f} s "
+                                 f"(see {log_file})") from None
+        seconds = time.monotonic() - started
+        if code != 0:
+            tail = "\n".join(log_file.read_text().splitlines()[-25:])
+            raise DrillError(f"{name}.yml failed (exit {code}, see {log_file}):\n{tail}")
+        self.log(f"drill {drill}: {name}.yml passed in {seconds:.1f} s")
+        return seconds
+
+    async def _around(self, name: str, servers: list[Server], change) -> DrillResult:
+        """Publish to the drill's stream, run ``change(result, work)`` (the playbook and what
+        comes with it), then wait for every replica current, drain and compare."""
+        started, result = time.monotonic(), DrillResult(name)
+        nc, js = await self._connect()
+        try:
+            result.stream, result.group, subject, work = await self._begin(js, name, servers)
+            result.servers = [s.name for s in servers]
+            first_ns = time.time_ns()
+            end_ns = await change(result, work)
+            result.seconds_without_writes = round(work.longest_gap_s(first_ns, end_ns), 3)
+            self.target = Target.from_inventory(self.inventory)
+            await until(lambda: self._all_current(js, result.stream), "every replica current again")
+            result.replicas_current, result.healed_ns = True, time.time_ns()
+            await work.wait_acks(time.time_ns(), 20, "writes after the playbook")
+            await work.stop()
+            drained = await self._read_back(js, result.stream, subject)
+            return self._finish(result, work, drained, started)
+        finally:
+            await nc.close()
+
+    async def upgrade(self, version: str) -> DrillResult:
+        """playbooks/upgrade.yml to a wheelhouse of jetraft ``version`` while publishing;
+        afterwards every server runs ``version`` (its /varz)."""
+        wheelhouse = next_wheelhouse(ROOT / "build" / "wheelhouse",
+                                     self.artifacts / "wheelhouse-next", version)
+
+        async def change(result: DrillResult, work) -> int:
+            await self._playbook(result.name, "upgrade", "-e",
+                                 f"jetraft_server_wheelhouse={wheelhouse}")
+            end_ns = time.time_ns()
+            running = {s.name: self.target.get_json(s, "/varz").get("go", "") for s in self.target.servers}
+            stale = {n: v for n, v in running.items() if v != f"jetraft {version}"}
+            if stale:
+                raise DrillError(f"after the upgrade, servers run another version: {stale}")
+            return end_ns
+        return await self._around("upgrade", [], change)
+
+    async def replace_host(self, name: str) -> DrillResult:
+        """Power-cut ``name`` while publishing, put a new machine (empty disk) in its place
+        and run playbooks/replace_host.yml: the new server joins as a new member and every
+        stream is whole again."""
+        if self.machines is None:
+            raise DrillError("replacing a host needs a provider that makes new machines")
+        victim = next((s for s in self.target.servers if s.name == name), None)
+        if victim is None:
+            raise DrillError(f"no server {name} in the inventory")
+        loop = asyncio.get_running_loop()
+
+        async def change(result: DrillResult, work) -> int:
+            result.fault_ns = time.time_ns()
+            await loop.run_in_executor(None, self.machines.kill, name)
+            result.applied_ns = time.time_ns()
+            await work.wait_acks(result.applied_ns, 50, f"writes acknowledged after {name}'s power cut")
+            await loop.run_in_executor(None, self.machines.replace, name)
+            result.repair_ns = time.time_ns()
+            await self._playbook(result.name, "replace_host", "-e", f"jetraft_replace_host={name}")
+            return time.time_ns()
+        return await self._around(f"replace-{name}", [victim], change)
+
+    async def scale(self, names: list[str]) -> DrillResult:
+        """New machines ``names`` (the provider's ``add``) while publishing, then
+        playbooks/scale.yml: they become current voters and every stream stays whole."""
+        if self.machines is None:
+            raise DrillError("scaling needs a provider that makes new machines")
+        loop = asyncio.get_running_loop()
+
+        async def change(result: DrillResult, work) -> int:
+            await loop.run_in_executor(None, self.machines.add, names)
+            await self._playbook(result.name, "scale")
+            return time.time_ns()
+        return await self._around(f"scale-{len(self.target.servers)}-to-"
+                                  f"{len(self.target.servers) + len(names)}", [], change)
+
+    def record(self, results: list[DrillResult]) -> None:
+        """Append ``results`` to the run's drills.json (the validation reads it)."""
+        path = self.artifacts / "drills.json"
+        earlier = json.loads(path.read_text()) if path.exists() else []
+        names = {r.name for r in results}
+        path.write_text(json.dumps([d for d in earlier if d["name"] not in names]
+                                   + [r.summary() for r in results], indent=2))

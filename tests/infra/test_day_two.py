@@ -1,0 +1,73 @@
+"""The day-two playbooks drilled on the lab while a client publishes (destructive, and they
+change the lab: marked ``day_two`` and run after the zone-loss drills, in this order):
+a host power-cut and replaced by a new machine with an empty disk, the cluster scaled from
+five servers to seven, and a rolling upgrade of the seven to a new wheel (last: the other
+playbooks install the lab's own wheelhouse). Each asserts what an operator
+needs: the playbook passes (its verify step: every server a current voter, every stream
+whole), every replica is current afterwards and nothing acknowledged is lost. The longest
+time between acknowledgements is reported in drills.json (a figure, not an assert)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from conftest import INVENTORY
+from lab import topology
+from lab.day_two import DayTwo
+from lab.nspawn import NspawnLab
+from test_drills import assert_ledger
+
+pytestmark = [pytest.mark.day_two, pytest.mark.timeout(2400)]
+
+
+@pytest.fixture(scope="module")
+def lab() -> NspawnLab:
+    lab = NspawnLab()
+    if not lab.running_suite():
+        pytest.skip("the day-two drills make new machines: they need the nspawn lab (python -m lab up)")
+    return NspawnLab(suite=lab.running_suite())
+
+
+@pytest.fixture(scope="module")
+def results(run_dir):
+    collected = []
+    yield collected
+    if collected:
+        DayTwo(INVENTORY, run_dir).record(collected)
+
+
+def _run(run_dir, lab, results, method, *args):
+    day_two = DayTwo(INVENTORY, run_dir, machines=lab)
+    result = asyncio.run(getattr(day_two, method)(*args))
+    results.append(result)
+    return result
+
+
+def _versions(run_dir):
+    import jetraft
+    return f"{jetraft.__version__}+lab.{run_dir.name.replace('-', '.')}"
+
+
+def test_a_host_power_cut_and_replaced_with_an_empty_disk_rejoins_and_loses_nothing(run_dir, lab, results):
+    # zone c's only server: its replicas can only come back on the new machine
+    victim = topology.zone_hosts("c")[0].name
+    r = _run(run_dir, lab, results, "replace_host", victim)
+    assert_ledger(r)
+    assert r.replicas_current
+    assert r.lost == [], f"acknowledged but missing: {r.lost[:10]} (ledger {r.ledger})"
+
+
+def test_scaling_five_servers_to_seven_while_publishing_loses_nothing(run_dir, lab, results):
+    r = _run(run_dir, lab, results, "scale", [h.name for h in topology.SPARE_HOSTS])
+    assert_ledger(r)
+    assert r.replicas_current
+    assert r.lost == [], f"acknowledged but missing: {r.lost[:10]} (ledger {r.ledger})"
+
+
+def test_a_rolling_upgrade_while_publishing_loses_nothing(run_dir, lab, results):
+    r = _run(run_dir, lab, results, "upgrade", _versions(run_dir))
+    assert_ledger(r)
+    assert r.replicas_current
+    assert r.lost == [], f"acknowledged but missing: {r.lost[:10]} (ledger {r.ledger})"

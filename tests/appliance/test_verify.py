@@ -3,9 +3,12 @@ it passes on a healthy cluster and names the server that is down otherwise."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
+import nats
 import pytest
+from nats.js.api import StreamConfig
 from cluster import Cluster
 from playbook import flat, local_inventory, run_playbook
 from servers import KINDS
@@ -26,12 +29,26 @@ def test_a_healthy_cluster_passes_and_a_stopped_server_is_named(kind, tmp_path):
     with Cluster(kind, tmp_path / "c", 5, jetstream=True, unique_tag="az:", tags=TAGS) as c:
         c.start()
         c.wait_formed(60)
+        asyncio.run(_add_r3_stream(c.urls()))
         healthy = run_playbook("verify", write_inventory(tmp_path, c))
         assert healthy.returncode == 0, healthy.stdout[-4000:]
         assert "failed=0" in healthy.stdout
+        assert "Every stream is whole" in healthy.stdout
         c.kill("n4")
         broken = run_playbook("verify", write_inventory(tmp_path, c, jetraft_server_verify_retries=2,
                                                         jetraft_server_verify_delay=1))
         out = flat(broken)
         assert broken.returncode != 0
         assert "fatal: [n4]" in out and "Connection refused" in out, out[-3000:]
+
+
+async def _add_r3_stream(urls: list[str]) -> None:
+    """An R3 stream (one replica per zone) that verify.yml must find whole."""
+    nc = await nats.connect(servers=urls, connect_timeout=5)
+    try:
+        js = nc.jetstream(timeout=10)
+        await js.add_stream(StreamConfig(name="WHOLE", subjects=["whole.>"], num_replicas=3))
+        for i in range(10):
+            await js.publish("whole.x", str(i).encode())
+    finally:
+        await nc.close()

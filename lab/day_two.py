@@ -72,7 +72,8 @@ def next_wheelhouse(wheelhouse: Path, dest: Path, version: str) -> Path:
                                init.read_text(), count=1))
         result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
                                  "--wheel-dir", str(dest), str(src)],
-                                capture_output=True, text=True)
+                                capture_output=True, text=True,
+                                env={**os.environ, "SOURCE_DATE_EPOCH": "315532800"})
         if result.returncode != 0:
             raise DrillError(f"building jetraft {version} failed: {result.stderr.strip()[-2000:]}")
     if not list(dest.glob("jetraft-*.whl")):
@@ -146,8 +147,8 @@ class DayTwo(Drills):
                                      self.artifacts / "wheelhouse-next", version)
 
         async def change(result: DrillResult, work) -> int:
-            await self._playbook(result.name, "upgrade", "-e",
-                                 f"jetraft_server_wheelhouse={wheelhouse}")
+            result.playbook_s = round(await self._playbook(
+                result.name, "upgrade", "-e", f"jetraft_server_wheelhouse={wheelhouse}"), 1)
             end_ns = time.time_ns()
             running = {s.name: self.target.get_json(s, "/varz").get("go", "") for s in self.target.servers}
             stale = {n: v for n, v in running.items() if v != f"jetraft {version}"}
@@ -174,7 +175,8 @@ class DayTwo(Drills):
             await work.wait_acks(result.applied_ns, 50, f"writes acknowledged after {name}'s power cut")
             await loop.run_in_executor(None, self.machines.replace, name)
             result.repair_ns = time.time_ns()
-            await self._playbook(result.name, "replace_host", "-e", f"jetraft_replace_host={name}")
+            result.playbook_s = round(await self._playbook(
+                result.name, "replace_host", "-e", f"jetraft_replace_host={name}"), 1)
             return time.time_ns()
         return await self._around(f"replace-{name}", [victim], change)
 
@@ -187,7 +189,7 @@ class DayTwo(Drills):
 
         async def change(result: DrillResult, work) -> int:
             await loop.run_in_executor(None, self.machines.add, names)
-            await self._playbook(result.name, "scale")
+            result.playbook_s = round(await self._playbook(result.name, "scale"), 1)
             return time.time_ns()
         return await self._around(f"scale-{len(self.target.servers)}-to-"
                                   f"{len(self.target.servers) + len(names)}", [], change)

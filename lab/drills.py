@@ -284,6 +284,8 @@ class DrillResult:
     meta_answered: bool | None = None
     replicas_current: bool = False
     duration_s: float = 0.0
+    #: Seconds the drill's playbook ran (day-two drills, lab/day_two.py).
+    playbook_s: float = 0.0
     ledger: str = ""
 
     def summary(self) -> dict:

@@ -173,6 +173,12 @@ class DayTwo(Drills):
             await loop.run_in_executor(None, self.machines.kill, name)
             result.applied_ns = time.time_ns()
             await work.wait_acks(result.applied_ns, 50, f"writes acknowledged after {name}'s power cut")
+            survivor = next(s for s in self.target.servers if s.name != name)
+
+            async def meta_leader_elsewhere() -> bool:
+                meta = self.target.get_json(survivor, "/jsz").get("meta_cluster", {})
+                return meta.get("leader") not in (None, "", name)
+            await until(meta_leader_elsewhere, f"a meta leader other than {name}")
             await loop.run_in_executor(None, self.machines.replace, name)
             result.repair_ns = time.time_ns()
             result.playbook_s = round(await self._playbook(

@@ -164,3 +164,32 @@ def test_the_command_exits_by_the_verdict_and_names_a_missing_run(tmp_path):
     assert "INVALID" in bad.stderr + bad.stdout
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["checks"]["ledger"]["details"]["lost"] == 1
+
+
+def test_meta_membership_changes_are_listed_once_each_in_the_report_and_the_timeline(spark, tmp_path):
+    root = tmp_path / "run"
+    synthetic.generate(root, events=2000, groups=2, seed=5)
+    last = json.loads((root / "logs" / "n1" / "events.jsonl").read_text().splitlines()[-1])
+    base = last["ts"][:19]
+
+    def line(server: str, second: int, event: str, **fields) -> str:
+        return json.dumps({"ts": f"{base}.{second:09d}Z", "v": last["v"], "server_name": server,
+                           "level": "info", "event": event, **fields})
+    meta = {"group": "_meta_", "term": 9}
+    with (root / "logs" / "n5" / "events.jsonl").open("a") as f:
+        f.write(line("n5", 100, "jetstream_meta_store_replaced", store="a", mine="b") + "\n")
+    for server in ("n1", "n2", "n3"):       # each change logged by three members: listed once
+        with (root / "logs" / server / "events.jsonl").open("a") as f:
+            f.write(line(server, 200, "raft_peer_removed", peer="n5", index=70, learner=False, **meta) + "\n")
+            f.write(line(server, 300, "raft_peer_added", peer="n5", index=71, learner=True, **meta) + "\n")
+            f.write(line(server, 400, "raft_peer_promoted", peer="n5", index=72, **meta) + "\n")
+    doc = validate(spark, str(root), root)
+    assert doc["checks"]["topology"]["valid"] is True
+    rows = [(m["server"], m["change"], m["index"], m["seen_by"])
+            for m in doc["checks"]["topology"]["details"]["membership"]]
+    assert rows == [("n5", "came back with another store (a new member)", None, 1),
+                    ("n5", "removed", 70, 3), ("n5", "added as a learner", 71, 3),
+                    ("n5", "promoted to voter", 72, 3)]
+    text = (root / "report.md").read_text()
+    assert "## Meta group membership" in text
+    assert "| n5 | added as a learner | 71 | 3 |" in text.replace(f"{base}.000000300Z | ", "")

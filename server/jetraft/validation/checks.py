@@ -11,6 +11,9 @@ What is checked, and where the property comes from:
   (jetraft.events.SCHEMA_VERSION).
 - ``topology`` — the servers seen match the inventory (topology.json): names, zones, one
   cluster name, no server name written from two hosts; every server joined the meta group.
+  Details list the meta group's membership changes over the run (servers added as learners,
+  promoted, removed; a server back with another store), which report.md tables and the
+  timeline marks.
 - ``election_safety`` — at most one leader per (group, term) (Raft §5.2, Figure 3).
 - ``term_monotonic`` — on each server, a group's term never decreases (Raft §5.1; the
   term is persisted before it is used).
@@ -167,7 +170,47 @@ def check_topology(inp: Inputs, limit: int) -> CheckResult:
         details["inventory"] = None
     if not servers:
         problems.append({"problem": "no server seen"})
+    details["membership"] = meta_membership(inp.events)
     return CheckResult("topology", not problems, len(problems), problems[:limit], details, doc)
+
+
+#: The meta group's membership changes, as every member logs them (thesis §4.1, §4.2.1).
+_MEMBERSHIP_EVENTS = {"raft_peer_added": "added", "raft_peer_removed": "removed",
+                      "raft_peer_promoted": "promoted to voter", "raft_peer_demoted": "demoted to learner"}
+#: What a server says of its own membership (jetraft.events).
+_MEMBER_SELF_EVENTS = {"jetstream_meta_store_replaced": "came back with another store (a new member)",
+                       "jetstream_meta_refused": "refused as a removed member"}
+#: At most this many membership changes are listed.
+MEMBERSHIP_LIMIT = 200
+
+
+def meta_membership(events: DataFrame) -> list[dict[str, Any]]:
+    """The meta group's membership changes over the run, in time order: one row per
+    change (``raft_peer_added`` / ``removed`` / ``promoted`` / ``demoted`` of group
+    ``_meta_``, the same log index logged by several servers counted once, at its first
+    time), and what servers said of their own membership (a store replaced, refused after
+    a removal). Each row: ts, ns, change, server, index (None for a server's own word),
+    seen_by (servers that logged it). At most :data:`MEMBERSHIP_LIMIT` rows."""
+    changes = (events.where((F.col("group") == META_GROUP)
+                            & F.col("event").isin(*_MEMBERSHIP_EVENTS))
+               .groupBy("event", "peer", "index")
+               .agg(F.min("ns").alias("ns"), F.min("ts").alias("ts"),
+                    F.max(F.coalesce("learner", F.lit(False))).alias("learner"),
+                    F.countDistinct("server_name").alias("seen_by"))
+               .orderBy("ns").limit(MEMBERSHIP_LIMIT).collect())
+    own = (events.where(F.col("event").isin(*_MEMBER_SELF_EVENTS))
+           .select("event", "server_name", "ns", "ts").orderBy("ns").limit(MEMBERSHIP_LIMIT).collect())
+    rows = []
+    for r in changes:
+        change = _MEMBERSHIP_EVENTS[r["event"]]
+        if r["event"] in ("raft_peer_added", "raft_peer_removed") and r["learner"]:
+            change += " as a learner" if r["event"] == "raft_peer_added" else " (a learner)"
+        rows.append({"ts": r["ts"], "ns": r["ns"], "change": change, "server": r["peer"],
+                     "index": r["index"], "seen_by": r["seen_by"]})
+    for r in own:
+        rows.append({"ts": r["ts"], "ns": r["ns"], "change": _MEMBER_SELF_EVENTS[r["event"]],
+                     "server": r["server_name"], "index": None, "seen_by": 1})
+    return sorted(rows, key=lambda r: r["ns"] or 0)[:MEMBERSHIP_LIMIT]
 
 
 def _zone_counts(zones: dict[str, str | None]) -> dict[str, int]:

@@ -80,7 +80,9 @@ def validate(spark, source: str, out: Path, *, limit: int = 10, skew_ns: int = 0
         deleted = {r["group"]: r["ns"] for r in
                    inp.events.where((F.col("event") == "raft_group_closed") & F.col("deleted"))
                    .groupBy("group").agg(F.max("ns").alias("ns")).collect()}
-        drew = report.plot_timeline(out / "timeline.png", elections, drills, end_ns, deleted)
+        membership = doc["checks"]["topology"]["details"].get("membership") or []
+        drew = report.plot_timeline(out / "timeline.png", elections, drills, end_ns, deleted,
+                                    membership=membership)
         report.write_markdown(out / "report.md", doc, "timeline.png" if drew else None)
         return doc
     finally:

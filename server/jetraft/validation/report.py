@@ -48,6 +48,13 @@ def write_markdown(path: Path, doc: dict, timeline: str | None) -> None:
             lines.append(f"| {f['drill']} | {', '.join(f['servers'])} | {_num(meta)} | "
                          f"{_num(stream[0] if stream else None)} | {_num(f['seconds_to_write'])} | "
                          f"{', '.join(f['leaderless_groups']) or '-'} |")
+    membership = doc["checks"].get("topology", {}).get("details", {}).get("membership") or []
+    if membership:
+        lines += ["", "## Meta group membership", "",
+                  "| time | server | change | log index | logged by |", "|---|---|---|---|---|"]
+        for m in membership:
+            lines.append(f"| {m['ts']} | {m['server']} | {m['change']} | "
+                         f"{'-' if m['index'] is None else m['index']} | {m['seen_by']} |")
     lines += _catchup_sections(doc["checks"].get("stream_catchup", {}).get("details", {}))
     for name, c in doc["checks"].items():
         lines += ["", f"## {name}: {_mark(c['valid'])}", "", c["doc"] + ".", ""]
@@ -61,8 +68,13 @@ def write_markdown(path: Path, doc: dict, timeline: str | None) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
+#: How a membership change is labelled on the timeline.
+_SHORT_CHANGE = {"added": "+voter", "added as a learner": "+learner", "removed": "removed",
+                 "promoted to voter": "voter", "demoted to learner": "learner again",
+                 "came back with another store": "new store", "refused as a removed member": "refused"}
+
 #: Details shown as their own tables in report.md, not again in their check's JSON.
-_TABLES = frozenset({"faults", "catchups", "damaged_stores"})
+_TABLES = frozenset({"faults", "catchups", "damaged_stores", "membership"})
 
 
 def _catchup_sections(details: dict) -> list[str]:
@@ -101,12 +113,15 @@ def _num(x: Any) -> str:
 
 
 def plot_timeline(path: Path, elections: list[dict], faults: list[dict], end_ns: int,
-                  deleted: dict[str, int] | None = None, max_groups: int = 16) -> bool:
+                  deleted: dict[str, int] | None = None, max_groups: int = 16,
+                  membership: list[dict] | None = None) -> bool:
     """Draw ``elections`` (dicts with group, server_name, ns; sorted by ns) as bars: one row
     per group, coloured by leader, each leader until the next election in its group, the
     group's deletion (``deleted``: group -> ns) or ``end_ns``; ``faults`` (dicts with name,
-    fault_ns, repair_ns) shaded, the x axis from 10 s before the first. The meta group and
-    the groups with the most elections come first. Returns False with nothing to draw."""
+    fault_ns, repair_ns) shaded, the x axis from 10 s before the first; the meta group's
+    ``membership`` changes (dicts with ns, change, server: checks.meta_membership) as
+    dotted lines labelled with the server and its change. The meta group and the groups
+    with the most elections come first. Returns False with nothing to draw."""
     if not elections:
         return False
     import matplotlib
@@ -142,6 +157,13 @@ def plot_timeline(path: Path, elections: list[dict], faults: list[dict], end_ns:
         ax.axvspan(left, right, color="red", alpha=0.12)
         ax.text(left, -0.6, f["name"], fontsize=7, color="darkred", rotation=60,
                 ha="left", va="bottom")
+    for m in membership or []:
+        if not m.get("ns") or m["ns"] < start:
+            continue
+        x = (m["ns"] - start) / 1e9
+        ax.axvline(x, color="dimgray", linestyle=":", linewidth=0.8)
+        ax.text(x, -1.9, f"{m['server']} {_SHORT_CHANGE.get(m['change'].split(' (')[0], m['change'])}",
+                fontsize=6, color="dimgray", rotation=60, ha="left", va="top")
     fault_starts = [f["fault_ns"] for f in faults if f.get("fault_ns")]
     if fault_starts:            # across the drills' faults, from 10 s before the first
         ax.set_xlim(left=max(0.0, (min(fault_starts) - start) / 1e9 - 10))
@@ -149,7 +171,8 @@ def plot_timeline(path: Path, elections: list[dict], faults: list[dict], end_ns:
     ax.set_yticks(range(len(order)), [g if len(g) <= 24 else g[:21] + "..." for g in order], fontsize=8)
     ax.set_xlabel("seconds since the first election")
     ax.set_yticks([], minor=True)
-    ax.set_title("RAFT leaders per group (shaded: drill faults, from the fault to its repair)")
+    ax.set_title("RAFT leaders per group (shaded: drill faults, from the fault to its repair; "
+                 "dotted: meta group membership changes)")
     ax.legend(handles=[Patch(color=colours[s], label=s) for s in servers], loc="upper left",
               bbox_to_anchor=(1.0, 1.0), fontsize=8, title="leader")
     fig.tight_layout()

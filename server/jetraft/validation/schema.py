@@ -39,6 +39,8 @@ EVENT = StructType([
     # the leader it knows and the server's zone (unique_tag value)
     _s("group"), _s("term", LongType()), _s("index", LongType()), _s("leader"),
     _s("peers", ArrayType(StringType())), _s("zone"), _s("to"), _s("peer"),
+    # raft_peer_added / raft_peer_removed: the peer is (was) a learner
+    _s("learner", BooleanType()),
     # raft_applied: the applied range, each entry's term and hash (crc32 of type + data)
     _s("first_index", LongType()), _s("last_index", LongType()),
     _s("terms", ArrayType(LongType())), _s("hashes", ArrayType(LongType())),

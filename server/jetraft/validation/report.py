@@ -49,12 +49,8 @@ def write_markdown(path: Path, doc: dict, timeline: str | None) -> None:
                          f"{_num(stream[0] if stream else None)} | {_num(f['seconds_to_write'])} | "
                          f"{', '.join(f['leaderless_groups']) or '-'} |")
     membership = doc["checks"].get("topology", {}).get("details", {}).get("membership") or []
-    if membership:
-        lines += ["", "## Meta group membership", "",
-                  "| time | server | change | log index | logged by |", "|---|---|---|---|---|"]
-        for m in membership:
-            lines.append(f"| {m['ts']} | {m['server']} | {m['change']} | "
-                         f"{'-' if m['index'] is None else m['index']} | {m['seen_by']} |")
+    lines += _section("Meta group membership", ("time", "server", "change", "log index", "logged by"),
+                      [(m["ts"], m["server"], m["change"], m["index"], m["seen_by"]) for m in membership])
     lines += _catchup_sections(doc["checks"].get("stream_catchup", {}).get("details", {}))
     for name, c in doc["checks"].items():
         lines += ["", f"## {name}: {_mark(c['valid'])}", "", c["doc"] + ".", ""]
@@ -95,13 +91,20 @@ def _catchup_sections(details: dict) -> list[str]:
                          f"{_num(c['duration_s'])} | {'-' if c['ok'] is None else str(c['ok']).lower()} | "
                          f"{', '.join(c['sources'] or []) or '-'} | {c['status']} |")
     damaged = details.get("damaged_stores") or []
-    if damaged:
-        lines += ["", "## Damaged stores", "",
-                  "| time | server | stream | file | offset | kind |", "|---|---|---|---|---|---|"]
-        for d in damaged:
-            lines.append(f"| {d['ts']} | {d['server']} | {_text(d['stream'])} | {_text(d['file'])} | "
-                         f"{_text(d['offset'])} | {_text(d['kind'])} |")
+    lines += _section("Damaged stores", ("time", "server", "stream", "file", "offset", "kind"),
+                      [(d["ts"], d["server"], d["stream"], d["file"], d["offset"], d["kind"])
+                       for d in damaged])
     return lines
+
+
+def _section(title: str, headers: tuple[str, ...], rows: list[tuple]) -> list[str]:
+    """A report.md section: a heading and a table of ``rows`` (None shown as ``-``);
+    nothing when there are no rows."""
+    if not rows:
+        return []
+    return (["", f"## {title}", "", "| " + " | ".join(headers) + " |",
+             "|" + "---|" * len(headers)]
+            + ["| " + " | ".join(_text(x) for x in row) + " |" for row in rows])
 
 
 def _text(x: Any) -> str:

@@ -336,7 +336,10 @@ async def test_a_restarted_host_recovers_its_groups_and_state(nursery, tmp_path)
     assert_same_state(cl)
 
 
-async def test_one_send_per_peer_per_pass_carries_the_heartbeats_of_every_group(cluster):
+async def test_a_pass_sends_each_peer_at_most_one_early_and_one_late_batch_with_every_groups_heartbeats(cluster):
+    # A pass sends the leader's AppendEntries and heartbeats before its fsync (early) and the
+    # rest, such as the responses of groups it follows, after it (late): at most two sends
+    # per peer per pass, however many groups.
     cl = cluster
     leaders = await elect_all(cl)
     await propose_all(cl, "warm", 1)
@@ -349,12 +352,13 @@ async def test_one_send_per_peer_per_pass_carries_the_heartbeats_of_every_group(
     cl.net.record = False
     passes = host.stats["passes"] - passes
     to_b = [decode_batch(p) for src, dst, p in cl.net.sends if src == "a" and dst == "b"]
-    assert 0 < len(to_b) <= passes + 1, (len(to_b), passes)
+    assert 0 < len(to_b) <= 2 * (passes + 1), (len(to_b), passes)
     beats = [{m.group for m in batch if m.type == MessageType.HEARTBEAT} for batch in to_b]
     assert set().union(*beats) == led_by_a
     # heartbeats every 2 ticks: each group beats in every other pass, all at once per peer
     assert max(len(b) for b in beats) >= len(led_by_a) // 2, beats
-    assert sum(len(b) for b in beats) > 2 * len(to_b), "heartbeats are coalesced, not one send each"
+    with_beats = [b for b in beats if b]
+    assert sum(len(b) for b in with_beats) > 2 * len(with_beats), "heartbeats are coalesced, not one send each"
 
 
 async def test_a_corrupt_batch_is_dropped_with_an_event(cluster):

@@ -82,6 +82,7 @@ from jetraft.net.durability import (
     probe_directory,
     storage_api_error,
 )
+from jetraft.net.metrics import TimedGroupCommit
 from jetraft.jetstream.api_subjects import api_kind as _api_kind, response_type as _response_type, stream_of as _stream_of
 from jetraft.protocol import Message
 from jetraft.raft.storage import GroupCommit, StorageError, SyncFailed, fileio
@@ -172,7 +173,8 @@ class JetStreamService:
         # jetraft's default is an fsync before every ack; an explicit sync_interval relaxes it.
         self.sync_always = cfg.sync_always or cfg.sync_interval is None
         # standalone: the stores' group commit, which tells what each request wrote
-        self.commit = GroupCommit(track_owners=server.config.cluster is None)
+        # standalone and clustered, every fsync's time goes to /metrics (net/metrics.py)
+        self.commit = TimedGroupCommit(track_owners=server.config.cluster is None)
         self.barrier = DurabilityBarrier(self.commit)
         self.accounts: dict[str, JetStreamAccount] = {}
         #: The clustered half (net/js_cluster.py) when the server has a cluster block.

@@ -148,6 +148,9 @@ class RaftGroup:
         #: GroupLog options the host reopens the log with (segment_bytes).
         self.log_options: dict = {}
         self._seen: tuple[str | None, int] = (None, 0)  # (leader, term) last reported
+        #: Leaders (a new server, or a new term of the same one) reported since the group
+        #: was opened here (/metrics jetraft_raft_leader_changes_total).
+        self.leader_changes = 0
         self._heard: dict[str, int] = {}              # peer -> time.time_ns() last heard
         self._opened_ns = time.time_ns()
         self._applied_event: trio.Event | None = None
@@ -585,6 +588,8 @@ class RaftGroup:
         if leader == last_leader and (leader is None or term == last_term):
             return
         self._seen = (leader, term)
+        if leader is not None:
+            self.leader_changes += 1
         if leader != last_leader:
             self.leader_since_ns = None if leader is None else time.time_ns()
         self.sm.leader_changed(leader, term)

@@ -352,6 +352,12 @@ EVENTS: dict[str, EventSpec] = {
         {"account": "str", "subject": "the request's subject", "error": "repr of the exception",
          "traceback": "str"},
     ),
+    "advisory_failed": EventSpec(
+        "error", "Building one JetStream advisory ($JS.EVENT.ADVISORY.> or $JS.EVENT.METRIC.>) "
+        "raised an exception: that advisory was not sent; the request or timer that caused it "
+        "was served as usual.",
+        {"account": "str", "advisory": "the advisory's builder", "error": "repr of the exception"},
+    ),
     # The JetStream cluster (meta group decisions and administration)
     "jetstream_cluster_tick_failed": EventSpec(
         "error", "One pass of the cluster controller's periodic work (the meta group's bootstrap "

@@ -44,6 +44,7 @@ from jetraft.protocol.subjects import (
     subjects_overlap,
 )
 
+from . import advisories as adv
 from . import errors as E
 from . import layout
 from .consumer import Consumer
@@ -138,6 +139,10 @@ class JetStreamAccount:
     ``events``: the event log (``emit(name, **fields)``); ``server_version``: reported in
     stream metadata; ``now_ns``: the time recovery happens at.
 
+    ``advisory_interest``: ``advisory_interest(subject) -> bool`` for the advisories of
+    :mod:`~jetraft.jetstream.advisories` (the server's subscription interest; None: none
+    are built, see :meth:`advise`).
+
     ``clustered``: the account is one replica of a JetStream cluster (``net/js_cluster.py``):
     replicas > 1 are accepted, and the cluster layer sets :attr:`cluster_info`
     (``cluster_info(stream_name) -> dict | None``, the ``cluster`` object of stream info).
@@ -146,8 +151,11 @@ class JetStreamAccount:
     def __init__(self, name: str, *, store_dir: str | None, sync: Any, events: Any,
                  interest: Callable[[str], bool], server_version: str,
                  sync_always: bool = True, domain: str = "", server_name: str = "",
-                 clustered: bool = False) -> None:
+                 clustered: bool = False,
+                 advisory_interest: Callable[[str], bool] | None = None) -> None:
         self.name = name
+        #: whether a subscription listens on an advisory subject; None: no advisories
+        self.advisory_interest = advisory_interest
         self.clustered = clustered
         self.cluster_info: Callable[[str], dict[str, Any] | None] | None = None
         self.server_name = server_name
@@ -191,6 +199,7 @@ class JetStreamAccount:
                              messages=state.messages, last_seq=state.last_seq)
             for consumer in layout.recover_consumers(found, now_ns, interest=self.interest,
                                                      problem=self._problem):
+                consumer.advisory_interest = self.advisory_interest
                 entry.consumers[consumer.name] = consumer
 
     def _problem(self, stream: str, consumer: str | None, path: str, detail: str) -> None:
@@ -200,6 +209,8 @@ class JetStreamAccount:
     def _add_stream(self, entry: StreamEntry) -> None:
         self.streams[entry.name] = entry
         self._add_capture(entry)
+        for consumer in entry.consumers.values():
+            consumer.advisory_interest = self.advisory_interest
 
     def _add_capture(self, entry: StreamEntry) -> None:
         for subject in entry.stream.config.subjects:
@@ -365,7 +376,7 @@ class JetStreamAccount:
     # ------------------------------------------------------------------ the API
 
     def handle_api(self, subject: str, reply: str | None, headers: bytes | None, payload: bytes,
-                   now_ns: int) -> list[Reply] | None:
+                   now_ns: int, client: dict[str, Any] | None = None) -> list[Reply] | None:
         """Answer one ``$JS.API.>`` request; returns the replies, or None when nothing on
         this server listens on ``subject`` (the requester then gets no-responders, as from
         nats-server: DIRECT.GET of a stream without ``allow_direct``, MSG.NEXT of an
@@ -375,9 +386,14 @@ class JetStreamAccount:
         Fault isolation: an unexpected exception while handling the request answers it
         with :func:`internal_error` for its response type (a ``500`` status for DIRECT.GET
         and pull requests) and is reported as ``api_request_failed``; it never propagates.
+
+        Advisories: every answer is followed by an ``api_audit`` on ``$JS.EVENT.ADVISORY.API``
+        (``client``: the requester's client info, see
+        :func:`~jetraft.jetstream.advisories.api_audit`), stream and consumer changes by
+        their ``stream_action``/``consumer_action`` (see :meth:`advise`).
         """
         try:
-            return self._handle_api(subject, reply, payload, now_ns)
+            return self._handle_api(subject, reply, payload, now_ns, client)
         except Exception as exc:  # noqa: BLE001 - one request's failure must not reach the server
             return self.api_failed(subject, reply, exc)
 
@@ -401,7 +417,7 @@ class JetStreamAccount:
                                      **ERROR_EXTRAS.get(rtype, {})})
 
     def _handle_api(self, subject: str, reply: str | None, payload: bytes,
-                    now_ns: int) -> list[Reply] | None:
+                    now_ns: int, client: dict[str, Any] | None = None) -> list[Reply] | None:
         tokens = subject.split(".")
         kind = ".".join(tokens[2:4])
         if kind == "DIRECT.GET" and len(tokens) >= 5:
@@ -428,7 +444,39 @@ class JetStreamAccount:
                 body, extra = body
             body = {"type": rtype, **body}
         self.api_total += 1       # counted once answered (an INFO does not count itself)
-        return self._respond(reply, body) + extra
+        response = self._respond(reply, body)
+        return response + extra + self._audit(subject, payload, response[0].out.data, client, now_ns)
+
+    def _audit(self, subject: str, request: bytes, response: bytes, client: dict[str, Any] | None,
+               now_ns: int) -> list[Reply]:
+        """The ``api_audit`` advisory of one answered request, when someone listens."""
+        if not self._listening(adv.API_AUDIT):
+            return []
+        return self.advise(adv.api_audit, self.server_name, client, subject, request, response, now_ns)
+
+    def _listening(self, subject: str) -> bool:
+        listening = self.advisory_interest
+        if listening is None:
+            return False
+        try:
+            return bool(listening(subject))
+        except Exception:  # noqa: BLE001 - an advisory never breaks the request
+            return False
+
+    def advise(self, build: Callable[..., Outbound], *args: Any) -> list[Reply]:
+        """The advisory ``build(*args, domain=...)`` (a builder of
+        :mod:`jetraft.jetstream.advisories`) as a reply to route in this account, when a
+        subscription listens on its subject; else []. Fault isolation: an advisory that
+        fails is reported (``advisory_failed``) and left out; what caused it goes on."""
+        if self.advisory_interest is None:
+            return []
+        try:
+            out = build(*args, domain=self.domain)
+            return [Reply(out)] if self._listening(out.subject) else []
+        except Exception as exc:  # noqa: BLE001 - an advisory never breaks the request
+            self.events.emit("advisory_failed", account=self.name,
+                             advisory=getattr(build, "__name__", "?"), error=repr(exc))
+            return []
 
     def _respond(self, reply: str, body: dict[str, Any]) -> list[Reply]:
         return [Reply(Outbound(reply, None, None, json_bytes(body)), needs_sync=True)]
@@ -609,6 +657,7 @@ class JetStreamAccount:
         for cname, consumer in list(entry.consumers.items()):
             if consumer.is_inactive(now_ns):
                 out.extend(Reply(m) for m in self._delete_consumer(entry, cname, "inactive"))
+                out.extend(self.advise(adv.consumer_action, name, cname, "delete", now_ns))
         out.extend(self._poll_stream(entry, now_ns, removed=removed))
         return out
 
@@ -665,6 +714,7 @@ class JetStreamAccount:
         for c in checked.consumers:
             consumer = Consumer(stream, c.name, c.config, created_ns=c.created_ns,
                                 has_interest=self.interest)
+            consumer.advisory_interest = self.advisory_interest
             consumer.restore_replica_state(c.state)
             consumers[c.name] = consumer
         # nothing below raises: the account changes only now
@@ -690,7 +740,8 @@ class JetStreamAccount:
         entry = self._create_stream(cfg, now_ns)
         self.events.emit("jetstream_stream_created", account=self.name, stream=cfg.name,
                          subjects=list(cfg.subjects), storage=cfg.storage, retention=cfg.retention)
-        return {**self.stream_info(entry, now_ns), "did_create": True}
+        return ({**self.stream_info(entry, now_ns), "did_create": True},
+                self.advise(adv.stream_action, cfg.name, "create", now_ns))
 
     def _config_json(self, name: str) -> dict[str, Any] | None:
         entry = self.streams.get(name)
@@ -729,7 +780,8 @@ class JetStreamAccount:
             layout.write_stream_meta(entry.directory, cfg, entry.stream.created_ns)
         entry.stream.enforce_limits("")  # tightened limits apply now
         self.events.emit("jetstream_stream_updated", account=self.name, stream=cfg.name)
-        return self.stream_info(entry, now_ns), self._poll_stream(entry, now_ns, removed=True)
+        return self.stream_info(entry, now_ns), (self.advise(adv.stream_action, cfg.name, "modify", now_ns)
+                                                 + self._poll_stream(entry, now_ns, removed=True))
 
     def _api_stream_info(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
         req = decode_request(payload, "JSApiStreamInfoRequest") or {}
@@ -763,7 +815,7 @@ class JetStreamAccount:
         entry = self._entry(tokens[4])
         out = [Reply(m) for m in self.delete_replica(entry.name)]
         self.events.emit("jetstream_stream_deleted", account=self.name, stream=entry.name)
-        return {"success": True}, out
+        return {"success": True}, out + self.advise(adv.stream_action, entry.name, "delete", now_ns)
 
     def _api_stream_purge(self, tokens: list[str], payload: bytes, now_ns: int):
         req = decode_request(payload, "JSApiStreamPurgeRequest") or {}
@@ -935,12 +987,15 @@ class JetStreamAccount:
         elif not cfg.name:
             cfg.name = name
         consumer = Consumer(entry.stream, name, cfg, created_ns=now_ns, has_interest=self.interest)
+        consumer.advisory_interest = self.advisory_interest
         entry.consumers[name] = consumer
         self._write_consumer_meta(entry, consumer)
         self.events.emit("jetstream_consumer_created", account=self.name, stream=entry.name,
                          consumer=name, durable=bool(cfg.durable_name),
                          kind="push" if cfg.deliver_subject else "pull")
-        return self._consumer_info(consumer, now_ns), [Reply(m) for m in consumer.poll(now_ns)]
+        return self._consumer_info(consumer, now_ns), (
+            self.advise(adv.consumer_action, entry.name, name, "create", now_ns)
+            + [Reply(m) for m in consumer.poll(now_ns)])
 
     @staticmethod
     def _consumer_configs(entry: StreamEntry) -> dict[str, ConsumerConfig]:
@@ -998,7 +1053,8 @@ class JetStreamAccount:
             raise E.not_empty_request()
         entry, _consumer = self._consumer(tokens[4], tokens[5])
         out = self._delete_consumer(entry, tokens[5], "deleted by request")
-        return {"success": True}, [Reply(m) for m in out]
+        return {"success": True}, ([Reply(m) for m in out]
+                                   + self.advise(adv.consumer_action, entry.name, tokens[5], "delete", now_ns))
 
     def _api_consumer_names(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
         names, offset, page = self._page(payload, "JSApiConsumersRequest", tokens[4], NAMES_LIMIT)

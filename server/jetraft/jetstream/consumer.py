@@ -78,6 +78,7 @@ from jetraft.config.durations import parse_duration
 from jetraft.protocol.client import status_headers
 from jetraft.protocol.subjects import subject_matches
 
+from . import advisories as adv
 from . import gojson
 from .errors import go_duration
 from .model import ConsumerConfig, ConsumerInfo, SequenceInfo
@@ -277,6 +278,11 @@ class Consumer:
         self._ldt: int | None = None
         self._lat: int | None = None
         self._acked: list[int] = []
+        #: advisories raised since the last poll or ack (sent with their output)
+        self._advisories: list[Outbound] = []
+        #: whether a subscription listens on an advisory subject (set by the account);
+        #: None: no advisories
+        self.advisory_interest: Callable[[str], bool] | None = None
         self._pcheck: int | None = None             # earliest ack-wait deadline (or before)
         self._pcheck_stale = False
         self._last_request = created_ns             # pull activity (nats-server waiting.last)
@@ -680,15 +686,37 @@ class Consumer:
         if self._pcheck is None or d < self._pcheck:
             self._pcheck = d
 
-    def _has_max_deliveries(self, seq: int) -> bool:
+    def _advise(self, build: Callable[..., Outbound], *args: Any) -> None:
+        """Queue the advisory ``build(*args)`` (see :mod:`~jetraft.jetstream.advisories`)
+        when a subscription in the account listens on its subject. Fault isolation: one
+        that fails to build is left out; the consumer goes on."""
+        listening = self.advisory_interest
+        if listening is None:
+            return
+        try:
+            out = build(self.stream.config.name, self.name, *args,
+                        domain=getattr(self.stream, "domain", "") or "")
+            if listening(out.subject):
+                self._advisories.append(out)
+        except Exception:  # noqa: BLE001 - an advisory never stops the consumer
+            return
+
+    def _take_advisories(self) -> list[Outbound]:
+        out, self._advisories = self._advisories, []
+        return out
+
+    def _has_max_deliveries(self, seq: int, now: int) -> bool:
         """nats-server ``hasMaxDeliveries``: a message delivered max_deliver times leaves
-        the pending set (its redelivery count stays, for interest retention)."""
+        the pending set (its redelivery count stays, for interest retention); the
+        ``max_deliver`` advisory goes out once, when the count reaches max_deliver."""
         maxdc = self.config.max_deliver
         if maxdc <= 0:
             return False
         dc = max(self._rdc.get(seq, 0), 1)
         if dc < maxdc:
             return False
+        if dc == maxdc:
+            self._advise(adv.max_deliver, seq, dc, now)
         p = self._pending.pop(seq, None)
         if p is not None:
             self._move_ack_floor(p[0], seq)
@@ -717,7 +745,7 @@ class Consumer:
                 continue
             deadline = self._deadline(seq)
             if now >= deadline:
-                if seq not in self._rdq and not self._has_max_deliveries(seq):
+                if seq not in self._rdq and not self._has_max_deliveries(seq, now):
                     expired.append(seq)
             elif nxt is None or deadline < nxt:
                 nxt = deadline
@@ -747,6 +775,7 @@ class Consumer:
             dc = self._rdc.get(seq, 0) + 1 + 1
             self._rdc[seq] = dc - 1
             if maxdc > 0 and dc > maxdc:
+                self._advise(adv.max_deliver, seq, dc - 1, now)
                 p = self._pending.pop(seq, None)
                 if p is not None:
                     self._move_ack_floor(p[0], seq)
@@ -918,6 +947,8 @@ class Consumer:
             elif self._no_interest_since is None:
                 self._no_interest_since = now_ns
         eos = self._deliver_all(now_ns, out)
+        if self._advisories:
+            out.extend(self._take_advisories())
         if cfg.deliver_subject:
             if cfg.idle_heartbeat and self._hb_next and now_ns >= self._hb_next:
                 if self._active:
@@ -981,6 +1012,7 @@ class Consumer:
         elif msg.startswith(b"+NXT"):
             self._ack(sseq, dseq, now_ns)
             out.extend(self.request_next(reply or "", msg[4:], now_ns))
+            out.extend(self._take_advisories())
             return out
         elif msg.startswith(b"-NAK"):
             self._nak(sseq, dseq, msg[4:], now_ns)
@@ -991,7 +1023,11 @@ class Consumer:
                 self._ldt = now_ns
                 self.dirty = True
         elif msg.startswith(b"+TERM"):
+            pending = sseq in self._pending
             send_reply = self._ack(sseq, dseq, now_ns) and send_reply
+            if pending and sseq not in self._pending:
+                reason = msg[5:].strip().decode("utf-8", "replace")
+                self._advise(adv.terminated, dseq, sseq, dc, reason, now_ns)
         if reply and send_reply:
             out.append(Outbound(reply, None, None, b""))
         out.extend(self.poll(now_ns))

@@ -69,6 +69,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import trio
 
 from jetraft import NATS_COMPAT_VERSION
+from jetraft.events import rfc3339_ns
 from jetraft.jetstream import errors as E
 from jetraft.jetstream import layout
 from jetraft.jetstream.api import ACK_PREFIX, API_PREFIX, FC_PREFIX, JetStreamAccount, Reply
@@ -90,6 +91,7 @@ from jetraft.raft.storage.sync import storage_error
 
 if TYPE_CHECKING:
     from jetraft.jetstream.api import StreamEntry
+    from jetraft.net.client import ClientConnection
     from jetraft.net.js_cluster import ClusterJetStream
     from jetraft.net.ports import JetStreamHost
 
@@ -189,7 +191,8 @@ class JetStreamService:
                 interest=self._interest_fn(name), server_version=NATS_COMPAT_VERSION,
                 # a clustered replica's files are rebuilt from its RAFT log, never fsynced
                 sync_always=self.sync_always and not self.clustered, domain=cfg.domain or "",
-                server_name=server.server_name, clustered=self.clustered)
+                server_name=server.server_name, clustered=self.clustered,
+                advisory_interest=self._interest_fn(name))
         #: (account, reply, ids of the stores its call wrote, (account, stream) or None)
         self._queue: list[tuple[str, Reply, frozenset[int], tuple[str, str] | None]] = []
         self._queued = trio.Event()
@@ -537,10 +540,12 @@ class JetStreamService:
             self._queue.extend((account, r, owners, key) for r in replies)
             self._queued.set()
 
-    def handle(self, account: str, msg: Message, *, routed: bool = False) -> bool:
+    def handle(self, account: str, msg: Message, *, routed: bool = False,
+               client: ClientConnection | None = None) -> bool:
         """Give JetStream an inbound message. Returns True if JetStream answers it (an API
         or ack subject, or a stream's subject), so a request is not a no-responders case.
-        ``routed``: it came from another server (which routes nothing twice)."""
+        ``routed``: it came from another server (which routes nothing twice); ``client``:
+        the local client that published it (its info goes into the API audit advisory)."""
         subject, reply, headers, payload = msg.subject, msg.reply, msg.headers, msg.payload
         if self.cluster is not None:
             return self.cluster.handle(account, subject, reply, headers, payload, routed=routed)
@@ -550,7 +555,8 @@ class JetStreamService:
         now = time.time_ns()
         if subject.startswith("$JS."):
             if subject.startswith(API_PREFIX):
-                return self._handle_api(acc, subject, reply, headers, payload, now)
+                return self._handle_api(acc, subject, reply, headers, payload, now,
+                                        self._client_info(client))
             if subject.startswith(ACK_PREFIX) or subject.startswith(FC_PREFIX):
                 ack = subject.startswith(ACK_PREFIX)
                 prefix = ACK_PREFIX if ack else FC_PREFIX
@@ -582,8 +588,33 @@ class JetStreamService:
             self._wake.set()
         return True
 
+    def _client_info(self, client: ClientConnection | None) -> dict[str, Any] | None:
+        """The requester's client info in an API audit advisory (nats-server ClientInfo):
+        ``{start, host, id, acc, user?, name?, lang, ver, server, cluster?, kind, client_type}``;
+        None without a local client (a request routed from another server)."""
+        if client is None or client.account is None:
+            return None
+        try:
+            info: dict[str, Any] = {"start": rfc3339_ns(client.start_ns), "host": client.ip,
+                                    "id": client.cid, "acc": client.account.name}
+            user = client.identity.user if client.identity is not None else None
+            if user:
+                info["user"] = user
+            if client.name:
+                info["name"] = client.name
+            info.update(lang=client.lang or "", ver=client.version or "",
+                        server=self.server.server_name)
+            cluster = self.server.config.cluster
+            if cluster is not None and cluster.name:
+                info["cluster"] = cluster.name
+            info.update(kind="Client", client_type="nats")
+            return info
+        except Exception:  # noqa: BLE001 - an advisory never breaks the request
+            return None
+
     def _handle_api(self, acc: JetStreamAccount, subject: str, reply: str | None,
-                    headers: bytes | None, payload: bytes, now: int) -> bool:
+                    headers: bytes | None, payload: bytes, now: int,
+                    client: dict[str, Any] | None = None) -> bool:
         tokens = subject.split(".")
         sname = _stream_of(tokens)
         kind = _api_kind(tokens)
@@ -608,7 +639,7 @@ class JetStreamService:
         answered = [True]
 
         def call() -> list[Reply] | None:
-            out = acc.handle_api(subject, reply, headers, payload, now)
+            out = acc.handle_api(subject, reply, headers, payload, now, client)
             if out is None:
                 answered[0] = False
             return out

@@ -89,7 +89,7 @@ class Router:
         reply = msg.reply
         delivered = self._system_request(account.name, msg)
         jetstream = self.jetstream
-        if jetstream is not None and jetstream.handle(account.name, msg):
+        if jetstream is not None and jetstream.handle(account.name, msg, client=client):
             delivered = True
         elif (jetstream is not None and reply and subject.startswith("$JS.API.")
               and account.name == self._host.config.system_account):

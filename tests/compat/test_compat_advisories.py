@@ -1,0 +1,176 @@
+"""JetStream advisories as a client of the account sees them, against jetraft and nats-server.
+
+A client subscribes to ``$JS.EVENT.>`` and makes the same JetStream calls on both servers;
+the subjects, the ``type`` strings, the order, and the keys and JSON types of every
+advisory must be the same (ids, timestamps and sequences differ from run to run, and are
+checked for their form).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from compat_support import json_type, poll, run
+from js_support import js_server, js_session  # noqa: F401  (fixture)
+from nats.js.api import AckPolicy, ConsumerConfig
+
+RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z$")
+NUID = re.compile(r"^[0-9A-Za-z]{22}$")
+
+COMMON = {"type": "string", "id": "string", "timestamp": "string"}
+STREAM_ACTION = {**COMMON, "stream": "string", "action": "string"}
+CONSUMER_ACTION = {**COMMON, "stream": "string", "consumer": "string", "action": "string"}
+AUDIT = {**COMMON, "server": "string", "client": "object", "subject": "string",
+         "request": "string", "response": "string"}
+#: nats-server ClientInfo of a nats-py client (bar ``rtt``, which jetraft does not measure).
+CLIENT = {"start": "string", "host": "string", "id": "number", "acc": "string", "lang": "string",
+          "ver": "string", "server": "string", "kind": "string", "client_type": "string"}
+TERMINATED = {**COMMON, "stream": "string", "consumer": "string", "consumer_seq": "number",
+              "stream_seq": "number", "deliveries": "number"}
+MAX_DELIVER = {**COMMON, "stream": "string", "consumer": "string", "stream_seq": "number",
+               "deliveries": "number"}
+
+ADV = "$JS.EVENT.ADVISORY."
+TYPE = "io.nats.jetstream.advisory.v1."
+
+
+def shape(body: dict) -> dict:
+    """Key -> JSON type of an advisory."""
+    return {k: json_type(v) for k, v in body.items()}
+
+
+class Events:
+    """Everything published on ``$JS.EVENT.>`` in the account, in order."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[str, dict]] = []
+
+    async def cb(self, msg) -> None:
+        self.got.append((msg.subject, json.loads(msg.data)))
+
+    async def wait(self, count: int, what: str) -> list[tuple[str, dict]]:
+        await poll(lambda: len(self.got) >= count, 10, what)
+        return list(self.got)
+
+    def take(self) -> list[tuple[str, dict]]:
+        out, self.got = self.got, []
+        return out
+
+
+def check_common(body: dict) -> None:
+    assert NUID.match(body["id"]), body
+    assert RFC3339.match(body["timestamp"]), body
+
+
+def test_stream_and_consumer_actions_and_api_audit(js_server):
+    async def scenario():
+        async with js_session(js_server.url) as s:
+            ev = Events()
+            await s.nc.subscribe("$JS.EVENT.>", cb=ev.cb)
+            await s.nc.flush()
+            await s.jsm.add_stream(name="ADV", subjects=["adv.>"])
+            await s.jsm.update_stream(name="ADV", subjects=["adv.>", "other"])
+            await s.jsm.add_consumer("ADV", ConsumerConfig(durable_name="D", ack_policy=AckPolicy.EXPLICIT))
+            await s.jsm.delete_consumer("ADV", "D")
+            await s.jsm.delete_stream("ADV")
+            got = await ev.wait(10, "five actions and their five audits")
+            await s.nc.flush()
+            got = ev.take()
+            # nats-server sends an action's advisory and its request's audit from different
+            # places: their interleaving varies, the order within each kind does not
+            assert [(subj, b["type"], b["action"]) for subj, b in got if subj != f"{ADV}API"] == [
+                (f"{ADV}STREAM.CREATED.ADV", f"{TYPE}stream_action", "create"),
+                (f"{ADV}STREAM.UPDATED.ADV", f"{TYPE}stream_action", "modify"),
+                (f"{ADV}CONSUMER.CREATED.ADV.D", f"{TYPE}consumer_action", "create"),
+                (f"{ADV}CONSUMER.DELETED.ADV.D", f"{TYPE}consumer_action", "delete"),
+                (f"{ADV}STREAM.DELETED.ADV", f"{TYPE}stream_action", "delete"),
+            ]
+            assert all(b["type"] == f"{TYPE}api_audit" for subj, b in got if subj == f"{ADV}API")
+            audits = [b for subj, b in got if subj == f"{ADV}API"]
+            assert [a["subject"] for a in audits] == [
+                "$JS.API.STREAM.CREATE.ADV", "$JS.API.STREAM.UPDATE.ADV",
+                "$JS.API.CONSUMER.DURABLE.CREATE.ADV.D", "$JS.API.CONSUMER.DELETE.ADV.D",
+                "$JS.API.STREAM.DELETE.ADV"]
+            for subj, body in got:
+                check_common(body)
+                if "action" not in body:
+                    continue
+                assert shape(body) == (CONSUMER_ACTION if "consumer" in body else STREAM_ACTION)
+                assert body["stream"] == "ADV"
+            # the deletes carry no request body: "request" is left out
+            assert [shape(a) for a in audits[:3]] == [AUDIT] * 3
+            assert [shape(a) for a in audits[3:]] == [{k: v for k, v in AUDIT.items() if k != "request"}] * 2
+            for a in audits:
+                client = {k: v for k, v in shape(a["client"]).items() if k != "rtt"}
+                assert client == CLIENT
+                assert a["client"]["acc"] == "$G" and a["client"]["lang"] == "python3"
+                assert a["client"]["kind"] == "Client" and a["client"]["client_type"] == "nats"
+                assert a["client"]["server"] == a["server"]
+                assert json.loads(a["response"])["type"].startswith("io.nats.jetstream.api.v1.")
+            assert json.loads(audits[0]["request"])["name"] == "ADV"
+            assert json.loads(audits[0]["response"])["did_create"] is True
+            assert len({b["id"] for _, b in got}) == len(got)
+
+    run(scenario)
+
+
+def test_every_api_answer_is_audited_errors_and_reads_included(js_server):
+    async def scenario():
+        async with js_session(js_server.url) as s:
+            await s.jsm.add_stream(name="ADV", subjects=["adv.>"])
+            ev = Events()
+            await s.nc.subscribe("$JS.EVENT.>", cb=ev.cb)
+            await s.nc.flush()
+            await s.api("$JS.API.STREAM.INFO.ADV")
+            await s.api("$JS.API.STREAM.INFO.NOPE")
+            # the same config again: no stream_action, only the audit
+            await s.api("$JS.API.STREAM.CREATE.ADV", {"name": "ADV", "subjects": ["adv.>"]})
+            got = await ev.wait(3, "three audits")
+            await s.nc.flush()
+            got = ev.take()
+            # (nats-server answers reads on other goroutines: audits of a burst may cross)
+            assert sorted((subj, b["subject"]) for subj, b in got) == [
+                (f"{ADV}API", "$JS.API.STREAM.CREATE.ADV"),
+                (f"{ADV}API", "$JS.API.STREAM.INFO.ADV"),
+                (f"{ADV}API", "$JS.API.STREAM.INFO.NOPE"),
+            ]
+            nope = next(b for _, b in got if b["subject"].endswith("NOPE"))
+            assert json.loads(nope["response"])["error"]["err_code"] == 10059
+
+    run(scenario)
+
+
+def test_terminated_and_max_deliveries(js_server):
+    async def scenario():
+        async with js_session(js_server.url) as s:
+            await s.jsm.add_stream(name="ADV", subjects=["adv.>"])
+            await s.jsm.add_consumer("ADV", ConsumerConfig(
+                durable_name="D", ack_policy=AckPolicy.EXPLICIT, max_deliver=1, ack_wait=0.5))
+            for p in (b"1", b"2", b"3"):
+                await s.js.publish("adv.x", p)
+            ev = Events()
+            await s.nc.subscribe("$JS.EVENT.>", cb=ev.cb)
+            await s.nc.flush()
+            sub = await s.js.pull_subscribe_bind("D", "ADV")
+            msgs = await sub.fetch(3, timeout=5)
+            assert len(msgs) == 3
+            await msgs[0].ack_sync()
+            await msgs[1].term()
+            # the third is never acknowledged: after ack_wait it has had its one delivery
+            got = await ev.wait(2, "terminated and max deliveries advisories")
+            assert [(subj, b["type"]) for subj, b in got] == [
+                (f"{ADV}CONSUMER.MSG_TERMINATED.ADV.D", f"{TYPE}terminated"),
+                (f"{ADV}CONSUMER.MAX_DELIVERIES.ADV.D", f"{TYPE}max_deliver"),
+            ]
+            term, maxd = got[0][1], got[1][1]
+            check_common(term)
+            check_common(maxd)
+            assert shape(term) == TERMINATED
+            assert {k: term[k] for k in ("stream", "consumer", "consumer_seq", "stream_seq", "deliveries")} == \
+                {"stream": "ADV", "consumer": "D", "consumer_seq": 2, "stream_seq": 2, "deliveries": 1}
+            assert shape(maxd) == MAX_DELIVER
+            assert {k: maxd[k] for k in ("stream", "consumer", "stream_seq", "deliveries")} == \
+                {"stream": "ADV", "consumer": "D", "stream_seq": 3, "deliveries": 1}
+
+    run(scenario)

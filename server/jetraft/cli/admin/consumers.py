@@ -81,16 +81,27 @@ def consumer_add(opts: Options, stream: str, name: str, pull: bool | None, deliv
     run(opts, body)
 
 
+async def with_cluster(session: Session, info: api.ConsumerInfo) -> api.ConsumerInfo:
+    """``info`` with its ``cluster`` block. A server that leaves it out of CONSUMER.INFO
+    (jetraft: a consumer is replicated in its stream's RAFT group, so it has the stream's
+    leader and replicas) gets the stream's, from $JS.API.STREAM.INFO.STREAM."""
+    if info.cluster is None:
+        stream = await session.jsm.stream_info(info.stream_name)
+        info.cluster = stream.cluster
+    return info
+
+
 @consumer.command("info")
 @click.argument("stream")
 @click.argument("name")
 @json_option
 @pass_options
 def consumer_info(opts: Options, stream: str, name: str) -> None:
-    """Show a consumer ($JS.API.CONSUMER.INFO.STREAM.NAME): Configuration, Cluster Information, State."""
+    """Show a consumer ($JS.API.CONSUMER.INFO.STREAM.NAME): Configuration, Cluster Information
+    (name, leader, one Replica row per follower), State."""
 
     async def body(session: Session) -> None:
-        session.show(await session.jsm.consumer_info(stream, name), consumer_page)
+        session.show(await with_cluster(session, await session.jsm.consumer_info(stream, name)), consumer_page)
 
     run(opts, body)
 

@@ -6,11 +6,14 @@ import asyncio
 import json
 import sys
 
+import time
+
 import click
+import nats.js.errors
 from nats.aio.msg import Msg
 
 from jetraft.cli.admin.groups import json_option, pass_options
-from jetraft.cli.admin.session import Options, Session, run
+from jetraft.cli.admin.session import CliError, Options, Session, run
 from jetraft.cli.admin.units import clock
 
 #: Placeholders replaced in a published body by the message's number (1-based).
@@ -51,6 +54,39 @@ def format_message(msg: Msg, *, with_subject: bool = True, number: int | None = 
     return "\n".join(lines) + "\n"
 
 
+async def streams_for_subject(session: Session, subject: str) -> list[str] | None:
+    """The streams that store ``subject`` ($JS.API.STREAM.NAMES with ``{"subject": S}``),
+    asked again while the meta group elects a leader (10008) until the timeout; None when
+    the cluster cannot tell."""
+    deadline = time.monotonic() + session.opts.timeout
+    while True:
+        try:
+            resp = await session.request_json(session.api_subject("STREAM.NAMES"), {"subject": subject})
+            return list(resp.get("streams") or [])
+        except nats.js.errors.APIError as exc:
+            if exc.err_code != 10008 or time.monotonic() > deadline:
+                return None
+        except CliError:
+            return None
+        await asyncio.sleep(0.1)
+
+
+async def no_stream_answered(session: Session, subject: str) -> CliError:
+    """Why a JetStream publish to ``subject`` got no responders, in one line: a stream stores
+    it but has no leader now (retry), or no stream stores it (add one)."""
+    names = await streams_for_subject(session, subject)
+    if names:
+        which = ", ".join(names)
+        return CliError(f"stream {which} stores {subject} but has no leader now (its servers are down or "
+                        "electing one): the message was not stored; retry once the stream has a leader "
+                        f"(jetraft stream info {names[0]})")
+    if names is None:
+        return CliError(f"no stream answered the publish to {subject} (no responders), and the cluster "
+                        "cannot say which stream stores it (no meta leader): retry in a few seconds")
+    return CliError(f"no stream stores subject {subject}: add a stream for it (jetraft stream add "
+                    f"NAME --subjects {subject}), or publish without -J if it need not be stored")
+
+
 @click.command("pub")
 @click.argument("subject")
 @click.argument("body", required=False, default="")
@@ -67,8 +103,8 @@ def pub(opts: Options, subject: str, body: str, count: int, headers: tuple[str, 
 
     Core: PUB/HPUB, then a flush; prints 'Published N bytes to "SUBJECT"' (or one line
     for --count messages). With -J: each message waits for its PubAck and prints
-    'Stored in stream S with sequence N' (JSON lines with --json); a subject no stream
-    stores is an error.
+    'Stored in stream S with sequence N' (JSON lines with --json); no responders is an
+    error saying whether no stream stores the subject or its stream has no leader now.
     """
     hdrs = parse_headers(headers)
     template = sys.stdin.buffer.read() if body == "-" else body.encode()
@@ -84,7 +120,10 @@ def pub(opts: Options, subject: str, body: str, count: int, headers: tuple[str, 
             if not jetstream:
                 await session.nc.publish(subject, payload, reply=reply or "", headers=hdrs)
                 continue
-            ack = await js.publish(subject, payload, headers=dict(hdrs) if hdrs else None)
+            try:
+                ack = await js.publish(subject, payload, headers=dict(hdrs) if hdrs else None)
+            except nats.js.errors.NoStreamResponseError:
+                raise await no_stream_answered(session, subject) from None
             if session.opts.json:
                 session.echo(json.dumps({"stream": ack.stream, "seq": ack.seq, "duplicate": bool(ack.duplicate)}))
                 continue

@@ -324,21 +324,44 @@ def _no_responders_hint(subject: str) -> str:
     return "nothing subscribes to that subject"
 
 
+#: What a user can do about the JetStream API errors whose description alone does not say
+#: (err_code -> advice appended to ``<description> (err_code N)``).
+API_ADVICE = {
+    10005: "the cluster has too few servers (with the placement tags, one per zone under unique_tag) "
+           "for that many replicas: lower --replicas, or add servers",
+    10008: "the cluster has no JetStream meta leader now (an election is under way, or too few servers "
+           "are up for a quorum): retry in a few seconds; if it lasts, check the servers "
+           "(jetraft server report jetstream)",
+    10075: "no other server can take this replica under the stream's placement: add a server that fits "
+           "(tags, zone), or lower the stream's replicas",
+}
+
+
+def describe_api_error(exc: nats.js.errors.APIError) -> str:
+    """``<description> (err_code N)``, then what to do about it for the errors of API_ADVICE."""
+    text = exc.description or f"JetStream API error {exc.code}"
+    if not exc.err_code:
+        return text
+    advice = API_ADVICE.get(exc.err_code)
+    return f"{text} (err_code {exc.err_code})" + (f": {advice}" if advice else "")
+
+
 def describe_failure(exc: BaseException) -> str | None:
     """The one-line message for an expected failure, or None for a bug (shown with a traceback)."""
     if isinstance(exc, CliError):
         return str(exc)
     if isinstance(exc, nats.js.errors.NoStreamResponseError):
-        return "no stream stores that subject (no responders): publish without -J, or add a stream"
+        return ("no stream answered the publish (no responders): no stream stores that subject, "
+                "or its stream has no leader now; add a stream, or retry")
     if isinstance(exc, nats.js.errors.ServiceUnavailableError) and not exc.description:
         return "JetStream is not enabled for this account or on this server (no responders on $JS.API)"
     if isinstance(exc, nats.js.errors.APIError):
-        text = exc.description or f"JetStream API error {exc.code}"
-        return f"{text} (err_code {exc.err_code})" if exc.err_code else text
+        return describe_api_error(exc)
     if isinstance(exc, nats.errors.NoRespondersError):
         return "no responders for the request"
     if isinstance(exc, (nats.errors.TimeoutError, asyncio.TimeoutError)):
-        return "timed out waiting for the server's reply"
+        return ("timed out waiting for the server's reply (it is busy, or the cluster is electing a "
+                "leader): retry, or give more time with --timeout")
     if isinstance(exc, nats.errors.ConnectionClosedError):
         return "the connection to the server was closed"
     if isinstance(exc, nats.errors.Error):

@@ -20,12 +20,30 @@ from jetraft.cli.admin.groups import (
     split_csv,
 )
 from jetraft.cli.admin.render import print_table, stream_page
-from jetraft.cli.admin.session import CliError, Options, Session, run
+from jetraft.cli.admin.session import CliError, Options, Session, fail, run
 from jetraft.cli.admin.units import clock, format_bytes, format_count, format_time, parse_duration, parse_size
 
 #: ``--retention`` names (``work`` is the ``nats`` CLI's word for a work queue).
 RETENTION = {"limits": api.RetentionPolicy.LIMITS, "interest": api.RetentionPolicy.INTEREST,
              "work": api.RetentionPolicy.WORK_QUEUE, "workqueue": api.RetentionPolicy.WORK_QUEUE}
+
+
+#: Characters nats-server refuses in stream and consumer names (they would change the API subjects).
+NAME_FORBIDDEN = (".", "*", ">", "/", "\\")
+
+
+def check_name(what: str, name: str) -> str:
+    """``name`` if it is a valid stream or consumer name; else one ``nats: error:`` line
+    with the rule, exit 1 (nats-py would raise before the request is sent)."""
+    if not name or any(c in name for c in NAME_FORBIDDEN) or any(c.isspace() for c in name):
+        fail(f"invalid {what} name {name!r}: names cannot contain '.', '*', '>', '/', '\\' or "
+             "whitespace (use letters, digits, '-' and '_')")
+    return name
+
+
+def name_argument(what: str):
+    """A NAME argument checked by :func:`check_name`."""
+    return click.argument("name", callback=lambda _ctx, _param, value: check_name(what, value))
 
 
 @click.group(cls=AliasedGroup)
@@ -34,7 +52,7 @@ def stream() -> None:
 
 
 @stream.command("add")
-@click.argument("name")
+@name_argument("stream")
 @click.option("--subjects", multiple=True, metavar="SUBJECT[,SUBJECT]", help="Subjects the stream stores.")
 @click.option("--replicas", type=click.IntRange(1, 5), default=1, show_default=True, help="Number of replicas.")
 @click.option("--storage", type=click.Choice(["file", "memory"]), default="file", show_default=True)
@@ -96,6 +114,33 @@ async def all_streams(session: Session) -> list[api.StreamInfo]:
             return streams
 
 
+def server_name(session: Session) -> str:
+    """The name of the server the session is connected to (its INFO's ``server_name``): the
+    server of every stream on a server that is not clustered."""
+    info = getattr(session.nc, "_server_info", None) or {}
+    return str(info.get("server_name") or "")
+
+
+async def stream_leaders(session: Session, streams: list[api.StreamInfo]) -> dict[str, str]:
+    """Stream name -> the server that leads it ("" when none does now). A stream listed
+    without a cluster block lives on the server we are connected to; one listed without
+    a leader (jetraft lists R1 streams so) is asked for its info ($JS.API.STREAM.INFO.NAME)."""
+    out: dict[str, str] = {}
+    for s in streams:
+        name = s.config.name or ""
+        if s.cluster is None:
+            out[name] = server_name(session)
+        elif s.cluster.leader:
+            out[name] = s.cluster.leader
+        else:
+            try:
+                info = await session.jsm.stream_info(name)
+            except (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError):
+                info = None
+            out[name] = (info.cluster.leader if info and info.cluster else "") or ""
+    return out
+
+
 @stream.command("ls")
 @click.option("-n", "--names", is_flag=True, help="Print only the names, one a line.")
 @json_option
@@ -113,9 +158,10 @@ def stream_ls(opts: Options, names: bool) -> None:
         elif not streams:
             session.echo("No streams defined")
         else:
+            leaders = await stream_leaders(session, streams)
             rows = [(s.config.name, ", ".join(s.config.subjects or []), format_time(s.created),
                      format_count(s.state.messages), format_bytes(s.state.bytes), s.config.num_replicas or 1,
-                     (s.cluster.leader if s.cluster else "") or "")
+                     leaders[s.config.name])
                     for s in streams]
             print_table(f"Streams ({len(streams)})",
                         ["Name", "Subjects", "Created", "Messages", "Size", "Replicas", "Leader"],

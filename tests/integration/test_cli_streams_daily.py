@@ -1,0 +1,121 @@
+"""The ``jetraft`` commands of daily stream and consumer work, as a user runs them.
+
+The first part runs against one server of each kind (jetraft and nats-server, the
+``js_server`` fixture): editing streams and consumers, reading and removing messages,
+the reports, the credentials taken from the environment, and the JSON that scripts read,
+compared key for key between the two servers. The second part runs against a three-server
+jetraft cluster shared by its tests, which run in file order and end by stopping servers:
+the Leader column of ``stream ls``, the consumer's cluster block and leader step-down,
+placement errors, then what a user sees while a stream or the cluster has no leader.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from cluster import Cluster
+from test_admin_cli import Admin, assert_clean_error, field, js_config, poll
+
+# --------------------------------------------------------------------------- one server
+
+
+@pytest.fixture
+def js_server(start_server, tmp_path):
+    """The server under test (jetraft or nats-server) with JetStream."""
+    return start_server(js_config(tmp_path / "store"))
+
+
+def test_a_bad_stream_name_is_one_line_with_the_rule(js_server, tmp_path):
+    admin = Admin(js_server.url, tmp_path)
+    bad = admin("stream", "add", "BAD.NAME", "--subjects", "bad.>", code=1)
+    assert_clean_error(bad.stderr, "BAD.NAME", "'.'")
+    assert bad.stdout == ""
+
+
+def test_stream_ls_names_the_server_of_a_single_server(js_server, tmp_path):
+    admin = Admin(js_server.url, tmp_path)
+    admin("stream", "add", "HERE", "--subjects", "here.>")
+    listing = admin("stream", "ls").stdout
+    assert re.search(r"│ HERE\s+│.*│ \S+\s+│$", listing, re.M), listing
+
+
+# --------------------------------------------------------------------------- a jetraft cluster
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = Cluster("jetraft", tmp_path_factory.mktemp("daily"), 3, jetstream=True)
+    c.start()
+    try:
+        c.wait_formed()
+        c.wait_meta_leader()
+        yield c
+    finally:
+        c.stop()
+
+
+def cluster_admin(c: Cluster, tmp_path, *names: str) -> Admin:
+    urls = ",".join(c.servers[n].url for n in (names or c.servers) if c.servers[n].alive())
+    return Admin(urls, tmp_path)
+
+
+def test_stream_ls_names_the_server_of_an_r1_stream(cluster, tmp_path):
+    admin = cluster_admin(cluster, tmp_path)
+    admin("stream", "add", "SOLO", "--subjects", "solo.>", "--replicas", "1")
+    leader = json.loads(admin("stream", "info", "SOLO", "--json").stdout)["cluster"]["leader"]
+    assert leader in cluster.servers
+    listing = admin("stream", "ls").stdout
+    assert re.search(rf"│ SOLO\s+│.*│ {leader}\s+│", listing), listing
+
+
+def test_consumer_info_has_the_cluster_block(cluster, tmp_path):
+    admin = cluster_admin(cluster, tmp_path)
+    admin("stream", "add", "TRIPLE", "--subjects", "triple.>", "--replicas", "3")
+    admin("pub", "triple.x", "m", "-J")
+    admin("consumer", "add", "TRIPLE", "DURABLE", "--pull")
+    info = admin("consumer", "info", "TRIPLE", "DURABLE").stdout
+    assert "Cluster Information:" in info
+    assert field(info, "Name") == ["DURABLE", "C1"]
+    (leader,) = field(info, "Leader")
+    assert leader in cluster.servers
+    replicas = field(info, "Replica")
+    assert len(replicas) == 2 and all(", current, " in r for r in replicas), replicas
+
+
+#: STEP4-CONSUMER-CLUSTER
+
+
+def test_placement_errors_say_why_and_what_to_do(cluster, tmp_path):
+    admin = cluster_admin(cluster, tmp_path)
+    too_many = admin("stream", "add", "WIDE", "--subjects", "wide.>", "--replicas", "5", code=1)
+    assert_clean_error(too_many.stderr, "err_code 10005", "--replicas")
+    peer = field(admin("stream", "info", "TRIPLE").stdout, "Leader")[0]
+    remap = admin("stream", "cluster", "peer-remove", "TRIPLE", peer, code=1)
+    assert_clean_error(remap.stderr, "err_code 10075", "add a server")
+
+
+def test_publishing_to_a_stream_without_a_leader_says_retry(cluster, tmp_path):
+    admin = cluster_admin(cluster, tmp_path)
+    leader = json.loads(admin("stream", "info", "SOLO", "--json").stdout)["cluster"]["leader"]
+    cluster.kill(leader)
+    others = [n for n in cluster.servers if n != leader]
+    admin = cluster_admin(cluster, tmp_path, *others)
+    out = admin("pub", "solo.x", "kept?", "-J", code=1)
+    assert_clean_error(out.stderr, "SOLO", "no leader", "retry")
+    assert "without -J" not in out.stderr
+    nowhere = admin("pub", "nowhere.x", "m", "-J", code=1)
+    assert_clean_error(nowhere.stderr, "no stream stores", "nowhere.x")
+
+
+def test_no_meta_leader_is_one_line_saying_retry(cluster, tmp_path):
+    alive = [n for n in cluster.servers if cluster.servers[n].alive()]
+    for name in alive[:-1]:
+        cluster.kill(name)
+    survivor = cluster.servers[alive[-1]]
+    poll(lambda: not survivor.monitor("/jsz").get("meta_cluster", {}).get("leader"), 30,
+         "the survivor to see that the meta group has no leader")
+    admin = cluster_admin(cluster, tmp_path, alive[-1])
+    out = admin("stream", "add", "LATE", "--subjects", "late.>", code=1)
+    assert_clean_error(out.stderr, "err_code 10008", "meta leader", "retry")

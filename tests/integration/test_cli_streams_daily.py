@@ -27,6 +27,23 @@ def js_server(start_server, tmp_path):
     return start_server(js_config(tmp_path / "store"))
 
 
+@pytest.fixture
+def auth_server(start_server, tmp_path):
+    return start_server(js_config(tmp_path / "store") + '\nauthorization { user: app, password: "app-pw" }\n')
+
+
+def test_user_password_and_creds_from_the_environment(auth_server, tmp_path):
+    """NATS_USER and NATS_PASSWORD log in; --user/--password win over them; NATS_CREDS is read."""
+    admin = Admin(auth_server.url, tmp_path)
+    admin.changes.update(NATS_USER="app", NATS_PASSWORD="app-pw", NATS_CREDS=None)
+    assert "No streams defined" in admin("stream", "ls").stdout
+    wrong = admin("stream", "ls", "--password", "nope", code=1)
+    assert_clean_error(wrong.stderr, "authorization violation")
+    admin.changes.update(NATS_USER=None, NATS_PASSWORD=None, NATS_CREDS=str(tmp_path / "missing.creds"))
+    creds = admin("stream", "ls", code=1)
+    assert_clean_error(creds.stderr, "missing.creds")
+
+
 def test_a_bad_stream_name_is_one_line_with_the_rule(js_server, tmp_path):
     admin = Admin(js_server.url, tmp_path)
     bad = admin("stream", "add", "BAD.NAME", "--subjects", "bad.>", code=1)

@@ -144,10 +144,15 @@ def resolve_options(*, server: str | None, user: str | None, password: str | Non
                     timeout: float | None, json_out: bool, tlscert: str | None = None,
                     tlskey: str | None = None, tlsca: str | None = None,
                     tlsfirst: bool | None = None) -> Options:
-    """Combine, most specific first: flags (``--tlscert`` and friends also from
-    ``NATS_CERT``, ``NATS_KEY``, ``NATS_CA``, as the ``nats`` CLI reads them), the context
-    (``--context``/``--context-file``, ``NATS_CONTEXT`` or the selected one; its ``cert``,
-    ``key``, ``ca`` and ``tls_first`` fields), ``NATS_URL``, the defaults."""
+    """Combine, most specific first: flags (``--user``, ``--password`` and ``--creds``
+    also from ``NATS_USER``, ``NATS_PASSWORD`` and ``NATS_CREDS``; ``--tlscert`` and friends
+    from ``NATS_CERT``, ``NATS_KEY``, ``NATS_CA``, as the ``nats`` CLI reads them), the
+    context (``--context``/``--context-file``, ``NATS_CONTEXT`` or the selected one; its
+    ``user``, ``password``, ``creds``, ``cert``, ``key``, ``ca`` and ``tls_first`` fields),
+    ``NATS_URL``, the defaults."""
+    user = user if user is not None else os.environ.get("NATS_USER") or None
+    password = password if password is not None else os.environ.get("NATS_PASSWORD") or None
+    creds = creds if creds is not None else os.environ.get("NATS_CREDS") or None
     if context is None and context_file is None:
         context = os.environ.get("NATS_CONTEXT") or selected_context()
     ctx = load_context(context, context_file)
@@ -207,6 +212,9 @@ async def connect(opts: Options) -> Client:
     if opts.token:
         kwargs["token"] = opts.token
     if opts.creds:
+        if not Path(opts.creds).is_file():
+            raise CliError(f"no credentials file {opts.creds} (from --creds, NATS_CREDS or the context): "
+                           "give the path of a .creds file")
         kwargs["user_credentials"] = opts.creds
     tls = opts.ssl_context()
     if tls is not None:

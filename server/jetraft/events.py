@@ -21,6 +21,9 @@ Secrets never enter the log: :meth:`EventLog.emit` refuses field names listed in
 :data:`REDACTED_FIELDS` (``pass``, ``password``, ``auth_token``...), and the server never
 passes a client's CONNECT options as a whole.
 
+:class:`HumanLog` writes the same events for people, as nats-server's file log
+(``[pid] 2006/01/02 15:04:05.000000 [INF] Server is ready``): see :func:`human_lines`.
+
 Later layers (RAFT, JetStream) add their events to :data:`EVENTS`; adding an event or an
 optional field keeps the version, renaming or removing one bumps it.
 """
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -40,8 +44,8 @@ SCHEMA_VERSION = 1
 
 LEVELS = {"error": 40, "warn": 30, "info": 20, "debug": 10, "trace": 5}
 
-#: Mode of an event log file jetraft creates (``-l``/``log_file``): owner read/write,
-#: group read, as nats-server's log (logger/log.go defaultLogPerms).
+#: Mode of a log file jetraft creates (``--events``, and ``-l``/``log_file``): owner
+#: read/write, group read, as nats-server's log (logger/log.go defaultLogPerms).
 LOG_FILE_MODE = 0o640
 
 #: Field names that must never be logged (a programming error if passed).
@@ -464,6 +468,177 @@ EVENTS: dict[str, EventSpec] = {
 }
 
 
+#: nats-server's plain labels (logger/log.go setPlainLabelFormats), by event level.
+LABELS = {"error": "[ERR] ", "warn": "[WRN] ", "info": "[INF] ", "debug": "[DBG] ", "trace": "[TRC] "}
+
+#: The longest human line written (characters, without the prefix); longer ones end in "...".
+MAX_HUMAN_LINE = 8192
+
+
+def _join_host_port(host: Any, port: Any) -> str:
+    host = str(host)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, str) and value and not any(c.isspace() or c in '"=' for c in value):
+        return value
+    return json.dumps(value, separators=(",", ":"), default=str)
+
+
+def _quoted(value: Any) -> str:
+    return json.dumps(str(value))
+
+
+def human_lines(event: str, fields: dict[str, Any], server_name: str) -> list[str]:
+    """The human log's message(s) for one event: nats-server's wording (server/server.go,
+    route.go, client.go, jetstream.go, jetstream_cluster.go) for the events nats-server
+    also logs, else ``event key=value ...`` (strings bare when they hold no space, quote
+    or ``=``; other values as JSON). Returns one or more messages, without prefix or label."""
+    f = fields
+    if event == "server_starting":
+        lines = ["Starting jetraft-server", f"  Version:  {f.get('version')}",
+                 f"  NATS:     {f.get('nats_version')}"]
+        if f.get("cluster"):
+            lines.append(f"  Cluster:  {f['cluster']}")
+        lines += [f"  Name:     {server_name}", f"  ID:       {f.get('server_id')}"]
+        if f.get("config"):
+            lines.append(f"Using configuration file: {f['config']}")
+        return lines
+    if event == "listening":
+        where = _join_host_port(f.get("host"), f.get("port"))
+        kind = f.get("kind")
+        if kind == "client":
+            return [f"Listening for client connections on {where}"]
+        if kind == "cluster":
+            return [f"Listening for route connections on {where}"]
+        if kind == "monitor":
+            return [f"Starting http monitor on {where}"]
+    simple = {"server_ready": "Server is ready", "shutdown": "Initiating Shutdown...",
+              "server_stopped": "Server Exiting..",
+              "lame_duck_started": "Entering lame duck mode, stop accepting new clients"}
+    if event in simple:
+        return [simple[event]]
+    if event == "client_connected":
+        return [f"{_join_host_port(f.get('ip'), f.get('port'))} - cid:{f.get('cid')} - Client connection created"]
+    if event == "client_closed":
+        return [f"{_join_host_port(f.get('ip'), f.get('port'))} - cid:{f.get('cid')} - "
+                f"Client connection closed: {f.get('reason')}"]
+    if event == "route_connected":
+        return [f"{f.get('remote')} - Route connection created (server {f.get('peer_name')}, {f.get('direction')})"]
+    if event == "route_closed":
+        return [f"{f.get('remote')} - Router connection closed: {f.get('reason')}"]
+    if event == "jetstream_enabled":
+        return ["Starting JetStream", f"  Store Directory: {_quoted(f.get('store_dir'))}"]
+    if event == "raft_became_leader" and f.get("group") == "_meta_":
+        return ["Self is new JetStream cluster metadata leader"]
+    return [" ".join([event, *(f"{k}={_value(v)}" for k, v in fields.items())])]
+
+
+class HumanLog:
+    """nats-server's file log (logger/log.go): ``[pid] 2006/01/02 15:04:05.000000 [INF] text``.
+
+    ``logtime`` off drops the time; ``utc`` writes it in UTC instead of local time
+    (``logtime_utc``). ``size_limit`` > 0 rotates as nats-server does: once the file
+    passes that many bytes it is renamed ``<path>.YYYY.MM.DD.HH.MM.SS.<nanoseconds>``, a new
+    file is started with ``Rotated log, backup saved as "<backup>"``, and with ``max_num`` > 0
+    only the ``max_num - 1`` newest backups are kept (each removal logged as ``Purged log
+    file "<backup>"``). A file it creates is mode 0640. Raises OSError when the file cannot
+    be opened; a later write or rotation error is swallowed (the server goes on, and
+    rotation is retried at twice the size, as nats-server)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, logtime: bool = True, utc: bool = False,
+                 size_limit: int = 0, max_num: int = 0, clock: Callable[[], int] = time.time_ns) -> None:
+        self.path = os.fspath(path)
+        self.logtime, self.utc = logtime, utc
+        self.size_limit = self._limit = max(size_limit, 0)
+        self.max_num = max(max_num, 0)
+        self._clock = clock
+        self._pid = f"[{os.getpid()}] "
+        self._file = self._open()
+        self._out = os.fstat(self._file.fileno()).st_size
+
+    def settings(self) -> tuple[Any, ...]:
+        return (self.path, self.logtime, self.utc, self.size_limit, self.max_num)
+
+    def _open(self) -> IO[str]:
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, LOG_FILE_MODE)
+        return os.fdopen(fd, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - owned, closed in close()
+
+    def _stamp(self, ns: int) -> str:
+        if not self.logtime:
+            return ""
+        secs, frac = divmod(ns, 1_000_000_000)
+        tm = time.gmtime(secs) if self.utc else time.localtime(secs)
+        return time.strftime("%Y/%m/%d %H:%M:%S", tm) + f".{frac // 1000:06d} "
+
+    def _line(self, level: str, message: str, ns: int) -> str:
+        if len(message) > MAX_HUMAN_LINE:
+            message = message[:MAX_HUMAN_LINE] + "..."
+        return f"{self._pid}{self._stamp(ns)}{LABELS[level]}{message}\n"
+
+    def write(self, level: str, messages: list[str]) -> None:
+        """Write ``messages`` at ``level`` (one line each), then rotate when due."""
+        ns = self._clock()
+        try:
+            for message in messages:
+                line = self._line(level, message, ns)
+                self._file.write(line)
+                self._out += len(line.encode("utf-8", "replace"))
+        except (OSError, ValueError):
+            return
+        if self._limit and self._out > self._limit:
+            self._rotate(ns)
+
+    def _rotate(self, ns: int) -> None:
+        secs, frac = divmod(ns, 1_000_000_000)
+        tm = time.gmtime(secs) if self.utc else time.localtime(secs)
+        backup = self.path + time.strftime(".%Y.%m.%d.%H.%M.%S", tm) + f".{frac:09d}"
+        try:
+            self._file.close()
+            os.rename(self.path, backup)
+            self._file = self._open()
+        except OSError as exc:
+            self._limit *= 2
+            try:
+                self._file = self._open()
+                self._file.write(self._line("error", f"Unable to rotate logfile ({exc}), will attempt next "
+                                                     f"rotation at size {self._limit}", ns))
+            except OSError:
+                pass
+            return
+        self._limit = self.size_limit
+        line = self._line("info", f"Rotated log, backup saved as {_quoted(backup)}", ns)
+        self._file.write(line)
+        self._out = len(line.encode("utf-8", "replace"))
+        if self.max_num:
+            self._purge(ns)
+
+    def _purge(self, ns: int) -> None:
+        directory, base = os.path.split(self.path)
+        pattern = re.compile(re.escape(base) + r"\.\d{4}\.\d\d\.\d\d\.\d\d\.\d\d\.\d\d\.\d{9}")
+        try:
+            backups = sorted(n for n in os.listdir(directory or ".") if pattern.fullmatch(n))
+        except OSError as exc:
+            self._file.write(self._line("error", f"Unable to read directory {_quoted(directory)} for log purge "
+                                                 f"({exc}), will attempt next rotation", ns))
+            return
+        for name in backups[:max(len(backups) - (self.max_num - 1), 0)]:
+            try:
+                os.remove(os.path.join(directory, name))
+            except OSError as exc:
+                self._file.write(self._line("error", f"Unable to remove backup log file {_quoted(name)} ({exc}), "
+                                                     "will attempt next rotation", ns))
+                return
+            self._file.write(self._line("info", f"Purged log file {_quoted(name)}", ns))
+
+    def close(self) -> None:
+        try:
+            self._file.close()
+        except OSError:
+            pass
+
+
 def rfc3339_ns(ns: int) -> str:
     """Format nanoseconds since the epoch as RFC 3339 UTC with nine fraction digits."""
     secs, frac = divmod(ns, 1_000_000_000)
@@ -471,7 +646,8 @@ def rfc3339_ns(ns: int) -> str:
 
 
 class EventLog:
-    """Writes events as JSON lines to stdout and, optionally, to a file.
+    """Writes events as JSON lines to stdout and, optionally, to a file (``--events``);
+    and, when :meth:`set_human` was given one, as nats-server's human lines (``-l``).
 
     ``threshold`` is the lowest level written (``info`` by default; ``debug`` with ``-D``,
     ``trace`` with ``-V``). Writes are line-buffered and flushed per event, so a crash loses
@@ -494,6 +670,7 @@ class EventLog:
         self._file: IO[str] | None = None
         self._lock = threading.Lock()
         self._clock = clock
+        self._human: HumanLog | None = None
         self.threshold = threshold
         if path is not None:
             self.open_file(path)
@@ -520,6 +697,18 @@ class EventLog:
             old, self._file = self._file, f
         if old is not None:
             old.close()
+
+    def set_human(self, log: HumanLog | None) -> None:
+        """Also write each event to ``log`` (a :class:`HumanLog`) in nats-server's human
+        format, replacing (and closing) any previous one; None stops it."""
+        with self._lock:
+            old, self._human = self._human, log
+        if old is not None and old is not log:
+            old.close()
+
+    @property
+    def human(self) -> HumanLog | None:
+        return self._human
 
     def enabled(self, level: str) -> bool:
         """Whether events of ``level`` are written (to skip building costly fields)."""
@@ -549,9 +738,14 @@ class EventLog:
                     pass  # a closed stdout must not take the server down
             if self._file is not None:
                 self._file.write(line)
+            if self._human is not None:
+                self._human.write(level, human_lines(event, fields, self.server_name))
 
     def close(self) -> None:
         with self._lock:
             if self._file is not None:
                 self._file.close()
                 self._file = None
+            if self._human is not None:
+                self._human.close()
+                self._human = None

@@ -23,7 +23,7 @@ import trio
 from jetraft import NATS_COMPAT_VERSION, __version__
 from jetraft.auth import GLOBAL_ACCOUNT, Authenticator
 from jetraft.config import ConfigError, ServerConfig, TLSConfig, load_config, server_context, validate
-from jetraft.events import EventLog
+from jetraft.events import EventLog, HumanLog
 from jetraft.net.client import ClientConnection, accept_connections
 from jetraft.net.jetstream import JetStreamService
 from jetraft.net.monitor import serve_monitor
@@ -432,8 +432,10 @@ class Server:
         for name in new.accounts:
             self.account(name)
         self.events.threshold = log_threshold(new)
-        if new.logging.log_file and new.logging.log_file != old.logging.log_file:
-            self.events.open_file(new.logging.log_file)
+        try:
+            configure_human_log(self.events, new)
+        except OSError as exc:  # the previous human log goes on
+            self.events.emit("config_warning", message=f"{new.source}: log_file: {exc}")
         self._update_base_info()
         for client in list(self.clients.values()):
             client.parser.max_payload = new.max_payload
@@ -480,6 +482,22 @@ class Server:
     @property
     def healthy(self) -> bool:
         return not self.lame_duck_mode and not self._stopping.is_set()
+
+
+def configure_human_log(events: EventLog, config: ServerConfig) -> None:
+    """Point ``events``' human log (nats-server's format) at ``log_file`` with the
+    configuration's logtime, logtime_utc, size limit and file count; none without a
+    ``log_file``. An unchanged setting keeps the open file. Raises OSError when a new
+    file cannot be opened."""
+    lg = config.logging
+    if not lg.log_file:
+        events.set_human(None)
+        return
+    wanted = (lg.log_file, lg.logtime, lg.logtime_utc, max(lg.log_size_limit, 0), max(lg.log_max_num, 0))
+    if events.human is not None and events.human.settings() == wanted:
+        return
+    events.set_human(HumanLog(lg.log_file, logtime=lg.logtime, utc=lg.logtime_utc,
+                              size_limit=lg.log_size_limit, max_num=lg.log_max_num))
 
 
 def log_threshold(config: ServerConfig) -> str:

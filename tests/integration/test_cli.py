@@ -221,7 +221,7 @@ def test_sigterm_stops_cleanly(running):
 
 def test_event_log_schema(running, tmp_path):
     log_file = tmp_path / "events.jsonl"
-    server = running(f'listen: 127.0.0.1:@PORT@\nserver_name: "ev-1"\nlog_file: "{log_file}"\n')
+    server = running('listen: 127.0.0.1:@PORT@\nserver_name: "ev-1"\n', "--events", str(log_file))
     server.stop()
     lines = [json.loads(line) for line in log_file.read_text().splitlines()]
     assert lines, "the event log file is empty"

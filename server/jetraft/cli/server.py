@@ -101,6 +101,12 @@ def build_overrides(opts: dict) -> Callable[[ServerConfig], ServerConfig]:
             logging_changes["trace"] = True
         if opts.get("log_file"):
             logging_changes["log_file"] = opts["log_file"]
+        if opts.get("logtime") is not None:
+            logging_changes["logtime"] = _go_bool("logtime", opts["logtime"])
+        if opts.get("logtime_utc"):
+            logging_changes["logtime_utc"] = True
+        if opts.get("log_size_limit"):
+            logging_changes["log_size_limit"] = opts["log_size_limit"]
         if logging_changes:
             changes["logging"] = dataclasses.replace(cfg.logging, **logging_changes)
         if opts.get("jetstream") or opts.get("store_dir"):
@@ -222,16 +228,22 @@ def write_pid_file(path: str) -> None:
         f.write(f"{os.getpid()}\n")
 
 
-def run_server(cfg: ServerConfig, overrides: Callable[[ServerConfig], ServerConfig]) -> int:
-    """Run until stopped by a signal; returns the exit status."""
+def run_server(cfg: ServerConfig, overrides: Callable[[ServerConfig], ServerConfig],
+               events_file: str | None = None) -> int:
+    """Run until stopped by a signal; returns the exit status. The JSON event log goes to
+    stdout and, with ``--events FILE``, to FILE; ``-l``/``log_file`` is the human log."""
     # Imported here so that -t, -v and --signal do not load trio, hypercorn and the server.
-    from jetraft.server import Server, log_threshold
+    from jetraft.server import Server, configure_human_log, log_threshold
 
     server = Server(cfg, overrides=overrides, handle_signals=True)
     events = server.events
     events.threshold = log_threshold(cfg)
-    if cfg.logging.log_file:
-        events.open_file(cfg.logging.log_file)
+    try:
+        if events_file:
+            events.open_file(events_file)
+        configure_human_log(events, cfg)
+    except OSError as exc:
+        raise UsageFailure(f"cannot open the log: {exc}") from exc
     if cfg.pid_file:
         write_pid_file(cfg.pid_file)
     # Everything loaded so far lives as long as the process: keep it out of the cyclic
@@ -260,11 +272,19 @@ def run_server(cfg: ServerConfig, overrides: Callable[[ServerConfig], ServerConf
 @click.option("-ms", "--https_port", type=int, help="Port for HTTPS monitoring (needs TLS).")
 @click.option("-n", "--name", "--server_name", "server_name", help="Server name (default: the server id).")
 @click.option("-P", "--pid", "pid_file", metavar="FILE", help="File to store the PID.")
-@click.option("-l", "--log", "log_file", metavar="FILE", help="Also write the event log to FILE.")
-@click.option("-T", "--logtime", is_flag=True, hidden=True, help="Accepted for compatibility; events always carry a time.")
-@click.option("-D", "--debug", is_flag=True, help="Enable debug events.")
-@click.option("-V", "--trace", is_flag=True, help="Enable trace events.")
-@click.option("-DV", "debug_trace", is_flag=True, help="Debug and trace.")
+@click.option("-l", "--log", "log_file", metavar="FILE",
+              help="File to store logging output (nats-server's format; the JSON event log stays on stdout).")
+@click.option("-T", "--logtime", "logtime", is_flag=False, flag_value="true", default=None, metavar="[=BOOL]",
+              help="Timestamp log entries (default: true).")
+@click.option("--logtime_utc", is_flag=True, help="Timestamps in UTC instead of local timezone.")
+@click.option("--log_size_limit", type=int, metavar="BYTES", help="Logfile size limit being auto-rotated.")
+@click.option("-s", "--syslog", "syslog", is_flag=False, flag_value="true", default=None, metavar="[=BOOL]",
+              help="Refused unless false: jetraft writes no syslog.")
+@click.option("-r", "--remote_syslog", metavar="URL", help="Refused: jetraft writes no syslog.")
+@click.option("--events", "events_file", metavar="FILE", help="Also write the JSON event log to FILE.")
+@click.option("-D", "--debug", is_flag=True, help="Enable Debug logging.")
+@click.option("-V", "--trace", is_flag=True, help="Enable Trace logging.")
+@click.option("-DV", "debug_trace", is_flag=True, help="Enable Debug and Trace logging.")
 @click.option("-js", "--jetstream", is_flag=True, help="Enable JetStream.")
 @click.option("-sd", "--store_dir", metavar="DIR", help="JetStream storage directory.")
 @click.option("--user", help="User required for connections.")
@@ -285,7 +305,8 @@ def run_server(cfg: ServerConfig, overrides: Callable[[ServerConfig], ServerConf
               help="Send a signal to a running server: ldm, stop, quit, term, reopen, reload.")
 @click.option("-v", "--version", "show_version", is_flag=True, help="Show the version.")
 def cli(config_path: str | None, test_config: bool, signal_spec: str | None, show_version: bool,
-        debug_trace: bool, logtime: bool, **opts: object) -> None:
+        debug_trace: bool, syslog: str | None, remote_syslog: str | None, events_file: str | None,
+        **opts: object) -> None:
     """Run a jetraft server (NATS-compatible; flags as nats-server)."""
     if show_version:
         click.echo(f"{PROG}: v{__version__} (NATS protocol {NATS_COMPAT_VERSION})")
@@ -293,6 +314,9 @@ def cli(config_path: str | None, test_config: bool, signal_spec: str | None, sho
     if debug_trace:
         opts["debug"] = opts["trace"] = True
     try:
+        if (syslog is not None and _go_bool("syslog", syslog)) or remote_syslog:
+            raise UsageFailure(f"{'--remote_syslog' if remote_syslog else '--syslog'} is not supported: "
+                               "jetraft writes no syslog (use -l FILE, or the journal of its service)")
         if signal_spec:
             pid_file = opts.get("pid_file")
             if not pid_file and config_path:
@@ -305,7 +329,7 @@ def cli(config_path: str | None, test_config: bool, signal_spec: str | None, sho
                 click.echo(f"{PROG}: warning: {warning}", err=True)
             click.echo(f"{PROG}: configuration file {config_path or '<defaults>'} is valid", err=True)
             return
-        sys.exit(run_server(cfg, overrides))
+        sys.exit(run_server(cfg, overrides, events_file))
     except (ConfigError, UsageFailure) as exc:
         click.echo(f"{PROG}: {exc}", err=True)
         sys.exit(1)

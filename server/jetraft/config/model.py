@@ -203,12 +203,19 @@ class ClusterConfig:
 
 @dataclass(frozen=True, slots=True)
 class LoggingConfig:
-    """Top-level ``debug``, ``trace``, ``logtime`` and ``log_file``/``logfile``."""
+    """Top-level ``debug``, ``trace``, ``logtime``, ``logtime_utc``, ``log_file``/``logfile``,
+    ``logfile_size_limit``/``log_size_limit`` (bytes; 0: no rotation) and
+    ``logfile_max_num``/``log_max_num`` (files kept, the current one included; 0: all), as
+    nats-server reads them (server/opts.go). ``syslog: true`` and ``remote_syslog`` are
+    refused: jetraft writes no syslog."""
 
     debug: bool = False
     trace: bool = False
     logtime: bool = True
+    logtime_utc: bool = False
     log_file: str | None = None
+    log_size_limit: int = 0
+    log_max_num: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -507,7 +514,12 @@ class _Builder:
             "debug": logging("debug", _bool),
             "trace": logging("trace", _bool),
             "logtime": logging("logtime", _bool),
+            "logtime_utc": logging("logtime_utc", _bool),
             "log_file": logging("log_file", _string),
+            "log_size_limit": logging("log_size_limit", _int),
+            "log_max_num": logging("log_max_num", _int),
+            "syslog": self._syslog,
+            "remote_syslog": self._syslog,
             "pid_file": setting("pid_file", _string),
             "http": self._http,
             "http_port": setting("http_port", lambda v, label: _port(v, label) or None),  # 0: no monitoring
@@ -532,11 +544,20 @@ class _Builder:
             "lame_duck_duration": self._lame_duck_duration,
             "lame_duck_grace_period": self._lame_duck_grace_period,
         }
-        aliases = {"logfile": "log_file", "pidfile": "pid_file", "monitor_port": "http_port", "system": "system_account",
+        aliases = {"logfile": "log_file", "logfile_size_limit": "log_size_limit", "logfile_max_num": "log_max_num",
+                   "pidfile": "pid_file", "monitor_port": "http_port", "system": "system_account",
                    "storedir": "store_dir", "max_conn": "max_connections"}  # fmt: skip
         for alias, name in aliases.items():
             table[alias] = table[name]
         return table
+
+    def _syslog(self, entry: Entry, label: str) -> None:
+        """``syslog``/``remote_syslog``: only ``syslog: false`` (or an empty
+        ``remote_syslog``) is accepted; jetraft writes no syslog. Raises ConfigError."""
+        on = _bool(entry.value, label) if entry.key.lower() == "syslog" else bool(_string(entry.value, label))
+        if on:
+            raise ConfigError.at(entry.key_position, f"{label!r} is not supported by jetraft: it writes no syslog; "
+                                 "refused rather than ignored (use log_file, or the journal of its service)")
 
     def _listen(self, entry: Entry, label: str) -> None:
         host, port = _listen(entry.value, label)
@@ -967,8 +988,7 @@ def _keys(text: str) -> frozenset[str]:
 # something goes are tolerated:
 #
 # top level, tolerated:
-#   trace_verbose, trace_headers, max_traced_msg_len, logtime_utc, syslog,
-#   remote_syslog, logfile_size_limit/log_size_limit, logfile_max_num/log_max_num,
+#   trace_verbose, trace_headers, max_traced_msg_len,
 #   connect_error_reports, reconnect_error_reports: what and where the log writes
 #     (the log holds no message payloads beyond what ``trace`` already shows);
 #   prof_port, prof_block_rate: a profiling listener jetraft does not open (fewer
@@ -1019,8 +1039,7 @@ _UNSUPPORTED_TOP_LEVEL = _Unsupported(
         default_js_domain proxies"""
     ),
     tolerated=_keys(
-        """trace_verbose trace_headers max_traced_msg_len logtime_utc syslog remote_syslog
-        logfile_size_limit log_size_limit logfile_max_num log_max_num connect_error_reports
+        """trace_verbose trace_headers max_traced_msg_len connect_error_reports
         reconnect_error_reports prof_port prof_block_rate ports_file_dir server_metadata
         max_closed_clients http_base_path disable_sublist_cache no_sublist_cache no_fast_producer_stall
         write_timeout no_header_support"""

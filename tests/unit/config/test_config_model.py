@@ -527,14 +527,32 @@ def test_system_alias_and_precedence():
     assert cfg("accounts { S {}, T {} }\nsystem_account: S\nsystem: T").system_account == "S"
 
 
+# -- logging ----------------------------------------------------------------------------------
+
+
+def test_log_rotation_and_utc_keys_under_both_spellings():
+    a = cfg("logfile: a.log\nlogfile_size_limit: 1KB\nlogfile_max_num: 3\nlogtime_utc: true\nsyslog: false")
+    b = cfg("log_file: a.log\nlog_size_limit: 1024\nlog_max_num: 3\nlogtime_utc: true")
+    expected = LoggingConfig(log_file="a.log", log_size_limit=1024, log_max_num=3, logtime_utc=True)
+    assert a.logging == b.logging == expected
+    assert a.warnings == b.warnings == ()
+
+
+@pytest.mark.parametrize("text", ["syslog: true", 'remote_syslog: "udp://127.0.0.1:514"'])
+def test_syslog_is_refused_rather_than_ignored(text):
+    with pytest.raises(ConfigError) as e:
+        cfg(text)
+    assert "writes no syslog; refused rather than ignored" in str(e.value)
+
+
 # -- warnings ---------------------------------------------------------------------------------
 
 
 def test_keys_that_change_only_logging_profiling_or_tuning_are_warnings():
     config = cfg(
-        """syslog: true
+        """trace_verbose: true
 prof_port: 6060
-logtime_utc: true
+trace_headers: true
 max_traced_msg_len: 10
 jetstream { max_buffered_msgs: 1M, request_queue_limit: 100 }
 accounts { A { msg_trace: { dest: t } } }
@@ -543,9 +561,9 @@ server_name: $VAR
 """
     )
     assert config.warnings == (
-        "s.conf:1:1: 'syslog' is not supported by jetraft, ignored",
+        "s.conf:1:1: 'trace_verbose' is not supported by jetraft, ignored",
         "s.conf:2:1: 'prof_port' is not supported by jetraft, ignored",
-        "s.conf:3:1: 'logtime_utc' is not supported by jetraft, ignored",
+        "s.conf:3:1: 'trace_headers' is not supported by jetraft, ignored",
         "s.conf:4:1: 'max_traced_msg_len' is not supported by jetraft, ignored",
         "s.conf:5:13: 'jetstream.max_buffered_msgs' is not supported by jetraft, ignored",
         "s.conf:5:36: 'jetstream.request_queue_limit' is not supported by jetraft, ignored",

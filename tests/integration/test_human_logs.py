@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -225,3 +226,17 @@ def test_syslog_is_refused_with_a_clear_error(tmp_path):
     conf.write_text("listen: 127.0.0.1:4222\nsyslog: false\n")
     r = subprocess.run([str(binary("jetraft")), "-t", "-c", str(conf)], capture_output=True, text=True, timeout=30)
     assert r.returncode == 0, r.stderr
+
+
+def test_reload_moves_the_human_log_to_the_new_log_file(tmp_path, started):
+    p = start("jetraft", tmp_path, 'log_file: "@DIR@/server.log"\n')
+    started.append(p)
+    conf = p.log.parent / "server.conf"
+    conf.write_text(conf.read_text().replace("server.log", "other.log") + "logtime: false\n")
+    p.proc.send_signal(signal.SIGHUP)
+    other = p.log.parent / "other.log"
+    line = poll(lambda: other.exists() and next((ln for ln in other.read_text().splitlines()
+                                                 if "config_reloaded" in ln), None),
+                timeout=20, what="the reload logged in the new file")
+    assert LINE_NO_TIME.fullmatch(line), line
+    assert not any("config_reloaded" in ln for ln in p.lines())

@@ -27,6 +27,49 @@ def js_server(start_server, tmp_path):
     return start_server(js_config(tmp_path / "store"))
 
 
+def test_stream_edit_shows_the_difference_then_updates(js_server, tmp_path):
+    """stream edit: the changed fields as -old/+new lines, 'Stream S was updated', the new info;
+    nothing to change says so; without -f and without a terminal nothing is changed."""
+    admin = Admin(js_server.url, tmp_path)
+    admin("stream", "add", "ORDERS", "--subjects", "orders.>")
+    out = admin("stream", "edit", "ORDERS", "--max-msgs", "100", "--max-bytes", "1MB", "--max-age", "1h",
+                "--description", "daily orders", "--subjects", "orders.>,returns.>", "-f").stdout
+    diff, _, rest = out.partition("Stream ORDERS was updated\n\n")
+    assert diff.startswith("Differences (-old +new):\n"), out
+    assert re.search(r'^-\s+"max_msgs": -1,?$', diff, re.M) and re.search(r'^\+\s+"max_msgs": 100,?$', diff, re.M)
+    assert re.search(r'^\+\s+"max_bytes": 1048576,?$', diff, re.M)
+    assert re.search(r'^\+\s+"description": "daily orders",?$', diff, re.M)
+    assert "num_replicas" not in diff                      # unchanged fields are not listed
+    assert rest.startswith("Information for Stream ORDERS created ")
+    assert field(rest, "Maximum Messages") == ["100"] and field(rest, "Maximum Age") == ["1h0m0s"]
+    assert field(rest, "Subjects") == ["orders.>, returns.>"]
+
+    assert admin("stream", "edit", "ORDERS", "--max-msgs", "100", "-f").stdout == "No difference in configuration\n"
+    refused = admin("stream", "edit", "ORDERS", "--max-msgs", "5", code=1)
+    assert "Differences (-old +new):" in refused.stdout
+    assert_clean_error(refused.stderr, "not confirmed", "-f")
+    assert field(admin("stream", "info", "ORDERS").stdout, "Maximum Messages") == ["100"]
+    missing = admin("stream", "edit", "NOPE", "--max-msgs", "5", "-f", code=1)
+    assert_clean_error(missing.stderr, "stream not found (err_code 10059)")
+
+
+def test_consumer_edit_changes_the_editable_fields(js_server, tmp_path):
+    """consumer edit: description, max deliveries, ack wait, max pending; the difference first."""
+    admin = Admin(js_server.url, tmp_path)
+    admin("stream", "add", "JOBS", "--subjects", "jobs.>")
+    admin("consumer", "add", "JOBS", "WORKER", "--pull", "--max-deliver", "3")
+    out = admin("consumer", "edit", "JOBS", "WORKER", "--max-deliver", "7", "--description", "the worker",
+                "--wait", "45s", "--max-pending", "50", "-f").stdout
+    assert out.startswith("Differences (-old +new):\n")
+    assert re.search(r'^-\s+"max_deliver": 3,?$', out, re.M) and re.search(r'^\+\s+"max_deliver": 7,?$', out, re.M)
+    info = out.partition("Consumer JOBS > WORKER was updated\n\n")[2]
+    assert info.startswith("Information for Consumer JOBS > WORKER created ")
+    assert field(info, "Maximum Deliveries") == ["7"] and field(info, "Ack Wait") == ["45s"]
+    assert field(info, "Description") == ["the worker"] and field(info, "Max Ack Pending") == ["50"]
+    same = admin("consumer", "edit", "JOBS", "WORKER", "--max-deliver", "7", "-f").stdout
+    assert same == "No difference in configuration\n"
+
+
 @pytest.fixture
 def auth_server(start_server, tmp_path):
     return start_server(js_config(tmp_path / "store") + '\nauthorization { user: app, password: "app-pw" }\n')

@@ -12,6 +12,7 @@ from jetraft.cli.admin.groups import AliasedGroup, confirm, force_option, json_o
 from jetraft.cli.admin.messages import format_message
 from jetraft.cli.admin.render import consumer_page, print_table
 from jetraft.cli.admin.session import CliError, Options, Session, run
+from jetraft.cli.admin.streams import apply_edit
 from jetraft.cli.admin.units import clock, format_count, format_time, parse_duration, since
 
 ACK = {"explicit": api.AckPolicy.EXPLICIT, "none": api.AckPolicy.NONE, "all": api.AckPolicy.ALL}
@@ -102,6 +103,100 @@ def consumer_info(opts: Options, stream: str, name: str) -> None:
 
     async def body(session: Session) -> None:
         session.show(await with_cluster(session, await session.jsm.consumer_info(stream, name)), consumer_page)
+
+    run(opts, body)
+
+
+def consumer_changes(description: str | None, filters: tuple[str, ...], max_deliver: int | None,
+                     max_pending: int | None, max_waiting: int | None, ack_wait: float | None,
+                     replicas: int | None, headers_only: bool | None, inactive_threshold: float | None,
+                     max_pull_batch: int | None, max_pull_expire: float | None,
+                     max_pull_bytes: int | None) -> tuple[dict, list[str]]:
+    """The ConsumerConfig JSON fields the given ``consumer edit`` options set (durations in
+    nanoseconds), and the fields to drop (a filter given as one subject replaces a list,
+    and the reverse)."""
+    out: dict = {}
+    drop: list[str] = []
+    subjects = split_csv(filters)
+    if len(subjects) == 1:
+        out["filter_subject"], drop = subjects[0], ["filter_subjects"]
+    elif subjects:
+        out["filter_subjects"], drop = subjects, ["filter_subject"]
+    values = {"description": description, "max_deliver": max_deliver, "max_ack_pending": max_pending,
+              "max_waiting": max_waiting, "num_replicas": replicas, "headers_only": headers_only,
+              "max_batch": max_pull_batch, "max_bytes": max_pull_bytes}
+    out.update({k: v for k, v in values.items() if v is not None})
+    durations = {"ack_wait": ack_wait, "inactive_threshold": inactive_threshold, "max_expires": max_pull_expire}
+    out.update({k: int(v * 1e9) for k, v in durations.items() if v is not None})
+    return out, drop
+
+
+@consumer.command("edit")
+@click.argument("stream")
+@click.argument("name")
+@click.option("--description", help="A description.")
+@click.option("--filter", "filters", multiple=True, metavar="SUBJECT", help="Only messages on these subjects.")
+@click.option("--max-deliver", type=int, help="Maximum deliveries of a message (-1: unlimited).")
+@click.option("--max-pending", type=int, help="Maximum unacknowledged messages.")
+@click.option("--max-waiting", type=int, help="Pull consumers: maximum outstanding pull requests.")
+@click.option("--wait", "ack_wait", callback=parsed(parse_duration, "e.g. 30s"), help="Ack wait (e.g. 30s).")
+@click.option("--replicas", type=click.IntRange(0, 5), help="Replicas (0: the stream's).")
+@click.option("--headers-only/--no-headers-only", default=None, help="Deliver only the headers, no bodies.")
+@click.option("--inactive-threshold", callback=parsed(parse_duration, "e.g. 1h"),
+              help="How long the consumer may be idle before it is removed.")
+@click.option("--max-pull-batch", type=int, help="Pull consumers: the largest batch a request may ask for.")
+@click.option("--max-pull-expire", callback=parsed(parse_duration, "e.g. 30s"),
+              help="Pull consumers: the longest expiry a request may ask for.")
+@click.option("--max-pull-bytes", type=int, help="Pull consumers: the largest max bytes a request may ask for.")
+@click.option("--dry-run", is_flag=True, help="Only show the differences (exit 1 when there are some).")
+@force_option
+@json_option
+@pass_options
+def consumer_edit(opts: Options, stream: str, name: str, description: str | None, filters: tuple[str, ...],
+                  max_deliver: int | None, max_pending: int | None, max_waiting: int | None,
+                  ack_wait: float | None, replicas: int | None, headers_only: bool | None,
+                  inactive_threshold: float | None, max_pull_batch: int | None, max_pull_expire: float | None,
+                  max_pull_bytes: int | None, dry_run: bool, force: bool) -> None:
+    """Change a durable consumer's editable settings ($JS.API.CONSUMER.CREATE.STREAM.NAME
+    with action "update" and the config from $JS.API.CONSUMER.INFO.STREAM.NAME, the given
+    options applied).
+
+    Prints 'Differences (-old +new):' and the changed fields, asks 'Really edit Consumer
+    STREAM > NAME?' (-f skips it), then 'Consumer STREAM > NAME was updated' and the info
+    as 'consumer info' shows it; 'No difference in configuration' when nothing changes.
+    The server refuses changes to fields that cannot be edited (deliver policy, ack
+    policy, ...) with an API error.
+    """
+    changes, drop = consumer_changes(description, filters, max_deliver, max_pending, max_waiting, ack_wait,
+                                     replicas, headers_only, inactive_threshold, max_pull_batch,
+                                     max_pull_expire, max_pull_bytes)
+
+    async def body(session: Session) -> None:
+        current = await session.request_json(session.api_subject(f"CONSUMER.INFO.{stream}.{name}"))
+        old = dict(current.get("config") or {})
+        if not old.get("durable_name") and not old.get("name"):
+            raise CliError(f"consumer {stream} > {name} is not durable: only durable consumers can be edited")
+        new = {k: v for k, v in {**old, **changes}.items() if k not in drop}
+
+        async def update(config: dict | None) -> dict:
+            if config is None:
+                return current
+            return await session.request_json(session.api_subject(f"CONSUMER.CREATE.{stream}.{name}"),
+                                              {"stream_name": stream, "config": config, "action": "update"})
+
+        async def render(info: dict) -> str:
+            return consumer_page(await with_cluster(session, api.ConsumerInfo.from_response(info)))
+
+        rendered: dict[str, str] = {}
+
+        async def update_and_render(config: dict | None) -> dict:
+            info = await update(config)
+            if not session.opts.json:
+                rendered["page"] = await render(info)
+            return info
+
+        await apply_edit(session, f"Consumer {stream} > {name}", old, new, force=force, dry_run=dry_run,
+                         update=update_and_render, render=lambda _info: rendered["page"])
 
     run(opts, body)
 

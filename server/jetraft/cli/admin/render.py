@@ -14,6 +14,7 @@ Tables (``stream ls``, ``server list`` ...) are rich tables.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Iterable, Sequence
@@ -185,6 +186,32 @@ def consumer_page(info: api.ConsumerInfo) -> str:
     if not cfg.deliver_subject:
         rows.append(("Waiting Pulls", f"{info.num_waiting or 0:,} of maximum {cfg.max_waiting or 0:,}"))
     return page.render()
+
+
+def config_diff(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """The fields of a stream or consumer configuration that ``new`` changes, as ``edit``
+    shows them under 'Differences (-old +new):', one JSON line each::
+
+        -  "max_msgs": -1,
+        +  "max_msgs": 100,
+
+    Lists that differ only in order are equal (as the ``nats`` CLI compares subjects).
+    Returns "" when nothing changes."""
+
+    def same(a: Any, b: Any) -> bool:
+        if isinstance(a, list) and isinstance(b, list):
+            return sorted(map(json.dumps, a)) == sorted(map(json.dumps, b))
+        return a == b
+
+    lines: list[str] = []
+    for key in [*old, *(k for k in new if k not in old)]:
+        if same(old.get(key), new.get(key)):
+            continue
+        if key in old:
+            lines.append(f'-  "{key}": {json.dumps(old[key])},')
+        if key in new:
+            lines.append(f'+  "{key}": {json.dumps(new[key])},')
+    return "".join(line + "\n" for line in lines)
 
 
 def console(stderr: bool = False) -> Console:

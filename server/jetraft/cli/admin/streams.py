@@ -19,7 +19,7 @@ from jetraft.cli.admin.groups import (
     pass_options,
     split_csv,
 )
-from jetraft.cli.admin.render import print_table, stream_page
+from jetraft.cli.admin.render import config_diff, print_table, stream_page
 from jetraft.cli.admin.session import CliError, Options, Session, fail, run
 from jetraft.cli.admin.units import clock, format_bytes, format_count, format_time, parse_duration, parse_size
 
@@ -86,6 +86,115 @@ def stream_add(opts: Options, name: str, subjects: tuple[str, ...], replicas: in
 
     async def body(session: Session) -> None:
         session.show(await session.jsm.add_stream(config), stream_page)
+
+    run(opts, body)
+
+
+def without_type(resp: dict) -> dict:
+    """An API response without its ``type`` field: the info object scripts read."""
+    return {k: v for k, v in resp.items() if k != "type"}
+
+
+async def apply_edit(session: Session, what: str, old: dict, new: dict, *, force: bool, dry_run: bool,
+                     update, render) -> None:
+    """The ``edit`` flow the ``nats`` CLI follows: print 'Differences (-old +new):' and the
+    changed fields (or 'No difference in configuration' and stop), stop there with exit 1
+    for --dry-run, ask 'Really edit WHAT?' unless ``force``, await ``update(new)`` (the
+    server's info response, a dict), print 'WHAT was updated' and ``render`` of the info
+    (only the info's JSON with --json)."""
+    diff = config_diff(old, new)
+    if not diff:
+        if session.opts.json:
+            session.output_json(without_type(await update(None)))
+        elif not dry_run:
+            session.echo("No difference in configuration")
+        return
+    if not session.opts.json or dry_run:
+        session.echo(f"Differences (-old +new):\n{diff}".rstrip("\n"))
+    if dry_run:
+        raise SystemExit(1)
+    confirm(force, f"Really edit {what}?")
+    info = await update(new)
+    if session.opts.json:
+        session.output_json(without_type(info))
+        return
+    session.echo(f"{what} was updated\n")
+    session.echo(render(info))
+
+
+def stream_changes(subjects: tuple[str, ...], description: str | None, replicas: int | None,
+                   max_msgs: int | None, max_msgs_per_subject: int | None, max_bytes: int | None,
+                   max_age: float | None, max_msg_size: int | None, max_consumers: int | None,
+                   discard: str | None, dupe_window: float | None,
+                   flags: dict[str, bool | None]) -> dict:
+    """The StreamConfig JSON fields the given ``stream edit`` options set (None: not given);
+    durations in nanoseconds, as the API takes them."""
+    out: dict = {}
+    if subjects:
+        out["subjects"] = split_csv(subjects)
+    values = {"description": description, "num_replicas": replicas, "max_msgs": max_msgs,
+              "max_msgs_per_subject": max_msgs_per_subject, "max_bytes": max_bytes,
+              "max_msg_size": max_msg_size, "max_consumers": max_consumers, "discard": discard}
+    out.update({k: v for k, v in values.items() if v is not None})
+    if max_age is not None:
+        out["max_age"] = int(max_age * 1e9)
+    if dupe_window is not None:
+        out["duplicate_window"] = int(dupe_window * 1e9)
+    out.update({k: v for k, v in flags.items() if v is not None})
+    return out
+
+
+@stream.command("edit")
+@click.argument("name")
+@click.option("--subjects", multiple=True, metavar="SUBJECT[,SUBJECT]", help="The subjects the stream stores.")
+@click.option("--description", help="A description.")
+@click.option("--replicas", type=click.IntRange(1, 5), help="Number of replicas.")
+@click.option("--max-msgs", type=int, help="Maximum messages kept (-1: unlimited).")
+@click.option("--max-msgs-per-subject", type=int, help="Maximum messages per subject (-1: unlimited).")
+@click.option("--max-bytes", callback=parsed(parse_size, "e.g. 1GB"), help="Maximum bytes kept (-1: unlimited).")
+@click.option("--max-age", callback=parsed(parse_duration, "e.g. 1h, 7d"), help="Maximum message age (0: unlimited).")
+@click.option("--max-msg-size", callback=parsed(parse_size, "e.g. 1MB"), help="Maximum message size (-1: unlimited).")
+@click.option("--max-consumers", type=int, help="Maximum consumers (-1: unlimited).")
+@click.option("--discard", type=click.Choice(["old", "new"]), help="Discard policy when a limit is reached.")
+@click.option("--dupe-window", callback=parsed(parse_duration, "e.g. 2m"),
+              help="Window for Nats-Msg-Id duplicate detection.")
+@click.option("--allow-rollup/--no-allow-rollup", default=None, help="Allow roll-ups (Nats-Rollup headers).")
+@click.option("--deny-delete/--no-deny-delete", default=None, help="Refuse message deletes through the API.")
+@click.option("--deny-purge/--no-deny-purge", default=None, help="Refuse purges through the API.")
+@click.option("--allow-direct/--no-allow-direct", default=None, help="Allow direct gets ($JS.API.DIRECT.GET).")
+@click.option("--dry-run", is_flag=True, help="Only show the differences (exit 1 when there are some).")
+@force_option
+@json_option
+@pass_options
+def stream_edit(opts: Options, name: str, subjects: tuple[str, ...], description: str | None,
+                replicas: int | None, max_msgs: int | None, max_msgs_per_subject: int | None,
+                max_bytes: int | None, max_age: float | None, max_msg_size: int | None,
+                max_consumers: int | None, discard: str | None, dupe_window: float | None,
+                allow_rollup: bool | None, deny_delete: bool | None, deny_purge: bool | None,
+                allow_direct: bool | None, dry_run: bool, force: bool) -> None:
+    """Change a stream's configuration ($JS.API.STREAM.UPDATE.NAME with the config from
+    $JS.API.STREAM.INFO.NAME and the given options applied).
+
+    Prints 'Differences (-old +new):' and the changed fields, asks 'Really edit Stream
+    NAME?' (-f skips it), then 'Stream NAME was updated' and the info as 'stream info'
+    shows it; 'No difference in configuration' when the options change nothing.
+    """
+    changes = stream_changes(subjects, description, replicas, max_msgs, max_msgs_per_subject, max_bytes,
+                             max_age, max_msg_size, max_consumers, discard, dupe_window,
+                             {"allow_rollup_hdrs": allow_rollup, "deny_delete": deny_delete,
+                              "deny_purge": deny_purge, "allow_direct": allow_direct})
+
+    async def body(session: Session) -> None:
+        current = await session.request_json(session.api_subject(f"STREAM.INFO.{name}"))
+        old = dict(current.get("config") or {})
+
+        async def update(new: dict | None) -> dict:
+            if new is None:
+                return current
+            return await session.request_json(session.api_subject(f"STREAM.UPDATE.{name}"), new)
+
+        await apply_edit(session, f"Stream {name}", old, {**old, **changes}, force=force, dry_run=dry_run,
+                         update=update, render=lambda info: stream_page(api.StreamInfo.from_response(info)))
 
     run(opts, body)
 

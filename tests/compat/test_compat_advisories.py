@@ -8,10 +8,14 @@ checked for their form).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 
-from compat_support import json_type, poll, run
+import pytest
+import servers
+from cluster import Cluster
+from compat_support import connect, json_type, poll, run
 from js_support import js_server, js_session  # noqa: F401  (fixture)
 from nats.js.api import AckPolicy, ConsumerConfig
 
@@ -174,3 +178,74 @@ def test_terminated_and_max_deliveries(js_server):
                 {"stream": "ADV", "consumer": "D", "stream_seq": 3, "deliveries": 1}
 
     run(scenario)
+
+
+# ---------------------------------------------------------------- a three-server cluster
+
+SYS_USER, SYS_PASSWORD = "admin", "sys-pass"
+APP_USER, APP_PASSWORD = "app", "app-pass"
+CLUSTER_ACCOUNTS = (f'accounts {{\n  $SYS {{ users = [ {{ user: "{SYS_USER}", pass: "{SYS_PASSWORD}" }} ] }}\n'
+                    f'  APP {{ jetstream: enabled, users = [ {{ user: "{APP_USER}", pass: "{APP_PASSWORD}" }} ] }}\n}}')
+#: nats-server PeerInfo of a peer in a leader-elected advisory (bar ``lag``, ``offline``).
+PEER = {"name": "string", "current": "boolean", "active": "number", "peer": "string"}
+LEADER_ELECTED = {**COMMON, "stream": "string", "leader": "string", "replicas": "array"}
+
+
+@pytest.fixture(params=servers.KINDS)
+def three(request, tmp_path):
+    """A formed three-server cluster of one kind with an APP account and $SYS."""
+    c = Cluster(request.param, tmp_path / "c", 3, jetstream=True, extra=CLUSTER_ACCOUNTS)
+    try:
+        c.start()
+        c.wait_formed()
+        c.wait_meta_leader()
+        yield c
+    finally:
+        c.stop()
+
+
+def test_stream_leader_elected_in_the_account_and_in_the_system_account(three):
+    async def scenario():
+        app = await connect(three.servers["n1"].url, user=APP_USER, password=APP_PASSWORD)
+        sys_ = await connect(three.servers["n2"].url, user=SYS_USER, password=SYS_PASSWORD)
+        try:
+            in_app, in_sys = Events(), Events()
+            await app.subscribe("$JS.EVENT.>", cb=in_app.cb)
+            await sys_.subscribe("$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.>", cb=in_sys.cb)
+            await app.flush()
+            await sys_.flush()
+
+            async def ping_interest() -> bool:      # the subscriptions reached every server
+                return all(three.servers[n].alive() for n in three.servers)
+            await poll(ping_interest, 5, "servers up")
+            config = {"name": "L", "subjects": ["l.>"], "num_replicas": 3}
+            deadline = asyncio.get_running_loop().time() + 30
+            while True:
+                reply = json.loads((await app.request("$JS.API.STREAM.CREATE.L", json.dumps(config).encode(),
+                                                      timeout=5)).data)
+                if "error" not in reply or asyncio.get_running_loop().time() > deadline:
+                    break
+                await asyncio.sleep(0.1)
+            assert "error" not in reply, reply
+            await poll(lambda: any(s.endswith("LEADER_ELECTED.L") for s, _ in in_app.got)
+                       and bool(in_sys.got), 20, "leader elected advisories")
+            elected = next(b for s, b in in_app.got if s == f"{ADV}STREAM.LEADER_ELECTED.L")
+            check_common(elected)
+            assert shape(elected) == LEADER_ELECTED
+            assert elected["type"] == f"{TYPE}stream_leader_elected"
+            assert elected["leader"] in three.servers
+            # every peer, the leader included
+            assert sorted(r["name"] for r in elected["replicas"]) == sorted(three.servers)
+            for r in elected["replicas"]:
+                assert {k: v for k, v in shape(r).items() if k not in ("lag", "offline")} == PEER
+            subj, system_copy = in_sys.got[0]
+            assert subj == f"{ADV}STREAM.LEADER_ELECTED.L"
+            assert shape(system_copy) == {**COMMON, "account": "string", "stream": "string", "leader": "string",
+                                          "replicas": "array"}
+            assert system_copy["account"] == "APP" and system_copy["leader"] == elected["leader"]
+            assert list(system_copy)[:4] == ["type", "id", "timestamp", "account"]
+        finally:
+            await app.close()
+            await sys_.close()
+
+    run(scenario, timeout=90)

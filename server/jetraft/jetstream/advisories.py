@@ -24,8 +24,7 @@ subject                                          ``type`` (``io.nats.jetstream.`
 ===============================================  ==========================================
 
 The leader-elected and quorum-lost advisories go to the stream's account and, with an
-``account`` field added, to the system account (:func:`for_system`), as nats-server sends
-them.
+``account`` field added, to the system account, as nats-server sends them.
 """
 
 from __future__ import annotations
@@ -38,8 +37,8 @@ from jetraft.events import rfc3339_ns
 from jetraft.jetstream.outbound import Outbound
 
 __all__ = [
-    "API_AUDIT", "Nuid", "api_audit", "consumer_action", "consumer_ack_metric", "for_system",
-    "max_deliver", "stream_action", "stream_leader_elected", "stream_quorum_lost",
+    "API_AUDIT", "Nuid", "api_audit", "consumer_action", "consumer_ack_metric", "max_deliver",
+    "stream_action", "stream_leader_elected", "stream_quorum_lost", "stream_subject",
     "terminated",
 ]
 
@@ -199,7 +198,8 @@ def stream_quorum_lost(stream: str, replicas: list[dict[str, Any]], now_ns: int,
     return _out(f"{ADVISORY_PREFIX}STREAM.QUORUM_LOST.{stream}", body, domain)
 
 
-def for_system(build: Any, account: str, *args: Any, **kwargs: Any) -> tuple[Outbound, Outbound]:
-    """A cluster advisory twice, as nats-server sends it: the account's copy (no
-    ``account`` field) and the system account's (``account`` set): ``(account's, system's)``."""
-    return build(*args, **kwargs), build(*args, account=account, **kwargs)
+def stream_subject(build: Any, stream: str) -> str:
+    """The subject :func:`stream_leader_elected` or :func:`stream_quorum_lost` (``build``)
+    publishes on for ``stream`` (to check for listeners before building it)."""
+    verb = "LEADER_ELECTED" if build is stream_leader_elected else "QUORUM_LOST"
+    return f"{ADVISORY_PREFIX}STREAM.{verb}.{stream}"

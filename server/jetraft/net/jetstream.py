@@ -192,7 +192,7 @@ class JetStreamService:
                 # a clustered replica's files are rebuilt from its RAFT log, never fsynced
                 sync_always=self.sync_always and not self.clustered, domain=cfg.domain or "",
                 server_name=server.server_name, clustered=self.clustered,
-                advisory_interest=self._interest_fn(name))
+                advisory_interest=self._listening_fn(name))
         #: (account, reply, ids of the stores its call wrote, (account, stream) or None)
         self._queue: list[tuple[str, Reply, frozenset[int], tuple[str, str] | None]] = []
         self._queued = trio.Event()
@@ -200,6 +200,16 @@ class JetStreamService:
         self._interest_dirty: set[str] = set()
         #: Streams stopped by a storage failure (standalone), by (account, stream).
         self.frozen: dict[tuple[str, str], Frozen] = {}
+
+    def _listening_fn(self, account: str):
+        """Whether a subscription anywhere in the cluster listens on an advisory subject
+        in ``account`` (advisories are built only then)."""
+        def listening(subject: str) -> bool:
+            if self.cluster is not None:
+                return self.cluster.has_interest(account, subject)
+            match = self.server.account(account).sublist.match(subject)
+            return bool(match.plain or match.queues)
+        return listening
 
     def _interest_fn(self, account: str):
         def has_interest(subject: str) -> bool:

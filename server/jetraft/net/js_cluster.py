@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
+from jetraft.jetstream import advisories as adv
 from jetraft.jetstream import errors as E
 from jetraft.jetstream.api_subjects import peer_hash
 from jetraft.jetstream.cluster import (
@@ -144,6 +145,8 @@ class ClusterJetStream:
         self.zone = zone_of(tuple(server.config.server_tags), service.config.unique_tag)
         self.meta_group: RaftGroup | None = None
         self.replicas: dict[Key, StreamReplica] = {}
+        #: the streams this server leads, for the QUORUM_LOST advisory
+        self._leading: set[Key] = set()
         self.groups: dict[Key, RaftGroup] = {}
         self.meta_snapshot_ns = 0          # when the meta state was last snapshotted
         self._routed = False               # a route came up since start (/healthz)
@@ -607,7 +610,49 @@ class ClusterJetStream:
             if leader is not None and replica is not None and replica.holding:
                 self.catchup.tell_leader(key)       # before it counts this replica current
             self.execute(self.controller.leader_changed(key, leader, term, time.time_ns()))
+            self._leader_advisory(key, leader)
         return on_leader
+
+    def _leader_advisory(self, key: Key, leader: str | None) -> None:
+        """nats-server's stream leader advisories, sent by this server in the stream's
+        account and (with ``account`` set) in the system account: ``LEADER_ELECTED`` when it
+        became the stream's leader, ``QUORUM_LOST`` when it led the stream and the group
+        has no leader now. Fault isolation: a failure is reported (``advisory_failed``) and
+        the group goes on."""
+        account, stream = key
+        me = self.server.server_name
+        if leader == me:
+            self._leading.add(key)
+            build: Any = adv.stream_leader_elected
+            args: tuple[Any, ...] = (stream, me)
+        elif key in self._leading:
+            self._leading.discard(key)
+            if leader is not None:
+                return
+            build, args = adv.stream_quorum_lost, (stream,)
+        else:
+            return
+        system = self.server.config.system_account
+        subject = adv.stream_subject(build, stream)
+        targets = [(account, "")] if self.has_interest(account, subject) else []
+        if system and system != account and self.has_interest(system, subject):
+            targets.append((system, account))
+        if not targets:
+            return
+        try:
+            group = self.groups.get(key)
+            replicas = list(self.group_info(group).get("replicas") or []) if group is not None else []
+            if build is adv.stream_leader_elected:   # nats-server lists the leader too
+                replicas.append({"name": me, "current": True, "active": 0, "peer": peer_hash(me)})
+                replicas.sort(key=lambda r: r["name"])
+            domain = self.service.config.domain or ""
+            now = time.time_ns()
+            for target, named in targets:
+                self.server.route_internal(
+                    target, build(*args, replicas, now, account=named, domain=domain))
+        except Exception as exc:  # noqa: BLE001 - an advisory never breaks the group
+            self.events.emit("advisory_failed", account=account, advisory=build.__name__,
+                             error=repr(exc))
 
     # ------------------------------------------------------------------ cluster info
 

@@ -204,7 +204,23 @@ def three(request, tmp_path):
         c.stop()
 
 
-def test_stream_leader_elected_in_the_account_and_in_the_system_account(three):
+async def request_ok(nc, subject: str, body: dict | None = None) -> dict:
+    """A JetStream API request, asked again (for at most 30 s) while the cluster has no
+    leader for it yet (a timeout, or an error answer)."""
+    deadline = asyncio.get_running_loop().time() + 30
+    while True:
+        try:
+            reply = json.loads((await nc.request(subject, json.dumps(body).encode() if body else b"",
+                                                 timeout=3)).data)
+        except Exception as exc:  # noqa: BLE001 - no leader yet: asked again
+            reply = {"error": repr(exc)}
+        if "error" not in reply or asyncio.get_running_loop().time() > deadline:
+            assert "error" not in reply, (subject, reply)
+            return reply
+        await asyncio.sleep(0.1)
+
+
+def test_cluster_leader_elected_and_actions_in_the_account_and_the_system_account(three):
     async def scenario():
         app = await connect(three.servers["n1"].url, user=APP_USER, password=APP_PASSWORD)
         sys_ = await connect(three.servers["n2"].url, user=SYS_USER, password=SYS_PASSWORD)
@@ -218,15 +234,7 @@ def test_stream_leader_elected_in_the_account_and_in_the_system_account(three):
             async def ping_interest() -> bool:      # the subscriptions reached every server
                 return all(three.servers[n].alive() for n in three.servers)
             await poll(ping_interest, 5, "servers up")
-            config = {"name": "L", "subjects": ["l.>"], "num_replicas": 3}
-            deadline = asyncio.get_running_loop().time() + 30
-            while True:
-                reply = json.loads((await app.request("$JS.API.STREAM.CREATE.L", json.dumps(config).encode(),
-                                                      timeout=5)).data)
-                if "error" not in reply or asyncio.get_running_loop().time() > deadline:
-                    break
-                await asyncio.sleep(0.1)
-            assert "error" not in reply, reply
+            await request_ok(app, "$JS.API.STREAM.CREATE.L", {"name": "L", "subjects": ["l.>"], "num_replicas": 3})
             await poll(lambda: any(s.endswith("LEADER_ELECTED.L") for s, _ in in_app.got)
                        and bool(in_sys.got), 20, "leader elected advisories")
             elected = next(b for s, b in in_app.got if s == f"{ADV}STREAM.LEADER_ELECTED.L")
@@ -244,6 +252,20 @@ def test_stream_leader_elected_in_the_account_and_in_the_system_account(three):
                                           "replicas": "array"}
             assert system_copy["account"] == "APP" and system_copy["leader"] == elected["leader"]
             assert list(system_copy)[:4] == ["type", "id", "timestamp", "account"]
+
+            # the actions on a replicated stream, announced once each
+            await request_ok(app, "$JS.API.CONSUMER.DURABLE.CREATE.L.D",
+                             {"stream_name": "L", "config": {"durable_name": "D", "ack_policy": "explicit"}})
+            await request_ok(app, "$JS.API.CONSUMER.DELETE.L.D")
+            await request_ok(app, "$JS.API.STREAM.DELETE.L")
+            await poll(lambda: any(s == f"{ADV}STREAM.DELETED.L" for s, _ in in_app.got), 20, "stream deleted")
+            await app.flush()
+            assert [(s, b["action"]) for s, b in in_app.got if b["type"].endswith("_action")] == [
+                (f"{ADV}STREAM.CREATED.L", "create"),
+                (f"{ADV}CONSUMER.CREATED.L.D", "create"),
+                (f"{ADV}CONSUMER.DELETED.L.D", "delete"),
+                (f"{ADV}STREAM.DELETED.L", "delete"),
+            ]
         finally:
             await app.close()
             await sys_.close()

@@ -42,6 +42,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
+from jetraft.jetstream import advisories as adv
 from jetraft.jetstream import errors as E
 from jetraft.jetstream.api import API_PREFIX, LIST_LIMIT, NAMES_LIMIT, JetStreamAccount, Reply
 from jetraft.jetstream.api_subjects import ack_stream, api_kind, peer_hash, response_type, stream_of
@@ -568,7 +569,10 @@ class ClusterController:
                 self._ensure_replica(sa, kind, change.old_peers)
         elif kind == "stream_removed":
             self._drop_replica((sa.account, sa.name), delete=True)
-            self._answer_meta("delete", sa.account, sa.name, {"success": True})
+            answer = self._meta_answer("delete", sa.account, sa.name, {"success": True})
+            if answer:          # the server that answers the delete announces it
+                self._out.extend(answer)
+                self._stream_advisory(sa.account, sa.name, "delete")
         elif kind == "server_removed":
             self._server_removed(change)
         elif kind == "member_store" and change.server == self.me:
@@ -786,6 +790,15 @@ class ClusterController:
         body = {"type": E.STREAM_CREATE_RESPONSE, **acc.stream_info(entry, self._now),
                 "did_create": True}
         self._send(key[0], Outbound(reply, None, None, json_bytes(body)))
+        self._stream_advisory(key[0], key[1], "create")
+
+    def _stream_advisory(self, account: str, stream: str, action: str) -> None:
+        """The ``stream_action`` advisory of ``stream`` (``$JS.EVENT.ADVISORY.STREAM.CREATED``
+        / ``DELETED``), sent by the server that answers the request, when someone listens."""
+        acc = self.accounts.get(account)
+        if acc is not None:
+            for r in acc.advise(adv.stream_action, stream, action, self._now):
+                self._send(account, r.out)
 
     def _answer_existing(self, acc: JetStreamAccount, stream: str, reply: str | None) -> None:
         """STREAM.CREATE of a stream that exists with the same config: its info, without

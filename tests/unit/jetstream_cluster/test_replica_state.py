@@ -41,9 +41,11 @@ STREAM = "S"
 
 #: Consumer attributes a restore does not take from the state, and why: the parent stream
 #: and the interest function are the restoring account's own; the config, name and creation
-#: time travel beside the working state; the rest are derived from the config.
+#: time travel beside the working state; the rest are derived from the config. Advisories
+#: are output (the leader's, sent with its next poll or ack) and whether anyone listens to
+#: them is the restoring server's own.
 NOT_IN_WORKING_STATE = {"stream", "has_interest", "name", "config", "created_ns",
-                        "_filters", "_maxp", "_ack_prefix"}
+                        "_filters", "_maxp", "_ack_prefix", "advisory_interest", "_advisories"}
 
 
 class _Events:

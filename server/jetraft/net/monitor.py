@@ -11,12 +11,14 @@ duration string. Query parameters as nats-server: ``/connz?subs=1&offset=0&limit
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import re
 import ssl
 import time
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
@@ -63,9 +65,27 @@ def healthz(server: MonitorHost, params: dict[str, list[str]] | None = None) -> 
 
 
 def varz(server: MonitorHost) -> dict[str, Any]:
-    """``/varz``: identity, limits and counters (nats-server monitor.go Varz)."""
+    """``/varz``: identity, limits, process figures and counters, key for key as nats-server
+    2.15 answers (server/monitor.go Varz); JSON numbers throughout, durations in ns.
+
+    ``version`` stays the NATS version clients see in INFO (see
+    :data:`jetraft.NATS_COMPAT_VERSION`); jetraft's own release is ``go``
+    (``"jetraft 0.1.0"``), where nats-server names its build toolchain. ``mem`` is the
+    resident set in bytes and ``cpu`` the percent of one core used since the previous
+    sample (:func:`process_figures`). ``jetstream`` is nats-server's JetStreamVarz
+    (:func:`jetstream_varz`; ``{}`` without JetStream). ``connect_urls`` (in a cluster) are
+    the client URLs of the cluster's servers, as in INFO. ``in_client_*`` count what
+    clients published (``in_*`` adds what routes brought in); ``out_*`` counts deliveries to
+    clients. jetraft has no leaf nodes, gateways, MQTT or websocket listeners (their blocks
+    are empty, their counters 0), none of nats-server's ``feature_flags`` and no disk I/O
+    semaphore (``disk_io_wait_stats`` is all 0); it leaves out ``git_commit``."""
     cfg, stats = server.config, server.stats
     now = rfc3339_ns(time.time_ns())
+    mem, cpu = process_figures()
+    routes = server.routes
+    peers = list(routes.peers.values()) if routes is not None else []
+    route_in_msgs = sum(p.conn.in_msgs for p in peers if p.conn is not None)
+    route_in_bytes = sum(p.conn.in_bytes for p in peers if p.conn is not None)
     out: dict[str, Any] = {
         "server_id": server.server_id,
         "server_name": server.server_name,
@@ -74,54 +94,215 @@ def varz(server: MonitorHost) -> dict[str, Any]:
         "go": f"jetraft {__version__}",
         "host": cfg.host,
         "port": server.client_port,
-        "auth_required": server.auth.required,
+    }
+    if server.auth.required:  # omitempty
+        out["auth_required"] = True
+    if cfg.tls is not None:  # monitor.go Varz: tls_required, tls_verify (omitempty)
+        out["tls_required"] = True
+        if cfg.tls.verify:
+            out["tls_verify"] = True
+    out.update({
         "max_connections": cfg.max_connections,
         "ping_interval": _ns(cfg.ping_interval),
         "ping_max": cfg.ping_max,
         "http_host": cfg.http_host,
         "http_port": server.monitor_port if cfg.https_port is None else 0,
+        "http_base_path": "",
         "https_port": server.monitor_port if cfg.https_port is not None else 0,
-        "tls_timeout": cfg.tls.timeout if cfg.tls is not None else 2.0,
         "auth_timeout": server.auth.timeout,
         "max_control_line": cfg.max_control_line,
         "max_payload": cfg.max_payload,
         "max_pending": cfg.max_pending,
+        "cluster": _cluster_varz(server),
+        "gateway": {}, "leaf": {}, "mqtt": {}, "websocket": {},
+        "jetstream": jetstream_varz(server),
+        "tls_timeout": cfg.tls.timeout if cfg.tls is not None else 2.0,
         "write_deadline": _ns(cfg.write_deadline),
-        "lame_duck_duration": _ns(cfg.lame_duck_duration),
-        "lame_duck_grace_period": _ns(cfg.lame_duck_grace_period),
         "start": rfc3339_ns(server.start_ns),
         "now": now,
         "uptime": server.uptime(),
-        "cores": os.cpu_count(),
+        "mem": mem,
+        "cores": os.cpu_count() or 1,
+        "gomaxprocs": _usable_cpus(),
+        "cpu": cpu,
         "connections": len(server.clients),
         "total_connections": stats.total_connections,
-        "routes": len(server.routes.peers) if server.routes is not None else 0,
-        "remotes": len(server.routes.peers) if server.routes is not None else 0,
+        "routes": len(peers),
+        "remotes": len(peers),
+        "leafnodes": 0,
         "in_msgs": stats.in_msgs,
-        "out_msgs": stats.out_msgs,
         "in_bytes": stats.in_bytes,
+        "in_client_msgs": max(0, stats.in_msgs - route_in_msgs),
+        "in_client_bytes": max(0, stats.in_bytes - route_in_bytes),
+        "out_msgs": stats.out_msgs,
         "out_bytes": stats.out_bytes,
+        "out_client_msgs": stats.out_msgs,
+        "out_client_bytes": stats.out_bytes,
         "slow_consumers": stats.slow_consumers,
+        "stale_connections": 0,
+        "stalled_clients": 0,
         "subscriptions": sum(len(a.sublist) for a in server.accounts.values()),
+        "http_req_stats": dict(_http_req_stats(server)),
         "config_load_time": rfc3339_ns(server.config_load_ns),
-        "system_account": cfg.system_account,
-        "tags": list(cfg.server_tags),
-    }
-    if cfg.tls is not None:  # monitor.go Varz: tls_required, tls_verify (omitempty)
-        out["tls_required"] = True
-        if cfg.tls.verify:
-            out["tls_verify"] = True
-    if cfg.cluster is not None:
-        routes = server.routes
-        out["cluster"] = {
-            "name": cfg.cluster.name, "addr": cfg.cluster.host,
-            "cluster_port": routes.port if routes is not None and routes.port else cfg.cluster.port,
-            "auth_timeout": cfg.cluster.auth_timeout,
-            "urls": [f"{r.host}:{r.port}" for r in cfg.cluster.routes],
-        }
-        if cfg.cluster.tls is not None:  # routes always verify certificates (opts.go getTLSConfig)
-            out["cluster"].update(tls_timeout=cfg.cluster.tls.timeout, tls_required=True, tls_verify=True)
+        "config_digest": _config_digest(cfg),
+        "feature_flags": {},
+    })
+    if cfg.server_tags:  # omitempty
+        out["tags"] = list(cfg.server_tags)
+    if cfg.system_account:
+        out["system_account"] = cfg.system_account
+    connect_urls = getattr(server, "connect_urls", None)  # Server keeps INFO's connect_urls
+    if connect_urls:
+        out["connect_urls"] = list(connect_urls)
+    out["slow_consumer_stats"] = {"clients": stats.slow_consumers, "routes": 0, "gateways": 0, "leafs": 0}
+    out["stale_connection_stats"] = {"clients": 0, "routes": 0, "gateways": 0, "leafs": 0}
+    out["disk_io_wait_stats"] = {"waiters": 0, "waits": 0, "wait_time": 0, "max_wait_time": 0}
     return out
+
+
+def _cluster_varz(server: MonitorHost) -> dict[str, Any]:
+    """nats-server ClusterOptsVarz (``{}`` without a cluster block)."""
+    cfg = server.config
+    if cfg.cluster is None:
+        return {}
+    routes = server.routes
+    out: dict[str, Any] = {
+        "name": cfg.cluster.name, "addr": cfg.cluster.host,
+        "cluster_port": routes.port if routes is not None and routes.port else cfg.cluster.port,
+        "auth_timeout": cfg.cluster.auth_timeout,
+        "urls": [f"{r.host}:{r.port}" for r in cfg.cluster.routes],
+    }
+    if cfg.cluster.tls is not None:  # routes always verify certificates (opts.go getTLSConfig)
+        out.update(tls_timeout=cfg.cluster.tls.timeout, tls_required=True, tls_verify=True)
+    return out
+
+
+def jetstream_varz(server: MonitorHost) -> dict[str, Any]:
+    """nats-server JetStreamVarz: ``config`` (:func:`_js_config`), ``stats`` (usage in
+    bytes, reserved bytes, JetStream accounts, HA assets, API counters) and, in a cluster
+    with a known meta group, ``meta`` (MetaClusterInfo as /jsz ``meta_cluster``). ``{}``
+    without JetStream. jetraft has no server-wide JetStream ``limits`` block, so none is
+    reported (server/monitor.go Varz, JetStreamVarz)."""
+    service = server.jetstream
+    if service is None:
+        return {}
+    usage = _js_usage(service)
+    out: dict[str, Any] = {"config": _js_config(service), "stats": {
+        "memory": usage["memory"], "storage": usage["storage"], "reserved_memory": 0, "reserved_storage": 0,
+        "accounts": len(service.accounts), "ha_assets": usage["ha_assets"],
+        "api": {"level": 1, "total": usage["api_total"], "errors": usage["api_errors"]}}}
+    if service.cluster is not None:
+        meta = service.cluster.meta_cluster_info()
+        if meta is not None:
+            out["meta"] = meta
+    return out
+
+
+def _js_config(service: Any) -> dict[str, Any]:
+    """nats-server JetStreamConfig: limits in bytes (-1: none set; jetraft computes no
+    default quota), ``store_dir``, ``sync_interval`` in ns (0: fsync before each
+    acknowledgement), ``sync_always`` (omitempty), ``strict`` (jetraft refuses unknown
+    fields in API requests, as nats-server's strict mode does)."""
+    cfg = service.config
+    out: dict[str, Any] = {"max_memory": cfg.max_memory_store or -1, "max_storage": cfg.max_file_store or -1,
+                           "store_dir": service.store_dir, "sync_interval": 0 if service.sync_always
+                           else int((cfg.sync_interval or 0) * 1e9)}
+    if cfg.sync_always:
+        out["sync_always"] = True
+    out["strict"] = True
+    if cfg.domain:
+        out["domain"] = cfg.domain
+    return out
+
+
+def _js_usage(service: Any) -> dict[str, int]:
+    """Totals over this server's streams (replicas included): ``streams``, ``consumers``,
+    ``messages``, ``bytes``, ``memory``/``storage`` bytes, API counters, and the streams and
+    consumers this server leads (``leaders``, ``consumer_leaders``; ``ha_assets``: the
+    streams it leads in a cluster, 0 on a single server, whose assets are not replicated).
+    Proportional to the
+    streams and consumers, never to their messages."""
+    cluster = service.cluster
+    usage = dict.fromkeys(("streams", "consumers", "messages", "bytes", "memory", "storage", "api_total",
+                           "api_errors", "leaders", "consumer_leaders"), 0)
+    for acc in service.accounts.values():
+        usage["api_total"] += acc.api_total
+        usage["api_errors"] += acc.api_errors
+        m, f = acc.usage()
+        usage["memory"] += m
+        usage["storage"] += f
+        for name, entry in acc.streams.items():
+            usage["streams"] += 1
+            usage["consumers"] += len(entry.consumers)
+            st = entry.stream.store.state()
+            usage["messages"] += st.messages
+            usage["bytes"] += st.bytes
+            group = cluster.groups.get((acc.name, name)) if cluster is not None else None
+            if group is None or group.is_leader:
+                usage["leaders"] += 1
+                usage["consumer_leaders"] += len(entry.consumers)
+    usage["ha_assets"] = usage["leaders"] if cluster is not None else 0
+    return usage
+
+
+class _CpuSample:
+    """The process's CPU use as nats-server's ``cpu``: percent of one core over the time
+    since the previous sample (at least a second apart; the first sample covers the time
+    since this module was loaded)."""
+
+    def __init__(self) -> None:
+        self.wall, self.cpu, self.percent = time.monotonic(), time.process_time(), 0.0
+
+    def read(self) -> float:
+        wall, cpu = time.monotonic(), time.process_time()
+        if wall - self.wall >= 1.0:
+            self.percent = round(100.0 * (cpu - self.cpu) / (wall - self.wall), 1)
+            self.wall, self.cpu = wall, cpu
+        return max(self.percent, 0.0)
+
+
+_CPU = _CpuSample()
+
+
+def process_figures() -> tuple[int, float]:
+    """(resident memory in bytes from /proc/self/statm, 0 where unreadable; CPU percent of
+    one core, :class:`_CpuSample`) for this process (nats-server server/pse)."""
+    return rss_bytes(), _CPU.read()
+
+
+def rss_bytes() -> int:
+    """This process's resident set size in bytes (0 where /proc is unreadable)."""
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+_DIGEST: list[Any] = [None, ""]
+
+
+def _config_digest(cfg: Any) -> str:
+    """``sha256:<hex>`` of the configuration in force (its parsed form), computed once per
+    loaded configuration."""
+    if _DIGEST[0] is not cfg:
+        _DIGEST[:] = [cfg, "sha256:" + hashlib.sha256(repr(cfg).encode()).hexdigest()]
+    return _DIGEST[1]
+
+
+_HTTP_REQ_STATS: weakref.WeakKeyDictionary[Any, dict[str, int]] = weakref.WeakKeyDictionary()
+
+
+def _http_req_stats(server: MonitorHost) -> dict[str, int]:
+    """Requests answered per monitoring endpoint path on ``server`` (``http_req_stats``)."""
+    return _HTTP_REQ_STATS.setdefault(server, {})
 
 
 @dataclass(frozen=True)
@@ -193,42 +374,19 @@ def jsz(server: MonitorHost, opts: JszOptions | None = None) -> dict[str, Any]:
     if opts.leader_only and cluster is not None and not (
             cluster.meta_group is not None and cluster.meta_group.is_leader):
         raise QueryError(NOT_LEADER)
-    cfg = service.config
-    out["config"] = {"max_memory": cfg.max_memory_store or -1, "max_storage": cfg.max_file_store or -1,
-                     "store_dir": service.store_dir, "sync_interval": 0 if service.sync_always
-                     else int((cfg.sync_interval or 0) * 1e9)}
-    if cfg.sync_always:
-        out["config"]["sync_always"] = True
-    streams = consumers = messages = nbytes = 0
-    mem = store = api_total = api_errors = 0
-    leaders = cons_leaders = 0
-    for acc in service.accounts.values():
-        api_total += acc.api_total
-        api_errors += acc.api_errors
-        m, f = acc.usage()
-        mem += m
-        store += f
-        for name, entry in acc.streams.items():
-            streams += 1
-            consumers += len(entry.consumers)
-            st = entry.stream.store.state()
-            messages += st.messages
-            nbytes += st.bytes
-            group = cluster.groups.get((acc.name, name)) if cluster is not None else None
-            if group is None or group.is_leader:
-                leaders += 1
-                cons_leaders += len(entry.consumers)
-    out.update({"memory": mem, "storage": store, "reserved_memory": 0, "reserved_storage": 0,
-                "accounts": len(service.accounts), "ha_assets": leaders,
-                "api": {"level": 1, "total": api_total, "errors": api_errors}})
-    out["streams"] = streams
+    out["config"] = _js_config(service)
+    usage = _js_usage(service)
+    out.update({"memory": usage["memory"], "storage": usage["storage"], "reserved_memory": 0,
+                "reserved_storage": 0, "accounts": len(service.accounts), "ha_assets": usage["ha_assets"],
+                "api": {"level": 1, "total": usage["api_total"], "errors": usage["api_errors"]}})
+    out["streams"] = usage["streams"]
     if cluster is not None:
-        out["streams_leader"] = leaders
-    out["consumers"] = consumers
+        out["streams_leader"] = usage["leaders"]
+    out["consumers"] = usage["consumers"]
     if cluster is not None:
-        out["consumers_leader"] = cons_leaders
-    out["messages"] = messages
-    out["bytes"] = nbytes
+        out["consumers_leader"] = usage["consumer_leaders"]
+    out["messages"] = usage["messages"]
+    out["bytes"] = usage["bytes"]
     if cluster is not None:
         meta = cluster.meta_cluster_info()
         if meta is not None:
@@ -451,6 +609,10 @@ def subsz(server: MonitorHost, params: dict[str, list[str]]) -> dict[str, Any]:
     return out
 
 
+#: The paths answered (``http_req_stats`` counts requests to these alone).
+ENDPOINTS = ("/", "/healthz", "/varz", "/connz", "/subsz", "/subscriptionsz", "/routez", "/jsz")
+
+
 def make_app(server: MonitorHost):
     """The ASGI application answering the monitoring endpoints for ``server``."""
 
@@ -466,6 +628,10 @@ def make_app(server: MonitorHost):
         if scope["type"] != "http":
             return
         path = scope["path"].rstrip("/") or "/"
+        if path == "/metrics":      # the Prometheus text format, not JSON (net/metrics.py)
+            from jetraft.net.metrics import serve_metrics
+            await serve_metrics(server, scope, send)
+            return
         params = parse_qs(scope.get("query_string", b"").decode("utf-8", "replace"),
                           keep_blank_values=True)
         try:
@@ -486,8 +652,11 @@ def make_app(server: MonitorHost):
     def _answer(path: str, method: str, params: dict[str, list[str]]) -> tuple[int, Any]:
         status = 200
         if method not in ("GET", "HEAD"):
-            status, body = 405, {"error": "method not allowed"}
-        elif path == "/healthz":
+            return 405, {"error": "method not allowed"}
+        if path in ENDPOINTS:  # counted before answering, as nats-server does
+            counts = _http_req_stats(server)
+            counts[path] = counts.get(path, 0) + 1
+        if path == "/healthz":
             status, body = healthz(server, params)
         elif path == "/varz":
             body = varz(server)
@@ -500,9 +669,9 @@ def make_app(server: MonitorHost):
         elif path == "/jsz":
             body = jsz(server, JszOptions.from_query(params))
         elif path == "/":
-            body = {"endpoints": ["/healthz", "/varz", "/connz", "/subsz", "/routez", "/jsz"]}
+            body = {"endpoints": [p for p in ENDPOINTS if p not in ("/", "/subscriptionsz")]}
         else:
-            status, body = 404, {"error": f"no such endpoint {path}"}
+            return 404, {"error": f"no such endpoint {path}"}
         return status, body
 
     return app

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from jetraft import NATS_COMPAT_VERSION
 from jetraft.jetstream.model import format_time
-from jetraft.net.monitor import jsz, varz
+from jetraft.net.monitor import jsz, process_figures, varz
 from jetraft.protocol import Message
 
 if TYPE_CHECKING:
@@ -59,11 +59,12 @@ def statsz(server: MonitorHost) -> dict[str, Any]:
     st = server.stats
     routes = getattr(server, "routes", None)
     peers = list(routes.peers.values()) if routes is not None else []
+    mem, cpu = process_figures()
     out: dict[str, Any] = {
         "start": format_time(server.start_ns),
-        "mem": _rss_bytes(),
+        "mem": mem,
         "cores": os.cpu_count() or 1,
-        "cpu": 0,
+        "cpu": cpu,
         "connections": len(server.clients),
         "total_connections": st.total_connections,
         "active_accounts": len({c.account.name for c in server.clients.values() if c.account}),
@@ -78,14 +79,6 @@ def statsz(server: MonitorHost) -> dict[str, Any]:
                          for i, p in enumerate(sorted(peers, key=lambda p: p.server_name))]
         out["active_servers"] = len(peers) + 1
     return out
-
-
-def _rss_bytes() -> int:
-    try:
-        with open("/proc/self/statm") as fh:
-            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
 
 
 def handle_system_request(server: SysreqHost, subject: str, reply: str | None, payload: bytes) -> bool:

@@ -32,6 +32,8 @@ CLIENT = {"start": "string", "host": "string", "id": "number", "acc": "string", 
           "ver": "string", "server": "string", "kind": "string", "client_type": "string"}
 TERMINATED = {**COMMON, "stream": "string", "consumer": "string", "consumer_seq": "number",
               "stream_seq": "number", "deliveries": "number"}
+ACK_METRIC = {**COMMON, "stream": "string", "consumer": "string", "consumer_seq": "number",
+              "stream_seq": "number", "ack_time": "number", "deliveries": "number"}
 MAX_DELIVER = {**COMMON, "stream": "string", "consumer": "string", "stream_seq": "number",
                "deliveries": "number"}
 
@@ -176,6 +178,40 @@ def test_terminated_and_max_deliveries(js_server):
             assert shape(maxd) == MAX_DELIVER
             assert {k: maxd[k] for k in ("stream", "consumer", "stream_seq", "deliveries")} == \
                 {"stream": "ADV", "consumer": "D", "stream_seq": 3, "deliveries": 1}
+
+    run(scenario)
+
+
+
+def test_sampled_acks_are_published_as_metrics(js_server):
+    async def scenario():
+        async with js_session(js_server.url) as s:
+            await s.jsm.add_stream(name="ADV", subjects=["adv.>"])
+            await s.jsm.add_consumer("ADV", ConsumerConfig(
+                durable_name="ALL", ack_policy=AckPolicy.EXPLICIT, sample_freq="100%"))
+            await s.jsm.add_consumer("ADV", ConsumerConfig(
+                durable_name="NONE", ack_policy=AckPolicy.EXPLICIT))
+            assert (await s.jsm.consumer_info("ADV", "ALL")).config.sample_freq == "100%"
+            for p in (b"1", b"2"):
+                await s.js.publish("adv.x", p)
+            ev = Events()
+            await s.nc.subscribe("$JS.EVENT.METRIC.>", cb=ev.cb)
+            await s.nc.flush()
+            for durable in ("ALL", "NONE"):
+                sub = await s.js.pull_subscribe_bind(durable, "ADV")
+                for msg in await sub.fetch(2, timeout=5):
+                    await msg.ack_sync()
+            got = await ev.wait(2, "two ack metrics")
+            await s.nc.flush()
+            assert [(subj, b["type"], b["consumer_seq"], b["stream_seq"], b["deliveries"])
+                    for subj, b in ev.take()] == [
+                ("$JS.EVENT.METRIC.CONSUMER.ACK.ADV.ALL", "io.nats.jetstream.metric.v1.consumer_ack", 1, 1, 1),
+                ("$JS.EVENT.METRIC.CONSUMER.ACK.ADV.ALL", "io.nats.jetstream.metric.v1.consumer_ack", 2, 2, 1),
+            ]
+            for _, body in got:
+                check_common(body)
+                assert shape(body) == ACK_METRIC
+                assert body["stream"] == "ADV" and body["consumer"] == "ALL" and body["ack_time"] > 0
 
     run(scenario)
 

@@ -77,7 +77,6 @@ UPDATE_CASES = [
 CONSUMER_CASES = [
     ("replay_policy original", {"durable_name": "RO", "ack_policy": "explicit", "replay_policy": "original"}),
     ("rate_limit_bps", {"durable_name": "RL", "deliver_subject": "dl.rl", "rate_limit_bps": 8000}),
-    ("sample_freq", {"durable_name": "SF", "ack_policy": "explicit", "sample_freq": "50%"}),
     ("priority_policy overflow", {"durable_name": "PO", "ack_policy": "explicit",
                                   "priority_policy": "overflow", "priority_groups": ["g"]}),
     ("priority_policy pinned_client", {"durable_name": "PC", "ack_policy": "explicit",
@@ -152,17 +151,17 @@ def test_consumer_settings_jetraft_does_not_act_on_are_refused_and_nothing_is_cr
                     assert "error" not in reply, (name, reply)
                     assert info["name"] == name
             # An update of a consumer to such a setting is refused too and changes nothing.
-            plain = {"durable_name": "UPD", "ack_policy": "explicit"}
+            plain = {"durable_name": "UPD", "deliver_subject": "dl.upd", "ack_policy": "explicit"}
             assert "error" not in await _api(s.nc, "$JS.API.CONSUMER.CREATE.C.UPD", {"stream_name": "C", "config": plain})
             reply = await _api(s.nc, "$JS.API.CONSUMER.CREATE.C.UPD",
-                               {"stream_name": "C", "config": {**plain, "sample_freq": "10%"}})
+                               {"stream_name": "C", "config": {**plain, "rate_limit_bps": 8000}})
             info = await _api(s.nc, "$JS.API.CONSUMER.INFO.C.UPD")
             if server_kind == "jetraft":
-                assert reply.get("error") == consumer_refusal("sample_freq")
-                assert "sample_freq" not in info["config"]
+                assert reply.get("error") == consumer_refusal("rate_limit_bps")
+                assert "rate_limit_bps" not in info["config"]
             else:
                 assert "error" not in reply, reply
-                assert info["config"]["sample_freq"] == "10%"
+                assert info["config"]["rate_limit_bps"] == 8000
 
     run(scenario)
 

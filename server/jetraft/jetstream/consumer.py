@@ -70,6 +70,7 @@ Store access: the counts of messages still to deliver come from the store's
 from __future__ import annotations
 
 import re
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -304,6 +305,9 @@ class Consumer:
         filters = list(config.filter_subjects) or (
             [config.filter_subject] if config.filter_subject else [])
         self._filters = [] if ">" in filters else filters
+        # sample_freq "N%" or "N" (checked on create): the share of acks sent as metrics
+        freq = config.sample_freq.rstrip("%")
+        self._sfreq = int(freq) if freq.lstrip("+-").isdigit() else 0
         self._maxp = config.max_ack_pending if (
             config.ack_policy != "none" and config.max_ack_pending > 0) else 0
         self._ack_prefix = f"$JS.ACK.{self.stream.config.name}.{self.name}."
@@ -1008,8 +1012,10 @@ class Consumer:
         msg = payload
         self._sync_new()
         if msg in (b"", b"+ACK", b"+OK"):
+            self._sample_ack(sseq, dseq, dc, now_ns)
             send_reply = self._ack(sseq, dseq, now_ns) and send_reply
         elif msg.startswith(b"+NXT"):
+            self._sample_ack(sseq, dseq, dc, now_ns)
             self._ack(sseq, dseq, now_ns)
             out.extend(self.request_next(reply or "", msg[4:], now_ns))
             out.extend(self._take_advisories())
@@ -1032,6 +1038,18 @@ class Consumer:
             out.append(Outbound(reply, None, None, b""))
         out.extend(self.poll(now_ns))
         return out
+
+    def _sample_ack(self, sseq: int, dseq: int, dc: int, now: int) -> None:
+        """nats-server ``sampleAck``: an ack of pending ``sseq`` is published as a
+        ``consumer_ack`` metric for ``sample_freq`` percent of acks (``ack_time``: ns since
+        its delivery)."""
+        freq = self._sfreq
+        if freq <= 0 or self.advisory_interest is None or self.config.ack_policy == "none":
+            return
+        p = self._pending.get(sseq)
+        if p is None or (freq < 100 and secrets.randbelow(100) > freq):
+            return
+        self._advise(adv.consumer_ack_metric, dseq, sseq, max(0, now - p[1]), dc, now)
 
     def _ack(self, sseq: int, dseq: int, now: int) -> bool:
         """nats-server ``processAckMsg``; returns whether the ack is answered."""

@@ -122,13 +122,13 @@ def test_recovery_does_not_load_a_stored_consumer_with_an_unsupported_setting(tm
     cdir = tmp_path / "jetstream" / "$G" / "streams" / "C" / "obs" / "old"
     cdir.mkdir(parents=True)
     (cdir / "meta.json").write_text(json.dumps({"config": {"durable_name": "old", "ack_policy": "explicit",
-                                                           "sample_freq": "10%"}, "created": T0}))
+                                                           "replay_policy": "original"}, "created": T0}))
     again = new_account(str(tmp_path))
     again.recover(T0)
     assert list(again.streams["C"].consumers) == ["ok"]
     (problem,) = again.events.named("jetstream_recovery_problem")
     assert (problem["stream"], problem["consumer"]) == ("C", "old")
-    assert problem["detail"] == "consumer not loaded: sample_freq is not supported by jetraft; its files are kept"
+    assert problem["detail"] == "consumer not loaded: replay_policy original is not supported by jetraft; its files are kept"
     assert (cdir / "meta.json").exists()
 
 

@@ -45,7 +45,8 @@ STREAM = "S"
 #: are output (the leader's, sent with its next poll or ack) and whether anyone listens to
 #: them is the restoring server's own.
 NOT_IN_WORKING_STATE = {"stream", "has_interest", "name", "config", "created_ns",
-                        "_filters", "_maxp", "_ack_prefix", "advisory_interest", "_advisories"}
+                        "_filters", "_maxp", "_ack_prefix", "_sfreq", "advisory_interest",
+                        "_advisories"}
 
 
 class _Events:

@@ -82,7 +82,6 @@ def consumer(**fields) -> ConsumerConfig:
 @pytest.mark.parametrize(("setting", "fields"), [
     ("replay_policy original", {"replay_policy": "original"}),
     ("rate_limit_bps", {"deliver_subject": "d", "rate_limit_bps": 8000}),
-    ("sample_freq", {"ack_policy": "explicit", "sample_freq": "50%"}),
     ("priority_policy overflow", {"ack_policy": "explicit", "priority_policy": "overflow",
                                   "priority_groups": ["g"]}),
     ("priority_policy pinned_client", {"ack_policy": "explicit", "priority_policy": "pinned_client",

@@ -55,8 +55,8 @@ class Events:
     async def cb(self, msg) -> None:
         self.got.append((msg.subject, json.loads(msg.data)))
 
-    async def wait(self, count: int, what: str) -> list[tuple[str, dict]]:
-        await poll(lambda: len(self.got) >= count, 10, what)
+    async def wait(self, count: int, what: str, timeout: float = 10) -> list[tuple[str, dict]]:
+        await poll(lambda: len(self.got) >= count, timeout, what)
         return list(self.got)
 
     def take(self) -> list[tuple[str, dict]]:
@@ -307,3 +307,33 @@ def test_cluster_leader_elected_and_actions_in_the_account_and_the_system_accoun
             await sys_.close()
 
     run(scenario, timeout=90)
+
+
+QUORUM_LOST = {**COMMON, "stream": "string", "replicas": "array"}
+
+
+def test_cluster_stream_quorum_lost(three):
+    async def scenario():
+        app = await connect(three.servers["n1"].url, user=APP_USER, password=APP_PASSWORD)
+        try:
+            await request_ok(app, "$JS.API.STREAM.CREATE.Q", {"name": "Q", "subjects": ["q.>"], "num_replicas": 3})
+            info = await request_ok(app, "$JS.API.STREAM.INFO.Q")
+            leader = info["cluster"]["leader"]
+        finally:
+            await app.close()
+        watcher = await connect(three.servers[leader].url, user=APP_USER, password=APP_PASSWORD)
+        try:
+            ev = Events()
+            await watcher.subscribe(f"{ADV}STREAM.QUORUM_LOST.Q", cb=ev.cb)
+            await watcher.flush()
+            for name in three.servers:
+                if name != leader:
+                    three.kill(name)
+            (subj, body), = await ev.wait(1, "quorum lost advisory from the former leader", 60)
+            check_common(body)
+            assert body["type"] == f"{TYPE}stream_quorum_lost"
+            assert shape(body) == QUORUM_LOST and body["stream"] == "Q"
+        finally:
+            await watcher.close()
+
+    run(scenario, timeout=120)

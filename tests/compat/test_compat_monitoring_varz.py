@@ -24,18 +24,18 @@ NOT_REPORTED = {"varz.git_commit", "varz.jetstream.limits", "varz.feature_flags.
                 "varz.feature_flags.js_snapshot_sources"}
 
 
-def differences(path: str, ours, theirs) -> list[str]:
+def differences(path: str, ours, theirs, not_reported=NOT_REPORTED) -> list[str]:
     """Where the keys and JSON types of ``ours`` differ from nats-server's ``theirs``,
-    recursively (a list by its first element)."""
+    recursively (a list by its first element); paths in ``not_reported`` may be missing."""
     if isinstance(theirs, dict) and isinstance(ours, dict):
         out = [f"{path}.{k}: missing" for k in sorted(theirs.keys() - ours.keys())
-               if f"{path}.{k}" not in NOT_REPORTED]
+               if f"{path}.{k}" not in not_reported]
         out += [f"{path}.{k}: not in nats-server" for k in sorted(ours.keys() - theirs.keys())]
         for k in sorted(ours.keys() & theirs.keys()):
-            out += differences(f"{path}.{k}", ours[k], theirs[k])
+            out += differences(f"{path}.{k}", ours[k], theirs[k], not_reported)
         return out
     if isinstance(theirs, list) and isinstance(ours, list):
-        return differences(path + "[]", ours[0], theirs[0]) if ours and theirs else []
+        return differences(path + "[]", ours[0], theirs[0], not_reported) if ours and theirs else []
     mine, ref = json_type(ours), json_type(theirs)
     return [] if mine == ref else [f"{path}: {mine}, nats-server has {ref}"]
 

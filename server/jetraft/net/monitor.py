@@ -1,11 +1,12 @@
 """Monitoring over HTTP on the ``http``/``-m`` port (or HTTPS on ``https``/``-ms``): /healthz,
-/varz, /connz, /subsz, /routez, /jsz.
+/varz, /connz, /subsz, /routez, /jsz, /accountz.
 
 Served by hypercorn (ASGI on trio). Field names, types and units follow nats-server
 server/monitor.go: durations are integer nanoseconds, times RFC 3339 UTC, uptime a Go-style
 duration string. Query parameters as nats-server: ``/connz?subs=1&offset=0&limit=1024``,
 ``/subsz?subs=1&offset=0&limit=1024``, ``/routez?subs=1``,
-``/jsz?accounts=true&streams=true&consumers=true&config=true&acc=A&offset=0&limit=1024``
+``/jsz?accounts=true&streams=true&consumers=true&config=true&acc=A&offset=0&limit=1024``,
+``/accountz?acc=A``
 (and ``leader-only``, ``stream-leader-only``, ``raft``: :class:`JszOptions`).
 """
 
@@ -476,6 +477,53 @@ def _stream_detail(server: MonitorHost, acc: Any, name: str, opts: JszOptions,
     return out
 
 
+def accountz(server: MonitorHost, account: str = "") -> dict[str, Any]:
+    """``/accountz`` (nats-server server/monitor.go Accountz): ``accounts``, the names of
+    every account this server has (sorted; ``$G`` and the system account included), or with
+    ``account`` (``?acc=``) ``account_detail``, that account's AccountInfo
+    (:func:`account_info`). ``system_account`` names the system account. Raises QueryError
+    (answered 400) for an account the server does not have."""
+    out: dict[str, Any] = {"server_id": server.server_id, "now": rfc3339_ns(time.time_ns())}
+    system = server.config.system_account
+    if system:
+        out["system_account"] = system
+    if not account:
+        out["accounts"] = sorted(server.accounts)
+    else:
+        out["account_detail"] = account_info(server, account)
+    return out
+
+
+def account_info(server: MonitorHost, name: str) -> dict[str, Any]:
+    """nats-server AccountInfo for account ``name``: ``update_time`` (when the configuration
+    defining it was loaded), ``is_system`` (omitempty), ``expired`` and ``complete`` (jetraft
+    accounts come from the configuration, never from JWTs: false and true),
+    ``jetstream_enabled``, the local client and leaf node (0) connections, ``subscriptions``
+    and ``sublist_stats`` (jetraft counts subscriptions only: inserts, removes, matches,
+    cache and fan-out figures are 0). No imports, exports or mappings: jetraft has none.
+    Work proportional to the connections (bounded by ``max_connections``). Raises
+    QueryError when there is no such account."""
+    acc = server.accounts.get(name)
+    if acc is None:
+        raise QueryError(f"Account {name} does not exist")
+    service = server.jetstream
+    subs = len(acc.sublist)
+    out: dict[str, Any] = {"account_name": name, "update_time": rfc3339_ns(server.config_load_ns)}
+    if name == server.config.system_account:
+        out["is_system"] = True
+    out.update({
+        "expired": False, "complete": True,
+        "jetstream_enabled": service is not None and name in service.accounts,
+        "leafnode_connections": 0,
+        "client_connections": sum(1 for c in server.clients.values()
+                                  if c.account is not None and c.account.name == name),
+        "subscriptions": subs, "name_tag": name,
+        "sublist_stats": {"num_subscriptions": subs, "num_cache": 0, "num_inserts": 0, "num_removes": 0,
+                          "num_matches": 0, "cache_hit_rate": 0, "max_fanout": 0, "avg_fanout": 0},
+    })
+    return out
+
+
 def routez(server: MonitorHost, params: dict[str, list[str]]) -> dict[str, Any]:
     """``/routez``: one entry per route (nats-server monitor.go Routez/RouteInfo).
     Raises QueryError for a ``subs`` value nats-server refuses."""
@@ -610,7 +658,7 @@ def subsz(server: MonitorHost, params: dict[str, list[str]]) -> dict[str, Any]:
 
 
 #: The paths answered (``http_req_stats`` counts requests to these alone).
-ENDPOINTS = ("/", "/healthz", "/varz", "/connz", "/subsz", "/subscriptionsz", "/routez", "/jsz")
+ENDPOINTS = ("/", "/healthz", "/varz", "/connz", "/subsz", "/subscriptionsz", "/routez", "/jsz", "/accountz")
 
 
 def make_app(server: MonitorHost):
@@ -668,6 +716,8 @@ def make_app(server: MonitorHost):
             body = routez(server, params)
         elif path == "/jsz":
             body = jsz(server, JszOptions.from_query(params))
+        elif path == "/accountz":
+            body = accountz(server, params.get("acc", [""])[0])
         elif path == "/":
             body = {"endpoints": [p for p in ENDPOINTS if p not in ("/", "/subscriptionsz")]}
         else:

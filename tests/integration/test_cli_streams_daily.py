@@ -70,6 +70,88 @@ def test_consumer_edit_changes_the_editable_fields(js_server, tmp_path):
     assert same == "No difference in configuration\n"
 
 
+def test_stream_get_view_and_rmm(js_server, tmp_path):
+    """stream get by sequence and --last-for, stream view of a page, stream rmm of one message."""
+    admin = Admin(js_server.url, tmp_path)
+    admin("stream", "add", "EVENTS", "--subjects", "events.>")
+    admin("pub", "events.a", "first", "-J")
+    admin("pub", "events.b", "second", "-J", "-H", "Trace:abc")
+    admin("pub", "events.a", "third", "-J")
+
+    got = admin("stream", "get", "EVENTS", "2").stdout
+    assert re.match(r"Item: EVENTS#2 received .+ on Subject events\.b\n\n", got), got
+    assert "Headers:\n  Trace: abc\n" in got and got.rstrip().endswith("second")
+    last = admin("stream", "get", "EVENTS", "--last-for", "events.a").stdout
+    assert last.startswith("Item: EVENTS#3 ") and last.rstrip().endswith("third")
+
+    view = admin("stream", "view", "EVENTS").stdout
+    assert re.findall(r"^\[(\d+)\] Subject: (\S+) Received: ", view, re.M) == [
+        ("1", "events.a"), ("2", "events.b"), ("3", "events.a")]
+    assert "  Trace: abc" in view and "first" in view and "third" in view
+    page = admin("stream", "view", "EVENTS", "1", "--id", "2").stdout
+    assert re.findall(r"^\[(\d+)\]", page, re.M) == ["2"]
+    assert admin("stream", "view", "EVENTS", "--subject", "events.b", "--raw").stdout == "second\n"
+
+    refused = admin("stream", "rmm", "EVENTS", "2", code=1)
+    assert_clean_error(refused.stderr, "not confirmed", "-f")
+    assert admin("stream", "rmm", "EVENTS", "2", "-f").stdout == ""
+    gone = admin("stream", "get", "EVENTS", "2", code=1)
+    assert_clean_error(gone.stderr, "no message found (err_code 10037)")
+    info = admin("stream", "info", "EVENTS").stdout
+    assert field(info, "Messages") == ["2"] and field(info, "Deleted Messages") == ["1"]
+
+
+def test_stream_and_consumer_reports(js_server, tmp_path):
+    """stream report and consumer report: natscli's columns, one row per stream or consumer."""
+    admin = Admin(js_server.url, tmp_path)
+    admin("stream", "add", "A1", "--subjects", "a.>")
+    admin("stream", "add", "B2", "--subjects", "b.>", "--storage", "memory")
+    admin("pub", "a.x", "m{{Count}}", "--count", "4", "-J")
+    admin("consumer", "add", "A1", "READER", "--pull")
+    admin("consumer", "next", "A1", "READER", "--count", "1")
+
+    report = admin("stream", "report").stdout
+    assert report.startswith("Obtaining Stream stats\n\n")
+    headers = ["Stream", "Storage", "Placement", "Consumers", "Messages", "Bytes", "Lost", "Deleted",
+               "API Level", "Replicas"]
+    assert re.search(r"│\s*" + r"\s*│\s*".join(headers) + r"\s*│", report), report
+    assert re.search(r"│ A1\s+│ File\s+│\s+│\s+1 │\s+4 │", report), report
+    assert re.search(r"│ B2\s+│ Memory\s+│", report), report
+
+    creport = admin("consumer", "report", "A1").stdout
+    assert creport.startswith("Consumer report for A1 with 1 consumers\n"), creport
+    cheaders = ["Consumer", "Mode", "Ack Policy", "Ack Wait", "Ack Pending", "Redelivered", "Unprocessed",
+                "Ack Floor", "API Level", "Cluster"]
+    assert re.search(r"│\s*" + r"\s*│\s*".join(cheaders) + r"\s*│", creport), creport
+    assert re.search(r"│ READER\s+│ Pull\s+│ Explicit\s+│ 30s\s+│\s+0 │\s+0 │\s+3 / 75% │\s+1 │", creport), creport
+
+    as_json = json.loads(admin("stream", "report", "--json").stdout)
+    assert sorted(s["config"]["name"] for s in as_json) == ["A1", "B2"]
+
+
+def test_json_of_get_edit_and_report_matches_nats_server(start_server, tmp_path):
+    """--json of stream get, stream edit, consumer edit and stream report: the same keys on
+    jetraft as on nats-server."""
+    shapes = {}
+    for kind in ("jetraft", "nats-server"):
+        server = start_server(js_config(tmp_path / f"store-{kind}"), kind=kind)
+        admin = Admin(server.url, tmp_path / kind)
+        admin("stream", "add", "S", "--subjects", "s.>")
+        admin("pub", "s.one", "hello", "-J", "-H", "K:V")
+        admin("consumer", "add", "S", "C", "--pull")
+        got = json.loads(admin("stream", "get", "S", "1", "--json").stdout)
+        edited = json.loads(admin("stream", "edit", "S", "--max-msgs", "9", "-f", "--json").stdout)
+        cedited = json.loads(admin("consumer", "edit", "S", "C", "--max-deliver", "4", "-f", "--json").stdout)
+        report = json.loads(admin("stream", "report", "--json").stdout)
+        assert got["subject"] == "s.one" and got["seq"] == 1 and edited["config"]["max_msgs"] == 9
+        assert cedited["config"]["max_deliver"] == 4
+        shapes[kind] = {"get": sorted(got), "edit": sorted(edited), "edit.config": sorted(edited["config"]),
+                        "cedit": sorted(cedited), "report": sorted(report[0])}
+    assert set(shapes["jetraft"]["get"]) == set(shapes["nats-server"]["get"])
+    for key in ("edit", "cedit", "report"):
+        assert set(shapes["nats-server"][key]) - {"ts", "cluster"} <= set(shapes["jetraft"][key]), key
+
+
 @pytest.fixture
 def auth_server(start_server, tmp_path):
     return start_server(js_config(tmp_path / "store") + '\nauthorization { user: app, password: "app-pw" }\n')
@@ -144,7 +226,17 @@ def test_consumer_info_has_the_cluster_block(cluster, tmp_path):
     assert len(replicas) == 2 and all(", current, " in r for r in replicas), replicas
 
 
-#: STEP4-CONSUMER-CLUSTER
+def test_consumer_report_and_cluster_step_down(cluster, tmp_path):
+    admin = cluster_admin(cluster, tmp_path)
+    (leader,) = field(admin("consumer", "info", "TRIPLE", "DURABLE").stdout, "Leader")
+    creport = admin("consumer", "report", "TRIPLE").stdout
+    assert re.search(rf"│ DURABLE .*│ (\S+, )*{leader}\*(, \S+)* +│$", creport, re.M), creport
+
+    out = admin("consumer", "cluster", "step-down", "TRIPLE", "DURABLE").stdout
+    assert re.search(rf'Requesting leader step down of "{leader}" in a 3 peer RAFT group', out), out
+    (new,) = re.findall(r'New leader elected "(\S+)"', out)
+    assert new != leader and new in cluster.servers
+    assert field(admin("consumer", "info", "TRIPLE", "DURABLE").stdout, "Leader") == [new]
 
 
 def test_placement_errors_say_why_and_what_to_do(cluster, tmp_path):

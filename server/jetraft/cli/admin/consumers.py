@@ -1,8 +1,9 @@
-"""``jetraft consumer ...``: add, info, ls, rm, next."""
+"""``jetraft consumer ...``: add, info, edit, ls, report, rm, next, cluster step-down."""
 
 from __future__ import annotations
 
 import datetime as _dt
+import math
 
 import click
 import nats.errors
@@ -10,10 +11,10 @@ from nats.js import api
 
 from jetraft.cli.admin.groups import AliasedGroup, confirm, force_option, json_option, parsed, pass_options, split_csv
 from jetraft.cli.admin.messages import format_message
-from jetraft.cli.admin.render import consumer_page, print_table
+from jetraft.cli.admin.render import cluster_members, consumer_page, print_table, title_case
 from jetraft.cli.admin.session import CliError, Options, Session, run
-from jetraft.cli.admin.streams import apply_edit
-from jetraft.cli.admin.units import clock, format_count, format_time, parse_duration, since
+from jetraft.cli.admin.streams import apply_edit, poll_new_leader, wait_option
+from jetraft.cli.admin.units import clock, format_count, format_duration, format_time, parse_duration, since
 
 ACK = {"explicit": api.AckPolicy.EXPLICIT, "none": api.AckPolicy.NONE, "all": api.AckPolicy.ALL}
 
@@ -232,6 +233,94 @@ def consumer_ls(opts: Options, stream: str, names: bool) -> None:
             print_table(f"Consumers of {stream} ({len(found)})",
                         ["Name", "Mode", "Created", "Ack Pending", "Unprocessed", "Last Delivery"],
                         rows, right=(3, 4))
+
+    run(opts, body)
+
+
+async def all_consumers(session: Session, stream: str) -> list[api.ConsumerInfo]:
+    """Every consumer of ``stream``, page by page ($JS.API.CONSUMER.LIST.STREAM)."""
+    found: list[api.ConsumerInfo] = []
+    while True:
+        page = await session.jsm.consumers_info(stream, offset=len(found))
+        found.extend(page)
+        if not page or len(page) < 256:
+            return found
+
+
+@consumer.command("report")
+@click.argument("stream")
+@pass_options
+def consumer_report(opts: Options, stream: str) -> None:
+    """A table of a stream's consumers ($JS.API.CONSUMER.LIST.STREAM), as the nats CLI's
+    'Consumer report for STREAM with N consumers': Consumer, Mode, Ack Policy, Ack Wait,
+    Ack Pending, Redelivered, Unprocessed (count / share of the stream's messages), Ack
+    Floor, API Level, Cluster (the leader marked *, a replica behind or offline !)."""
+
+    async def body(session: Session) -> None:
+        info = await session.jsm.stream_info(stream)
+        found = sorted(await all_consumers(session, stream), key=lambda c: c.name)
+        rows = []
+        for c in found:
+            c = await with_cluster(session, c) if c.cluster is None else c
+            pending = c.num_pending or 0
+            unprocessed = "0"
+            if pending:
+                share = min(100, math.floor(pending / max(info.state.messages, 1) * 100))
+                unprocessed = f"{pending:,} / {share}%"
+            level = (c.config.metadata or {}).get("_nats.req.level", "0")
+            rows.append((c.name, "Push" if c.config.deliver_subject else "Pull", title_case(c.config.ack_policy),
+                         format_duration(c.config.ack_wait), format_count(c.num_ack_pending),
+                         format_count(c.num_redelivered), unprocessed,
+                         format_count(c.ack_floor.stream_seq if c.ack_floor else 0), level,
+                         cluster_members(c.cluster)))
+        print_table(f"Consumer report for {stream} with {info.state.consumer_count:,} consumers",
+                    ["Consumer", "Mode", "Ack Policy", "Ack Wait", "Ack Pending", "Redelivered", "Unprocessed",
+                     "Ack Floor", "API Level", "Cluster"], rows, right=(4, 5, 6, 7))
+
+    run(opts, body)
+
+
+@consumer.group("cluster", cls=AliasedGroup)
+def consumer_cluster() -> None:
+    """Manage a consumer's RAFT group: leader step-down."""
+
+
+@consumer_cluster.command("step-down")
+@click.argument("stream")
+@click.argument("name")
+@wait_option
+@json_option
+@pass_options
+def consumer_step_down(opts: Options, stream: str, name: str, wait: float) -> None:
+    """Make a consumer's leader step down ($JS.API.CONSUMER.LEADER.STEPDOWN.STREAM.NAME).
+
+    Prints 'Requesting leader step down of "OLD" in a N peer RAFT group', polls
+    $JS.API.CONSUMER.INFO.STREAM.NAME until another leader is elected (at most --wait
+    seconds) and prints 'New leader elected "NEW"'. On jetraft a consumer is replicated in
+    its stream's RAFT group, so the stream's leader moves with it.
+    """
+
+    async def body(session: Session) -> None:
+        info = await with_cluster(session, await session.jsm.consumer_info(stream, name))
+        if info.cluster is None or not info.cluster.name:
+            raise CliError(f"consumer {stream} > {name} is not clustered: there is no leader to step down")
+        old = info.cluster.leader
+        if not old:
+            raise CliError(f"consumer {stream} > {name} has no leader now: retry once one is elected")
+        peers = 1 + len(info.cluster.replicas or [])
+        if not session.opts.json:
+            session.echo(f'{clock()} Requesting leader step down of "{old}" in a {peers} peer RAFT group')
+        await session.request_json(session.api_subject(f"CONSUMER.LEADER.STEPDOWN.{stream}.{name}"))
+
+        async def leader() -> str | None:
+            current = await with_cluster(session, await session.jsm.consumer_info(stream, name))
+            return current.cluster.leader if current.cluster else None
+
+        new = await poll_new_leader(leader, old, wait)
+        if session.opts.json:
+            session.output_json({"stream": stream, "consumer": name, "old_leader": old, "new_leader": new})
+        else:
+            session.echo(f'{clock()} New leader elected "{new}"')
 
     run(opts, body)
 

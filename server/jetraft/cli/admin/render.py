@@ -65,8 +65,8 @@ class Page:
         return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def _title(value: Any) -> str:
-    """``"workqueue"`` -> ``"WorkQueue"``; ``"explicit"`` -> ``"Explicit"``."""
+def title_case(value: Any) -> str:
+    """An API enum as the ``nats`` CLI shows it: ``"workqueue"`` -> ``"WorkQueue"``; ``"explicit"`` -> ``"Explicit"``."""
     text = getattr(value, "value", value) or ""
     return {"workqueue": "WorkQueue", "last_per_subject": "Last Per Subject",
             "by_start_sequence": "By Start Sequence", "by_start_time": "By Start Time"}.get(text, text.title())
@@ -106,10 +106,10 @@ def stream_page(info: api.StreamInfo) -> str:
         rows.append(("Description", cfg.description))
     rows.append(("Subjects", ", ".join(cfg.subjects or []) or "(none)"))
     rows.append(("Replicas", str(cfg.num_replicas or 1)))
-    rows.append(("Storage", _title(cfg.storage)))
-    rows.append(("Retention", _title(cfg.retention)))
+    rows.append(("Storage", title_case(cfg.storage)))
+    rows.append(("Retention", title_case(cfg.retention)))
     rows.append(("Acknowledgements", str(not cfg.no_ack).lower()))
-    rows.append(("Discard Policy", _title(cfg.discard)))
+    rows.append(("Discard Policy", title_case(cfg.discard)))
     rows.append(("Duplicate Window", format_duration(cfg.duplicate_window)))
     rows.append(("Maximum Messages", format_limit(cfg.max_msgs)))
     rows.append(("Maximum Per Subject", format_limit(cfg.max_msgs_per_subject)))
@@ -161,11 +161,11 @@ def consumer_page(info: api.ConsumerInfo) -> str:
     filters = cfg.filter_subjects or ([cfg.filter_subject] if cfg.filter_subject else [])
     if filters:
         rows.append(("Filter Subject", ", ".join(filters)))
-    rows.append(("Deliver Policy", _title(cfg.deliver_policy)))
-    rows.append(("Ack Policy", _title(cfg.ack_policy)))
+    rows.append(("Deliver Policy", title_case(cfg.deliver_policy)))
+    rows.append(("Ack Policy", title_case(cfg.ack_policy)))
     if cfg.ack_wait:
         rows.append(("Ack Wait", format_duration(cfg.ack_wait)))
-    rows.append(("Replay Policy", _title(cfg.replay_policy)))
+    rows.append(("Replay Policy", title_case(cfg.replay_policy)))
     rows.append(("Maximum Deliveries", format_limit(cfg.max_deliver)))
     if cfg.max_ack_pending:
         rows.append(("Max Ack Pending", format_limit(cfg.max_ack_pending)))
@@ -212,6 +212,18 @@ def config_diff(old: dict[str, Any], new: dict[str, Any]) -> str:
         if key in new:
             lines.append(f'+  "{key}": {json.dumps(new[key])},')
     return "".join(line + "\n" for line in lines)
+
+
+def cluster_members(cluster: api.ClusterInfo | None) -> str:
+    """The Replicas/Cluster cell of the reports, as the ``nats`` CLI writes it: every peer,
+    sorted, the leader marked ``*`` and a replica that is offline or not current ``!``
+    (``n1*, n2, n3!``); "" without cluster information."""
+    if cluster is None:
+        return ""
+    names = [f"{cluster.leader}*"] if cluster.leader else []
+    for peer in cluster.replicas or []:
+        names.append(f"{peer.name}!" if peer.offline or not peer.current else f"{peer.name}")
+    return ", ".join(sorted(names))
 
 
 def console(stderr: bool = False) -> Console:

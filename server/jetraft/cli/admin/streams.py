@@ -1,8 +1,10 @@
-"""``jetraft stream ...``: add, info, ls, rm, purge, cluster step-down, cluster peer-remove."""
+"""``jetraft stream ...``: add, info, edit, ls, report, get, view, rmm, rm, purge, cluster step-down,
+cluster peer-remove."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import time
 
 import click
@@ -19,9 +21,17 @@ from jetraft.cli.admin.groups import (
     pass_options,
     split_csv,
 )
-from jetraft.cli.admin.render import config_diff, print_table, stream_page
+from jetraft.cli.admin.render import cluster_members, config_diff, print_table, stream_page, title_case
 from jetraft.cli.admin.session import CliError, Options, Session, fail, run
-from jetraft.cli.admin.units import clock, format_bytes, format_count, format_time, parse_duration, parse_size
+from jetraft.cli.admin.units import (
+    clock,
+    format_bytes,
+    format_count,
+    format_time,
+    parse_duration,
+    parse_size,
+    since,
+)
 
 #: ``--retention`` names (``work`` is the ``nats`` CLI's word for a work queue).
 RETENTION = {"limits": api.RetentionPolicy.LIMITS, "interest": api.RetentionPolicy.INTEREST,
@@ -279,6 +289,185 @@ def stream_ls(opts: Options, names: bool) -> None:
     run(opts, body)
 
 
+def decode_headers(raw: str | None) -> list[tuple[str, str]]:
+    """The headers of a stored message (``hdrs``: base64 of ``NATS/1.0\\r\\nK: V\\r\\n...``)
+    as (key, value) pairs in their order."""
+    if not raw:
+        return []
+    text = base64.b64decode(raw).decode(errors="replace")
+    pairs = []
+    for line in text.split("\r\n")[1:]:
+        key, sep, value = line.partition(":")
+        if sep and key.strip():
+            pairs.append((key.strip(), value.strip()))
+    return pairs
+
+
+async def get_message(session: Session, stream: str, request: dict) -> dict | None:
+    """One stored message ($JS.API.STREAM.MSG.GET.STREAM with ``request``: ``{"seq": N}``,
+    ``{"last_by_subj": S}`` or ``{"seq": N, "next_by_subj": S}``): the reply's ``message``
+    (subject, seq, hdrs and data in base64, time), or None when there is none (10037)."""
+    try:
+        resp = await session.request_json(session.api_subject(f"STREAM.MSG.GET.{stream}"), request)
+    except nats.js.errors.APIError as exc:
+        if exc.err_code == 10037 and "next_by_subj" in request:
+            return None
+        raise
+    return resp.get("message") or {}
+
+
+@stream.command("get")
+@click.argument("name")
+@click.argument("seq", type=click.IntRange(min=1), required=False)
+@click.option("-S", "--last-for", metavar="SUBJECT", help="The last message stored for SUBJECT.")
+@json_option
+@pass_options
+def stream_get(opts: Options, name: str, seq: int | None, last_for: str | None) -> None:
+    """Show one stored message, by sequence or the last for a subject ($JS.API.STREAM.MSG.GET.NAME).
+
+    Prints 'Item: NAME#SEQ received TIME (AGO ago) on Subject S', its headers under
+    'Headers:', then its body; --json prints the server's message object (subject, seq,
+    hdrs and data in base64, time), as nats-server sends it.
+    """
+    if (seq is None) == (last_for is None):
+        fail("give the message's sequence, or --last-for SUBJECT for the last message on a subject")
+
+    async def body(session: Session) -> None:
+        msg = await get_message(session, name, {"seq": seq} if seq is not None else {"last_by_subj": last_for})
+        if session.opts.json:
+            session.output_json(msg)
+            return
+        session.echo(f"Item: {name}#{msg.get('seq')} received {format_time(msg.get('time'))} "
+                     f"({since(msg.get('time'))} ago) on Subject {msg.get('subject')}\n")
+        headers = decode_headers(msg.get("hdrs"))
+        if headers:
+            session.echo("Headers:")
+            for key, value in headers:
+                session.echo(f"  {key}: {value}")
+            session.echo()
+        session.echo(base64.b64decode(msg.get("data") or "").decode(errors="replace"))
+
+    run(opts, body)
+
+
+@stream.command("view")
+@click.argument("name")
+@click.argument("size", type=click.IntRange(1, 25), default=10)
+@click.option("--id", "start", type=click.IntRange(min=1), help="Start at this sequence.")
+@click.option("--subject", help="Only messages on this subject (wildcards allowed).")
+@click.option("--raw", is_flag=True, help="Print only the bodies.")
+@pass_options
+def stream_view(opts: Options, name: str, size: int, start: int | None, subject: str | None, raw: bool) -> None:
+    """Print a page of SIZE messages (at most 25) from the start of the stream or --id
+    ($JS.API.STREAM.MSG.GET.NAME with next_by_subj, one message at a time).
+
+    Each message is '[SEQ] Subject: S Received: TIME', its headers indented, its body;
+    --raw prints the bodies only. 'Reached apparent end of data' (on stderr) when the
+    stream has no more messages.
+    """
+
+    async def body(session: Session) -> None:
+        seq = start or 1
+        for _ in range(size):
+            msg = await get_message(session, name, {"seq": seq, "next_by_subj": subject or ">"})
+            if msg is None:
+                session.echo("Reached apparent end of data", err=True)
+                return
+            data = base64.b64decode(msg.get("data") or "").decode(errors="replace")
+            if raw:
+                session.echo(data)
+            else:
+                session.echo(f"[{msg.get('seq')}] Subject: {msg.get('subject')} Received: {format_time(msg.get('time'))}")
+                headers = decode_headers(msg.get("hdrs"))
+                if headers:
+                    session.echo()
+                    for key, value in headers:
+                        session.echo(f"  {key}: {value}")
+                session.echo()
+                session.echo(data if data else "nil body")
+                session.echo()
+            seq = int(msg.get("seq") or seq) + 1
+
+    run(opts, body)
+
+
+@stream.command("rmm")
+@click.argument("name")
+@click.argument("seq", type=click.IntRange(min=1))
+@force_option
+@pass_options
+def stream_rmm(opts: Options, name: str, seq: int, force: bool) -> None:
+    """Remove one message, overwriting it on disk ($JS.API.STREAM.MSG.DELETE.NAME, {"seq": SEQ});
+    prints nothing when done, as the nats CLI."""
+    confirm(force, f"Really remove message {seq} from Stream {name}?")
+
+    async def body(session: Session) -> None:
+        await session.request_json(session.api_subject(f"STREAM.MSG.DELETE.{name}"), {"seq": seq})
+
+    run(opts, body)
+
+
+async def all_stream_dicts(session: Session) -> list[dict]:
+    """Every stream's info as the server sends it, page by page ($JS.API.STREAM.LIST)."""
+    found: list[dict] = []
+    while True:
+        page = await session.request_json(session.api_subject("STREAM.LIST"), {"offset": len(found)})
+        items = page.get("streams") or []
+        found.extend(items)
+        if not items or len(found) >= int(page.get("total") or 0):
+            return found
+
+
+@stream.command("report")
+@click.option("-o", "--consumers", "by_consumers", is_flag=True, help="Sort by number of consumers.")
+@click.option("-m", "--messages", "by_messages", is_flag=True, help="Sort by number of messages.")
+@click.option("-n", "--name", "by_name", is_flag=True, help="Sort by stream name.")
+@json_option
+@pass_options
+def stream_report(opts: Options, by_consumers: bool, by_messages: bool, by_name: bool) -> None:
+    """A table of every stream ($JS.API.STREAM.LIST), as the nats CLI's 'Stream Report':
+    Stream, Storage, Placement, Consumers, Messages, Bytes, Lost, Deleted, API Level and
+    Replicas (the leader marked *, a replica behind or offline !). Sorted by size unless
+    told otherwise; --json prints the stream infos."""
+
+    async def body(session: Session) -> None:
+        raw = await all_stream_dicts(session)
+        if session.opts.json:
+            session.output_json(raw)
+            return
+        session.echo("Obtaining Stream stats\n")
+        # from_response converts the nested objects of the dict it is given: hand it a copy.
+        pairs = [(api.StreamInfo.from_response(dict(item)), (item.get("state") or {}).get("lost") or {})
+                 for item in raw]
+        if by_consumers:
+            pairs.sort(key=lambda p: p[0].state.consumer_count)
+        elif by_messages:
+            pairs.sort(key=lambda p: p[0].state.messages)
+        elif by_name:
+            pairs.sort(key=lambda p: p[0].config.name or "")
+        else:
+            pairs.sort(key=lambda p: (p[0].state.bytes, p[0].config.name or ""))
+        here = server_name(session)
+        rows = []
+        for info, lost in pairs:
+            cfg, state = info.config, info.state
+            placement = ""
+            if cfg.placement is not None:
+                placement = f"cluster: {cfg.placement.cluster} " if cfg.placement.cluster else ""
+                placement += f"tags: {', '.join(cfg.placement.tags)}" if cfg.placement.tags else ""
+            lost_text = (f"{format_count(len(lost.get('msgs') or []))} ({format_bytes(lost.get('bytes'))})"
+                         if lost.get("msgs") else "0")
+            level = (cfg.metadata or {}).get("_nats.req.level", "0")
+            cluster = info.cluster if info.cluster is not None else api.ClusterInfo(leader=here)
+            rows.append((cfg.name, title_case(cfg.storage or "file"), placement.strip(), format_count(state.consumer_count),
+                         format_count(state.messages), format_bytes(state.bytes), lost_text,
+                         format_count(state.num_deleted), level, cluster_members(cluster)))
+        print_table("Stream Report", ["Stream", "Storage", "Placement", "Consumers", "Messages", "Bytes", "Lost",
+                                      "Deleted", "API Level", "Replicas"], rows, right=(3, 4, 5, 7))
+
+    run(opts, body)
+
+
 @stream.command("rm")
 @click.argument("name")
 @force_option
@@ -339,10 +528,14 @@ async def poll_new_leader(fetch, old: str | None, wait: float) -> str:
     raise CliError(f"no new leader within {wait:g}s: {still}")
 
 
+#: ``--wait SECONDS`` of the step-down commands: how long to wait for the new leader.
+wait_option = click.option("--wait", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+                           metavar="SECONDS", help="How long to wait for the new leader.")
+
+
 @stream_cluster.command("step-down")
 @click.argument("name")
-@click.option("--wait", type=click.FloatRange(min=0.1), default=10.0, show_default=True, metavar="SECONDS",
-              help="How long to wait for the new leader.")
+@wait_option
 @json_option
 @pass_options
 def stream_step_down(opts: Options, name: str, wait: float) -> None:

@@ -50,7 +50,7 @@ def test_stream_edit_shows_the_difference_then_updates(js_server, tmp_path):
     assert_clean_error(refused.stderr, "not confirmed", "-f")
     assert field(admin("stream", "info", "ORDERS").stdout, "Maximum Messages") == ["100"]
     missing = admin("stream", "edit", "NOPE", "--max-msgs", "5", "-f", code=1)
-    assert_clean_error(missing.stderr, "stream not found (err_code 10059)")
+    assert_clean_error(missing.stderr, "stream not found (err_code 10059)", "jetraft stream ls")
 
 
 def test_consumer_edit_changes_the_editable_fields(js_server, tmp_path):
@@ -96,7 +96,9 @@ def test_stream_get_view_and_rmm(js_server, tmp_path):
     assert_clean_error(refused.stderr, "not confirmed", "-f")
     assert admin("stream", "rmm", "EVENTS", "2", "-f").stdout == ""
     gone = admin("stream", "get", "EVENTS", "2", code=1)
-    assert_clean_error(gone.stderr, "no message found (err_code 10037)")
+    assert_clean_error(gone.stderr, "no message found (err_code 10037)", "jetraft stream info EVENTS")
+    neither = admin("stream", "get", "EVENTS", code=1)
+    assert_clean_error(neither.stderr, "sequence", "--last-for")
     info = admin("stream", "info", "EVENTS").stdout
     assert field(info, "Messages") == ["2"] and field(info, "Deleted Messages") == ["1"]
 

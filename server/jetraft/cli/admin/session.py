@@ -340,6 +340,8 @@ API_ADVICE = {
     10008: "the cluster has no JetStream meta leader now (an election is under way, or too few servers "
            "are up for a quorum): retry in a few seconds; if it lasts, check the servers "
            "(jetraft server report jetstream)",
+    10014: "check the consumer's name (jetraft consumer ls STREAM)",
+    10059: "check the stream's name (jetraft stream ls)",
     10075: "no other server can take this replica under the stream's placement: add a server that fits "
            "(tags, zone), or lower the stream's replicas",
 }

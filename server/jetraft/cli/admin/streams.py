@@ -306,13 +306,17 @@ def decode_headers(raw: str | None) -> list[tuple[str, str]]:
 async def get_message(session: Session, stream: str, request: dict) -> dict | None:
     """One stored message ($JS.API.STREAM.MSG.GET.STREAM with ``request``: ``{"seq": N}``,
     ``{"last_by_subj": S}`` or ``{"seq": N, "next_by_subj": S}``): the reply's ``message``
-    (subject, seq, hdrs and data in base64, time), or None when there is none (10037)."""
+    (subject, seq, hdrs and data in base64, time). No such message (10037) is None for a
+    ``next_by_subj`` request, else a CliError that says where to look."""
     try:
         resp = await session.request_json(session.api_subject(f"STREAM.MSG.GET.{stream}"), request)
     except nats.js.errors.APIError as exc:
-        if exc.err_code == 10037 and "next_by_subj" in request:
+        if exc.err_code != 10037:
+            raise
+        if "next_by_subj" in request:
             return None
-        raise
+        raise CliError(f"{exc.description or 'no message found'} (err_code 10037): it was removed, or is "
+                       f"outside the stream's sequences (see jetraft stream info {stream})") from None
     return resp.get("message") or {}
 
 

@@ -91,6 +91,9 @@ def test_stream_get_view_and_rmm(js_server, tmp_path):
     page = admin("stream", "view", "EVENTS", "1", "--id", "2").stdout
     assert re.findall(r"^\[(\d+)\]", page, re.M) == ["2"]
     assert admin("stream", "view", "EVENTS", "--subject", "events.b", "--raw").stdout == "second\n"
+    assert admin("stream", "view", "EVENTS", "--since", "1h", "--raw").stdout == "first\nsecond\nthird\n"
+    later = admin("stream", "view", "EVENTS", "--since", "1ms")
+    assert later.stdout == "" and "Reached apparent end of data" in later.stderr
 
     refused = admin("stream", "rmm", "EVENTS", "2", code=1)
     assert_clean_error(refused.stderr, "not confirmed", "-f")

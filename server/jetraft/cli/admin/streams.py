@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import datetime as _dt
 import time
 
 import click
@@ -30,6 +31,7 @@ from jetraft.cli.admin.units import (
     format_time,
     parse_duration,
     parse_size,
+    parse_time,
     since,
 )
 
@@ -354,16 +356,36 @@ def stream_get(opts: Options, name: str, seq: int | None, last_for: str | None) 
     run(opts, body)
 
 
+async def first_since(session: Session, stream: str, cutoff: _dt.datetime) -> int:
+    """The first sequence of ``stream`` whose message was received at or after ``cutoff``
+    (one past the last sequence when none was): a binary search over the sequences, one
+    $JS.API.STREAM.MSG.GET per probe (about log2 of the message count)."""
+    info = await session.jsm.stream_info(stream)
+    lo, hi = info.state.first_seq or 1, info.state.last_seq + 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        msg = await get_message(session, stream, {"seq": mid, "next_by_subj": ">"})
+        received = parse_time(msg.get("time")) if msg else None
+        if msg is None or (received is not None and received >= cutoff):
+            hi = mid
+        else:
+            lo = int(msg.get("seq") or mid) + 1
+    return lo
+
+
 @stream.command("view")
 @click.argument("name")
 @click.argument("size", type=click.IntRange(1, 25), default=10)
 @click.option("--id", "start", type=click.IntRange(min=1), help="Start at this sequence.")
+@click.option("--since", "since_ago", callback=parsed(parse_duration, "e.g. 1h, 1d3h5m2s"),
+              help="Start at the first message received within this long before now.")
 @click.option("--subject", help="Only messages on this subject (wildcards allowed).")
 @click.option("--raw", is_flag=True, help="Print only the bodies.")
 @pass_options
-def stream_view(opts: Options, name: str, size: int, start: int | None, subject: str | None, raw: bool) -> None:
-    """Print a page of SIZE messages (at most 25) from the start of the stream or --id
-    ($JS.API.STREAM.MSG.GET.NAME with next_by_subj, one message at a time).
+def stream_view(opts: Options, name: str, size: int, start: int | None, since_ago: float | None,
+                subject: str | None, raw: bool) -> None:
+    """Print a page of SIZE messages (at most 25) from the start of the stream, --id or
+    --since ($JS.API.STREAM.MSG.GET.NAME with next_by_subj, one message at a time).
 
     Each message is '[SEQ] Subject: S Received: TIME', its headers indented, its body;
     --raw prints the bodies only. 'Reached apparent end of data' (on stderr) when the
@@ -372,6 +394,9 @@ def stream_view(opts: Options, name: str, size: int, start: int | None, subject:
 
     async def body(session: Session) -> None:
         seq = start or 1
+        if since_ago is not None:
+            cutoff = _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(seconds=since_ago)
+            seq = await first_since(session, name, cutoff)
         for _ in range(size):
             msg = await get_message(session, name, {"seq": seq, "next_by_subj": subject or ">"})
             if msg is None:
@@ -401,8 +426,9 @@ def stream_view(opts: Options, name: str, size: int, start: int | None, subject:
 @force_option
 @pass_options
 def stream_rmm(opts: Options, name: str, seq: int, force: bool) -> None:
-    """Remove one message, overwriting it on disk ($JS.API.STREAM.MSG.DELETE.NAME, {"seq": SEQ});
-    prints nothing when done, as the nats CLI."""
+    """Remove one message ($JS.API.STREAM.MSG.DELETE.NAME, {"seq": SEQ}; nats-server also
+    overwrites its bytes, jetraft tombstones the record); prints nothing when done, as the
+    nats CLI."""
     confirm(force, f"Really remove message {seq} from Stream {name}?")
 
     async def body(session: Session) -> None:

@@ -49,6 +49,9 @@ def test_stream_edit_shows_the_difference_then_updates(js_server, tmp_path):
     assert "Differences (-old +new):" in refused.stdout
     assert_clean_error(refused.stderr, "not confirmed", "-f")
     assert field(admin("stream", "info", "ORDERS").stdout, "Maximum Messages") == ["100"]
+    dry = admin("stream", "edit", "ORDERS", "--max-msgs", "7", "--dry-run", code=1)
+    assert re.search(r'^\+\s+"max_msgs": 7,?$', dry.stdout, re.M) and "was updated" not in dry.stdout
+    assert field(admin("stream", "info", "ORDERS").stdout, "Maximum Messages") == ["100"]
     missing = admin("stream", "edit", "NOPE", "--max-msgs", "5", "-f", code=1)
     assert_clean_error(missing.stderr, "stream not found (err_code 10059)", "jetraft stream ls")
 
@@ -68,6 +71,8 @@ def test_consumer_edit_changes_the_editable_fields(js_server, tmp_path):
     assert field(info, "Description") == ["the worker"] and field(info, "Max Ack Pending") == ["50"]
     same = admin("consumer", "edit", "JOBS", "WORKER", "--max-deliver", "7", "-f").stdout
     assert same == "No difference in configuration\n"
+    ghost = admin("consumer", "edit", "JOBS", "GHOST", "--max-deliver", "2", "-f", code=1)
+    assert_clean_error(ghost.stderr, "consumer not found (err_code 10014)", "jetraft consumer ls")
 
 
 def test_stream_get_view_and_rmm(js_server, tmp_path):

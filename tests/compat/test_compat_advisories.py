@@ -121,6 +121,27 @@ def test_stream_and_consumer_actions_and_api_audit(js_server):
     run(scenario)
 
 
+def test_a_stream_deleted_with_its_consumers_announces_each_consumer_first(js_server):
+    async def scenario():
+        async with js_session(js_server.url) as s:
+            await s.jsm.add_stream(name="ADV", subjects=["adv.>"])
+            for durable in ("A", "B"):
+                await s.jsm.add_consumer("ADV", ConsumerConfig(durable_name=durable, ack_policy=AckPolicy.EXPLICIT))
+            ev = Events()
+            await s.nc.subscribe("$JS.EVENT.ADVISORY.*.DELETED.>", cb=ev.cb)
+            await s.nc.flush()
+            await s.jsm.delete_stream("ADV")
+            await ev.wait(3, "three deletes")
+            await s.nc.flush()
+            got = ev.take()
+            assert sorted(subj for subj, _ in got[:2]) == [f"{ADV}CONSUMER.DELETED.ADV.A",
+                                                          f"{ADV}CONSUMER.DELETED.ADV.B"]
+            assert [subj for subj, _ in got[2:]] == [f"{ADV}STREAM.DELETED.ADV"]
+            assert all(shape(b) == CONSUMER_ACTION and b["action"] == "delete" for _, b in got[:2])
+
+    run(scenario)
+
+
 def test_every_api_answer_is_audited_errors_and_reads_included(js_server):
     async def scenario():
         async with js_session(js_server.url) as s:

@@ -813,9 +813,18 @@ class JetStreamAccount:
         if payload.strip():
             raise E.not_empty_request()
         entry = self._entry(tokens[4])
+        consumers = list(entry.consumers)
         out = [Reply(m) for m in self.delete_replica(entry.name)]
         self.events.emit("jetstream_stream_deleted", account=self.name, stream=entry.name)
-        return {"success": True}, out + self.advise(adv.stream_action, entry.name, "delete", now_ns)
+        return {"success": True}, out + self.deleted_advisories(entry.name, consumers, now_ns)
+
+    def deleted_advisories(self, stream: str, consumers: list[str], now_ns: int) -> list[Reply]:
+        """The advisories of a stream's deletion, as nats-server sends them: a
+        ``CONSUMER.DELETED`` for each consumer it still had, then ``STREAM.DELETED``."""
+        out: list[Reply] = []
+        for cname in consumers:
+            out.extend(self.advise(adv.consumer_action, stream, cname, "delete", now_ns))
+        return out + self.advise(adv.stream_action, stream, "delete", now_ns)
 
     def _api_stream_purge(self, tokens: list[str], payload: bytes, now_ns: int):
         req = decode_request(payload, "JSApiStreamPurgeRequest") or {}

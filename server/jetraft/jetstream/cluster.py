@@ -568,11 +568,17 @@ class ClusterController:
             if now is not None and now.group == sa.group and not self.replaying:
                 self._ensure_replica(sa, kind, change.old_peers)
         elif kind == "stream_removed":
+            acc = self.accounts.get(sa.account)
+            entry = acc.streams.get(sa.name) if acc is not None else None
+            # a follower's replica may not have applied its last consumer deletes yet
+            led = entry is not None and self._led(sa.account, sa.name)
+            consumers = list(entry.consumers) if led else []
             self._drop_replica((sa.account, sa.name), delete=True)
             answer = self._meta_answer("delete", sa.account, sa.name, {"success": True})
-            if answer:          # the server that answers the delete announces it
+            if answer and acc is not None:      # the server that answers the delete announces it
                 self._out.extend(answer)
-                self._stream_advisory(sa.account, sa.name, "delete")
+                for r in acc.deleted_advisories(sa.name, consumers, now_ns):
+                    self._send(sa.account, r.out)
         elif kind == "server_removed":
             self._server_removed(change)
         elif kind == "member_store" and change.server == self.me:

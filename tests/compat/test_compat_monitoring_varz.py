@@ -24,9 +24,21 @@ NOT_REPORTED = {"varz.git_commit", "varz.jetstream.limits", "varz.feature_flags.
                 "varz.feature_flags.js_snapshot_sources"}
 
 
+def merged(items: list):
+    """The elements of a JSON array as one: for objects, every key any of them has (omitempty
+    keys differ between elements); otherwise the first element."""
+    if not all(isinstance(item, dict) for item in items):
+        return items[0]
+    out: dict = {}
+    for item in items:
+        for key, value in item.items():
+            out.setdefault(key, value)
+    return out
+
+
 def differences(path: str, ours, theirs, not_reported=NOT_REPORTED) -> list[str]:
     """Where the keys and JSON types of ``ours`` differ from nats-server's ``theirs``,
-    recursively (a list by its first element); paths in ``not_reported`` may be missing."""
+    recursively (a list by its elements, :func:`merged`); paths in ``not_reported`` may be missing."""
     if isinstance(theirs, dict) and isinstance(ours, dict):
         out = [f"{path}.{k}: missing" for k in sorted(theirs.keys() - ours.keys())
                if f"{path}.{k}" not in not_reported]
@@ -35,7 +47,7 @@ def differences(path: str, ours, theirs, not_reported=NOT_REPORTED) -> list[str]
             out += differences(f"{path}.{k}", ours[k], theirs[k], not_reported)
         return out
     if isinstance(theirs, list) and isinstance(ours, list):
-        return differences(path + "[]", ours[0], theirs[0], not_reported) if ours and theirs else []
+        return differences(path + "[]", merged(ours), merged(theirs), not_reported) if ours and theirs else []
     mine, ref = json_type(ours), json_type(theirs)
     return [] if mine == ref else [f"{path}: {mine}, nats-server has {ref}"]
 

@@ -33,6 +33,7 @@ from jetraft.events import rfc3339_ns
 from jetraft.jetstream.model import format_time
 from jetraft.net.js_health import HealthzOptions
 from jetraft.net.js_health import healthz as js_healthz
+from jetraft.protocol.subjects import is_valid_literal_subject, subject_matches
 
 if TYPE_CHECKING:
     from jetraft.net.ports import MonitorHost
@@ -525,8 +526,11 @@ def account_info(server: MonitorHost, name: str) -> dict[str, Any]:
 
 
 def routez(server: MonitorHost, params: dict[str, list[str]]) -> dict[str, Any]:
-    """``/routez``: one entry per route (nats-server monitor.go Routez/RouteInfo).
-    Raises QueryError for a ``subs`` value nats-server refuses."""
+    """``/routez``: one entry per route, by remote server name (nats-server
+    server/monitor.go Routez, RouteInfo); ``subs=1`` adds each route's
+    ``subscriptions_list`` (the subjects the peer has interest in). ``rtt`` is ``"0s"``
+    (jetraft does not measure round trips) and ``compression`` ``"off"`` (jetraft does not
+    compress routes). Raises QueryError for a ``subs`` value nats-server refuses."""
     subs = _flag(params, "subs")
     now = time.time_ns()
     routes = []
@@ -542,14 +546,15 @@ def routez(server: MonitorHost, params: dict[str, list[str]]) -> dict[str, Any]:
             "is_configured": bool(conn.target is not None and conn.target.configured),
             "ip": conn.ip, "port": conn.port,
             "start": rfc3339_ns(conn.start_ns), "last_activity": rfc3339_ns(conn.last_activity_ns),
+            "rtt": "0s",
             "uptime": f"{(now - conn.start_ns) // NS}s", "idle": f"{(now - conn.last_activity_ns) // NS}s",
             "pending_size": conn.pending_bytes, "in_msgs": conn.in_msgs, "out_msgs": conn.out_msgs,
             "in_bytes": conn.in_bytes, "out_bytes": conn.out_bytes,
             "subscriptions": len(conn.interest),
-            "tags": list(peer.tags), "jetstream": peer.jetstream,
         }
-        if subs:
+        if subs and conn.interest:
             entry["subscriptions_list"] = sorted(subject for _acc, subject, _q in conn.interest)
+        entry["compression"] = "off"
         routes.append(entry)
     return {"server_id": server.server_id, "server_name": server.server_name, "now": rfc3339_ns(now),
             "num_routes": len(routes), "routes": routes}
@@ -604,57 +609,145 @@ def _flag(params: dict[str, list[str]], key: str) -> bool:
                      f"{_go_quote(text)}: invalid syntax")
 
 
+#: /connz ``sort`` values and the connection figure each sorts by (descending, but ``cid``);
+#: nats-server server/monitor_sort_opts.go. ``stop`` and ``reason`` need closed connections.
+_CONNZ_SORT: dict[str, Any] = {
+    "cid": lambda c, now: c.cid, "start": lambda c, now: c.start_ns, "subs": lambda c, now: len(c.subs),
+    "pending": lambda c, now: c.pending_bytes, "msgs_to": lambda c, now: c.out_msgs,
+    "msgs_from": lambda c, now: c.in_msgs, "bytes_to": lambda c, now: c.out_bytes,
+    "bytes_from": lambda c, now: c.in_bytes, "last": lambda c, now: c.last_activity,
+    "idle": lambda c, now: now - c.last_activity, "uptime": lambda c, now: now - c.start_ns,
+    "rtt": lambda c, now: 0,
+}
+
+
 def connz(server: MonitorHost, params: dict[str, list[str]]) -> dict[str, Any]:
-    """``/connz``: one entry per client connection (nats-server monitor.go Connz).
-    Raises QueryError for a parameter nats-server refuses (auth, subs, offset, limit, state)."""
-    _flag(params, "auth")
-    subs = _flag(params, "subs")
+    """``/connz``: the client connections (nats-server server/monitor.go Connz, ConnInfo).
+
+    Query: ``sort`` (:data:`_CONNZ_SORT`; by ``cid`` ascending by default), ``auth`` (add
+    ``authorized_user``, ``account`` unless ``$G``, ``name_tag``), ``subs`` (1: add
+    ``subscriptions_list``; ``detail``: ``subscriptions_list_detail``), ``offset``/``limit``
+    (default 1024), ``cid`` (that connection alone), ``state`` (``open``, ``closed``, ``any``:
+    jetraft keeps no closed connections, so ``closed`` lists none), ``acc`` and ``user``
+    (only the connections of that account, that user). ``rtt`` is ``"0s"``: jetraft does not
+    measure round trips. Work is O(c log c) for c connections (bounded by
+    ``max_connections``). Raises QueryError for a parameter nats-server refuses."""
+    sort = params.get("sort", [""])[0] or "cid"
+    auth = _flag(params, "auth")
+    detail = params.get("subs", [""])[0].lower() == "detail"
+    subs = _flag(params, "subs") and not detail
     offset, limit = _page(params)
+    cid = _query_uint(params, "cid")
     state = params.get("state", [""])[0]
     if state and state.lower() not in ("open", "closed", "any", "all"):
         raise QueryError(f"Error decoding state for {state}")
+    if sort not in _CONNZ_SORT:
+        if sort in ("stop", "reason") and state.lower() != "closed":
+            raise QueryError(f"sort by {sort} only valid on closed connections")
+        if sort not in ("stop", "reason"):
+            raise QueryError(f"invalid sorting option: {sort}")
+    account, user = params.get("acc", [""])[0], params.get("user", [""])[0]
     now = time.time_ns()
-    clients = sorted(server.clients.values(), key=lambda c: c.cid)
-    conns = []
-    for c in clients[offset:offset + limit]:
-        entry: dict[str, Any] = {
-            "cid": c.cid, "kind": "Client", "type": "nats", "ip": c.ip, "port": c.port,
-            "start": rfc3339_ns(c.start_ns), "last_activity": rfc3339_ns(c.last_activity),
-            "uptime": f"{(now - c.start_ns) // NS}s", "idle": f"{(now - c.last_activity) // NS}s",
-            "pending_bytes": c.pending_bytes, "in_msgs": c.in_msgs, "out_msgs": c.out_msgs,
-            "in_bytes": c.in_bytes, "out_bytes": c.out_bytes, "subscriptions": len(c.subs),
-        }
-        for key in ("name", "lang", "version"):
-            value = getattr(c, key)
-            if value:
-                entry[key] = value
-        if c.identity is not None:
-            if c.identity.user:
-                entry["authorized_user"] = c.identity.user
-            entry["account"] = c.identity.account
-        if subs:
-            entry["subscriptions_list"] = sorted(s.subject for s in c.subs.values())
-        conns.append(entry)
+    clients = [] if state.lower() == "closed" else list(server.clients.values())
+    if account:
+        clients = [c for c in clients if c.account is not None and c.account.name == account]
+    if user:
+        clients = [c for c in clients if c.identity is not None and c.identity.user == user]
+    if cid:
+        clients, offset, limit = [c for c in clients if c.cid == cid], 0, 1
+    clients.sort(key=lambda c: c.cid)
+    if sort != "cid":  # descending; stable, so ties stay in cid order
+        key = _CONNZ_SORT.get(sort, _CONNZ_SORT["cid"])
+        clients.sort(key=lambda c: key(c, now), reverse=True)
+    conns = [_conn_info(c, now, auth=auth, subs=subs, detail=detail) for c in clients[offset:offset + limit]]
     return {"server_id": server.server_id, "now": rfc3339_ns(now), "num_connections": len(conns),
             "total": len(clients), "offset": offset, "limit": limit, "connections": conns}
 
 
+def _conn_info(c: Any, now: int, *, auth: bool, subs: bool, detail: bool) -> dict[str, Any]:
+    """nats-server ConnInfo for client connection ``c`` (see :func:`connz`)."""
+    entry: dict[str, Any] = {
+        "cid": c.cid, "kind": "Client", "type": "nats", "ip": c.ip, "port": c.port,
+        "start": rfc3339_ns(c.start_ns), "last_activity": rfc3339_ns(c.last_activity), "rtt": "0s",
+        "uptime": f"{(now - c.start_ns) // NS}s", "idle": f"{(now - c.last_activity) // NS}s",
+        "pending_bytes": c.pending_bytes, "in_msgs": c.in_msgs, "out_msgs": c.out_msgs,
+        "in_bytes": c.in_bytes, "out_bytes": c.out_bytes, "subscriptions": len(c.subs),
+    }
+    for key in ("name", "lang", "version"):
+        value = getattr(c, key)
+        if value:
+            entry[key] = value
+    if c.subs and subs:
+        entry["subscriptions_list"] = sorted(s.subject for s in c.subs.values())
+    if c.subs and detail:
+        entry["subscriptions_list_detail"] = [_sub_detail(s, c.cid) for s in c.subs.values()]
+    if auth and c.identity is not None:
+        if c.identity.user:
+            entry["authorized_user"] = c.identity.user
+        if c.identity.account != "$G":
+            entry["account"] = c.identity.account
+        entry["name_tag"] = c.identity.account
+    return entry
+
+
+def _sub_detail(sub: Any, cid: int, account: str | None = None) -> dict[str, Any]:
+    """nats-server SubDetail: ``account`` and ``account_tag`` (in /subsz), subject, queue
+    group (omitempty), sid, messages delivered, ``max`` (an auto-unsubscribe limit), cid."""
+    out: dict[str, Any] = {"account": account, "account_tag": account} if account else {}
+    out["subject"] = sub.subject
+    if sub.queue:
+        out["qgroup"] = sub.queue
+    out.update(sid=sub.sid, msgs=sub.delivered)
+    if sub.max_msgs:
+        out["max"] = sub.max_msgs
+    out["cid"] = cid
+    return out
+
+
 def subsz(server: MonitorHost, params: dict[str, list[str]]) -> dict[str, Any]:
-    """``/subsz``: subscription counts, and with ``subs=1`` the subscriptions themselves."""
+    """``/subsz`` (nats-server server/monitor.go Subsz, SublistStats): the subscription count
+    over every account and, with ``subs=1``, the client subscriptions themselves (one
+    SubDetail each; ``acc=`` keeps one account's, ``test=<subject>`` those a message on that
+    subject would reach), paged by ``offset``/``limit``. jetraft counts subscriptions only:
+    the sublist's cache, insert, remove, match and fan-out figures are 0. Work is
+    proportional to the subscriptions, bounded by the connections' subscription limits.
+    Raises QueryError for a parameter nats-server refuses."""
+    detail = _flag(params, "subs")
     offset, limit = _page(params)
+    test = params.get("test", [""])[0]
+    if test and not is_valid_literal_subject(test):
+        raise QueryError(f"invalid test subject, must be valid publish subject: {test}")
     total = sum(len(a.sublist) for a in server.accounts.values())
     out: dict[str, Any] = {"server_id": server.server_id, "now": rfc3339_ns(time.time_ns()),
-                           "num_subscriptions": total}
-    if _flag(params, "subs"):
+                           "num_subscriptions": total, "num_cache": 0, "num_inserts": 0, "num_removes": 0,
+                           "num_matches": 0, "cache_hit_rate": 0, "max_fanout": 0, "avg_fanout": 0,
+                           "total": 0, "offset": offset, "limit": limit}
+    if detail:
+        account = params.get("acc", [""])[0]
         subs = []
-        for acc_name, acc in sorted(server.accounts.items()):
-            for client in server.clients.values():
-                if client.account is acc:
-                    subs.extend({"account": acc_name, "subject": s.subject, "sid": s.sid,
-                                 "cid": client.cid, **({"qgroup": s.queue} if s.queue else {})}
-                                for s in client.subs.values())
-        out.update(total=len(subs), offset=offset, limit=limit, subscriptions_list=subs[offset:offset + limit])
+        for client in sorted(server.clients.values(), key=lambda c: c.cid):
+            acc = client.account
+            if acc is None or (account and acc.name != account):
+                continue
+            subs.extend(_sub_detail(s, client.cid, acc.name) for s in client.subs.values()
+                        if not test or subject_matches(s.subject, test))
+        out.update(total=len(subs), subscriptions_list=subs[offset:offset + limit])
     return out
+
+
+def _query_uint(params: dict[str, list[str]], key: str) -> int:
+    """``key`` as Go's strconv.ParseUint reads it; 0 when absent. Raises QueryError."""
+    text = params.get(key, [""])[0]
+    if not text:
+        return 0
+    if not text.isdigit() or not text.isascii():
+        raise QueryError(f"Error decoding uint64 for '{key}': strconv.ParseUint: parsing "
+                         f"{_go_quote(text)}: invalid syntax")
+    value = int(text)
+    if value > _UINT64:
+        raise QueryError(f"Error decoding uint64 for '{key}': strconv.ParseUint: parsing "
+                         f"{_go_quote(text)}: value out of range")
+    return value
 
 
 #: The paths answered (``http_req_stats`` counts requests to these alone).

@@ -40,9 +40,9 @@ __all__ = ["cli", "main"]
 @click.group(name=PROG, cls=AliasedGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-s", "--server", metavar="URL[,URL]",
               help="NATS server URLs (default nats://127.0.0.1:4222, or NATS_URL).")
-@click.option("--user", help="User name.")
-@click.option("--password", help="Password.")
-@click.option("--creds", metavar="FILE", help="User credentials file (JWT and seed).")
+@click.option("--user", help="User name (or NATS_USER).")
+@click.option("--password", help="Password (or NATS_PASSWORD).")
+@click.option("--creds", metavar="FILE", help="User credentials file (JWT and seed; or NATS_CREDS).")
 @click.option("--context", "context", metavar="NAME",
               help="Use the nats CLI context NAME (~/.config/nats/context/NAME.json).")
 @click.option("--context-file", metavar="PATH", help="Use the context file at PATH.")

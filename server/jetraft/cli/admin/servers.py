@@ -224,6 +224,10 @@ def raft_step_down(opts: Options, wait: float) -> None:
         if meta is None:
             raise CliError("JetStream is not clustered on this server: there is no meta group leader to step down")
         old = meta.get("leader")
+        if not old:
+            raise CliError("the meta group has no leader now (an election is under way, or too few "
+                           "servers are up for a quorum): nothing to step down; retry in a few "
+                           "seconds, or check the servers (jetraft server report jetstream)")
         if not session.opts.json:
             session.echo(f'{clock()} Requesting leader step down of "{old}" in a '
                          f'{meta.get("cluster_size", "?")} peer RAFT group')

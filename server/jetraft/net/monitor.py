@@ -125,7 +125,7 @@ def varz(server: MonitorHost) -> dict[str, Any]:
         "uptime": server.uptime(),
         "mem": mem,
         "cores": os.cpu_count() or 1,
-        "gomaxprocs": _usable_cpus(),
+        "gomaxprocs": usable_cpus(),
         "cpu": cpu,
         "connections": len(server.clients),
         "total_connections": stats.total_connections,
@@ -281,7 +281,8 @@ def rss_bytes() -> int:
         return 0
 
 
-def _usable_cpus() -> int:
+def usable_cpus() -> int:
+    """The CPUs this process may run on (nats-server ``gomaxprocs``)."""
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):

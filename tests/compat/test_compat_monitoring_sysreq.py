@@ -71,10 +71,11 @@ def test_every_kind_answers_as_nats_server(pair):
     """PING and the server's own id answer every kind with nats-server's shape: the
     ServerAPIResponse (``server`` and ``data``; STATSZ ``statsz``; IDZ the bare ServerID)."""
     requests = [(f"$SYS.REQ.SERVER.{target}.{kind}", None) for kind in KINDS for target in ("PING", "<id>")]
+    requests.append(("$SYS.REQ.SERVER.PING", None))
     ours, ref = (ask(server, requests) for server in pair)
     problems = []
     for (subject, _), mine, theirs in zip(requests, ours, ref):
-        kind = subject.rsplit(".", 1)[1]
+        kind = subject.rsplit(".", 1)[1].replace("PING", "STATSZ")
         assert theirs is not None and mine is not None, (pair[0].kind, subject)
         problems += differences(kind, mine, theirs, NOT_REPORTED)
     assert not problems, "differences from nats-server:\n" + "\n".join(problems)
@@ -85,6 +86,9 @@ def test_every_kind_answers_as_nats_server(pair):
         assert by_subject["$SYS.REQ.SERVER.<id>.VARZ"]["server"]["id"] == idz["id"]
         assert by_subject["$SYS.REQ.SERVER.PING.HEALTHZ"]["data"]["status"] == "ok"
         assert by_subject["$SYS.REQ.SERVER.PING.VARZ"]["server"]["tags"] == ["az:a"]
+        # one version everywhere: ServerInfo ``ver`` is /varz ``version`` (and INFO's)
+        varz = by_subject["$SYS.REQ.SERVER.PING.VARZ"]
+        assert varz["server"]["ver"] == varz["data"]["version"] == by_subject["$SYS.REQ.SERVER.PING"]["server"]["ver"]
 
 
 def test_request_options_select_as_nats_server(pair):

@@ -9,6 +9,7 @@ servers' client URLs in ``connect_urls``.
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import nats
@@ -131,6 +132,22 @@ def test_varz_counts_http_requests_and_client_traffic(pair):
         assert varz["stale_connection_stats"]["clients"] == 0
         assert varz["config_digest"].startswith("sha256:")
         assert varz["tags"] == ["az:a"]
+
+
+def test_varz_version_is_the_info_version(pair):
+    """``version`` is the version a client reads in INFO (nats-py picks its consumer API by
+    it), a semantic version on both servers."""
+    for server in pair:
+        info = {}
+
+        async def scenario():
+            nc = await nats.connect(server.url)
+            info.update(nc._server_info)  # noqa: SLF001 - INFO as the client received it
+            await nc.close()
+        run(scenario)
+        varz = server.monitor("/varz")
+        assert varz["version"] == info["version"], server.kind
+        assert re.fullmatch(r"\d+\.\d+\.\d+", varz["version"]) and varz["go"], varz
 
 
 def test_varz_without_jetstream_matches(start_server):

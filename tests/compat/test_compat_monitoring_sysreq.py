@@ -11,7 +11,8 @@ import json
 
 import nats
 import pytest
-from compat_support import run
+from cluster import Cluster
+from compat_support import poll, run
 from test_compat_monitoring_varz import differences
 
 CONFIG = """
@@ -133,3 +134,51 @@ def test_errors_and_filters_as_nats_server(pair):
         assert by_name is None and by_tags is None
         assert matching["data"]["tags"] == ["az:a"]
     assert set(ours[0]) == set(ref[0]) == {"server", "error"}
+
+
+@pytest.mark.parametrize("kind", ["jetraft", "nats-server"])
+def test_ping_reaches_every_server_of_a_cluster(kind, tmp_path):
+    """In a three-server cluster, one PING.CONNZ, PING.IDZ or PING.SUBSZ from a system user
+    is answered by every server, each naming itself; ``<id>.VARZ`` by that server alone."""
+    system = "accounts { $SYS { users [ { user: sys, password: sys } ] } }\n"
+    with Cluster(kind, tmp_path, 3, extra=system).start() as c:
+        c.wait_formed()
+        ids = {name: server.monitor("/varz")["server_id"] for name, server in c.servers.items()}
+        got: dict[str, list] = {}
+
+        async def scenario():
+            nc = await nats.connect(c.servers["n1"].url, user="sys", password="sys")
+            for probe in ("CONNZ", "IDZ", "SUBSZ", f"{ids['n2']}.VARZ"):
+                inbox = nc.new_inbox()
+                sub = await nc.subscribe(inbox)
+                await nc.flush()
+                subject = f"$SYS.REQ.SERVER.{probe}" if "." in probe else f"$SYS.REQ.SERVER.PING.{probe}"
+                want = 1 if "." in probe else 3
+                replies: list = []
+
+                async def answered(sub=sub, replies=replies, want=want) -> bool:
+                    try:
+                        msg = await sub.next_msg(timeout=0.2)
+                    except nats.errors.TimeoutError:
+                        return False
+                    replies.append(json.loads(msg.data))
+                    return len({str(r.get("id") or r["server"]["id"]) for r in replies}) >= want
+
+                # a PING is answered by every server whose interest has reached n1's routes:
+                # asked again (replies of an earlier round still count) until all have answered
+                async def ping_until_all(subject=subject, inbox=inbox, answered=answered) -> bool:
+                    await nc.publish(subject, b"", reply=inbox)
+                    try:
+                        await poll(answered, 2, f"replies to {subject}")
+                    except AssertionError:
+                        return False
+                    return True
+                await poll(ping_until_all, 20, f"{want} replies to {subject}")
+                got[probe] = list(replies)
+                await sub.unsubscribe()
+            await nc.close()
+        run(scenario)
+    for probe, replies in got.items():
+        named = sorted({r["id"] if probe == "IDZ" else r["server"]["id"] for r in replies})
+        expected = [ids["n2"]] if "." in probe else sorted(ids.values())
+        assert named == expected, (probe, replies)

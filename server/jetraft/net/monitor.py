@@ -80,7 +80,9 @@ def varz(server: MonitorHost) -> dict[str, Any]:
     clients published (``in_*`` adds what routes brought in); ``out_*`` counts deliveries to
     clients. jetraft has no leaf nodes, gateways, MQTT or websocket listeners (their blocks
     are empty, their counters 0), none of nats-server's ``feature_flags`` and no disk I/O
-    semaphore (``disk_io_wait_stats`` is all 0); it leaves out ``git_commit``."""
+    semaphore (``disk_io_wait_stats`` is all 0); it leaves out ``git_commit``. Stale
+    connections (clients closed for unanswered PINGs) and stalled clients are not counted
+    (0), nor slow route connections."""
     cfg, stats = server.config, server.stats
     now = rfc3339_ns(time.time_ns())
     mem, cpu = process_figures()

@@ -85,6 +85,10 @@ class DayTwo(Drills):
     """The day-two drills against the cluster of ``inventory`` (re-read after a playbook
     that changes it), with ``machines`` for new machines."""
 
+    #: A playbook runs for minutes: at most 50 publishes a second keep a drill well under
+    #: the workload's MAX_MESSAGES (past it the client stops publishing).
+    workload_pause_s = 0.02
+
     def __init__(self, inventory: Path, artifacts: Path, machines: Machines | None = None,
                  log=print):
         super().__init__(Target.from_inventory(inventory), artifacts, log=log)

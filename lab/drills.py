@@ -359,6 +359,9 @@ async def until(predicate, what: str, timeout_s: float = DEADLINE_S) -> None:
 class Drills:
     """Runs the drills against ``target``, writing ledgers into ``artifacts``."""
 
+    #: Seconds between a publish's answer and the next publish.
+    workload_pause_s = 0.005
+
     def __init__(self, target: Target, artifacts: Path, log=print):
         self.target, self.artifacts, self.log = target, artifacts, log
         artifacts.mkdir(parents=True, exist_ok=True)
@@ -522,7 +525,7 @@ class Drills:
         subject = await self._stream(js, stream)
         info = await js.stream_info(stream)
         group = info.cluster.raft_group if info.cluster else None
-        work = Workload(js, subject, f"{self.run_id}-{name}")
+        work = Workload(js, subject, f"{self.run_id}-{name}", pause_s=self.workload_pause_s)
         work.start()
         await work.wait_acks(0, 50, "50 acknowledged publishes before the fault")
         return stream, group, subject, work

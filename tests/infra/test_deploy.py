@@ -103,3 +103,37 @@ def test_a_meta_leader_sees_every_peer_current(host, hostvars):
     if meta["leader"] == hostvars["inventory_hostname"]:
         assert sorted(r["name"] for r in meta["replicas"] if r["current"]) == sorted(
             h for h in hostvars["groups"]["jetraft"] if h != meta["leader"])
+
+
+#: Scrapes /metrics on the host with the server's own virtualenv (it has prometheus_client)
+#: and prints each sample as JSON: [name, labels, value].
+_SCRAPE = r"""
+import json, ssl, sys, urllib.request
+from prometheus_client.parser import text_string_to_metric_families
+ctx = ssl.create_default_context(cafile="%s/ca.crt")
+text = urllib.request.urlopen("https://127.0.0.1:8222/metrics", timeout=5, context=ctx).read().decode()
+print(json.dumps([[s.name, s.labels, s.value] for f in text_string_to_metric_families(text) for s in f.samples]))
+"""
+
+
+def test_metrics_parse_and_say_what_the_cluster_is(host, hostvars):
+    cmd = host.run("/opt/jetraft/bin/python -c %s" % _shell_quote(_SCRAPE % TLS))
+    assert cmd.rc == 0, cmd.stderr
+    samples = json.loads(cmd.stdout)
+    values = {}
+    for name, labels, value in samples:
+        values.setdefault(name, []).append((labels, value))
+    assert values["jetraft_scrape_collector_up"] and all(v == 1 for _, v in values["jetraft_scrape_collector_up"])
+    others = len(hostvars["groups"]["jetraft"]) - 1
+    assert values["jetraft_routes"] == [({}, others)]
+    meta = [v for labels, v in values["jetraft_raft_is_leader"] if labels.get("group") == "_meta_"]
+    assert meta in ([0.0], [1.0])
+    if meta == [1.0]:                   # the meta leader sees every other server current
+        current = [labels["peer"] for labels, v in values["jetraft_raft_replica_current"]
+                   if labels.get("group") == "_meta_" and v == 1]
+        assert sorted(current) == sorted(h for h in hostvars["groups"]["jetraft"]
+                                         if h != hostvars["inventory_hostname"])
+
+
+def _shell_quote(text: str) -> str:
+    return "'" + text.replace("'", "'\"'\"'") + "'"

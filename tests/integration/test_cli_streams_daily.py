@@ -196,9 +196,19 @@ def test_stream_ls_names_the_server_of_a_single_server(js_server, tmp_path):
 # --------------------------------------------------------------------------- a jetraft cluster
 
 
+#: Clients without credentials land in APP; the system account's user runs server commands.
+ACCOUNTS = """
+accounts {
+  $SYS { users [ { user: sys, password: sys } ] }
+  APP { jetstream: enabled, users [ { user: app, password: app } ] }
+}
+no_auth_user: app
+"""
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = Cluster("jetraft", tmp_path_factory.mktemp("daily"), 3, jetstream=True)
+    c = Cluster("jetraft", tmp_path_factory.mktemp("daily"), 3, jetstream=True, extra=ACCOUNTS)
     c.start()
     try:
         c.wait_formed()
@@ -281,3 +291,7 @@ def test_no_meta_leader_is_one_line_saying_retry(cluster, tmp_path):
     admin = cluster_admin(cluster, tmp_path, alive[-1])
     out = admin("stream", "add", "LATE", "--subjects", "late.>", code=1)
     assert_clean_error(out.stderr, "err_code 10008", "meta leader", "retry")
+    sys_user = Admin(survivor.url, tmp_path, "--user", "sys", "--password", "sys")
+    down = sys_user("server", "raft", "step-down", code=1)
+    assert_clean_error(down.stderr, "no leader", "retry")
+    assert "None" not in down.stderr + down.stdout

@@ -28,6 +28,7 @@ from jetraft import __version__
 from jetraft.cli.admin.groups import AliasedGroup, GLOBAL_FLAGS, GLOBAL_VALUED, hoist_global_options
 from jetraft.cli.admin.bench import bench
 from jetraft.cli.admin.consumers import consumer
+from jetraft.cli.admin.contexts import context
 from jetraft.cli.admin.messages import pub, sub
 from jetraft.cli.admin.servers import server
 from jetraft.cli.admin.streams import stream
@@ -73,6 +74,7 @@ cli.add_command(server)
 cli.add_command(pub)
 cli.add_command(sub)
 cli.add_command(bench)
+cli.add_command(context)
 
 
 def main(argv: list[str] | None = None) -> None:

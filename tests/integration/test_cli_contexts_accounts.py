@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+import servers
 from jetraft.cli.admin import cli
 from jetraft.cli.admin.groups import GLOBAL_FLAGS, GLOBAL_VALUED, hoist_global_options
 from test_admin_cli import assert_clean_error, env_changes, field, js_config
@@ -132,3 +133,72 @@ def test_context_errors_are_one_line(tmp_path):
     assert_clean_error(bad.stderr, "invalid context name '../evil'")
     missing = jetraft(tmp_path, "context", "rm", "nope", "-f", code=1)
     assert_clean_error(missing.stderr, "unknown context 'nope'")
+
+
+# --------------------------------------------------------------------------- account and servers
+
+#: JetStream in an APP account (app/app) and a system account user (sys/sys).
+ACCOUNTS = """
+accounts {
+  SYS { users [ { user: sys, password: sys } ] }
+  APP { jetstream: enabled, users [ { user: app, password: app } ] }
+}
+system_account: SYS
+"""
+
+
+@pytest.fixture
+def both(tmp_path):
+    """jetraft and nats-server side by side, each with JetStream, APP and SYS accounts."""
+    started = {kind: servers.start_server(kind, tmp_path / kind, js_config(tmp_path / f"{kind}-store") + ACCOUNTS,
+                                          name=f"{kind}-1")
+               for kind in servers.KINDS}
+    yield started
+    for server in started.values():
+        server.stop()
+
+
+def key_tree(value):
+    """The shape of a JSON value: its keys, recursively (lists by their first item)."""
+    if isinstance(value, dict):
+        return {k: key_tree(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [key_tree(value[0])] if value else []
+    return type(value).__name__ if not isinstance(value, (int, float)) or isinstance(value, bool) else "number"
+
+
+def test_account_info_like_nats_server(both, tmp_path):
+    """account info: connection, JetStream usage and limits in the nats CLI's layout;
+    --json is the $JS.API.INFO answer, the same shape and figures as nats-server's."""
+    answers = {}
+    for kind, server in both.items():
+        app = ["-s", server.url, "--user", "app", "--password", "app"]
+        jetraft(tmp_path, *app, "stream", "add", "ORDERS", "--subjects", "orders.>")
+        jetraft(tmp_path, *app, "pub", "orders.1", "hello", "-J")
+        text = jetraft(tmp_path, *app, "account", "info").stdout
+        for heading in ("Connection Information:", "JetStream Account Information:", "Account Usage:",
+                        "Account Limits:", "Tier: Default", "Stream Resource Usage Limits:"):
+            assert heading in text, (kind, heading, text)
+        assert field(text, "Connected URL") == [server.url], text
+        assert field(text, "Maximum Payload") == ["1 MiB"]
+        assert field(text, "TLS Connection") == ["no"]
+        assert field(text, "Streams") == ["1", "1 of Unlimited"], text
+        assert field(text, "Consumers") == ["0", "0 of Unlimited"], text
+        assert field(text, "Memory") == ["0 B", "0 B of Unlimited"], text
+        assert field(text, "Max Message Payload") == ["1 MiB"]
+        answers[kind] = json.loads(jetraft(tmp_path, *app, "account", "info", "--json").stdout)
+    ours, theirs = answers["jetraft"], answers["nats-server"]
+    assert theirs["type"] == "io.nats.jetstream.api.v1.account_info_response"
+    assert key_tree(ours) == key_tree(theirs)
+    for key in ("type", "memory", "streams", "consumers", "limits"):
+        assert ours[key] == theirs[key], key
+
+
+def test_account_info_without_jetstream_says_so(both, tmp_path):
+    """A user of an account without JetStream: the connection part, then a line saying so
+    where the usage would be (as the nats CLI does: it is information, not a failure)."""
+    for server in both.values():
+        res = jetraft(tmp_path, "-s", server.url, "--user", "sys", "--password", "sys", "account", "info")
+        assert "Connection Information:" in res.stdout and "Account Usage:" not in res.stdout
+        assert "JetStream is not supported in this account" in res.stdout
+        assert res.stderr == ""

@@ -26,6 +26,7 @@ import click
 
 from jetraft import __version__
 from jetraft.cli.admin.groups import AliasedGroup, GLOBAL_FLAGS, GLOBAL_VALUED, hoist_global_options
+from jetraft.cli.admin.accounts import account
 from jetraft.cli.admin.bench import bench
 from jetraft.cli.admin.consumers import consumer
 from jetraft.cli.admin.contexts import context
@@ -75,6 +76,7 @@ cli.add_command(pub)
 cli.add_command(sub)
 cli.add_command(bench)
 cli.add_command(context)
+cli.add_command(account)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -8,6 +8,7 @@ Commands that talk to a server run against jetraft and nats-server alike (``star
 from __future__ import annotations
 
 import json
+import re
 import stat
 from pathlib import Path
 
@@ -150,8 +151,8 @@ system_account: SYS
 @pytest.fixture
 def both(tmp_path):
     """jetraft and nats-server side by side, each with JetStream, APP and SYS accounts."""
-    started = {kind: servers.start_server(kind, tmp_path / kind, js_config(tmp_path / f"{kind}-store") + ACCOUNTS,
-                                          name=f"{kind}-1")
+    started = {kind: servers.start_server(kind, tmp_path / kind, js_config(tmp_path / f"{kind}-store") + ACCOUNTS
+                                          + f'server_name: "{kind}-srv"\n', name=kind)
                for kind in servers.KINDS}
     yield started
     for server in started.values():
@@ -202,3 +203,64 @@ def test_account_info_without_jetstream_says_so(both, tmp_path):
         assert "Connection Information:" in res.stdout and "Account Usage:" not in res.stdout
         assert "JetStream is not supported in this account" in res.stdout
         assert res.stderr == ""
+
+
+def ping_lines(text: str) -> list[tuple[str, str]]:
+    """The (server name, rtt) of every answer line of ``server ping``."""
+    return re.findall(r"^(\S+) +rtt=(\d[\d.]*(?:ns|µs|ms|s))$", text, re.M)
+
+
+def test_server_ping_one_line_per_answer(both, tmp_path):
+    """server ping: NAME rtt=DURATION per answer, then the statistics; --count pings
+    again; fewer answers than --expect is a clean error; a user outside $SYS is told why."""
+    for kind, server in both.items():
+        sys_user = ["-s", server.url, "--user", "sys", "--password", "sys"]
+        out = jetraft(tmp_path, *sys_user, "server", "ping").stdout
+        assert [name for name, _ in ping_lines(out)] == [f"{kind}-srv"], out
+        assert "---- ping statistics ----" in out
+        assert re.search(r"^1 replies max: \d+\.\d\d min: \d+\.\d\d avg: \d+\.\d\d$", out, re.M), out
+
+        three = jetraft(tmp_path, *sys_user, "server", "ping", "--count", "3").stdout
+        assert [name for name, _ in ping_lines(three)] == [f"{kind}-srv"] * 3, three
+        assert re.search(r"^3 replies max: ", three, re.M), three
+
+        missing = jetraft(tmp_path, *sys_user, "--timeout", "0.5", "server", "ping", "--expect", "2", code=1)
+        assert len(ping_lines(missing.stdout)) == 1 and "1 replies" in missing.stdout
+        assert_clean_error(missing.stderr, "1 of 2 servers answered")
+        assert len(ping_lines(jetraft(tmp_path, *sys_user, "server", "ping", "1").stdout)) == 1
+
+        refused = jetraft(tmp_path, "-s", server.url, "--user", "app", "--password", "app", "server", "ping",
+                          code=1)
+        assert_clean_error(refused.stderr, "$SYS.REQ.SERVER.PING", "system account")
+
+
+def test_server_info_like_nats_server(both, tmp_path):
+    """server info [SERVER]: the nats CLI's page of one server's VARZ, by name or id;
+    --json is the VARZ data, with nats-server's fields; an unknown server is one line."""
+    varz = {}
+    for kind, server in both.items():
+        sys_user = ["-s", server.url, "--user", "sys", "--password", "sys"]
+        page = jetraft(tmp_path, *sys_user, "server", "info").stdout
+        head = re.match(r"Server information for (\S+) \((N[A-Z0-9]{55})\)\n", page)
+        assert head and head.group(1) == f"{kind}-srv", page
+        for section in ("Process Details:", "Connection Details:", "JetStream:", "Limits:", "Statistics:"):
+            assert section in page, (section, page)
+        assert field(page, "Storage Directory") == [str(tmp_path / f"{kind}-store" / "jetstream")] or \
+            field(page, "Storage Directory") == [str(tmp_path / f"{kind}-store")], page
+        assert field(page, "Max Payload") == ["1 MiB"]
+        assert field(page, "Host") == [f"0.0.0.0:{server.port}"] or field(page, "Host")[0].endswith(
+            f":{server.port}"), page
+        assert field(page, "Auth Required") == ["true"]
+
+        by_id = jetraft(tmp_path, *sys_user, "server", "info", head.group(2)).stdout
+        assert by_id.splitlines()[0] == page.splitlines()[0]
+        by_name = jetraft(tmp_path, *sys_user, "server", "info", f"{kind}-srv").stdout
+        assert by_name.splitlines()[0] == page.splitlines()[0]
+        unknown = jetraft(tmp_path, *sys_user, "--timeout", "0.5", "server", "info", "nope", code=1)
+        assert_clean_error(unknown.stderr, "no server named nope answered", "server list")
+        varz[kind] = json.loads(jetraft(tmp_path, *sys_user, "server", "info", "--json").stdout)
+    ours, theirs = varz["jetraft"], varz["nats-server"]
+    assert theirs["server_name"] == "nats-server-srv" and ours["server_name"] == "jetraft-srv"
+    shown = ("server_id", "server_name", "version", "go", "host", "port", "auth_required", "max_payload",
+             "max_connections", "connections", "subscriptions", "in_msgs", "out_msgs", "start", "uptime")
+    assert {k: type(ours.get(k)) for k in shown} == {k: type(theirs.get(k)) for k in shown}

@@ -1,8 +1,8 @@
-"""``jetraft server ...``: list, report jetstream, raft step-down, raft peer-remove
-(``server cluster ...`` is natscli's spelling of ``server raft ...``).
+"""``jetraft server ...``: list, ping, info, report jetstream, raft step-down, raft
+peer-remove (``server cluster ...`` is natscli's spelling of ``server raft ...``).
 
 These use the system account's requests (``$SYS.REQ.SERVER.PING``,
-``$SYS.REQ.SERVER.PING.JSZ``), ``$JS.API.META.LEADER.STEPDOWN`` and
+``$SYS.REQ.SERVER.PING.JSZ``, ``.VARZ``), ``$JS.API.META.LEADER.STEPDOWN`` and
 ``$JS.API.SERVER.REMOVE``, so they need a user of the system account (``--user``/``--password`` or a context). Every server answers a
 ping; the answers are gathered until ``--expect`` of them have come (without --expect:
 until none has come for :data:`QUIET_GAP` seconds after the last one), or ``--timeout``
@@ -19,13 +19,14 @@ import click
 import nats.errors
 
 from jetraft.cli.admin.groups import AliasedGroup, confirm, force_option, json_option, pass_options
-from jetraft.cli.admin.render import print_table
+from jetraft.cli.admin.render import Page, print_table
 from jetraft.cli.admin.session import CliError, Options, Session, run
 from jetraft.cli.admin.streams import poll_new_leader
-from jetraft.cli.admin.units import clock, format_ago, format_bytes, format_count, since
+from jetraft.cli.admin.units import clock, format_ago, format_bytes, format_count, format_duration, since
 
 PING = "$SYS.REQ.SERVER.PING"
 PING_JSZ = "$SYS.REQ.SERVER.PING.JSZ"
+PING_VARZ = "$SYS.REQ.SERVER.PING.VARZ"
 #: After the first answer to a ping, stop once no other answer came for this long.
 QUIET_GAP = 0.3
 
@@ -286,5 +287,182 @@ def raft_peer_remove(opts: Options, name: str, force: bool) -> None:
             session.output_json(resp)
         else:
             session.echo(f'{clock()} Removed peer "{found["name"]}" from the meta group')
+
+    run(opts, body)
+
+
+async def ping_round(session: Session, expect: int | None, show_id: bool) -> tuple[list[float], int | None]:
+    """One ``$SYS.REQ.SERVER.PING``: print ``NAME rtt=DURATION`` as each answer comes.
+
+    Waits for ``expect`` answers (without it: as many as the first answer's
+    ``active_servers``, as the ``nats`` CLI does), or until the timeout. Returns the
+    round-trip times in milliseconds and the number of answers expected.
+    """
+    nc = session.nc
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    times: list[float] = []
+    try:
+        start = time.monotonic()
+        await nc.publish(PING, b"", reply=inbox)
+        deadline = start + session.opts.timeout
+        while expect is None or len(times) < expect:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                msg = await sub.next_msg(timeout=remaining)
+            except nats.errors.TimeoutError:
+                break
+            if msg.headers and msg.headers.get("Status"):
+                raise CliError(f"{msg.headers.get('Status')} status from {PING}: server requests need a user "
+                               "of the system account (--user/--password or a context)")
+            elapsed = time.monotonic() - start
+            try:
+                answer = json.loads(msg.data)
+            except ValueError:
+                continue
+            info, stats = answer.get("server") or {}, answer.get("statsz") or {}
+            if expect is None and not times and stats.get("active_servers"):
+                expect = int(stats["active_servers"])
+            times.append(elapsed * 1000)
+            name = f"{info.get('id', '')} {info.get('name', ''):<60}" if show_id else f"{info.get('name', ''):<60}"
+            session.echo(f"{name} rtt={format_duration(elapsed)}")
+    finally:
+        await sub.unsubscribe()
+    return times, expect
+
+
+@server.command("ping")
+@click.argument("expect_arg", metavar="[EXPECT]", required=False, type=click.IntRange(min=1))
+@expect_option
+@click.option("--count", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
+              help="Ping N times, one round after the other.")
+@click.option("--id", "show_id", is_flag=True, help="Include the server id in the output.")
+@pass_options
+def server_ping(opts: Options, expect_arg: int | None, expect: int | None, count: int, show_id: bool) -> None:
+    """Ping every server ($SYS.REQ.SERVER.PING): one line per answer with its round-trip
+    time, then the statistics. EXPECT (or --expect) servers are waited for; without it,
+    as many as the first answer says are active. Fewer answers than expected exit 1."""
+    wanted = expect_arg or expect
+
+    async def body(session: Session) -> None:
+        times: list[float] = []
+        short: tuple[int, int] | None = None
+        for _ in range(count):
+            got, expected = await ping_round(session, wanted, show_id)
+            times += got
+            if expected and len(got) < expected and short is None:
+                short = (len(got), expected)
+        session.echo()
+        session.echo("---- ping statistics ----")
+        if times:
+            session.echo(f"{len(times)} replies max: {max(times):.2f} min: {min(times):.2f} "
+                         f"avg: {sum(times) / len(times):.2f}")
+        else:
+            session.echo("no responses received")
+        if not times:
+            raise CliError(f"no server answered {PING} within {session.opts.timeout:g}s: server requests need "
+                           "a user of the system account, and a server that answers them")
+        if short is not None:
+            raise CliError(f"only {short[0]} of {short[1]} servers answered within {session.opts.timeout:g}s: "
+                           "check the missing ones (jetraft server list), or give more time with --timeout")
+
+    run(opts, body)
+
+
+def _is_server_id(text: str) -> bool:
+    """A nats-server id: 56 upper-case characters (an nkey starting with N)."""
+    return len(text) == 56 and text.upper() == text
+
+
+def _go_duration_ns(value: Any) -> str:
+    return format_duration((value or 0) / 1e9) if isinstance(value, (int, float)) else str(value or "")
+
+
+def _bytes_limit(value: Any) -> str:
+    return "Unlimited" if isinstance(value, (int, float)) and value < 0 else format_bytes(value)
+
+
+def varz_page(varz: dict[str, Any]) -> str:
+    """``server info``: the ``nats`` CLI's page of one server's VARZ."""
+    sid, name = varz.get("server_id", ""), varz.get("server_name", "")
+    page = Page(f"Server information for {sid}" if not name or name == sid
+                else f"Server information for {name} ({sid})")
+    rows = page.section("Process Details")
+    rows += [("Version", varz.get("version", "")), ("Git Commit", varz.get("git_commit", "")),
+             ("Go Version", varz.get("go", "")), ("Start Time", varz.get("start", "")),
+             ("Uptime", varz.get("uptime", ""))]
+    rows = page.section("Connection Details")
+    rows += [("Auth Required", str(bool(varz.get("auth_required"))).lower()),
+             ("TLS Required", str(bool(varz.get("tls_required"))).lower())]
+    host = f"{varz.get('host', '')}:{varz.get('port', '')}"
+    rows.append(("Host", f"{host} ({varz['ip']})" if varz.get("ip") else host))
+    if varz.get("connect_urls"):
+        rows.append(("Client URLs", ", ".join(varz["connect_urls"])))
+    if varz.get("ws_connect_urls"):
+        rows.append(("WebSocket URLs", ", ".join(varz["ws_connect_urls"])))
+    js = varz.get("jetstream") or {}
+    config, stats = js.get("config") or {}, js.get("stats") or {}
+    if config.get("store_dir"):
+        rows = page.section("JetStream")
+        rows += [("Domain", config.get("domain", "")), ("Storage Directory", config["store_dir"]),
+                 ("Max Memory", _bytes_limit(config.get("max_memory"))),
+                 ("Max File", _bytes_limit(config.get("max_storage"))),
+                 ("Active Accounts", stats.get("accounts", 0)),
+                 ("Memory In Use", format_bytes(stats.get("memory"))),
+                 ("File In Use", format_bytes(stats.get("storage"))),
+                 ("API Requests", (stats.get("api") or {}).get("total", 0)),
+                 ("API Errors", (stats.get("api") or {}).get("errors", 0))]
+    rows = page.section("Limits")
+    rows += [("Max Conn", varz.get("max_connections", 0)), ("Max Subs", varz.get("max_subscriptions", 0)),
+             ("Max Payload", format_bytes(varz.get("max_payload"))),
+             ("TLS Timeout", format_duration(varz.get("tls_timeout") or 0)),
+             ("Write Deadline", _go_duration_ns(varz.get("write_deadline")))]
+    rows = page.section("Statistics")
+    rows += [("CPU Cores", f"{varz.get('cores', 0)} {float(varz.get('cpu') or 0):.2f}%"),
+             ("Memory", format_bytes(varz.get("mem"))),
+             ("Connections", varz.get("connections", 0)), ("Subscriptions", varz.get("subscriptions", 0)),
+             ("Messages", f"{format_count(varz.get('in_msgs'))} in {format_count(varz.get('out_msgs'))} out"),
+             ("Bytes", f"{format_bytes(varz.get('in_bytes'))} in {format_bytes(varz.get('out_bytes'))} out"),
+             ("Slow Consumers", varz.get("slow_consumers", 0))]
+    cluster = varz.get("cluster") or {}
+    if cluster.get("urls"):
+        rows = page.section("Cluster")
+        rows.append(("Name", cluster.get("name", "")))
+        if varz.get("tags"):
+            rows.append(("Tags", ", ".join(varz["tags"])))
+        rows += [("Host", f"{cluster.get('addr', cluster.get('host', ''))}:{cluster.get('cluster_port', '')}"),
+                 ("URLs", ", ".join(cluster["urls"]))]
+    for _, section in page.sections:
+        section[:] = [(label, str(value)) for label, value in section]
+    return page.render()
+
+
+@server.command("info")
+@click.argument("name", metavar="[SERVER]", required=False)
+@json_option
+@pass_options
+def server_info(opts: Options, name: str | None) -> None:
+    """Show one server ($SYS.REQ.SERVER.<id>.VARZ for a server id, else
+    $SYS.REQ.SERVER.PING.VARZ filtered by name; without SERVER, the first to answer):
+    process, connections, JetStream, limits, statistics, cluster."""
+
+    async def body(session: Session) -> None:
+        if name and _is_server_id(name):
+            subject, payload = f"$SYS.REQ.SERVER.{name}.VARZ", {}
+        else:
+            subject, payload = PING_VARZ, ({"server_name": name} if name else {})
+        try:
+            resp = await session.request_json(subject, payload)
+        except CliError as exc:
+            if name and str(exc).startswith("no reply"):
+                raise CliError(f"no server named {name} answered {subject} within {session.opts.timeout:g}s "
+                               "(jetraft server list shows the servers)") from None
+            raise
+        if not isinstance(resp, dict) or not isinstance(resp.get("data"), dict):
+            error = resp.get("error") if isinstance(resp, dict) else None
+            raise CliError(f"{subject} answered without server data: {error or resp}")
+        session.show(resp["data"], varz_page)
 
     run(opts, body)

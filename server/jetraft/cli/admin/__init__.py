@@ -6,6 +6,7 @@ It speaks only through nats-py, so it manages jetraft and nats-server alike::
     jetraft stream info ORDERS
     jetraft stream cluster step-down ORDERS
     jetraft server report jetstream --user sys --password sys
+    jetraft context add lab --server nats://10.0.0.1:4222 --user app --password s3cret --select
 
 Global options (``--server/-s``, ``--user``, ``--password``, ``--creds``, ``--context``,
 ``--context-file``, ``--timeout``, ``--json``, and TLS: ``--tlscert``, ``--tlskey``,
@@ -13,7 +14,8 @@ Global options (``--server/-s``, ``--user``, ``--password``, ``--creds``, ``--co
 ``nats`` CLI. Where the connection settings come from, most specific first:
 the flags, the context (``--context NAME`` reads ``~/.config/nats/context/NAME.json``,
 ``--context-file PATH`` any such file; else ``NATS_CONTEXT`` or the context selected with
-``nats context select``), ``NATS_URL``, then ``nats://127.0.0.1:4222``.
+``jetraft context select`` or ``nats context select``: the same files), ``NATS_URL``, then
+``nats://127.0.0.1:4222``.
 
 A JetStream API error prints ``nats: error: <description> (err_code N)`` on stderr and
 exits 1; so does a server that cannot be reached (naming the URLs and why). Ctrl-C exits

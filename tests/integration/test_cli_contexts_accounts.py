@@ -115,6 +115,7 @@ def test_context_files_are_shared_with_the_nats_cli(tmp_path):
     assert json.loads((base / "context" / "lab.json").read_text())["url"] == "127.0.0.1:4222"
     kept = jetraft(tmp_path, "context", "rm", "ops", "-f", code=1)
     assert_clean_error(kept.stderr, "ops", "selected", "context select")
+    assert "lab" in jetraft(tmp_path, "ctx", "ls", "--names").stdout.split()   # natscli's alias
     jetraft(tmp_path, "context", "rm", "lab", "-f")
     assert not (base / "context" / "lab.json").exists()
     assert json.loads(jetraft(tmp_path, "context", "ls", "--json").stdout)[0]["description"] == "Operations"

@@ -22,7 +22,7 @@ ALIASES = {
     "str": "stream", "s": "stream", "con": "consumer", "c": "consumer", "obs": "consumer",
     "list": "ls", "delete": "rm", "del": "rm", "create": "add", "new": "add",
     "publish": "pub", "subscribe": "sub", "stepdown": "step-down", "sd": "step-down",
-    "cluster": "raft", "pr": "peer-remove",
+    "cluster": "raft", "pr": "peer-remove", "ctx": "context",
 }
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import click
 import nats.errors
 
+from jetraft.cli.admin.checks import check
 from jetraft.cli.admin.groups import AliasedGroup, confirm, force_option, json_option, pass_options
 from jetraft.cli.admin.render import Page, print_table
 from jetraft.cli.admin.session import CliError, Options, Session, run
@@ -34,6 +35,9 @@ QUIET_GAP = 0.3
 @click.group(cls=AliasedGroup)
 def server() -> None:
     """Inspect and manage the servers (needs a system account user)."""
+
+
+server.add_command(check)
 
 
 def expect_option(fn):

@@ -1,0 +1,323 @@
+"""``jetraft server check connection|stream|consumer|jetstream``: health checks for
+monitoring systems, with the ``nats`` CLI's flags, output and exit statuses.
+
+Every check gathers a :class:`Result` (OK, warning and critical messages and performance
+data) and prints it once, by default as a Nagios plugin line::
+
+    OK Connection OK:connected to nats://127.0.0.1:4222 in 1.2ms OK:rtt time 150µs ... | connect_time=0.0012s;0.5000;1.0000 ...
+
+``--format json|text|prometheus`` prints the same result as JSON, a plain page or
+Prometheus metrics. The exit status is the Nagios one: 0 OK, 1 WARNING, 2 CRITICAL,
+3 UNKNOWN (always 0 with ``--format prometheus``, as a scrape is not a verdict). A server
+that cannot be reached, or a stream or consumer that does not exist, is a CRITICAL result,
+not an error: a monitoring system must see it as such.
+
+Thresholds may also come from the stream's or consumer's metadata
+(``io.nats.monitor.msgs-critical: 10``, ...); a flag given on the command line wins.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+import json
+import secrets
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+import nats.errors
+import nats.js.errors
+
+from jetraft.cli.admin.groups import AliasedGroup, options, parsed
+from jetraft.cli.admin.session import CliError, Options, Session, connect, describe_failure
+from jetraft.cli.admin.units import format_duration, parse_duration, parse_time
+
+#: Nagios exit statuses.
+EXIT = {"OK": 0, "WARNING": 1, "CRITICAL": 2, "UNKNOWN": 3}
+#: The Prometheus namespace of ``--format prometheus`` metrics, as the ``nats`` CLI's.
+NAMESPACE = "natscli"
+
+
+@dataclass
+class Perf:
+    """One item of performance data: ``name=value[unit][;warn][;crit]``."""
+
+    name: str
+    value: float
+    warn: float = 0
+    crit: float = 0
+    unit: str = ""
+    help: str = ""
+
+    def nagios(self) -> str:
+        fmt = "{:.4f}" if self.unit == "s" else "{:.0f}"
+        name = f"'{self.name}'" if any(c in self.name for c in " \t") else self.name
+        text = f"{name}={fmt.format(self.value)}{self.unit}"
+        if self.warn or self.crit:
+            text += f";{fmt.format(self.warn)}" if self.warn else ";"
+            if self.crit:
+                text += f";{fmt.format(self.crit)}"
+        return text
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "value": self.value, "warning": self.warn,
+                               "critical": self.crit}
+        if self.unit:
+            out["unit"] = self.unit
+        return out
+
+
+@dataclass
+class Result:
+    """A check's findings; the status is CRITICAL if any critical, else WARNING if any
+    warning, else OK."""
+
+    name: str
+    suite: str
+    oks: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    criticals: list[str] = field(default_factory=list)
+    perf: list[Perf] = field(default_factory=list)
+
+    def ok(self, msg: str) -> None:
+        self.oks.append(msg)
+
+    def warn(self, msg: str) -> None:
+        self.warnings.append(msg)
+
+    def critical(self, msg: str) -> None:
+        self.criticals.append(msg)
+
+    def pd(self, *items: Perf) -> None:
+        self.perf.extend(items)
+
+    @property
+    def status(self) -> str:
+        return "CRITICAL" if self.criticals else "WARNING" if self.warnings else "OK"
+
+    def nagios(self) -> str:
+        parts = [self.name, *(f"Crit:{c}" for c in self.criticals), *(f"Warn:{w}" for w in self.warnings),
+                 *(f"OK:{o}" for o in self.oks)]
+        line = f"{self.status} {' '.join(parts)}"
+        if self.perf:
+            line += " | " + " ".join(p.nagios() for p in self.perf)
+        return line
+
+    def json(self) -> str:
+        out: dict[str, Any] = {"status": self.status, "check_suite": self.suite, "check_name": self.name}
+        for key, values in (("warning", self.warnings), ("critical", self.criticals), ("ok", self.oks)):
+            if values:
+                out[key] = values
+        out["perf_data"] = [p.as_dict() for p in self.perf]
+        return json.dumps(out, indent=2)
+
+    def text(self) -> str:
+        lines = [f"{self.name}: {self.status}", ""]
+        rows = ([("OK", m) for m in self.oks] + [("Warning", m) for m in self.warnings]
+                + [("Critical", m) for m in self.criticals])
+        if rows:
+            lines += ["Status Detail", ""] + [f"  {s:<8}  {m}" for s, m in rows] + [""]
+        if self.perf:
+            lines += ["Check Metrics", ""]
+            lines += [f"  {p.name}: {_number(p.value)}{p.unit} (warning {_number(p.warn)}, "
+                      f"critical {_number(p.crit)}){'  ' + p.help if p.help else ''}" for p in self.perf]
+        return "\n".join(lines).rstrip("\n")
+
+    def prometheus(self) -> str:
+        item = self.name.replace('"', ".")
+        lines: list[str] = []
+        for p in self.perf:
+            metric = f"{NAMESPACE}_{self.suite}_{p.name}"
+            lines += [f"# HELP {metric} {p.help or f'Data about the NATS CLI check {self.suite}'}",
+                      f"# TYPE {metric} gauge", f'{metric}{{item="{item}"}} {_number(p.value, 6)}']
+        metric = f"{NAMESPACE}_{self.suite}_status_code"
+        lines += [f"# HELP {metric} Nagios compatible status code for {self.suite}", f"# TYPE {metric} gauge",
+                  f'{metric}{{item="{item}",status="{self.status}"}} {EXIT[self.status]}']
+        return "\n".join(lines)
+
+    def render(self, fmt: str) -> str:
+        return {"json": self.json, "text": self.text, "prometheus": self.prometheus}.get(fmt, self.nagios)()
+
+
+def _number(value: float, digits: int = 3) -> str:
+    return f"{value:.{digits}f}".rstrip("0").rstrip(".") if value != int(value) else str(int(value))
+
+
+def _seconds(value: float) -> str:
+    """A threshold in seconds as Go's %v of a float prints it: ``0.5``, ``1``."""
+    return f"{value:g}"
+
+
+# --------------------------------------------------------------------------- plumbing
+
+
+class CheckGroup(AliasedGroup):
+    """The check kinds, with the ``nats`` CLI's short names for some."""
+
+    SHORT = {"conn": "connection", "js": "jetstream", "raft": "meta"}
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return super().get_command(ctx, self.SHORT.get(cmd_name, cmd_name))
+
+
+@click.group("check", cls=CheckGroup)
+@click.option("--format", "fmt", type=click.Choice(["nagios", "json", "prometheus", "text"]), default="nagios",
+              show_default=True, help="Render the check in this format.")
+@click.option("--outfile", type=click.Path(dir_okay=False), help="Save the output to this file, not stdout.")
+@click.pass_context
+def check(ctx: click.Context, fmt: str, outfile: str | None) -> None:
+    """Health checks for monitoring systems (Nagios exit statuses: 0 OK, 1 WARNING,
+    2 CRITICAL, 3 UNKNOWN)."""
+    ctx.obj = {"format": fmt, "outfile": outfile}
+
+
+Probe = Callable[[Options, Result], Awaitable[None]]
+
+
+def finish(result: Result, probe: Probe, opts: Options) -> None:
+    """Run ``probe`` (failures it does not expect become critical messages), print the
+    result in the chosen format and exit with its Nagios status."""
+    settings = click.get_current_context().find_object(dict) or {}
+    fmt, outfile = settings.get("format", "nagios"), settings.get("outfile")
+    try:
+        asyncio.run(asyncio.wait_for(probe(opts, result), opts.timeout * 4 + 5))
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except Exception as exc:  # noqa: BLE001 - every failure is a finding of the check
+        result.critical(describe_failure(exc) or f"check failed: {exc}")
+    text = result.render(fmt)
+    if outfile:
+        try:
+            with open(outfile, "w", encoding="utf-8") as out:
+                out.write(text + "\n")
+        except OSError as exc:
+            click.echo(f"nats: error: cannot write {outfile}: {exc.strerror or exc}", err=True)
+            sys.exit(1)
+    else:
+        click.echo(text)
+    sys.exit(0 if fmt == "prometheus" else EXIT[result.status])
+
+
+async def with_session(opts: Options, result: Result, body: Callable[[Session], Awaitable[None]],
+                       failed: str = "could not load info") -> None:
+    """Connect and run ``body``; a failed connection or request is a critical message."""
+    nc = await open_connection(opts, result)
+    if nc is None:
+        return
+    try:
+        await body(Session(opts, nc))
+    except (CliError, nats.js.errors.APIError, nats.errors.Error) as exc:
+        result.critical(f"{failed}: {describe_failure(exc) or exc}")
+    finally:
+        await close(nc, opts)
+
+
+async def open_connection(opts: Options, result: Result) -> Any:
+    """A connection, or None after a critical message saying why there is none."""
+    try:
+        return await connect(opts)
+    except CliError as exc:
+        result.critical(f"connection failed: {exc}")
+        return None
+
+
+async def close(nc: Any, opts: Options) -> None:
+    try:
+        await asyncio.wait_for(nc.close(), opts.timeout)
+    except (asyncio.TimeoutError, nats.errors.Error, OSError):
+        pass
+
+
+def grade(result: Result, value: float, warn: float, crit: float, bad: str, good: str) -> None:
+    """Critical at or above ``crit``, warning at or above ``warn``, else ok; ``bad`` may
+    hold ``{}`` for the threshold crossed (in seconds)."""
+    if value >= crit:
+        result.critical(bad.format(_seconds(crit)))
+    elif value >= warn:
+        result.warn(bad.format(_seconds(warn)))
+    else:
+        result.ok(good)
+
+
+def duration_option(name: str, default: str | None, help_text: str):
+    return click.option(name, default=default, metavar="DURATION", callback=parsed(parse_duration, "a duration"),
+                        help=help_text + (f" (default {default})" if default else ""))
+
+
+def options_from_metadata(metadata: dict[str, str] | None, parsers: dict[str, Callable[[str], Any]],
+                          given: dict[str, Any]) -> dict[str, Any]:
+    """``given`` (flags; None when not given) completed from ``io.nats.monitor.*`` metadata."""
+    out = dict(given)
+    for key, parse in parsers.items():
+        text = (metadata or {}).get(f"io.nats.monitor.{key}")
+        if out.get(key) is None and text is not None:
+            try:
+                out[key] = parse(text)
+            except ValueError:
+                raise CliError(f"could not configure based on metadata: io.nats.monitor.{key}: {text!r}") from None
+    return out
+
+
+# --------------------------------------------------------------------------- connection
+
+
+@check.command("connection")
+@duration_option("--connect-warn", "500ms", "Warning threshold for establishing the connection")
+@duration_option("--connect-critical", "1s", "Critical threshold for establishing the connection")
+@duration_option("--rtt-warn", "500ms", "Warning threshold for the server round-trip time")
+@duration_option("--rtt-critical", "1s", "Critical threshold for the server round-trip time")
+@duration_option("--req-warn", "500ms", "Warning threshold for a full request round trip")
+@duration_option("--req-critical", "1s", "Critical threshold for a full request round trip")
+def check_connection(connect_warn: float, connect_critical: float, rtt_warn: float, rtt_critical: float,
+                     req_warn: float, req_critical: float) -> None:
+    """Connect, measure the server's round-trip time and a request to ourselves."""
+
+    async def probe(opts: Options, result: Result) -> None:
+        start = time.monotonic()
+        nc = await open_connection(opts, result)
+        if nc is None:
+            return
+        try:
+            took = time.monotonic() - start
+            url = _connected_url(nc)
+            result.pd(Perf("connect_time", took, connect_warn, connect_critical, "s", "Time taken to connect to NATS"))
+            grade(result, took, connect_warn, connect_critical,
+                  f"connected to {url}, connect time exceeded {{}}", f"connected to {url} in {format_duration(took)}")
+
+            rtt = await nc.rtt(timeout=max(1, int(opts.timeout)))
+            result.pd(Perf("rtt", rtt, rtt_warn, rtt_critical, "s", "The round-trip-time of the connection"))
+            grade(result, rtt, rtt_warn, rtt_critical, "rtt time exceeded {}", f"rtt time {format_duration(rtt)}")
+
+            payload = secrets.token_urlsafe(75)[:100].encode()
+            inbox = nc.new_inbox()
+            sub = await nc.subscribe(inbox, max_msgs=1)
+            start = time.monotonic()
+            await nc.publish(inbox, payload)
+            try:
+                got = await sub.next_msg(timeout=opts.timeout)
+            except nats.errors.TimeoutError:
+                result.critical(f"did not receive from {inbox}: timeout")
+                return
+            req = time.monotonic() - start
+            result.pd(Perf("request_time", req, req_warn, req_critical, "s",
+                           "Time taken for a full Request-Reply operation"))
+            if got.data != payload:
+                result.critical("did not receive expected message")
+            grade(result, req, req_warn, req_critical, f"round trip request took {req:f}",
+                  f"round trip took {req:f}s")
+        finally:
+            await close(nc, opts)
+
+    finish(Result("Connection", "connections"), probe, options(False))
+
+
+def _connected_url(nc: Any) -> str:
+    url = getattr(nc, "connected_url", None)
+    if url is None:
+        return "?"
+    return f"{url.scheme}://{url.hostname}:{url.port}"

@@ -1,0 +1,68 @@
+"""``jetraft server check ...`` as a monitoring system runs it, against jetraft and nats-server.
+
+Each check prints one Nagios line (``STATUS NAME Crit:... Warn:... OK:... | perfdata``) and
+exits 0 OK, 1 WARNING, 2 CRITICAL; the tests set thresholds so that every outcome comes
+from what the server really holds (e.g. 10 messages against --msgs-critical 20).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from test_admin_cli import Admin, js_config
+
+OK, WARNING, CRITICAL = 0, 1, 2
+
+
+@pytest.fixture
+def admin(start_server, tmp_path) -> Admin:
+    """jetraft commands against the server under test (JetStream enabled)."""
+    return Admin(start_server(js_config(tmp_path / "store")).url, tmp_path)
+
+
+def perf(line: str) -> dict[str, str]:
+    """The perfdata after ``|``: name -> ``value[unit][;warn][;crit]``."""
+    assert " | " in line, line
+    return dict(item.split("=", 1) for item in line.split(" | ", 1)[1].split())
+
+
+# --------------------------------------------------------------------------- connection
+
+
+def test_connection_ok_warning_critical(admin):
+    """Defaults: OK with the connect, rtt and request times; thresholds below any real
+    time give WARNING, then CRITICAL; JSON carries the same verdict."""
+    ok = admin("server", "check", "connection", code=OK).stdout.strip()
+    assert re.fullmatch(r"OK Connection OK:connected to nats://127\.0\.0\.1:\d+ in \S+ OK:rtt time \S+ "
+                        r"OK:round trip took [0-9.]+s \| .*", ok), ok
+    data = perf(ok)
+    assert re.fullmatch(r"[0-9.]+s;0\.5000;1\.0000", data["connect_time"]), data
+    assert set(data) == {"connect_time", "rtt", "request_time"}
+
+    warn = admin("server", "check", "conn", "--connect-warn", "1ns",
+                 "--req-warn", "1ns", code=WARNING).stdout.strip()
+    assert warn.startswith("WARNING Connection Warn:connected to nats://127.0.0.1:"), warn
+    assert "connect time exceeded 1e-09 Warn:round trip request took " in warn
+    assert "OK:rtt time " in warn
+
+    crit = admin("server", "check", "connection", "--connect-critical", "1ns", "--rtt-critical", "1ns",
+                 code=CRITICAL).stdout.strip()
+    assert crit.startswith("CRITICAL Connection Crit:connected to nats://127.0.0.1:"), crit
+    assert "Crit:rtt time exceeded 1e-09" in crit and "OK:round trip took" in crit
+
+    as_json = json.loads(admin("server", "check", "--format", "json", "connection", "--req-critical", "1ns",
+                               code=CRITICAL).stdout)
+    assert as_json["status"] == "CRITICAL" and as_json["check_suite"] == "connections"
+    assert as_json["check_name"] == "Connection" and as_json["critical"][0].startswith("round trip request took")
+    assert [p["name"] for p in as_json["perf_data"]] == ["connect_time", "rtt", "request_time"]
+
+
+def test_connection_unreachable_is_critical(tmp_path):
+    """Nothing listening: a CRITICAL line naming the failure, exit 2, no traceback."""
+    res = Admin("nats://127.0.0.1:1", tmp_path)("server", "check", "connection", code=CRITICAL)
+    assert res.stdout.startswith("CRITICAL Connection Crit:connection failed: could not connect to "
+                                 "nats://127.0.0.1:1: connection refused"), res.stdout
+    assert "Traceback" not in res.stderr

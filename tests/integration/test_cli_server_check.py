@@ -66,3 +66,56 @@ def test_connection_unreachable_is_critical(tmp_path):
     assert res.stdout.startswith("CRITICAL Connection Crit:connection failed: could not connect to "
                                  "nats://127.0.0.1:1: connection refused"), res.stdout
     assert "Traceback" not in res.stderr
+
+
+# --------------------------------------------------------------------------- stream
+
+
+@pytest.fixture
+def orders(admin) -> Admin:
+    """A stream ORDERS holding 10 messages (each acknowledged by the server)."""
+    admin("stream", "add", "ORDERS", "--subjects", "orders.*", "--defaults")
+    admin.proc("pub", "orders.new", "order {{Count}}", "--count", "10", "-J")
+    return admin
+
+
+def test_stream_messages_ok_warning_critical(orders):
+    """10 messages: OK above both thresholds, WARNING at or under --msgs-warn, CRITICAL
+    at or under --msgs-critical; the sources count is always reported."""
+    assert orders("server", "check", "stream", "--stream", "ORDERS").stdout == \
+        "OK ORDERS OK:0 sources | sources=0\n"
+    assert orders("server", "check", "stream", "--stream", "ORDERS", "--msgs-warn", "5",
+                  "--msgs-critical", "2").stdout == \
+        "OK ORDERS OK:10 messages OK:0 sources | messages=10;5;2 sources=0\n"
+    assert orders("server", "check", "stream", "--stream", "ORDERS", "--msgs-warn", "20", "--msgs-critical", "5",
+                  code=WARNING).stdout == \
+        "WARNING ORDERS Warn:10 messages OK:0 sources | messages=10;20;5 sources=0\n"
+    assert orders("server", "check", "stream", "--stream", "ORDERS", "--msgs-critical", "20",
+                  code=CRITICAL).stdout == \
+        "CRITICAL ORDERS Crit:10 messages OK:0 sources | messages=10;;20 sources=0\n"
+
+
+def test_stream_subjects_sources_peers(orders):
+    """One subject against --subjects-warn/--subjects-critical; too few sources; a
+    replica count expected of a stream that is not clustered."""
+    orders.proc("pub", "orders.old", "x", "-J")
+    assert orders("server", "check", "stream", "--stream", "ORDERS", "--subjects-warn", "2",
+                  "--subjects-critical", "5", code=WARNING).stdout == \
+        "WARNING ORDERS Warn:2 subjects OK:0 sources | subjects=2;2;5 sources=0\n"
+    assert orders("server", "check", "stream", "--stream", "ORDERS", "--subjects-warn", "3",
+                  "--subjects-critical", "5").stdout == \
+        "OK ORDERS OK:2 subjects OK:0 sources | subjects=2;3;5 sources=0\n"
+    assert orders("server", "check", "stream", "--stream", "ORDERS", "--min-sources", "2",
+                  code=CRITICAL).stdout == "CRITICAL ORDERS Crit:0 sources | sources=0;2\n"
+    assert orders("server", "check", "stream", "--stream", "ORDERS", "--peer-expect", "3",
+                  code=CRITICAL).stdout == "CRITICAL ORDERS Crit:Stream is not clustered OK:0 sources | sources=0\n"
+    assert orders("server", "check", "stream", "--stream", "ORDERS", "--lag-critical", "10",
+                  code=CRITICAL).stdout.startswith("CRITICAL ORDERS Crit:not mirrored OK:0 sources")
+
+
+def test_stream_missing_is_critical(admin):
+    """A stream that does not exist: CRITICAL with the server's reason; --stream is required."""
+    res = admin("server", "check", "stream", "--stream", "NOPE", code=CRITICAL)
+    assert res.stdout.startswith("CRITICAL NOPE Crit:could not load info: stream not found"), res.stdout
+    missing = admin("server", "check", "stream", code=None)
+    assert missing.exit_code != 0 and "--stream" in missing.stderr and "Traceback" not in missing.stderr

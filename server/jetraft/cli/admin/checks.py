@@ -321,3 +321,150 @@ def _connected_url(nc: Any) -> str:
     if url is None:
         return "?"
     return f"{url.scheme}://{url.hostname}:{url.port}"
+
+
+# --------------------------------------------------------------------------- stream
+
+STREAM_METADATA: dict[str, Callable[[str], Any]] = {
+    "lag-critical": int, "seen-critical": parse_duration, "min-sources": int, "max-sources": int,
+    "peer-expect": int, "peer-lag-critical": int, "peer-seen-critical": parse_duration,
+    "msgs-warn": int, "msgs-critical": int, "subjects-warn": int, "subjects-critical": int,
+}
+
+
+def _active(entry: dict) -> float:
+    """``active`` of a source, mirror or replica (nanoseconds) in seconds."""
+    return (entry.get("active") or 0) / 1e9
+
+
+@check.command("stream")
+@click.option("--stream", "name", required=True, help="The stream to check.")
+@click.option("--lag-critical", type=int, metavar="MSGS", help="Critical threshold for the lag of any source or mirror.")
+@duration_option("--seen-critical", None, "Critical threshold for how long ago a source or mirror was seen")
+@click.option("--min-sources", type=int, help="Minimum number of sources to expect.")
+@click.option("--max-sources", type=int, help="Maximum number of sources to expect.")
+@click.option("--peer-expect", type=int, help="Number of cluster replicas to expect.")
+@click.option("--peer-lag-critical", type=int, metavar="OPS", help="Critical threshold for the lag of a cluster peer.")
+@duration_option("--peer-seen-critical", None, "Critical threshold for how long ago a cluster peer was seen")
+@click.option("--msgs-warn", type=int, metavar="MSGS", help="Warn if the stream holds this many messages or fewer.")
+@click.option("--msgs-critical", type=int, metavar="MSGS", help="Critical if the stream holds this many messages or fewer.")
+@click.option("--subjects-warn", type=int, help="Warning threshold for the subjects in the stream.")
+@click.option("--subjects-critical", type=int, help="Critical threshold for the subjects in the stream.")
+def check_stream(name: str, **flags: Any) -> None:
+    """A stream's messages, subjects, sources or mirror, and cluster peers (thresholds
+    also from its io.nats.monitor.* metadata)."""
+    given = {key.replace("_", "-"): value for key, value in flags.items()}
+
+    async def body(session: Session) -> None:
+        info = await session.request_json(session.api_subject(f"STREAM.INFO.{name}"))
+        limits = options_from_metadata((info.get("config") or {}).get("metadata"), STREAM_METADATA, given)
+        t = {key: value or 0 for key, value in limits.items()}
+        _stream_cluster(info, t, result)
+        _stream_messages(info, t, result)
+        _stream_subjects(info, t, result)
+        _stream_sources(info, t, result)
+        _stream_mirror(info, t, result)
+
+    result = Result(name, "stream")
+    finish(result, lambda opts, res: with_session(opts, res, body), options(False))
+
+
+def _stream_cluster(info: dict, t: dict[str, Any], result: Result) -> None:
+    cluster = info.get("cluster") or None
+    replicas = (info.get("config") or {}).get("num_replicas", 1)
+    if (cluster is None or replicas <= 1) and t["peer-expect"] <= 0:
+        return
+    if cluster is None or replicas <= 1:
+        result.critical("Stream is not clustered")
+        return
+    if not cluster.get("leader"):
+        result.critical("No leader")
+        return
+    peers = cluster.get("replicas") or []
+    if len(peers) + 1 != t["peer-expect"]:
+        result.critical(f"Expected {t['peer-expect']} replicas got {len(peers) + 1}")
+        return
+    result.ok(f"{len(peers) + 1} peers")
+    offline = sum(1 for p in peers if p.get("offline"))
+    lagged = sum(1 for p in peers if t["peer-lag-critical"] > 0 and (p.get("lag") or 0) > t["peer-lag-critical"])
+    inactive = sum(1 for p in peers if t["peer-seen-critical"] > 0 and _active(p) > t["peer-seen-critical"])
+    if offline:
+        result.critical(f"{offline} replicas offline")
+    if t["peer-lag-critical"] > 0:
+        (result.critical(f"{lagged} replicas lagged") if lagged else result.ok("replicas are current"))
+    if t["peer-seen-critical"] > 0:
+        (result.critical(f"{inactive} replicas inactive") if inactive else result.ok("replicas are active"))
+
+
+def _stream_messages(info: dict, t: dict[str, Any], result: Result) -> None:
+    warn, crit = t["msgs-warn"], t["msgs-critical"]
+    if warn <= 0 and crit <= 0:
+        return
+    msgs = (info.get("state") or {}).get("messages", 0)
+    result.pd(Perf("messages", msgs, warn, crit, help="Messages stored in the stream"))
+    if crit > 0 and msgs <= crit:
+        result.critical(f"{msgs} messages")
+    elif warn > 0 and msgs <= warn:
+        result.warn(f"{msgs} messages")
+    else:
+        result.ok(f"{msgs} messages")
+
+
+def _stream_subjects(info: dict, t: dict[str, Any], result: Result) -> None:
+    warn, crit = t["subjects-warn"], t["subjects-critical"]
+    if warn <= 0 and crit <= 0:
+        return
+    count = (info.get("state") or {}).get("num_subjects", 0)
+    result.pd(Perf("subjects", count, warn, crit, help="Number of subjects stored in the stream"))
+    rising = warn < crit  # more subjects is worse; else fewer is
+    if (rising and count >= crit) or (not rising and count <= crit):
+        result.critical(f"{count} subjects")
+    elif (rising and count >= warn) or (not rising and count <= warn):
+        result.warn(f"{count} subjects")
+    else:
+        result.ok(f"{count} subjects")
+
+
+def _stream_sources(info: dict, t: dict[str, Any], result: Result) -> None:
+    sources = info.get("sources") or []
+    count = len(sources)
+    low, high = t["min-sources"], t["max-sources"]
+    result.pd(Perf("sources", count, low, high, help="Number of sources being consumed by this stream"))
+    if (low > 0 and count < low) or (high > 0 and count > high):
+        result.critical(f"{count} sources")
+    else:
+        result.ok(f"{count} sources")
+    lag, seen = t["lag-critical"], t["seen-critical"]
+    if lag <= 0 and seen <= 0:
+        return
+    lagged = sum(1 for s in sources if lag > 0 and (s.get("lag") or 0) >= lag)
+    inactive = sum(1 for s in sources if seen > 0 and _active(s) >= seen)
+    result.pd(Perf("sources_lagged", lagged, help="Number of sources that are behind more than the threshold"),
+              Perf("sources_inactive", inactive, help="Number of sources that are inactive"))
+    (result.critical(f"{lagged} sources are lagged") if lagged else result.ok(f"{count} sources current"))
+    (result.critical(f"{inactive} sources are inactive") if inactive else result.ok(f"{count} sources active"))
+
+
+def _stream_mirror(info: dict, t: dict[str, Any], result: Result) -> None:
+    lag, seen = t["lag-critical"], t["seen-critical"]
+    if (lag <= 0 and seen <= 0) or info.get("sources"):
+        return
+    mirror, state = (info.get("config") or {}).get("mirror"), info.get("mirror")
+    if not mirror:
+        result.critical("not mirrored")
+        return
+    if not state:
+        result.critical("invalid state")
+        return
+    result.pd(Perf("lag", state.get("lag") or 0, crit=lag, help="Number of operations this peer is behind its origin"),
+              Perf("active", _active(state), crit=seen, unit="s",
+                   help="Indicates if this peer is active and catching up if lagged"))
+    healthy = True
+    if lag > 0 and (state.get("lag") or 0) >= lag:
+        result.critical(f"Mirror Lag {state.get('lag')}")
+        healthy = False
+    if seen > 0 and _active(state) >= seen:
+        result.critical(f"Mirror Seen {format_duration(_active(state))}")
+        healthy = False
+    if healthy:
+        result.ok(f"Mirror {mirror.get('name')}")

@@ -119,3 +119,55 @@ def test_stream_missing_is_critical(admin):
     assert res.stdout.startswith("CRITICAL NOPE Crit:could not load info: stream not found"), res.stdout
     missing = admin("server", "check", "stream", code=None)
     assert missing.exit_code != 0 and "--stream" in missing.stderr and "Traceback" not in missing.stderr
+
+
+# --------------------------------------------------------------------------- consumer
+
+
+@pytest.fixture
+def jobs(admin) -> Admin:
+    """Stream JOBS with 5 messages and a pull consumer WORKER (explicit acks) yet to read them."""
+    admin("stream", "add", "JOBS", "--subjects", "jobs.>", "--defaults")
+    admin.proc("pub", "jobs.a", "job {{Count}}", "--count", "5", "-J")
+    admin("consumer", "add", "JOBS", "WORKER", "--pull", "--ack", "explicit", "--deliver", "all", "--defaults")
+    return admin
+
+
+def consumer_check(admin: Admin, *flags: str, code: int) -> str:
+    return admin("server", "check", "consumer", "--stream", "JOBS", "--consumer", "WORKER", *flags,
+                 code=code).stdout
+
+
+def test_consumer_unprocessed_ok_critical(jobs):
+    """5 unprocessed messages: OK under --unprocessed-critical 10, CRITICAL at 5; no
+    delivery yet is CRITICAL for --last-delivery-critical, no ack for --last-ack-critical."""
+    assert consumer_check(jobs, code=OK) == \
+        "OK JOBS_WORKER | ack_pending=0 pull_waiting=0 pending=5 redelivered=0\n"
+    assert consumer_check(jobs, "--unprocessed-critical", "10", code=OK) == \
+        "OK JOBS_WORKER OK:Unprocessed Messages: 5 | ack_pending=0 pull_waiting=0 pending=5;;10 redelivered=0\n"
+    assert consumer_check(jobs, "--unprocessed-critical", "5", code=CRITICAL) == \
+        "CRITICAL JOBS_WORKER Crit:Unprocessed Messages: 5 | ack_pending=0 pull_waiting=0 pending=5;;5 redelivered=0\n"
+    crit = consumer_check(jobs, "--last-delivery-critical", "1h", "--last-ack-critical", "1h", code=CRITICAL)
+    assert crit.startswith("CRITICAL JOBS_WORKER Crit:No deliveries Crit:No acks | "), crit
+
+
+def test_consumer_outstanding_acks_and_deliveries(jobs):
+    """Two messages fetched and not acknowledged: 2 acks outstanding is OK under 3 and
+    CRITICAL at 2; a delivery just made is within --last-delivery-critical 1h."""
+    jobs.proc("consumer", "next", "JOBS", "WORKER", "--count", "2", "--no-ack", "--raw")
+    assert consumer_check(jobs, "--outstanding-ack-critical", "3", code=OK).startswith(
+        "OK JOBS_WORKER OK:Ack Pending: 2 | ack_pending=2;;3 pull_waiting=0 pending=3 redelivered=0 last_delivery=")
+    assert consumer_check(jobs, "--outstanding-ack-critical", "2", code=CRITICAL).startswith(
+        "CRITICAL JOBS_WORKER Crit:Ack Pending: 2 | ack_pending=2;;2 ")
+    ok = consumer_check(jobs, "--last-delivery-critical", "1h", code=OK)
+    assert re.match(r"OK JOBS_WORKER OK:Last delivery \d{4}-\d\d-\d\d \d\d:\d\d:\d\d", ok), ok
+    assert re.search(r" last_delivery=[0-9.]+s;;3600\.0000\n$", ok), ok
+    as_json = json.loads(jobs("server", "check", "--format", "json", "consumer", "--stream", "JOBS",
+                              "--consumer", "WORKER", "--outstanding-ack-critical", "1", code=CRITICAL).stdout)
+    assert as_json["status"] == "CRITICAL" and as_json["check_name"] == "JOBS_WORKER"
+    assert as_json["critical"] == ["Ack Pending: 2"] and as_json["check_suite"] == "consumer"
+
+
+def test_consumer_missing_is_critical(jobs):
+    res = jobs("server", "check", "consumer", "--stream", "JOBS", "--consumer", "NOPE", code=CRITICAL)
+    assert res.stdout.startswith("CRITICAL JOBS_NOPE Crit:could not load info: consumer not found"), res.stdout

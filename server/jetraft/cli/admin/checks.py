@@ -468,3 +468,72 @@ def _stream_mirror(info: dict, t: dict[str, Any], result: Result) -> None:
         healthy = False
     if healthy:
         result.ok(f"Mirror {mirror.get('name')}")
+
+
+# --------------------------------------------------------------------------- consumer
+
+CONSUMER_METADATA: dict[str, Callable[[str], Any]] = {
+    "outstanding-ack-critical": int, "waiting-critical": int, "unprocessed-critical": int,
+    "last-delivery-critical": parse_duration, "last-ack-critical": parse_duration, "redelivery-critical": int,
+}
+
+
+def _go_time(when: _dt.datetime) -> str:
+    """A time as Go prints one: ``2024-05-01 10:00:00.123456 +0000 UTC``."""
+    return when.astimezone(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f").rstrip("0").rstrip(".") + " +0000 UTC"
+
+
+@check.command("consumer")
+@click.option("--stream", "stream", required=True, help="The stream holding the consumer.")
+@click.option("--consumer", "name", required=True, help="The consumer to check.")
+@click.option("--outstanding-ack-critical", type=int, help="Maximum number of outstanding acks to allow.")
+@click.option("--waiting-critical", type=int, help="Maximum number of waiting pulls to allow.")
+@click.option("--unprocessed-critical", type=int, help="Maximum number of unprocessed messages to allow.")
+@duration_option("--last-delivery-critical", None, "Time to allow since the last delivery")
+@duration_option("--last-ack-critical", None, "Time to allow since the last ack")
+@click.option("--redelivery-critical", type=int, help="Maximum number of redeliveries to allow.")
+def check_consumer(stream: str, name: str, **flags: Any) -> None:
+    """A consumer's outstanding acks, waiting pulls, unprocessed messages, redeliveries
+    and the time since its last delivery and ack (thresholds also from its
+    io.nats.monitor.* metadata)."""
+    given = {key.replace("_", "-"): value for key, value in flags.items()}
+
+    async def body(session: Session) -> None:
+        info = await session.request_json(session.api_subject(f"CONSUMER.INFO.{stream}.{name}"))
+        limits = options_from_metadata((info.get("config") or {}).get("metadata"), CONSUMER_METADATA, given)
+        t = {key: value or 0 for key, value in limits.items()}
+        now = _dt.datetime.now(_dt.timezone.utc)
+        delivered = parse_time((info.get("delivered") or {}).get("last_active"))
+        acked = parse_time((info.get("ack_floor") or {}).get("last_active"))
+        counts = [("ack_pending", "num_ack_pending", "outstanding-ack-critical", "Ack Pending",
+                   "The number of messages waiting to be Acknowledged"),
+                  ("pull_waiting", "num_waiting", "waiting-critical", "Waiting Pulls",
+                   "The number of waiting Pull requests"),
+                  ("pending", "num_pending", "unprocessed-critical", "Unprocessed Messages",
+                   "The number of messages that have not yet been consumed"),
+                  ("redelivered", "num_redelivered", "redelivery-critical", "Redelivered",
+                   "The number of messages currently being redelivered")]
+        for metric, key, limit, _label, help_text in counts:
+            result.pd(Perf(metric, info.get(key) or 0, crit=t[limit], help=help_text))
+        times = [("last_delivery", delivered, "last-delivery-critical", "Seconds since the last message was delivered"),
+                 ("last_ack", acked, "last-ack-critical", "Seconds since the last message was acknowledged")]
+        for metric, when, limit, help_text in times:
+            if when is not None:
+                result.pd(Perf(metric, (now - when).total_seconds(), crit=t[limit], unit="s", help=help_text))
+        for _metric, key, limit, label, _help in counts:
+            if t[limit] > 0:
+                value = info.get(key) or 0
+                (result.critical if value >= t[limit] else result.ok)(f"{label}: {value}")
+        for label, none, when, limit in (("Last delivery", "No deliveries", delivered, "last-delivery-critical"),
+                                         ("Last ack", "No acks", acked, "last-ack-critical")):
+            if t[limit] <= 0:
+                continue
+            if when is None:
+                result.critical(none)
+            elif (now - when).total_seconds() >= t[limit]:
+                result.critical(f"{label} {format_duration((now - when).total_seconds())} ago")
+            else:
+                result.ok(f"{label} {_go_time(when)}")
+
+    result = Result(f"{stream}_{name}", "consumer")
+    finish(result, lambda opts, res: with_session(opts, res, body), options(False))

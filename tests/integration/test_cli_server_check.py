@@ -12,6 +12,7 @@ import re
 
 import pytest
 
+import servers
 from test_admin_cli import Admin, js_config
 
 OK, WARNING, CRITICAL = 0, 1, 2
@@ -171,3 +172,57 @@ def test_consumer_outstanding_acks_and_deliveries(jobs):
 def test_consumer_missing_is_critical(jobs):
     res = jobs("server", "check", "consumer", "--stream", "JOBS", "--consumer", "NOPE", code=CRITICAL)
     assert res.stdout.startswith("CRITICAL JOBS_NOPE Crit:could not load info: consumer not found"), res.stdout
+
+
+# --------------------------------------------------------------------------- jetstream
+
+#: An account whose JetStream allows 4 streams and 10 consumers (nats-server only: jetraft
+#: has no account JetStream limits, so its usage is never a share of one).
+LIMITED = """
+accounts {
+  APP { jetstream { max_streams: 4, max_consumers: 10 }, users [ { user: app, password: app } ] }
+}
+"""
+
+
+def test_jetstream_ok_and_invalid_thresholds(orders):
+    """An account without limits, one R1 stream: OK with every metric; a warning
+    threshold not below its critical one is CRITICAL."""
+    ok = orders("server", "check", "jetstream", code=OK).stdout.strip()
+    assert re.fullmatch(r"OK JetStream \| memory=0B memory_pct=0%;75;90 storage=\d+B storage_pct=0%;75;90 "
+                        r"streams=1 streams_pct=0%;-1;-1 consumers=0 consumers_pct=0%;-1;-1 replicas_ok=1 "
+                        r"replicas_no_leader=0 replicas_missing_replicas=0 replicas_lagged=0;;200 "
+                        r"replicas_not_seen=0\.0000s;;5\.0000 replicas_fail=0", ok), ok
+    bad = orders("server", "check", "js", "--consumers-warn", "50", "--consumers-critical", "50",
+                 code=CRITICAL).stdout
+    assert bad.startswith("CRITICAL JetStream Crit:consumers: invalid thresholds | "), bad
+    plain = orders("server", "check", "jetstream", "--no-replicas", code=OK).stdout
+    assert "replicas_ok" not in plain
+
+
+@pytest.fixture
+def limited(tmp_path):
+    """nats-server, user app of an account limited to 4 streams, holding one stream (25%)."""
+    server = servers.start_server("nats-server", tmp_path / "limited", js_config(tmp_path / "store") + LIMITED)
+    admin = Admin(server.url, tmp_path, "--user", "app", "--password", "app")
+    admin("stream", "add", "ORDERS", "--subjects", "orders.*", "--defaults")
+    yield admin
+    server.stop()
+
+
+def test_jetstream_streams_ok_warning_critical_nats_server_only(limited):
+    """1 of 4 streams (25%): OK under 50%, WARNING over 20%, CRITICAL over 20% as the
+    critical threshold."""
+    ok = limited("server", "check", "jetstream", "--streams-warn", "50", "--streams-critical", "80",
+                 code=OK).stdout
+    assert ok.startswith("OK JetStream | ") and " streams=1 streams_pct=25%;50;80 " in ok, ok
+    warn = limited("server", "check", "js", "--streams-warn", "20", "--streams-critical", "50",
+                   code=WARNING).stdout
+    assert warn.startswith("WARNING JetStream Warn:25% streams | "), warn
+    crit = limited("server", "check", "jetstream", "--streams-warn", "10", "--streams-critical", "20",
+                   code=CRITICAL).stdout
+    assert crit.startswith("CRITICAL JetStream Crit:25% streams | "), crit
+    as_json = json.loads(limited("server", "check", "--format", "json", "jetstream", "--streams-warn", "20",
+                                 "--streams-critical", "50", code=WARNING).stdout)
+    assert as_json["warning"] == ["25% streams"] and as_json["check_suite"] == "jetstream"
+    assert {p["name"]: p["value"] for p in as_json["perf_data"]}["streams_pct"] == 25

@@ -537,3 +537,100 @@ def check_consumer(stream: str, name: str, **flags: Any) -> None:
 
     result = Result(f"{stream}_{name}", "consumer")
     finish(result, lambda opts, res: with_session(opts, res, body), options(False))
+
+
+# --------------------------------------------------------------------------- jetstream
+
+
+@check.command("jetstream")
+@click.option("--mem-warn", type=int, default=75, show_default=True, help="Warning threshold for memory storage, in percent.")
+@click.option("--mem-critical", type=int, default=90, show_default=True, help="Critical threshold for memory storage, in percent.")
+@click.option("--store-warn", type=int, default=75, show_default=True, help="Warning threshold for disk storage, in percent.")
+@click.option("--store-critical", type=int, default=90, show_default=True, help="Critical threshold for disk storage, in percent.")
+@click.option("--streams-warn", type=int, default=-1, show_default=True, help="Warning threshold for streams used, in percent.")
+@click.option("--streams-critical", type=int, default=-1, show_default=True, help="Critical threshold for streams used, in percent.")
+@click.option("--consumers-warn", type=int, default=-1, show_default=True, help="Warning threshold for consumers used, in percent.")
+@click.option("--consumers-critical", type=int, default=-1, show_default=True, help="Critical threshold for consumers used, in percent.")
+@click.option("--replicas/--no-replicas", default=True, show_default=True, help="Check that all streams have healthy replicas.")
+@duration_option("--replica-seen-critical", "5s", "Critical threshold for when a stream replica was last seen")
+@click.option("--replica-lag-critical", type=int, default=200, show_default=True,
+              help="Critical threshold for how many operations behind a replica may be.")
+def check_jetstream(mem_warn: int, mem_critical: int, store_warn: int, store_critical: int, streams_warn: int,
+                    streams_critical: int, consumers_warn: int, consumers_critical: int, replicas: bool,
+                    replica_seen_critical: float, replica_lag_critical: int) -> None:
+    """The account's JetStream use against its limits (in percent), and its streams' replicas."""
+
+    async def body(session: Session) -> None:
+        info = await session.request_json(session.api_subject("INFO"))
+        limits = info.get("limits") or {}
+        for item, unit, warn, crit, most, used in (
+                ("memory", "B", mem_warn, mem_critical, limits.get("max_memory"), info.get("memory")),
+                ("storage", "B", store_warn, store_critical, limits.get("max_storage"), info.get("storage")),
+                ("streams", "", streams_warn, streams_critical, limits.get("max_streams"), info.get("streams")),
+                ("consumers", "", consumers_warn, consumers_critical, limits.get("max_consumers"),
+                 info.get("consumers"))):
+            _usage(result, item, unit, warn, crit, most or 0, used or 0)
+        if replicas:
+            streams = await _all_streams(session)
+            _replica_health(result, streams, replica_seen_critical, replica_lag_critical)
+
+    result = Result("JetStream", "jetstream")
+    finish(result, lambda opts, res: with_session(opts, res, body, "JetStream not available"), options(False))
+
+
+def _usage(result: Result, item: str, unit: str, warn: int, crit: int, most: int, used: int) -> None:
+    pct = int(used / most * 100) if most > 0 else 0
+    result.pd(Perf(item, used, unit=unit, help=f"JetStream {item} resource usage"),
+              Perf(f"{item}_pct", pct, warn, crit, "%", f"JetStream {item} resource usage in percent"))
+    if warn != -1 and crit != -1 and warn >= crit:
+        result.critical(f"{item}: invalid thresholds")
+    elif pct > 100:
+        result.critical(f"{item}: exceed server limits")
+    elif warn >= 0 and crit >= 0 and pct > crit:
+        result.critical(f"{pct}% {item}")
+    elif warn >= 0 and crit >= 0 and pct > warn:
+        result.warn(f"{pct}% {item}")
+
+
+async def _all_streams(session: Session) -> list[dict]:
+    """Every stream's info, page by page ($JS.API.STREAM.LIST)."""
+    streams: list[dict] = []
+    while True:
+        page = await session.request_json(session.api_subject("STREAM.LIST"), {"offset": len(streams)})
+        batch = page.get("streams") or []
+        streams += batch
+        if not batch or len(streams) >= (page.get("total") or 0):
+            return streams
+
+
+def _replica_health(result: Result, streams: list[dict], seen: float, lag: int) -> None:
+    healthy = no_leader = missing = failed = lagged = unseen = 0
+    for info in streams:
+        replicas = (info.get("config") or {}).get("num_replicas", 1)
+        cluster = info.get("cluster")
+        if replicas == 1:
+            healthy += 1
+        elif not cluster:
+            failed += 1
+        elif not cluster.get("leader"):
+            no_leader += 1
+        elif len(cluster.get("replicas") or []) != replicas - 1:
+            missing += 1
+        else:
+            for peer in cluster.get("replicas") or []:
+                if peer.get("offline"):
+                    failed += 1
+                elif _active(peer) > seen:
+                    unseen += 1
+                elif (peer.get("lag") or 0) > lag:
+                    lagged += 1
+            healthy += 1
+    result.pd(Perf("replicas_ok", healthy, help="Streams with healthy cluster state"),
+              Perf("replicas_no_leader", no_leader, help="Streams with no leader elected"),
+              Perf("replicas_missing_replicas", missing, help="Streams with fewer known replicas than configured"),
+              Perf("replicas_lagged", lagged, crit=lag, help=f"Streams with > {lag} lagged replicas"),
+              Perf("replicas_not_seen", unseen, crit=seen, unit="s",
+                   help=f"Streams with replicas seen > {format_duration(seen)} ago"),
+              Perf("replicas_fail", failed, help="Streams unhealthy cluster state"))
+    if failed or missing or no_leader or unseen or lagged:
+        result.critical(f"{failed + missing + no_leader} unhealthy streams")

@@ -43,7 +43,7 @@ class Machines(Protocol):
 
     def kill(self, name: str) -> None: ...
 
-    def replace(self, name: str) -> Path: ...
+    def replace(self, name: str, keep_event_log: Path | None = None) -> Path: ...
 
     def add(self, names: list[str]) -> Path: ...
 
@@ -183,7 +183,10 @@ class DayTwo(Drills):
                 meta = self.target.get_json(survivor, "/jsz").get("meta_cluster", {})
                 return meta.get("leader") not in (None, "", name)
             await until(meta_leader_elsewhere, f"a meta leader other than {name}")
-            await loop.run_in_executor(None, self.machines.replace, name)
+            # the old machine's event log is evidence for the validation: kept beside where
+            # collect_logs.yml puts the new machine's (logs/<host>/events.jsonl)
+            kept = self.artifacts / "logs" / name / f"events.replaced-{result.applied_ns}.jsonl"
+            await loop.run_in_executor(None, self.machines.replace, name, kept)
             result.repair_ns = time.time_ns()
             result.playbook_s = round(await self._playbook(
                 result.name, "replace_host", "-e", f"jetraft_replace_host={name}"), 1)

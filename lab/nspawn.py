@@ -44,6 +44,8 @@ PACKAGES = ("systemd-sysv", "dbus", "openssh-server", "python3", "python3-venv",
             "python3-apt", "python3-packaging", "iproute2", "xfsprogs", "nftables", "procps")
 DISK_BYTES = 1 << 30          # each host's sparse data disk file: 1 GiB
 RECIPE_VERSION = "1"          # bump when base preparation changes: a new cache key
+#: Where the role's unit has jetraft write its JSON event log (jetraft_server_log_file).
+EVENT_LOG = "/var/log/jetraft/events.jsonl"
 
 
 class LabError(Exception):
@@ -268,15 +270,21 @@ class NspawnLab:
             self._wait_ssh(spares[name])
         return self._write_inventory(state)
 
-    def replace(self, name: str) -> Path:
+    def replace(self, name: str, keep_event_log: Path | None = None) -> Path:
         """Replace ``name`` by a new machine of the same name, zone and address: power-cut
         it (when running), throw its root overlay and data disk away, and boot a fresh host
         (new SSH host key and machine id, nothing installed, an empty data disk). Returns
-        the inventory's path (the data disk's device may change)."""
+        the inventory's path (the data disk's device may change). ``keep_event_log``: where
+        to keep the old machine's jetraft event log first, as the evidence of what it did
+        (the validation reads it beside the new machine's)."""
         state = self._state()
         host_state = self._host_state(name)
         if _alive(host_state.get("nspawn_pid")):
             self.kill(name)
+        old_log = self._host_dir(name) / "upper" / EVENT_LOG.lstrip("/")
+        if keep_event_log is not None and old_log.is_file():
+            keep_event_log.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(old_log, keep_event_log)
         _remove_cgroups(name)
         disk = host_state.get("disk")
         if disk and _loop_backing(disk) == str(self._disk_file(name)):

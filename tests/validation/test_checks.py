@@ -193,3 +193,31 @@ def test_meta_membership_changes_are_listed_once_each_in_the_report_and_the_time
     text = (root / "report.md").read_text()
     assert "## Meta group membership" in text
     assert "| n5 | added as a learner | 71 | 3 |" in text.replace(f"{base}.000000300Z | ", "")
+
+
+def test_a_replaced_machines_log_is_read_and_its_successor_starts_its_terms_anew(spark, tmp_path):
+    """A host whose machine was replaced (a new store, a new RAFT identity) has two event
+    logs: the old machine's (events.replaced-*.jsonl) and the new one's. Both are read; the
+    new one's terms start again from 0 without a term_monotonic violation, while the same
+    decrease within one log is one."""
+    root = tmp_path / "run"
+    synthetic.generate(root, events=2000, groups=2, seed=11)
+    logs = root / "logs" / "n5"
+    old = (logs / "events.jsonl").read_text().splitlines()
+    last = json.loads(old[-1])
+    group = next(json.loads(x)["group"] for x in old if '"raft_became_follower"' in x
+                 and json.loads(x).get("group", "").startswith("S-"))
+    later = json.dumps({"ts": last["ts"][:19] + ".999999999Z", "v": last["v"], "server_name": "n5",
+                        "level": "info", "event": "raft_became_follower", "group": group,
+                        "term": 0, "leader": None, "index": 0, "peers": [], "zone": "c"})
+    (logs / "events.replaced-1.jsonl").write_text("\n".join(old) + "\n")
+    (logs / "events.jsonl").write_text(later + "\n")
+    doc = validate(spark, str(root), root)
+    assert doc["checks"]["term_monotonic"]["valid"] is True
+    assert doc["checks"]["topology"]["valid"] is True
+    assert doc["checks"]["log_matching"]["details"]["entries"] > 0
+
+    (logs / "events.replaced-1.jsonl").unlink()
+    (logs / "events.jsonl").write_text("\n".join(old) + "\n" + later + "\n")
+    doc = validate(spark, str(root), root / "one-log")
+    assert doc["checks"]["term_monotonic"]["valid"] is False

@@ -4,6 +4,7 @@
 A run directory (``lab/artifacts/<run>``, written by ``python -m lab run``) holds::
 
     logs/<host>/events.jsonl     each server's event log (playbooks/collect_logs.yml)
+    logs/<host>/events.*.jsonl   the event log of a machine the host replaced (lab/day_two.py)
     topology.json                the inventory: cluster name, server names and zones
     drills.json                  each drill's summary and fault timeline (lab/drills.py)
     <drill>.ledger.jsonl         every publish attempt of a drill
@@ -137,7 +138,7 @@ def read(spark: SparkSession, path: str) -> Inputs:
     whole (a text filter picks them without parsing the rest). Both are kept (memory, then
     disk) for the checks. Raises InputError when no event log is found."""
     base = path.rstrip("/")
-    events_path = base if base.endswith(".jsonl") else f"{base}/logs/*/events.jsonl"
+    events_path = base if base.endswith(".jsonl") else f"{base}/logs/*/events*.jsonl"
     try:
         lines = spark.read.text(events_path)
     except AnalysisException as exc:
@@ -147,8 +148,9 @@ def read(spark: SparkSession, path: str) -> Inputs:
         raise
     parsed = F.from_json(F.col("value"), schema.EVENT, {"mode": "PERMISSIVE"})
     events = (lines.where(~F.col("value").contains(APPLIED_MARK))
-              .select(F.col("value").alias("line"), parsed.alias("e"), _host().alias("host"))
-              .select("line", "host", "e.*")
+              .select(F.col("value").alias("line"), parsed.alias("e"), _host().alias("host"),
+                      F.input_file_name().alias("source"))
+              .select("line", "host", "source", "e.*")
               .withColumn("ns", event_ns(F.col("ts")))
               .where(F.col("event").isNull() | (F.col("event") != "raft_applied") | F.col(schema.CORRUPT).isNotNull())
               .persist(StorageLevel.MEMORY_AND_DISK))

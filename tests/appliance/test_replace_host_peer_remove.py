@@ -44,7 +44,9 @@ def meta(c: Cluster, name: str) -> dict:
     return c.servers[name].monitor("/jsz").get("meta_cluster", {})
 
 
-def wait_meta(c: Cluster, predicate, what: str, timeout: float = 60.0) -> dict:
+def wait_meta(c: Cluster, predicate, what: str, timeout: float = 60.0, dead: str = "") -> dict:
+    """The meta leader's /jsz meta_cluster once ``predicate`` holds for it (a leader other
+    than ``dead``); fails after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
         view = {}
@@ -53,7 +55,7 @@ def wait_meta(c: Cluster, predicate, what: str, timeout: float = 60.0) -> dict:
                 view = meta(c, name)
             except OSError:
                 continue
-            if view.get("leader") and view["leader"] != "n5":
+            if view.get("leader") and view["leader"] != dead:
                 leader = meta(c, view["leader"])
                 if predicate(leader):
                     return leader
@@ -69,6 +71,7 @@ def test_a_dead_server_is_removed_once_and_a_rerun_changes_nothing(kind, tmp_pat
         c.wait_formed(60)
         wait_meta(c, lambda m: len(m.get("replicas", [])) == 4, "a meta group of five")
         c.kill("n5")
+        wait_meta(c, lambda m: True, "a meta leader other than n5", dead="n5")
         hosts = {name: {"ansible_host": "127.0.0.1", "jetraft_server_client_port": c.members[name].port}
                  for name in ("n1", "n2", "n3", "n4")}
         inventory = local_inventory(tmp_path / "hosts.yml", hosts=hosts, jetraft_server_tls=False,
@@ -85,7 +88,7 @@ def test_a_dead_server_is_removed_once_and_a_rerun_changes_nothing(kind, tmp_pat
         assert removal(first) == "changed" and "s3cret-sys" not in flat(first)
         assert "changed=1 " in first.stdout
         leader = wait_meta(c, lambda m: "n5" not in {r["name"] for r in m.get("replicas", [])},
-                           "n5 out of the meta group")
+                           "n5 out of the meta group", dead="n5")
         assert leader["cluster_size"] == 4
         assert second.returncode == 0, flat(second)[-3000:]
         assert removal(second) == "ok", flat(second)[-3000:]

@@ -131,13 +131,22 @@ def test_a_stream_deleted_with_its_consumers_announces_each_consumer_first(js_se
             await s.nc.subscribe("$JS.EVENT.ADVISORY.*.DELETED.>", cb=ev.cb)
             await s.nc.flush()
             await s.jsm.delete_stream("ADV")
-            await ev.wait(3, "three deletes")
+            await poll(lambda: any(subj == f"{ADV}STREAM.DELETED.ADV" for subj, _ in ev.got), 10,
+                       "the stream's delete")
+            if js_server.kind == "jetraft":
+                await ev.wait(3, "three deletes")
             await s.nc.flush()
             got = ev.take()
-            assert sorted(subj for subj, _ in got[:2]) == [f"{ADV}CONSUMER.DELETED.ADV.A",
-                                                          f"{ADV}CONSUMER.DELETED.ADV.B"]
-            assert [subj for subj, _ in got[2:]] == [f"{ADV}STREAM.DELETED.ADV"]
-            assert all(shape(b) == CONSUMER_ACTION and b["action"] == "delete" for _, b in got[:2])
+            # jetraft announces every consumer, then the stream; nats-server 2.15.1 does so
+            # in most runs, but now and then announces the stream alone: what it announces
+            # of the consumers comes first
+            consumers = [subj for subj, _ in got[:-1]]
+            assert [subj for subj, _ in got[-1:]] == [f"{ADV}STREAM.DELETED.ADV"]
+            assert set(consumers) <= {f"{ADV}CONSUMER.DELETED.ADV.A", f"{ADV}CONSUMER.DELETED.ADV.B"}
+            assert len(consumers) == len(set(consumers))
+            if js_server.kind == "jetraft":
+                assert sorted(consumers) == [f"{ADV}CONSUMER.DELETED.ADV.A", f"{ADV}CONSUMER.DELETED.ADV.B"]
+            assert all(shape(b) == CONSUMER_ACTION and b["action"] == "delete" for _, b in got[:-1])
 
     run(scenario)
 

@@ -178,10 +178,11 @@ def drills(inventory: Path, run_id: str | None) -> None:
 def drill_table(results) -> Table:
     """The drills' results as a rich table."""
     table = Table("drill", "attempted", "acknowledged", "lost", "s without writes",
-                  "acked while down", "meta API", "replicas current", "s")
+                  "acked while down", "client on", "reconnects", "meta API", "replicas current", "s")
     for r in results:
         table.add_row(r.name, str(r.attempted), str(r.acknowledged), str(len(r.lost)),
                       f"{r.seconds_without_writes:.2f}", str(r.acked_during_outage),
+                      r.client_server or "-", str(r.client_reconnects),
                       "-" if r.meta_answered is None else _yn(r.meta_answered),
                       _yn(r.replicas_current), f"{r.duration_s:.1f}")
     return table

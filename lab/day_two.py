@@ -131,6 +131,7 @@ class DayTwo(Drills):
         try:
             result.stream, result.group, subject, work = await self._begin(js, name, servers)
             result.servers = [s.name for s in servers]
+            await self._note_client(nc, result)
             first_ns = time.time_ns()
             end_ns = await change(result, work)
             result.seconds_without_writes = round(work.longest_gap_s(first_ns, end_ns), 3)
@@ -140,6 +141,7 @@ class DayTwo(Drills):
             await work.wait_acks(time.time_ns(), 20, "writes after the playbook")
             await work.stop()
             drained = await self._read_back(js, result.stream, subject)
+            result.client_reconnects = nc.stats.get("reconnects", 0)
             return self._finish(result, work, drained, started)
         finally:
             await nc.close()

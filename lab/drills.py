@@ -129,6 +129,10 @@ class Target:
     def urls(self, exclude: list[Server] = ()) -> list[str]:
         return [f"nats://{s.address}:{self.client_port}" for s in self.servers if s not in exclude]
 
+    def server_at(self, host: str | None) -> str | None:
+        """The name of the server at address ``host`` (None if none is)."""
+        return next((s.name for s in self.servers if s.address == host), None)
+
     def ssl_context(self) -> ssl.SSLContext | None:
         """A client context verifying servers (names and addresses) against the CA bundle;
         None when the servers do not speak TLS. Raises DrillError when the bundle is not
@@ -263,7 +267,10 @@ class DrillResult:
     fault began (``fault_ns``), when the fault was in place (``applied_ns``: the kill,
     partition or pause command returned), when it was repaired (``repair_ns``: servers started
     again, partition healed, SIGCONT) and when every replica was current again
-    (``healed_ns``)."""
+    (``healed_ns``). ``client_server``: the server the drill's client was connected to when
+    the fault began; ``client_reconnects``: how often it reconnected during the drill (a
+    client on a stalled server waits for its PINGs, and for TLS, to give up before it moves
+    on)."""
 
     name: str
     stream: str = ""
@@ -284,6 +291,8 @@ class DrillResult:
     meta_answered: bool | None = None
     replicas_current: bool = False
     duration_s: float = 0.0
+    client_server: str | None = None
+    client_reconnects: int = 0
     #: Seconds the drill's playbook ran (day-two drills, lab/day_two.py).
     playbook_s: float = 0.0
     ledger: str = ""
@@ -487,7 +496,8 @@ class Drills:
         (self.artifacts / f"{result.name}.json").write_text(json.dumps(result.summary(), indent=2))
         self.log(f"drill {result.name}: {result.attempted} attempted, {result.acknowledged} "
                  f"acknowledged, {len(result.lost)} lost, "
-                 f"{result.seconds_without_writes:.2f} s without writes")
+                 f"{result.seconds_without_writes:.2f} s without writes "
+                 f"(client on {result.client_server or '?'}, {result.client_reconnects} reconnects)")
         return result
 
     async def kill_zone(self, zone: str, nemesis: Nemesis) -> DrillResult:
@@ -541,6 +551,7 @@ class Drills:
                 servers = await self._leader(js, stream)
                 self.log(f"drill {name}: the stream leader is {servers[0].name}")
             result.servers = [s.name for s in servers]
+            await self._note_client(nc, result)
             fault_ns = result.fault_ns = time.time_ns()
             repaired = False
             probes: list[str] = []
@@ -564,9 +575,18 @@ class Drills:
             await work.stop()
             await self._delete(js, probes)
             drained = await self._read_back(js, stream, subject)
+            result.client_reconnects = nc.stats.get("reconnects", 0)
             return self._finish(result, work, drained, started)
         finally:
             await nc.close()
+
+    async def _note_client(self, nc, result: DrillResult) -> None:
+        """Record (and log) which server the client is on as the fault begins (once it is
+        connected, should it be reconnecting at that moment)."""
+        await until(lambda: nc.is_connected, "the drill's client connected", timeout_s=30)
+        url = nc.connected_url
+        result.client_server = self.target.server_at(url.hostname if url else None)
+        self.log(f"drill {result.name}: the client is on {result.client_server or 'no server'}")
 
     async def lose_two_zones(self, zones: list[str], nemesis: Nemesis) -> DrillResult:
         """Crash two zones: no publish may be acknowledged while they are down; after a
@@ -579,6 +599,7 @@ class Drills:
         try:
             result.stream, result.group, subject, work = await self._begin(js, name, servers)
             stream = result.stream
+            await self._note_client(nc, result)
             fault_ns = result.fault_ns = time.time_ns()
             try:
                 await nemesis.crash(servers)
@@ -600,6 +621,7 @@ class Drills:
             result.replicas_current, result.healed_ns = True, time.time_ns()
             await work.stop()
             drained = await self._read_back(js, stream, subject)
+            result.client_reconnects = nc.stats.get("reconnects", 0)
             return self._finish(result, work, drained, started)
         finally:
             await nc.close()

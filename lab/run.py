@@ -193,11 +193,12 @@ def _print(console: Console, summary: Summary, run_dir: Path) -> None:
     console.print(steps)
     if summary.drills:
         table = Table("drill", "attempted", "acknowledged", "lost", "s without writes",
-                      "acked while down", title="drills")
+                      "acked while down", "client on", "reconnects", title="drills")
         for d in summary.drills:
             table.add_row(d["name"], str(d["attempted"]), str(d["acknowledged"]),
                           str(d["lost"]), f"{d['seconds_without_writes']:.2f}",
-                          str(d["acked_during_outage"]))
+                          str(d["acked_during_outage"]), d.get("client_server") or "-",
+                          str(d.get("client_reconnects", 0)))
         console.print(table)
     if summary.validation:
         table = Table("check", "verdict", title="validation (jetraft-validate)")

@@ -246,7 +246,7 @@ EVENTS: dict[str, EventSpec] = {
         "info", "This server took a snapshot and may compact its log.",
         {"group": "str", "index": "int", "term": "int",
          "bytes": "the snapshot's size in bytes (int; absent in older logs)",
-         "reason": "what made it due: entries | bytes | interval (absent in older logs)"},
+         "reason": "what made it due: entries | bytes | interval | restore (a clustered restore's restorer, before its peers catch up; absent in older logs)"},
     ),
     "raft_log_compacted": EventSpec(
         "info", "This server discarded the log entries a snapshot covers (Raft §7).",
@@ -334,6 +334,12 @@ EVENTS: dict[str, EventSpec] = {
         "info", "A stream was created ($JS.API.STREAM.CREATE).",
         {"account": "str", "stream": "str", "subjects": "list", "storage": "file | memory",
          "retention": "limits | interest | workqueue"},
+    ),
+    "jetstream_stream_restored": EventSpec(
+        "info", "A clustered restore ($JS.API.STREAM.RESTORE) put a stream on a quorum of its "
+        "peers (logged by its restoring leader).",
+        {"account": "str", "stream": "str", "group": "str", "peers": "list",
+         "bytes": "the backup's size in bytes (int)", "messages": "int", "last_seq": "int"},
     ),
     "jetstream_stream_updated": EventSpec("info", "A stream's configuration changed.",
                                           {"account": "str", "stream": "str"}),

@@ -35,8 +35,56 @@ from jetraft.protocol import encode_err, encode_info
 
 _B32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
 
-#: Options a SIGHUP reload cannot change (nats-server server/reload.go refuses them too).
-NOT_RELOADABLE = ("host", "port", "http_host", "http_port", "https_port", "server_name", "cluster", "jetstream")
+#: Options a SIGHUP reload cannot change (nats-server server/reload.go refuses them too:
+#: diffOptions has no case for them, or refuses the change).
+NOT_RELOADABLE = ("host", "port", "http_host", "http_port", "https_port", "server_name", "cluster", "jetstream",
+                  "max_pending", "max_closed_clients", "lame_duck_duration", "lame_duck_grace_period",
+                  "system_account")
+#: Of those, the blocks whose values a refusal does not show (the others show ``old=...,
+#: new=...``, as reload.go).
+_BLOCKS = ("cluster", "jetstream")
+
+
+def write_pid_file(path: str) -> None:
+    """Write this process's id to ``path``. A file it creates is mode 0600 whatever the
+    umask, as nats-server's (server/server.go logPid, defaultFilePerms). Raises OSError."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(f"{os.getpid()}\n")
+
+
+def reload_refusals(old: ServerConfig, new: ServerConfig) -> list[str]:
+    """Why a reload from ``old`` to ``new`` cannot be applied (empty: it can), one reason
+    per option, each ``config reload not supported for <option>...``.
+
+    nats-server's rules (server/reload.go diffOptions): the options of
+    :data:`NOT_RELOADABLE`; ``no_auth_user`` may only be removed together with its user.
+    jetraft's own, where it would otherwise accept a change and not act on it (fail
+    closed): the accounts JetStream serves (their stores and, in a cluster, their RAFT
+    groups are opened at start) and, in a JetStream cluster, ``server_tags`` (placement
+    and the server's zone are read at start). A restart applies any of them."""
+    out = []
+    for name in NOT_RELOADABLE:
+        before, after = _reload_key(old, name), _reload_key(new, name)
+        if before != after:
+            shown = "" if name in _BLOCKS else f": old={before}, new={after}"
+            out.append(f"config reload not supported for {name}{shown}")
+    if old.no_auth_user != new.no_auth_user:
+        removed_with_user = (old.no_auth_user and not new.no_auth_user
+                             and old.no_auth_user not in {u.user for u in new.all_users()})
+        if not removed_with_user:
+            out.append(f"config reload not supported for no_auth_user: old={old.no_auth_user or ''}, "
+                       f"new={new.no_auth_user or ''}")
+    if old.jetstream_accounts() != new.jetstream_accounts():
+        out.append("config reload not supported for the accounts JetStream serves: old="
+                   f"{','.join(old.jetstream_accounts()) or '-'}, new={','.join(new.jetstream_accounts()) or '-'} "
+                   "(restart the server to change them)")
+    if (old.jetstream is not None and old.cluster is not None
+            and tuple(old.server_tags) != tuple(new.server_tags)):
+        out.append(f"config reload not supported for server_tags in a JetStream cluster: "
+                   f"old={list(old.server_tags)}, new={list(new.server_tags)} (restart the server "
+                   "to change them)")
+    return out
 
 
 def _reload_key(config: ServerConfig, name: str) -> Any:
@@ -406,10 +454,9 @@ class Server:
         except Exception as exc:  # noqa: BLE001 - any failure leaves the running config intact
             self.events.emit("config_reload_failed", config=old.source, error=str(exc))
             return False
-        fixed = [name for name in NOT_RELOADABLE if _reload_key(new, name) != _reload_key(old, name)]
-        if fixed:
-            self.events.emit("config_reload_failed", config=old.source,
-                             error=f"config reload not supported for {', '.join(fixed)}")
+        refused = reload_refusals(old, new)
+        if refused:
+            self.events.emit("config_reload_failed", config=old.source, error="; ".join(refused))
             return False
         try:  # certificates, keys and CAs are read again: new connections use them
             client_tls = client_tls_context(new)
@@ -432,6 +479,11 @@ class Server:
         for name in new.accounts:
             self.account(name)
         self.events.threshold = log_threshold(new)
+        if new.pid_file and new.pid_file != old.pid_file:     # reload.go pidFileOption
+            try:
+                write_pid_file(new.pid_file)
+            except OSError as exc:
+                self.events.emit("config_warning", message=f"{new.source}: pid_file: {exc}")
         try:
             configure_human_log(self.events, new)
         except OSError as exc:  # the previous human log goes on
@@ -439,6 +491,7 @@ class Server:
         self._update_base_info()
         for client in list(self.clients.values()):
             client.parser.max_payload = new.max_payload
+            client.parser.max_control_line = new.max_control_line
             if client.identity is not None and not self.auth.still_valid(client.identity, previous_auth):
                 client.send(encode_err("Authorization Violation"))
                 client.close("Authentication Failure")

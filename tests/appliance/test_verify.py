@@ -10,6 +10,7 @@ import nats
 import pytest
 from nats.js.api import StreamConfig
 from cluster import Cluster
+from js_support import asked_again
 from playbook import flat, local_inventory, run_playbook
 from servers import KINDS
 
@@ -25,6 +26,8 @@ def write_inventory(tmp: Path, c: Cluster, **extra) -> Path:
 
 
 @pytest.mark.parametrize("kind", KINDS)
+# five servers and two playbook runs: 33-43 s alone, over 120 s once on a loaded machine
+@pytest.mark.timeout(300)
 def test_a_healthy_cluster_passes_and_a_stopped_server_is_named(kind, tmp_path):
     with Cluster(kind, tmp_path / "c", 5, jetstream=True, unique_tag="az:", tags=TAGS) as c:
         c.start()
@@ -43,12 +46,16 @@ def test_a_healthy_cluster_passes_and_a_stopped_server_is_named(kind, tmp_path):
 
 
 async def _add_r3_stream(urls: list[str]) -> None:
-    """An R3 stream (one replica per zone) that verify.yml must find whole."""
+    """An R3 stream (one replica per zone) that verify.yml must find whole. Each request is
+    asked again while a cluster just formed leaves it unanswered: the same create again is
+    the same stream, and a message carries a Nats-Msg-Id, so it is stored once."""
     nc = await nats.connect(servers=urls, connect_timeout=5)
     try:
         js = nc.jetstream(timeout=10)
-        await js.add_stream(StreamConfig(name="WHOLE", subjects=["whole.>"], num_replicas=3))
+        await asked_again(lambda: js.add_stream(StreamConfig(name="WHOLE", subjects=["whole.>"], num_replicas=3)),
+                          "create WHOLE")
         for i in range(10):
-            await js.publish("whole.x", str(i).encode())
+            await asked_again(lambda i=i: js.publish("whole.x", str(i).encode(), headers={"Nats-Msg-Id": str(i)}),
+                              f"publish {i} to WHOLE")
     finally:
         await nc.close()

@@ -9,8 +9,10 @@ by ``compat_support.run``; ``js_session`` opens one nats-py connection and hands
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,8 +20,10 @@ from typing import Any
 import pytest
 from compat_support import connect, poll
 from nats.aio.client import Client
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.client import JetStreamContext
-from nats.js.errors import APIError
+from nats.js.errors import APIError, NoStreamResponseError, ServiceUnavailableError
 from nats.js.manager import JetStreamManager
 
 import servers
@@ -106,3 +110,26 @@ async def wait_for(fetch: Callable[[], Awaitable[Any]], accept: Callable[[Any], 
     except AssertionError as e:
         raise AssertionError(f"{e}; last value {seen[0] if seen else None!r}") from None
     return seen[0]
+
+
+async def asked_again(call: Callable[[], Awaitable[Any]], what: str, timeout: float = 60.0) -> Any:
+    """``await call()``, asked again while a cluster cannot answer it yet; return its result.
+
+    A freshly formed cluster, or one electing a meta leader, may leave a stream or consumer
+    create unanswered for longer than a request's timeout, answer no responders, or answer
+    503 / err_code 10008 ("JetStream system temporarily unavailable"). Any other answer,
+    error or not, is returned or raised at once. Only for idempotent requests: a create
+    with the same config, or a publish carrying a ``Nats-Msg-Id``. Fails with an
+    AssertionError naming ``what`` after ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return await call()
+        except (NatsTimeoutError, NoRespondersError, NoStreamResponseError, APIError) as err:
+            if isinstance(err, APIError) and not (isinstance(err, ServiceUnavailableError)
+                                                  or err.err_code == 10008):
+                raise
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{what}: not answered within {timeout:.0f} s (last: {err!r})") from err
+        await asyncio.sleep(0.1)

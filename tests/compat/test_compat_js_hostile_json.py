@@ -150,16 +150,23 @@ DEPTH_DIFFERENCES: list[tuple[str, str, bytes, Any, Any]] = [
 # --- requests ------------------------------------------------------------------------------
 
 def raw_request(address: tuple[str, int], subject: str, body: bytes, *, timeout: float = 10.0,
-            user: tuple[str, str] | None = None) -> tuple[list[bytes], bytes | None, bytes]:
-    """Publish ``body`` to ``subject`` with a reply inbox on a raw connection; return the
-    reply's control-line tokens, its header block (None for MSG) and its payload."""
+            user: tuple[str, str] | None = None,
+            headers: dict[str, str] | None = None) -> tuple[list[bytes], bytes | None, bytes]:
+    """Publish ``body`` to ``subject`` with a reply inbox on a raw connection (HPUB with
+    ``headers`` when given, else PUB); return the reply's control-line tokens, its header
+    block (None for MSG) and its payload."""
     with RawClient(address, timeout=timeout) as c:
         options: dict[str, Any] = {"headers": True, "no_responders": True}
         if user:
             options.update(user=user[0], password=user[1])
         c.connect(**options)
         c.send(f"SUB {INBOX} 1\r\n".encode())
-        c.send(f"PUB {subject} {INBOX} {len(body)}\r\n".encode() + body + b"\r\n")
+        if headers:
+            block = ("NATS/1.0\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n").encode()
+            c.send(f"HPUB {subject} {INBOX} {len(block)} {len(block) + len(body)}\r\n".encode()
+                   + block + body + b"\r\n")
+        else:
+            c.send(f"PUB {subject} {INBOX} {len(body)}\r\n".encode() + body + b"\r\n")
         tokens, raw = c.read_msg()
     if tokens[0] == b"HMSG":
         size = int(tokens[-2])
@@ -277,7 +284,11 @@ def cluster(request, tmp_path_factory):
         created = _poll(lambda: (r := api(first, "$JS.API.STREAM.CREATE.KV", {**KV_CONFIG, "num_replicas": 3}))
                         and "error" not in r and r, 30, "KV created")
         assert created["config"]["num_replicas"] == 3
-        _poll(lambda: api(first, "kv.a", b"hi") == {"stream": "KV", "seq": 1}, 30, "the message stored")
+        # asked again until stored: the Nats-Msg-Id makes a message asked again a duplicate of
+        # the first (acknowledged with "duplicate": true), never a second message
+        stored = {"stream": "KV", "seq": 1}
+        _poll(lambda: {k: v for k, v in api(first, "kv.a", b"hi", headers={"Nats-Msg-Id": "kv-a"}).items()
+                       if k != "duplicate"} == stored, 30, "the message stored")
         for name, srv in c.servers.items():
             _poll(lambda srv=srv: raw_request(srv.address, "$JS.API.DIRECT.GET.KV", b'{"seq":1}', timeout=2)[2] == b"hi",
                   30, f"DIRECT.GET answered through {name}")

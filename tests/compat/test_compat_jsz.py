@@ -19,6 +19,7 @@ import pytest
 import servers
 from cluster import Cluster
 from compat_support import json_type, run
+from js_support import asked_again
 
 GO_UINT64_MAX = (1 << 64) - 1
 ACCOUNTS = ("A", "B", "C")
@@ -42,14 +43,18 @@ def store(tmp_path, name: str) -> str:
 
 
 def make_stream(server, *, user: str | None = None, replicas: int = 1) -> None:
-    """Stream S (subjects s.>) with one 2-byte message and durable consumer C."""
+    """Stream S (subjects s.>) with one 2-byte message and durable consumer C. Each request
+    is asked again while it goes unanswered: a cluster's first R3 stream and consumer can
+    take nats-server longer than a request's timeout on a loaded machine. Creating the
+    same stream or consumer again answers it; the message carries a Nats-Msg-Id, so a
+    publish asked again is not stored twice."""
     async def scenario():
         options = {"user": user, "password": user} if user else {}
         nc = await nats.connect(server.url, **options)
-        js = nc.jetstream()
-        await js.add_stream(name="S", subjects=["s.>"], num_replicas=replicas)
-        await js.publish("s.1", b"hi")
-        await js.add_consumer("S", durable_name="C")
+        js = nc.jetstream(timeout=10)
+        await asked_again(lambda: js.add_stream(name="S", subjects=["s.>"], num_replicas=replicas), "create S")
+        await asked_again(lambda: js.publish("s.1", b"hi", headers={"Nats-Msg-Id": "m1"}), "publish to S")
+        await asked_again(lambda: js.add_consumer("S", durable_name="C"), "create C")
         await nc.close()
     run(scenario)
 

@@ -23,7 +23,7 @@ import pytest
 import servers
 from cluster import Cluster
 from compat_support import connect, poll, round_trip, run
-from js_support import wait_for
+from js_support import asked_again, wait_for
 from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
@@ -166,7 +166,10 @@ def test_stream_through_plain_server(cluster):
                 msg = await js.get_msg("MIXED", seq)
                 assert (msg.subject, msg.data, msg.seq) == (f"mixed.{seq - 1}", f"m{seq - 1}".encode(), seq)
 
-            psub = await js.pull_subscribe("mixed.>", durable="PULL", stream="MIXED")
+            # the cluster's first consumer: asked again while unanswered (the same durable again
+            # is the same consumer)
+            psub = await asked_again(lambda: js.pull_subscribe("mixed.>", durable="PULL", stream="MIXED"),
+                                     "create consumer PULL")
             got: list[bytes] = []
             deadline = time.monotonic() + 20
             while len(got) < 100 and time.monotonic() < deadline:

@@ -8,11 +8,12 @@ answers are compared key for key, type for type, and by the values the options s
 from __future__ import annotations
 
 import json
+import time
 
 import nats
 import pytest
 from cluster import Cluster
-from compat_support import poll, run
+from compat_support import RawClient, poll, run
 from test_compat_monitoring_varz import differences
 
 CONFIG = """
@@ -182,3 +183,26 @@ def test_ping_reaches_every_server_of_a_cluster(kind, tmp_path):
         named = sorted({r["id"] if probe == "IDZ" else r["server"]["id"] for r in replies})
         expected = [ids["n2"]] if "." in probe else sorted(ids.values())
         assert named == expected, (probe, replies)
+
+
+def test_statsz_counts_stale_connections_as_nats_server(start_server, server_kind, tmp_path):
+    """A client that leaves the server's PINGs unanswered is closed as stale; STATSZ then
+    has ``stale_connections`` and ``stale_connection_stats`` (omitted while zero: events.go
+    ServerStats, omitempty)."""
+    # one PING a second, closed at the second unanswered one: nats-py clients have a second
+    # to answer each, the raw one is closed after about 2 s
+    server = start_server(CONFIG % (tmp_path / "s") + 'ping_interval: "1s"\nping_max: 1\n', http=True)
+    [before] = ask(server, [("$SYS.REQ.SERVER.PING.STATSZ", None)])
+    assert "stale_connections" not in before["statsz"] and "stale_connection_stats" not in before["statsz"]
+    with RawClient(server.address) as raw:
+        raw.connect(user="a", **{"pass": "a"})
+        assert raw.read_until_closed(timeout=10).endswith(b"-ERR 'Stale Connection'\r\n")
+    poll_sync = time.monotonic() + 10
+    while True:
+        [after] = ask(server, [("$SYS.REQ.SERVER.PING.STATSZ", None)])
+        if after["statsz"].get("stale_connections") or time.monotonic() > poll_sync:
+            break
+        time.sleep(0.05)
+    assert after["statsz"]["stale_connections"] == 1
+    assert after["statsz"]["stale_connection_stats"] == {"clients": 1, "routes": 0, "gateways": 0, "leafs": 0}
+    assert "slow_consumer_stats" not in after["statsz"]

@@ -80,6 +80,7 @@ def test_losing_two_zones_refuses_writes_and_healing_loses_nothing(drills, targe
 
 def test_partitioning_a_zone_keeps_writes_and_healing_loses_nothing(drills, target, results):
     r = _run(drills, target, results, "partition_zone", "a")
+    assert r.client_server in {s.name for s in target.servers} - {s.name for s in target.zone("a")}
     assert_ledger(r)
     assert r.meta_answered
     assert r.replicas_current
@@ -88,6 +89,7 @@ def test_partitioning_a_zone_keeps_writes_and_healing_loses_nothing(drills, targ
 
 def test_pausing_the_stream_leader_moves_the_leadership_and_loses_nothing(drills, target, results):
     r = _run(drills, target, results, "pause_leader")
+    assert r.client_server in {s.name for s in target.servers}
     assert_ledger(r)
     assert r.meta_answered
     assert r.replicas_current

@@ -144,7 +144,7 @@ def test_stream_add_info_pub_ls_purge_rm(js_server, tmp_path):
                   "--max-age", "1h", "--discard", "old", "--dupe-window", "1m", "--defaults").stdout
     assert added.startswith("Information for Stream ORDERS created ")
     assert field(added, "Subjects") == ["orders.*, shipping.>"]
-    assert field(added, "Maximum Bytes") == ["1 MiB"] and field(added, "Maximum Age") == ["1h0m0s"]
+    assert field(added, "Maximum Bytes") == ["1.0 MiB"] and field(added, "Maximum Age") == ["1h0m0s"]
     assert field(added, "Duplicate Window") == ["1m0s"]
 
     acked = admin.proc("pub", "orders.new", "order {{Count}}", "--count", "3", "-J").stdout
@@ -219,6 +219,12 @@ def test_api_error_is_one_clean_line(js_server, tmp_path):
     assert_clean_error(no_stream.stderr, "no stream")
     no_consumer = admin("consumer", "info", "ONE", "GHOST", code=1)
     assert_clean_error(no_consumer.stderr, "consumer not found (err_code 10014)")
+    # the same name with other settings: what it is, and what to do
+    other = admin("stream", "add", "ONE", "--subjects", "one.>", "--max-msgs", "5", code=1)
+    assert_clean_error(other.stderr, "stream name already in use with a different configuration (err_code 10058)",
+                       "jetraft stream edit")
+    past_end = admin("stream", "rmm", "ONE", "99", "-f", code=1)
+    assert_clean_error(past_end.stderr, "(err_code 10057)", "past the stream's last")
 
 
 # --------------------------------------------------------------------------- core messaging
@@ -273,7 +279,8 @@ def test_bench_js_cleans_up_its_stream(js_server, tmp_path):
 def test_bench_refuses_more_than_ten_million_messages():
     """bench is bounded: --msgs above 10,000,000 is a usage error before connecting."""
     result = CliRunner().invoke(cli, ["-s", "nats://127.0.0.1:1", "bench", "x", "--msgs", "10000001"])
-    assert result.exit_code == 2 and "10000000" in result.stderr
+    assert result.exit_code == 1
+    assert_clean_error(result.stderr, "10000000", "try --help")
 
 
 # --------------------------------------------------------------------------- connecting
@@ -444,3 +451,21 @@ def test_nats_server_only_cluster_step_down_and_meta_group(nats_cluster, tmp_pat
     raft = sys_user("server", "raft", "step-down").stdout
     assert f'Requesting leader step down of "{meta.group(1)}" in a 3 peer RAFT group' in raft
     assert re.search(r'New leader elected "(?!{})n\d"'.format(meta.group(1)), raft)
+
+
+def test_usage_errors_are_one_line_and_a_bare_group_prints_its_help():
+    """A bad flag value, a missing argument or an unknown command anywhere is one
+    ``nats: error: ..., try --help`` line, exit status 1 (natscli's); ``jetraft stream``
+    alone still prints the stream commands."""
+    runner = CliRunner()
+    cases = {("stream", "add", "S", "--replicas", "x"): "Invalid value for '--replicas'",
+             ("stream", "frob"): "No such command 'frob'",
+             ("consumer", "info"): "Missing argument",
+             ("--timeout", "0", "stream", "ls"): "Invalid value for '--timeout'"}
+    for args, needle in cases.items():
+        result = runner.invoke(cli, ["-s", "nats://127.0.0.1:1", *args])
+        assert result.exit_code == 1, (args, result.output)
+        assert_clean_error(result.stderr, needle, "try --help")
+        assert "Usage:" not in result.stderr and result.stdout == "", args
+    bare = runner.invoke(cli, ["stream"])
+    assert "Usage: jetraft stream" in bare.output and "info" in bare.output

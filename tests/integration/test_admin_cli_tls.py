@@ -109,8 +109,9 @@ def test_a_missing_file_is_named_before_connecting(tmp_path):
                             capture_output=True, text=True, timeout=30,
                             env={k: v for k, v in env(tmp_path).items() if v is not None}
                             | {"PATH": "/usr/bin:/bin"})
-    assert result.returncode == 2
-    assert "--tlsca" in result.stderr and "does not exist" in result.stderr, result.stderr
+    assert result.returncode == 1
+    line = error_line(result.stderr)
+    assert "--tlsca" in line and "does not exist" in line and line.endswith(", try --help"), line
 
 
 def test_the_help_lists_the_nats_cli_tls_flags():

@@ -303,6 +303,21 @@ def test_sighup_refuses_broken_file_and_keeps_serving(running):
     assert server.stop() == 0
 
 
+def test_sighup_with_another_pid_file_writes_it_and_the_stop_removes_it(running, tmp_path):
+    """pid_file is reloadable (nats-server reload.go pidFileOption): the new file holds the
+    server's PID at once, and a clean stop removes the file the server last wrote."""
+    first, second = tmp_path / "first.pid", tmp_path / "second.pid"
+    server = running(f'listen: 127.0.0.1:@PORT@\npid_file: "{first}"\n')
+    wait_for(first.exists, what="first pid file")
+    server.conf.write_text(server.conf.read_text().replace(str(first), str(second)))
+    server.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: second.exists() and second.read_text().strip() != "", what="second pid file")
+    assert second.read_text() == f"{server.proc.pid}\n"
+    assert oct(second.stat().st_mode & 0o777) == "0o600"
+    assert server.stop() == 0
+    assert not second.exists()
+
+
 def test_lame_duck_informs_clients_and_stops(running, tmp_path):
     pid_file = tmp_path / "server.pid"
     http_port = free_port()

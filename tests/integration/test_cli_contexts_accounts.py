@@ -182,12 +182,12 @@ def test_account_info_like_nats_server(both, tmp_path):
                         "Account Limits:", "Tier: Default", "Stream Resource Usage Limits:"):
             assert heading in text, (kind, heading, text)
         assert field(text, "Connected URL") == [server.url], text
-        assert field(text, "Maximum Payload") == ["1 MiB"]
+        assert field(text, "Maximum Payload") == ["1.0 MiB"]
         assert field(text, "TLS Connection") == ["no"]
         assert field(text, "Streams") == ["1", "1 of Unlimited"], text
         assert field(text, "Consumers") == ["0", "0 of Unlimited"], text
         assert field(text, "Memory") == ["0 B", "0 B of Unlimited"], text
-        assert field(text, "Max Message Payload") == ["1 MiB"]
+        assert field(text, "Max Message Payload") == ["1.0 MiB"]
         answers[kind] = json.loads(jetraft(tmp_path, *app, "account", "info", "--json").stdout)
     ours, theirs = answers["jetraft"], answers["nats-server"]
     assert theirs["type"] == "io.nats.jetstream.api.v1.account_info_response"
@@ -248,7 +248,7 @@ def test_server_info_like_nats_server(both, tmp_path):
             assert section in page, (section, page)
         assert field(page, "Storage Directory") == [str(tmp_path / f"{kind}-store" / "jetstream")] or \
             field(page, "Storage Directory") == [str(tmp_path / f"{kind}-store")], page
-        assert field(page, "Max Payload") == ["1 MiB"]
+        assert field(page, "Max Payload") == ["1.0 MiB"]
         assert field(page, "Host") == [f"0.0.0.0:{server.port}"] or field(page, "Host")[0].endswith(
             f":{server.port}"), page
         assert field(page, "Auth Required") == ["true"]

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import pytest
 
 import servers
+from cluster import Cluster
 from test_admin_cli import Admin, js_config
 
 OK, WARNING, CRITICAL = 0, 1, 2
@@ -226,3 +228,95 @@ def test_jetstream_streams_ok_warning_critical_nats_server_only(limited):
                                  "--streams-critical", "50", code=WARNING).stdout)
     assert as_json["warning"] == ["25% streams"] and as_json["check_suite"] == "jetstream"
     assert {p["name"]: p["value"] for p in as_json["perf_data"]}["streams_pct"] == 25
+
+
+# --------------------------------------------------------------------------- meta
+
+#: A system account user (sys/sys) beside JetStream in the APP account.
+SYS_ACCOUNTS = """
+accounts {
+  SYS { users [ { user: sys, password: sys } ] }
+  APP { jetstream: enabled, users [ { user: app, password: app } ] }
+}
+system_account: SYS
+"""
+
+META = ("server", "check", "meta", "--expect", "3", "--lag-critical", "1000", "--seen-critical", "5s")
+
+
+@pytest.fixture(params=servers.KINDS)
+def meta_cluster(request, tmp_path):
+    """Three servers (n1..n3) of one kind with JetStream, formed with an agreed meta leader;
+    yields (cluster, leader name, Admin of the system user over every URL)."""
+    with Cluster(request.param, tmp_path / request.param, 3, jetstream=True, extra=SYS_ACCOUNTS).start() as c:
+        c.wait_formed()
+        leader = c.wait_meta_leader()
+        yield c, leader, Admin(",".join(c.urls()), tmp_path, "--user", "sys", "--password", "sys")
+
+
+def poll_check(admin: Admin, args: tuple[str, ...], code: int, timeout: float = 30) -> str:
+    """Run the check until it exits ``code`` (the cluster's view settles asynchronously);
+    fail with the last output after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        res = admin(*args, code=None)
+        if res.exit_code == code:
+            return res.stdout
+        if time.monotonic() > deadline:
+            raise AssertionError(f"check never exited {code}: {res.exit_code} {res.stdout} {res.stderr}")
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_meta_ok_then_critical_when_a_server_stops(meta_cluster):
+    """3 servers up: OK naming the leader, peers=3 against --expect 3; --expect 5 is
+    CRITICAL; a stopped follower is CRITICAL (offline) with the same perfdata names; JSON
+    and Prometheus carry the verdict. The meta check has no WARNING outcome (natscli's
+    CheckJetstreamMeta reports every finding as critical)."""
+    cluster, leader, admin = meta_cluster
+    ok = poll_check(admin, META, OK).strip()
+    assert ok == (f"OK JetStream Meta Cluster OK:3 peers led by {leader} | peers=3;3;3 peer_offline=0 "
+                  "peer_not_current=0 peer_inactive=0 peer_lagged=0"), ok
+    assert admin("server", "check", "raft", *META[3:], code=OK).stdout.strip() == ok
+
+    five = admin("server", "check", "meta", "--expect", "5", "--lag-critical", "1000", "--seen-critical", "5s",
+                 code=CRITICAL).stdout.strip()
+    assert five.startswith("CRITICAL JetStream Meta Cluster Crit:3 peers of expected 5 | peers=3;5;5 "), five
+
+    victim = next(name for name in cluster.members if name != leader)
+    cluster.stop_one(victim)
+    crit = poll_check(admin, META, CRITICAL)
+    assert crit.startswith("CRITICAL JetStream Meta Cluster Crit:"), crit
+    assert "Crit:1 offline" in crit and "OK:" not in crit, crit
+    data = perf(crit)
+    assert data["peers"] == "3;3;3" and data["peer_offline"] == "1", data
+    assert set(data) == {"peers", "peer_offline", "peer_not_current", "peer_inactive", "peer_lagged"}
+
+    as_json = json.loads(admin("server", "check", "--format", "json", *META[2:], code=CRITICAL).stdout)
+    assert as_json["status"] == "CRITICAL" and as_json["check_suite"] == "meta"
+    assert as_json["check_name"] == "JetStream Meta Cluster" and "1 offline" in as_json["critical"]
+    prom = admin("server", "check", "--format", "prometheus", *META[2:], code=0).stdout
+    assert 'natscli_meta_peer_offline{item="JetStream Meta Cluster"} 1' in prom, prom
+    assert 'natscli_meta_status_code{item="JetStream Meta Cluster",status="CRITICAL"} 2' in prom, prom
+
+
+def test_meta_needs_system_user_and_its_flags(meta_cluster_single):
+    """A user outside the system account gets CRITICAL naming the request; a server that
+    is not clustered has no meta group (CRITICAL, as nats-server's); a missing required
+    flag is a usage error naming it, without a traceback."""
+    app, sys_user = meta_cluster_single
+    refused = app(*META, code=CRITICAL).stdout
+    assert refused.startswith("CRITICAL JetStream Meta Cluster Crit:JSZ API request failed: no responders for "
+                              "$SYS.REQ.SERVER.PING.JSZ"), refused
+    assert sys_user(*META, code=CRITICAL).stdout == "CRITICAL JetStream Meta Cluster Crit:no cluster information\n"
+    missing = sys_user("server", "check", "meta", "--expect", "3", code=None)
+    assert missing.exit_code != 0 and "--lag-critical" in missing.stderr and "Traceback" not in missing.stderr
+
+
+@pytest.fixture
+def meta_cluster_single(start_server, tmp_path):
+    """One server under test (not clustered) with JetStream and the SYS/APP accounts:
+    (Admin as app, Admin as sys)."""
+    server = start_server(js_config(tmp_path / "store") + SYS_ACCOUNTS)
+    return (Admin(server.url, tmp_path, "--user", "app", "--password", "app"),
+            Admin(server.url, tmp_path, "--user", "sys", "--password", "sys"))

@@ -87,7 +87,8 @@ async def publish_and_consume(urls: list[str], replicas: int) -> None:
             await until_answered(lambda: js.publish(f"secret.{i}", b"the password is swordfish",
                                                             headers={"Nats-Msg-Id": str(i)}),
                                  deadline)
-        sub = await js.pull_subscribe("secret.>", durable="READER")
+        # creating the same durable again is the same consumer: asked again while unanswered
+        sub = await until_answered(lambda: js.pull_subscribe("secret.>", durable="READER"), deadline)
         msgs = await until_answered(lambda: sub.fetch(10, timeout=5), deadline)
         assert len(msgs) == 10
         for msg in msgs:

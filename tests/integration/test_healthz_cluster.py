@@ -21,6 +21,7 @@ import nats
 import nats.js.errors
 import pytest
 from cluster import Cluster
+from js_support import asked_again
 
 NAMES = ("n1", "n2", "n3")
 SYS_USERS = """
@@ -143,16 +144,8 @@ def test_a_restarted_replica_is_unhealthy_until_it_caught_up(slow_catchup):
         nc = await nats.connect(servers=[c.servers[n].url for n in NAMES], max_reconnect_attempts=-1,
                                 reconnect_time_wait=0.1)
         js = nc.jetstream(timeout=10)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                await js.add_stream(name="S", subjects=["s.>"], num_replicas=3)
-                break
-            except nats.js.errors.APIError:
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.2)
-        si = await js.stream_info("S")
+        await asked_again(lambda: js.add_stream(name="S", subjects=["s.>"], num_replicas=3), "create S")
+        si = await asked_again(lambda: js.stream_info("S"), "info of S")
         leader = si.cluster.leader
         behind = next(r.name for r in si.cluster.replicas)
         await nc.close()

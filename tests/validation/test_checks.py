@@ -221,3 +221,30 @@ def test_a_replaced_machines_log_is_read_and_its_successor_starts_its_terms_anew
     (logs / "events.jsonl").write_text("\n".join(old) + "\n" + later + "\n")
     doc = validate(spark, str(root), root / "one-log")
     assert doc["checks"]["term_monotonic"]["valid"] is False
+
+
+#: A path in the run directory that each check's next steps point to.
+LOOK_AT = {"input": "logs/n1/events.jsonl", "topology": "logs/*/events*.jsonl",
+           "election_safety": "logs/", "term_monotonic": "logs/", "log_matching": "logs/",
+           "leader_completeness": "logs/", "availability": "kill-zone-a.ledger.jsonl",
+           "replication": "logs/", "ledger": "kill-zone-a.stream.jsonl"}
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_every_invalid_check_says_what_it_means_shows_its_evidence_and_where_to_look(reports, name, tmp_path):
+    from jetraft.validation import guide, report
+
+    doc = reports[name]
+    report.write_markdown(tmp_path / "report.md", doc, None)
+    md = (tmp_path / "report.md").read_text()
+    assert "```json" not in md
+    for check in RUNS[name][1]:
+        c = doc["checks"][check]
+        section = md.split(f"\n## {check}\n", 1)[1].split("\n## ", 1)[0]
+        assert f"Verdict: **INVALID**, {c['count']} offending." in section
+        assert f"What this means: {guide.GUIDES[check].meaning}." in section
+        header = "| " + " | ".join(guide.evidence(c["examples"], doc["groups"])[0]) + " |"
+        table = section.split(header + "\n", 1)[1].split("\n\n", 1)[0].splitlines()
+        assert len(table) == 1 + min(len(c["examples"]), report.MD_EXAMPLES)   # the rule, then rows
+        steps = section.split("Next steps (paths in the run directory):\n\n", 1)[1].split("\n\n", 1)[0]
+        assert steps.startswith("- ") and LOOK_AT[check] in steps, (check, steps)

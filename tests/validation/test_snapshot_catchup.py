@@ -197,9 +197,23 @@ def test_every_catch_up_is_reported_with_its_outcome(report):
 def test_the_readable_report_lists_catch_ups_and_damaged_stores(report):
     _, md, _ = report
     assert "## Stream catch-ups" in md and "## Damaged stores" in md
-    assert "| S-STUCK | STUCK | n3 | snapshot | 8 | - | - | - | - | - | stuck |" in md
-    assert "| n2 | ONE | 3.blk | 1024 | checksum_mismatch |" in md
+    # the stream first, its drill (none here), then the RAFT group id in its own column
+    assert "| STUCK | - | S-STUCK | n3 | snapshot | 8 | - | - | - | - | - | stuck |" in md
+    assert "| n2 | ONE | - | S-ONE | 3.blk | 1024 | checksum_mismatch |" in md
     assert "10 catch-ups, 5 finished (1 failed); duration median 2.000 s, max 5.000 s." in md
+
+
+def test_a_stuck_catch_up_says_what_it_means_and_where_to_look(report):
+    _, md, _ = report
+    section = md.split("\n## stream_catchup\n", 1)[1].split("\n## ", 1)[0]
+    assert "Verdict: **INVALID**, 1 offending." in section
+    assert "What this means: a replica started fetching a stream's messages" in section
+    assert "| problem | server | group | stream | drill |" in section
+    assert "| catch-up never finished | n3 | S-STUCK | STUCK | - |" in section
+    [step] = [x for x in section.splitlines() if x.startswith("- n3, group S-STUCK")]
+    assert f"stream_catchup_started at {rfc3339_ns(T0 + 20 * S)}" in step
+    assert "logs/n3/events*.jsonl" in step and "200.0 s" in step
+    assert "```json" not in md
 
 
 def test_a_longer_limit_leaves_the_catch_up_unfinished(spark, report):

@@ -20,7 +20,7 @@ from pathlib import Path
 import click
 import trio
 
-from jetraft import NATS_COMPAT_VERSION, __version__
+from jetraft import NATS_FEATURE_VERSION, __version__
 from jetraft.config import (
     AuthorizationConfig,
     ClusterConfig,
@@ -220,20 +220,12 @@ def send_signal(spec: str, pid_file: str | None) -> None:
         raise UsageFailure(f"not permitted to signal PID {pid}") from exc
 
 
-def write_pid_file(path: str) -> None:
-    """Write this process's id to ``path``. A file it creates is mode 0600 whatever the
-    umask, as nats-server's (server/server.go logPid, defaultFilePerms). Raises OSError."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(f"{os.getpid()}\n")
-
-
 def run_server(cfg: ServerConfig, overrides: Callable[[ServerConfig], ServerConfig],
                events_file: str | None = None) -> int:
     """Run until stopped by a signal; returns the exit status. The JSON event log goes to
     stdout and, with ``--events FILE``, to FILE; ``-l``/``log_file`` is the human log."""
     # Imported here so that -t, -v and --signal do not load trio, hypercorn and the server.
-    from jetraft.server import Server, configure_human_log, log_threshold
+    from jetraft.server import Server, configure_human_log, log_threshold, write_pid_file
 
     server = Server(cfg, overrides=overrides, handle_signals=True)
     events = server.events
@@ -257,8 +249,8 @@ def run_server(cfg: ServerConfig, overrides: Callable[[ServerConfig], ServerConf
     except OSError as exc:
         raise UsageFailure(f"cannot start: {exc}") from exc
     finally:
-        if cfg.pid_file:
-            Path(cfg.pid_file).unlink(missing_ok=True)
+        if server.config.pid_file:      # a reload may have named another one
+            Path(server.config.pid_file).unlink(missing_ok=True)
         events.close()
     return 0
 
@@ -309,7 +301,7 @@ def cli(config_path: str | None, test_config: bool, signal_spec: str | None, sho
         **opts: object) -> None:
     """Run a jetraft server (NATS-compatible; flags as nats-server)."""
     if show_version:
-        click.echo(f"{PROG}: v{__version__} (NATS protocol {NATS_COMPAT_VERSION})")
+        click.echo(f"{PROG}: v{__version__} (NATS protocol {NATS_FEATURE_VERSION})")
         return
     if debug_trace:
         opts["debug"] = opts["trace"] = True

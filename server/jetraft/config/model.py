@@ -272,6 +272,9 @@ class ServerConfig:
     write_deadline: float = 10.0
     ping_interval: float = 120.0
     ping_max: int = 2
+    #: closed client connections /connz?state=closed keeps, the oldest dropped first
+    #: (nats-server DEFAULT_MAX_CLOSED_CLIENTS; 0 in the file means this default)
+    max_closed_clients: int = 10000
     lame_duck_duration: float = 120.0
     lame_duck_grace_period: float = 10.0
     logging: LoggingConfig = field(default_factory=LoggingConfig)
@@ -541,6 +544,9 @@ class _Builder:
             "ping_interval": setting("ping_interval", self.duration),
             "write_deadline": setting("write_deadline", self.duration),
             "ping_max": setting("ping_max", lambda v, label: _int(v, label, 0) or 2),  # 0: the default
+            # 0: the default (opts.go setBaselineOptions); a negative size, on which nats-server
+            # fails at start, is refused
+            "max_closed_clients": setting("max_closed_clients", lambda v, label: _int(v, label, 0) or 10000),
             "lame_duck_duration": self._lame_duck_duration,
             "lame_duck_grace_period": self._lame_duck_grace_period,
         }
@@ -993,7 +999,7 @@ def _keys(text: str) -> frozenset[str]:
 #     (the log holds no message payloads beyond what ``trace`` already shows);
 #   prof_port, prof_block_rate: a profiling listener jetraft does not open (fewer
 #     listeners, not more);
-#   ports_file_dir, server_metadata, max_closed_clients, http_base_path: files and
+#   ports_file_dir, server_metadata, http_base_path: files and
 #     fields for tooling and the monitoring pages (the pages stay where they were;
 #     http_base_path only moves them);
 #   disable_sublist_cache/no_sublist_cache, no_fast_producer_stall, write_timeout:
@@ -1041,7 +1047,7 @@ _UNSUPPORTED_TOP_LEVEL = _Unsupported(
     tolerated=_keys(
         """trace_verbose trace_headers max_traced_msg_len connect_error_reports
         reconnect_error_reports prof_port prof_block_rate ports_file_dir server_metadata
-        max_closed_clients http_base_path disable_sublist_cache no_sublist_cache no_fast_producer_stall
+        http_base_path disable_sublist_cache no_sublist_cache no_fast_producer_stall
         write_timeout no_header_support"""
     ),
 )

@@ -21,10 +21,15 @@ subject                                          ``type`` (``io.nats.jetstream.`
 ``$JS.EVENT.METRIC.CONSUMER.ACK.<s>.<c>``        ``metric.v1.consumer_ack``
 ``$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.<s>``  ``advisory.v1.stream_leader_elected``
 ``$JS.EVENT.ADVISORY.STREAM.QUORUM_LOST.<s>``    ``advisory.v1.stream_quorum_lost``
+``$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED..``  ``advisory.v1.consumer_leader_elected``
+``$JS.EVENT.ADVISORY.CONSUMER.QUORUM_LOST..``    ``advisory.v1.consumer_quorum_lost``
 ===============================================  ==========================================
 
 The leader-elected and quorum-lost advisories go to the stream's account and, with an
-``account`` field added, to the system account, as nats-server sends them.
+``account`` field added, to the system account, as nats-server sends them. A consumer is
+replicated in its stream's RAFT group, so its leader is the stream's: the consumer
+advisories follow the stream's, one per consumer (nats-server jetstream_cluster.go
+sendConsumerLeaderElectAdvisory, sendConsumerLostQuorumAdvisory).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from jetraft.jetstream.outbound import Outbound
 
 __all__ = [
     "API_AUDIT", "Nuid", "api_audit", "consumer_action", "consumer_ack_metric", "max_deliver",
+    "consumer_leader_elected", "consumer_quorum_lost",
     "stream_action", "stream_leader_elected", "stream_quorum_lost", "stream_subject",
     "terminated",
 ]
@@ -54,6 +60,8 @@ TERMINATED_TYPE = "io.nats.jetstream.advisory.v1.terminated"
 ACK_METRIC_TYPE = "io.nats.jetstream.metric.v1.consumer_ack"
 STREAM_LEADER_ELECTED_TYPE = "io.nats.jetstream.advisory.v1.stream_leader_elected"
 STREAM_QUORUM_LOST_TYPE = "io.nats.jetstream.advisory.v1.stream_quorum_lost"
+CONSUMER_LEADER_ELECTED_TYPE = "io.nats.jetstream.advisory.v1.consumer_leader_elected"
+CONSUMER_QUORUM_LOST_TYPE = "io.nats.jetstream.advisory.v1.consumer_quorum_lost"
 
 #: stream/consumer action -> the subject's verb (nats-server JSAdvisoryStreamCreatedPre...)
 _VERBS = {"create": "CREATED", "modify": "UPDATED", "delete": "DELETED"}
@@ -196,6 +204,31 @@ def stream_quorum_lost(stream: str, replicas: list[dict[str, Any]], now_ns: int,
         body["account"] = account
     body.update(stream=stream, replicas=replicas)
     return _out(f"{ADVISORY_PREFIX}STREAM.QUORUM_LOST.{stream}", body, domain)
+
+
+def consumer_leader_elected(stream: str, consumer: str, leader: str, replicas: list[dict[str, Any]],
+                            now_ns: int, *, account: str = "", domain: str = "") -> Outbound:
+    """``leader`` leads ``consumer`` of ``stream`` now: ``{type, id, timestamp, account?, stream,
+    consumer, leader, replicas, domain?}`` on
+    ``$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.<stream>.<consumer>`` (nats-server
+    JSConsumerLeaderElectedAdvisory). ``account`` is set in the system account's copy."""
+    body = _event(CONSUMER_LEADER_ELECTED_TYPE, now_ns)
+    if account:
+        body["account"] = account
+    body.update(stream=stream, consumer=consumer, leader=leader, replicas=replicas)
+    return _out(f"{ADVISORY_PREFIX}CONSUMER.LEADER_ELECTED.{stream}.{consumer}", body, domain)
+
+
+def consumer_quorum_lost(stream: str, consumer: str, replicas: list[dict[str, Any]], now_ns: int, *,
+                         account: str = "", domain: str = "") -> Outbound:
+    """``consumer``'s group has no quorum: ``{type, id, timestamp, account?, stream, consumer,
+    replicas, domain?}`` on ``$JS.EVENT.ADVISORY.CONSUMER.QUORUM_LOST.<stream>.<consumer>``
+    (nats-server JSConsumerQuorumLostAdvisory)."""
+    body = _event(CONSUMER_QUORUM_LOST_TYPE, now_ns)
+    if account:
+        body["account"] = account
+    body.update(stream=stream, consumer=consumer, replicas=replicas)
+    return _out(f"{ADVISORY_PREFIX}CONSUMER.QUORUM_LOST.{stream}.{consumer}", body, domain)
 
 
 def stream_subject(build: Any, stream: str) -> str:

@@ -40,6 +40,7 @@ from jetraft.protocol.client import status_headers
 from jetraft.raft.storage import fileio
 from jetraft.protocol.subjects import (
     SubjectIndex,
+    filters_overlap,
     is_valid_subject,
     subjects_overlap,
 )
@@ -64,6 +65,7 @@ from .outbound import Outbound
 from .replica_state import ReplicaStateError, build_replica_state, check_replica_state
 from .requests import (
     ERROR_EXTRAS,
+    request_info,
     PAGING_TYPES,
     decode_fields,
     DirectGetRefused,
@@ -76,6 +78,7 @@ from .requests import (
     pub_ack_bytes,
     str_field,
 )
+from .snapshot import RestoreResult, SnapshotRequest, SnapshotWriter, snapshot_request
 from .store import CorruptMessage, FileStore, MemoryStore, MessageNotFound
 from .stream import Stream
 from .validate import (
@@ -169,6 +172,8 @@ class JetStreamAccount:
         #: Streams found on disk but not loaded by :meth:`recover` (name -> why); their
         #: files are kept, and STREAM.CREATE of the same name is refused.
         self.unloaded: dict[str, str] = {}
+        #: Streams being restored (net/snapshots.py): their names are in use.
+        self.restoring: set[str] = set()
         self._capture: SubjectIndex[str] = SubjectIndex()
         self.api_total = 0
         self.api_errors = 0
@@ -389,10 +394,14 @@ class JetStreamAccount:
 
         Advisories: every answer is followed by an ``api_audit`` on ``$JS.EVENT.ADVISORY.API``
         (``client``: the requester's client info, see
-        :func:`~jetraft.jetstream.advisories.api_audit`), stream and consumer changes by
-        their ``stream_action``/``consumer_action`` (see :meth:`advise`).
+        :func:`~jetraft.jetstream.advisories.api_audit`; without it, the one the
+        ``Nats-Request-Info`` header carries, which in a cluster the requester's server sets),
+        stream and consumer changes by their ``stream_action``/``consumer_action`` (see
+        :meth:`advise`).
         """
         try:
+            if client is None:
+                client = request_info(headers)
             return self._handle_api(subject, reply, payload, now_ns, client)
         except Exception as exc:  # noqa: BLE001 - one request's failure must not reach the server
             return self.api_failed(subject, reply, exc)
@@ -445,11 +454,12 @@ class JetStreamAccount:
             body = {"type": rtype, **body}
         self.api_total += 1       # counted once answered (an INFO does not count itself)
         response = self._respond(reply, body)
-        return response + extra + self._audit(subject, payload, response[0].out.data, client, now_ns)
+        return response + extra + self.audit(subject, payload, response[0].out.data, client, now_ns)
 
-    def _audit(self, subject: str, request: bytes, response: bytes, client: dict[str, Any] | None,
-               now_ns: int) -> list[Reply]:
-        """The ``api_audit`` advisory of one answered request, when someone listens."""
+    def audit(self, subject: str, request: bytes, response: bytes, client: dict[str, Any] | None,
+              now_ns: int) -> list[Reply]:
+        """The ``api_audit`` advisory of one answered request, when someone listens (also
+        for the answers the cluster's meta leader sends: jetstream/cluster.py)."""
         if not self._listening(adv.API_AUDIT):
             return []
         return self.advise(adv.api_audit, self.server_name, client, subject, request, response, now_ns)
@@ -730,11 +740,133 @@ class JetStreamAccount:
         for consumer in old.values():
             consumer.stop()
 
+    # --- stream snapshots and restores (jetstream/snapshot.py, net/snapshots.py) -----------
+
+    def snapshot_check(self, stream: str, payload: bytes) -> tuple[StreamEntry, SnapshotRequest]:
+        """Check a ``$JS.API.STREAM.SNAPSHOT.<stream>`` request in nats-server's order
+        (jsStreamSnapshotRequest): 10003 for an empty body, 10059 for an unknown stream,
+        10025 for bad JSON, 10015 for an invalid deliver subject. Raises JSApiError."""
+        if not payload.strip():
+            raise E.bad_request()
+        entry = self._entry(stream)
+        return entry, snapshot_request(payload)
+
+    def snapshot_response(self, entry: StreamEntry, writer: SnapshotWriter, now_ns: int) -> dict[str, Any]:
+        """The SNAPSHOT answer: ``{type, config, state}``, built in the same step as
+        ``writer`` (so the state is the one the snapshot holds; nats-server
+        JSApiStreamSnapshotResponse)."""
+        info = entry.stream.info(now_ns, consumer_count=len(entry.consumers))
+        state = info.get("state") or {}
+        return {"type": E.STREAM_SNAPSHOT_RESPONSE, "config": entry.stream.config.to_json(),
+                "state": state}
+
+    def restore_check(self, stream: str, payload: bytes, *, subjects: Any = None,
+                      exists: Callable[[str], bool] | None = None) -> StreamConfig:
+        """Check a ``$JS.API.STREAM.RESTORE.<stream>`` request ``{config, state}`` in
+        nats-server's order (jsStreamRestoreRequest): 10003 for an empty body, 10025 for bad
+        JSON, 10056 for a config naming another stream, 10128 for path separators, the
+        stream config's own checks (as STREAM.CREATE), 10130 when the stream exists.
+        ``subjects``/``exists``: the streams' subjects and whether a stream exists, when
+        not this account's own (a clustered meta leader passes its assignments'). Returns
+        the checked config. Raises JSApiError."""
+        if not payload.strip():
+            raise E.bad_request()
+        req = decode_request(payload, "JSApiStreamRestoreRequest") or {}
+        config = req.get("config")
+        if config is None:
+            config = {}
+        if not isinstance(config, dict):
+            raise E.invalid_json("json: cannot unmarshal into Go struct field "
+                                 "JSApiStreamRestoreRequest.config of type server.StreamConfig")
+        config = dict(config)
+        if not config.get("name"):
+            config["name"] = stream
+        if config["name"] != stream:
+            raise E.api_error("JSStreamMismatchErr")
+        if "/" in stream or "\\" in stream:
+            raise E.stream_name_contains_path_separators()
+        taken = exists(stream) if exists is not None else (
+            stream in self.streams or stream in self.unloaded or stream in self.restoring)
+        if taken:
+            raise E.api_error("JSStreamNameExistRestoreFailedErr")
+        cfg, _exists = check_stream_create(json_bytes(config), stream,
+                                           self._capture if subjects is None else subjects,
+                                           existing=lambda name: None, clustered=self.clustered,
+                                           unloaded=self.unloaded)
+        if cfg.storage == "file" and self.base is None:
+            raise E.stream_create("jetstream has no store directory")
+        return cfg
+
+    def restore_limit(self, cfg: StreamConfig) -> int:
+        """The bytes a restore of ``cfg`` may store (0: no limit of the stream's or the
+        account's): the smallest of its ``max_bytes`` and what the account's storage limit
+        leaves."""
+        limits = []
+        if cfg.max_bytes > 0:
+            limits.append(cfg.max_bytes)
+        mem, file = self.usage()
+        acct = self.limits.max_memory if cfg.storage == "memory" else self.limits.max_storage
+        if acct is not None and acct >= 0:
+            limits.append(max(0, acct - (mem if cfg.storage == "memory" else file)))
+        return min(limits) if limits else 0
+
+    def attach_restored(self, cfg: StreamConfig, result: RestoreResult, sdir: str | None,
+                        store: Any, now_ns: int) -> dict[str, Any]:
+        """Add the stream a restore built: ``sdir`` its directory (moved into place, with
+        ``store`` opened over its messages) or None with ``store`` a MemoryStore. The
+        snapshot's consumers and stream state (``result.replica``) are restored with the
+        request's config in place of the snapshot's; the stream's creation time is now (as
+        nats-server's restore). Returns the ``stream_create_response``
+        body (the stream's info). Raises JSApiError 10062 when the snapshot's state does
+        not apply, 10065 when its subjects overlap a stream created meanwhile (nothing is
+        then added)."""
+        if cfg.name in self.streams:
+            raise E.api_error("JSStreamNameExistRestoreFailedErr")
+        if filters_overlap(cfg.subjects, self._capture):
+            raise E.subjects_overlap()
+        replica = dict(result.replica)
+        stream_part = dict(replica.get("stream") or {})
+        created_ns = now_ns         # nats-server: a restored stream is created now
+        stream_part["config"] = cfg.to_json()
+        stream_part["created_ns"] = created_ns
+        replica["stream"] = stream_part
+        if cfg.storage == "memory":
+            entry = StreamEntry(Stream(cfg, store, created_ns=created_ns, domain=self.domain))
+            self._add_stream(entry)
+        else:
+            entry = self._create_stream(cfg, created_ns, store=store)
+        try:
+            self.restore_replica_state(cfg.name, replica, now_ns)
+        except ReplicaStateError as exc:
+            self._remove_capture(entry)
+            del self.streams[cfg.name]
+            raise E.api_error("JSStreamRestoreErrF", err=str(exc)) from None
+        entry.stream.created_ns = created_ns
+        for consumer in entry.consumers.values():
+            self._write_consumer_meta(entry, consumer)
+            consumer.dirty = True
+        self.events.emit("jetstream_stream_created", account=self.name, stream=cfg.name,
+                         subjects=list(cfg.subjects), storage=cfg.storage, retention=cfg.retention)
+        return {"type": E.STREAM_CREATE_RESPONSE, **self.stream_info(entry, now_ns)}
+
+    def discard_restored(self, name: str) -> None:
+        """Remove a restored stream whose files could not be completed (a consumer file
+        failed to be written): its directory goes too."""
+        entry = self.streams.pop(name, None)
+        if entry is None:
+            return
+        self._remove_capture(entry)
+        entry.stream.store.close()
+        if entry.directory is not None:
+            shutil.rmtree(entry.directory, ignore_errors=True)
+
     def _api_stream_create(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
         cfg, exists = check_stream_create(payload, tokens[4], self._capture, existing=self._config_json,
                                           clustered=self.clustered, unloaded=self.unloaded)
         if exists:
             return {**self.stream_info(self.streams[cfg.name], now_ns), "did_create": True}
+        if cfg.name in self.restoring:
+            raise E.stream_name_exist()
         if cfg.storage == "file" and self.base is None:
             raise E.stream_create("jetstream has no store directory")
         entry = self._create_stream(cfg, now_ns)
@@ -1023,6 +1155,16 @@ class JetStreamAccount:
         config["metadata"] = {**(config.get("metadata") or {}), META_SERVER_VERSION: self.server_version,
                               META_SERVER_LEVEL: str(API_LEVEL)}
         info["config"] = config
+        if self.cluster_info is not None:
+            # a consumer is replicated in its stream's RAFT group: the stream's cluster block
+            # (nats-server ConsumerInfo.Cluster, placed after num_pending)
+            cluster = self.cluster_info(consumer.stream.config.name)
+            if cluster:
+                items = list(info.items())
+                keys = [k for k, _ in items]
+                pos = keys.index("num_pending") + 1 if "num_pending" in keys else len(items)
+                items.insert(pos, ("cluster", cluster))
+                info = dict(items)
         return info
 
     def _consumer(self, sname: str, cname: str) -> tuple[StreamEntry, Consumer]:

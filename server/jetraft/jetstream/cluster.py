@@ -25,8 +25,10 @@ which request). The parts:
 
 - **API routing**: requests about one stream and its consumers travel on the stream leader's
   interest in those API subjects (on the same route as the publishes and acks before them,
-  so a pull request never overtakes an ack). Stream create/delete/update/list, peer-remove,
-  SERVER.REMOVE and meta step-down go to the meta leader (:class:`Forward`). Replies travel
+  so a pull request never overtakes an ack). Stream create/delete/update/list/restore,
+  peer-remove, SERVER.REMOVE and meta step-down go to the meta leader (:class:`Forward`); a
+  RESTORE is assigned with a restorer there (:class:`StartRestore`), and the stream refuses
+  publishes and changes (10194) until its restore is done. Replies travel
   back as ordinary messages to the requester's inbox, or through the server the request came
   from while the inbox's interest has not reached the answering server yet
   (:attr:`Send.via`).
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from jetraft.jetstream import advisories as adv
@@ -83,6 +86,8 @@ from jetraft.jetstream.meta import (
     encode_remove_server,
     encode_remove_stream,
     encode_replace_stream_peer,
+    encode_restore_state,
+    entry_stream,
     encode_update_stream,
     group_name,
     replicas_of,
@@ -91,7 +96,14 @@ from jetraft.jetstream.meta_members import MetaHello, join_peers, membership_ste
 from jetraft.jetstream.model import StreamConfig, StreamInfo, StreamState
 from jetraft.jetstream.outbound import Outbound
 from jetraft.jetstream.placement import PeerInfo, PlacementError, select_peers
-from jetraft.jetstream.requests import ERROR_EXTRAS, decode_request, int_field, json_bytes, str_field
+from jetraft.jetstream.requests import (
+    ERROR_EXTRAS,
+    decode_request,
+    int_field,
+    json_bytes,
+    request_info,
+    str_field,
+)
 from jetraft.jetstream.validate import check_stream_create, check_stream_update
 from jetraft.jetstream.replicated import (
     ACK,
@@ -112,7 +124,8 @@ from jetraft.raft.types import Entry, EntryType
 __all__ = [
     "META_GROUP", "ChangePeer", "CloseMeta", "CloseReplica", "ClusterController", "ClusterView", "Emit",
     "Forward", "ForwardedRequest", "GroupView", "Key", "OpenMeta", "OpenReplica", "Propose",
-    "Refusal", "RemoveServer", "RoutePeerView", "Send", "SetInterest", "StepDown", "ToMetaLeader",
+    "Refusal", "RemoveServer", "RoutePeerView", "Send", "SetInterest", "StartRestore", "StepDown",
+    "ToMetaLeader",
     "decode_forward",
     "decode_reply_frame", "encode_reply_frame", "zone_of",
 ]
@@ -125,8 +138,26 @@ BOOTSTRAP_SETTLE_NS = 500_000_000
 MAX_HOPS = 3
 #: Reply subjects remembered with the server their request came through.
 MAX_ORIGINS = 10_000
+#: Meta requests this server answers whose API audit waits for the answer (oldest out).
+MAX_META_AUDITS = 1024
 #: Nanoseconds between expiry ticks of a stream with a max_age.
 EXPIRY_CHECK_NS = 250_000_000
+#: Nanoseconds the route to a restoring server may be down before the meta leader deletes
+#: the stream it was restoring (the backup's data was on that server alone).
+RESTORE_LOST_NS = 10_000_000_000
+#: Nanoseconds a RESTORE proposed by this meta leader holds its name before it is applied.
+RESTORE_PROPOSED_NS = 5_000_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class StartRestore:
+    """On the server restoring stream ``assignment`` (its ``restored_by``), now leader of
+    its group: answer the RESTORE request ``reply`` with a deliver subject, receive the
+    backup, build the stream and hand it to the other peers (``net/snapshots.py``,
+    ``net/js_cluster.py``)."""
+
+    assignment: StreamAssignment
+    reply: str
 
 #: API subjects the stream's leader holds interest in (``{}``: the stream), so that requests
 #: from any server reach it along the same route as the publishes and acks. Meta requests
@@ -139,11 +170,19 @@ LEADER_API_SUBJECTS = (
     "$JS.API.CONSUMER.LIST.{}", "$JS.API.CONSUMER.INFO.{}.>", "$JS.API.CONSUMER.DELETE.{}.>",
     "$JS.API.CONSUMER.MSG.NEXT.{}.>", "$JS.API.CONSUMER.LEADER.STEPDOWN.{}.>",
     "$JS.API.DIRECT.GET.{}", "$JS.API.DIRECT.GET.{}.>",
+    # a snapshot is served by the leader (net/snapshots.py), its chunk acks come back to it
+    "$JS.API.STREAM.SNAPSHOT.{}", "$JS.SNAPSHOT.ACK.{}.>",
 )
 
 #: API requests about one stream that change it: replicated as an "A" entry.
 _STREAM_WRITES = {"STREAM.PURGE", "STREAM.MSG.DELETE", "CONSUMER.CREATE", "CONSUMER.DURABLE",
                   "CONSUMER.DELETE", "CONSUMER.MSG", "STREAM.UPDATE"}
+
+def _restore_in_progress() -> E.JSApiError:
+    """What a stream being restored answers a publish or a change (10194, as nats-server's
+    JSStreamOfflineReasonErrF)."""
+    return E.api_error("JSStreamOfflineReasonErrF", err="a restore of the stream is in progress")
+
 
 def zone_of(tags: tuple[str, ...], unique_tag: str) -> str | None:
     """The value of the first tag starting with ``unique_tag`` (``"az:"``), or None."""
@@ -191,6 +230,9 @@ class ClusterController:
         #: reply subject -> the server a forwarded request came from (bounded, oldest out)
         self._origins: OrderedDict[str, str] = OrderedDict()
         self._origin: str | None = None      # the origin of the request being handled
+        #: reply subject -> (account, subject, request, client info) of a meta request this
+        #: server (the meta leader) answers: its API audit, once answered (bounded)
+        self._meta_audits: OrderedDict[str, tuple[str, str, bytes, dict[str, Any] | None]] = OrderedDict()
         self._last_peer_change_ns: int | None = None
         #: replicas this server is leaving that saw a leader named in the assignment
         #: (see :meth:`_maybe_leave`)
@@ -211,6 +253,10 @@ class ClusterController:
         self._filled_at = -(10**18)
         self._member_said = False
         self._mono = 0
+        #: streams whose restore this server runs (see :class:`StartRestore`)
+        self.restores: set[Key] = set()
+        #: on the meta leader: restores proposed and not applied yet -> when (ns)
+        self._restore_proposed: dict[Key, int] = {}
         #: the meta group is replaying its snapshot and log at start-up: replicas are opened
         #: once, after it (:meth:`ensure_assigned`), from the state the replay ends in, so a
         #: stream the snapshot holds but the log deletes never gets its group opened again
@@ -299,6 +345,7 @@ class ClusterController:
             return self._take()
         if meta.is_leader:
             self._meta_membership(meta, now_ns)
+            self._lost_restores(now_ns)
         for key in self.view.replica_keys():
             group = self.view.group(key)
             replica = self.view.replica(key)
@@ -309,12 +356,29 @@ class ClusterController:
                 if sa is not None and self.me not in sa.peers:
                     self._maybe_leave(key, group, sa)
                 continue
+            if sa is not None and sa.restore is not None and replica.is_leader \
+                    and key not in self.restores:
+                self._restore_failed(key)   # asked again until the meta group deletes it
             if sa is not None:
-                self._reconcile_peers(group, sa)
+                if sa.restore != "data":    # while the data comes, the group is its restorer
+                    self._reconcile_peers(group, sa)
                 if sa.vacated:
                     self._report_vacated(group, sa)
             self._maybe_tick(key, replica, group, now_ns, mono_ns)
         return self._take()
+
+    def _lost_restores(self, now_ns: int) -> None:
+        """On the meta leader: a stream being restored whose restoring server has had no
+        route to this one for :data:`RESTORE_LOST_NS` (since the route went down, or since
+        this server started when it never came up) is deleted (the backup was on that
+        server alone; its client gets no answer, as from a nats-server whose restoring
+        leader went away)."""
+        for sa in self.meta.streams.values():
+            if sa.restore is None or sa.restored_by in (None, self.me):
+                continue
+            down = self.view.unreachable_since(sa.restored_by)
+            if down is not None and now_ns - down > RESTORE_LOST_NS:
+                self._propose_once(encode_remove_stream(sa.account, sa.name))
 
     def _meta_membership(self, meta: GroupView, now_ns: int) -> None:
         """On the meta leader: the next join, promotion, removal or store record of the
@@ -367,7 +431,15 @@ class ClusterController:
         if meta is None or not meta.is_leader:
             return []
         try:
-            if decode_op(data) != "clear_vacated":
+            op = decode_op(data)
+            if op in ("restore_state", "remove_stream"):
+                # from the server restoring the stream, while it restores: its next phase,
+                # or the deletion of a restore that failed
+                sa = self.meta.streams.get(entry_stream(data))
+                if sa is None or sa.restore is None or src not in sa.peers \
+                        or (op == "restore_state" and sa.restored_by != src):
+                    return []
+            elif op != "clear_vacated":
                 return []
         except MetaEntryError:
             return []
@@ -564,6 +636,7 @@ class ClusterController:
         kind = change.kind
         sa = change.assignment
         if kind in ("stream_added", "stream_updated", "stream_peers_changed"):
+            self._restore_proposed.pop((sa.account, sa.name), None)
             now = self.meta.streams.get((sa.account, sa.name))
             if now is not None and now.group == sa.group and not self.replaying:
                 self._ensure_replica(sa, kind, change.old_peers)
@@ -583,8 +656,8 @@ class ClusterController:
             self._server_removed(change)
         elif kind == "member_store" and change.server == self.me:
             if self.fresh:
-                self._emit("jetstream_meta_store_replaced", store=self.meta.stores.get(self.me),
-                           mine=self.store_id)
+                if not self.replaying:      # a replayed one is history (see end_replay)
+                    self._store_replaced()
             elif self.join_fresh or not self._member_said:
                 self.join_fresh = False
                 self._member_said = True
@@ -652,12 +725,21 @@ class ClusterController:
             if peers_changed:
                 self._answer_meta("peer-remove", sa.account, sa.name, {"success": True})
             return
+        restorer = sa.restored_by
+        if sa.restore == "data" and restorer != self.me:
+            return      # the data is not there yet: the restorer's group opens alone
         # A replacement joins the group as it was before the change (the former peers but
         # itself: the group of an R1 stream whose only peer is removed is that peer); its
         # log then replays every membership change, each a no-op or a step towards the
         # current peers.
         if peers_changed:
             bootstrap = tuple(p for p in (old_peers or sa.peers) if p != self.me)
+        elif sa.restore == "data":
+            bootstrap = (self.me,)      # the restorer, alone until its data is in place
+        elif restorer is not None and restorer != self.me:
+            # a restored stream's other peers are not members until its leader adds them
+            # (they take its snapshot): none of them ever elects a leader without the data
+            bootstrap = tuple(p for p in sa.peers if p != self.me)
         else:
             bootstrap = tuple(sa.peers)
         campaign = not peers_changed and bool(sa.peers) and sa.peers[0] == self.me
@@ -669,6 +751,20 @@ class ClusterController:
         self._leaving.discard(key)
         self._set_leader_interest(key, False)
         self._out.append(CloseReplica(key, delete))
+
+    def _store_replaced(self) -> None:
+        self._emit("jetstream_meta_store_replaced", store=self.meta.stores.get(self.me),
+                   mine=self.store_id)
+
+    def end_replay(self, now_ns: int) -> list[Any]:
+        """The meta entries committed before this start are applied (:attr:`replaying`
+        ends): say once if the state they left records another store for this server (a
+        member_store entry met during the replay is history, logged when it was news), and
+        open the replicas that state assigns here (:meth:`ensure_assigned`)."""
+        self.replaying = False
+        if self.fresh and self.meta.stores.get(self.me) is not None:
+            self._store_replaced()
+        return self._take() + self.ensure_assigned(now_ns)
 
     def ensure_assigned(self, now_ns: int) -> list[Any]:
         """After the meta group resumed from a storage failure: a replica for every
@@ -711,10 +807,57 @@ class ClusterController:
         mine = leader == self.me
         replica.is_leader = mine
         self._set_leader_interest(key, mine)
+        sa = self.meta.streams.get(key)
+        restoring = sa is not None and sa.restore is not None
         if leader is not None and replica.pending_reply:
             reply, replica.pending_reply = replica.pending_reply, None
-            if mine:
+            if mine and restoring and sa.restore == "data" and sa.restored_by == self.me \
+                    and key not in self.restores:
+                self.restores.add(key)
+                self._out.append(StartRestore(sa, reply))
+            elif mine and not restoring:
                 self._answer_create(key, reply)
+        if mine and restoring and key not in self.restores:
+            # this server leads a stream being restored that it does not restore (it
+            # restarted meanwhile, or took over from the restorer): the restore failed
+            self._restore_failed(key)
+        return self._take()
+
+    def restore_failed(self, key: Key) -> list[Any]:
+        """The restore of stream ``key`` failed (bad data, its client gone, the restorer
+        lost leadership or restarted): have the meta leader delete the stream, so that
+        nothing of it is left on any server."""
+        self._restore_failed(key)
+        return self._take()
+
+    def _restore_failed(self, key: Key) -> None:
+        self.restores.discard(key)
+        sa = self.meta.streams.get(key)
+        if sa is not None and sa.restore is not None:
+            self._propose_once(encode_remove_stream(*key), via_leader=True)
+
+    def restore_phase(self, key: Key, phase: str | None) -> list[Any]:
+        """The restorer of stream ``key`` moves its restore to ``phase`` ("catchup": its
+        data is in its store and RAFT snapshot; None: a quorum of the peers hold it)."""
+        sa = self.meta.streams.get(key)
+        if sa is not None and sa.restore is not None and sa.restore != phase:
+            self._propose_once(encode_restore_state(key[0], key[1], phase), via_leader=True)
+        return self._take()
+
+    def restore_answer(self, key: Key, reply: str, now_ns: int) -> list[Any]:
+        """The restore of stream ``key`` is done: its info (at ``now_ns``) answers the
+        client's last chunk (``stream_create_response``), and the stream's create advisory
+        goes out."""
+        self._now = now_ns
+        self.restores.discard(key)
+        acc = self.accounts.get(key[0])
+        entry = acc.streams.get(key[1]) if acc is not None else None
+        if entry is None:
+            self._error(key[0], reply, E.STREAM_CREATE_RESPONSE, E.stream_not_found())
+            return self._take()
+        body = {"type": E.STREAM_CREATE_RESPONSE, **acc.stream_info(entry, self._now)}
+        self._send(key[0], Outbound(reply, None, None, json_bytes(body)))
+        self._stream_advisory(key[0], key[1], "create")
         return self._take()
 
     def _set_leader_interest(self, key: Key, on: bool) -> None:
@@ -795,7 +938,14 @@ class ClusterController:
             return
         body = {"type": E.STREAM_CREATE_RESPONSE, **acc.stream_info(entry, self._now),
                 "did_create": True}
-        self._send(key[0], Outbound(reply, None, None, json_bytes(body)))
+        data = json_bytes(body)
+        self._send(key[0], Outbound(reply, None, None, data))
+        # the new stream's leader answers the create and audits it with the client the
+        # assignment names, without the request (nats-server processClusterCreateStream)
+        sa = self.meta.streams.get(key)
+        for r in acc.audit(f"{API_PREFIX}STREAM.CREATE.{key[1]}", b"", data,
+                           sa.client if sa is not None else None, self._now):
+            self._send(key[0], r.out)
         self._stream_advisory(key[0], key[1], "create")
 
     def _stream_advisory(self, account: str, stream: str, action: str) -> None:
@@ -834,11 +984,28 @@ class ClusterController:
 
     def _respond(self, account: str, reply: str | None, body: dict[str, Any]) -> None:
         if reply:
-            self._send(account, Outbound(reply, None, None, json_bytes(body)))
+            data = json_bytes(body)
+            self._send(account, Outbound(reply, None, None, data))
+            if self._meta_audits:
+                self._audit_answer(reply, data)
+
+    def _audit_answer(self, reply: str, response: bytes) -> None:
+        """The API audit of a meta request answered here (nats-server audits every answered
+        API request where it is answered), with the client info its request carried."""
+        ctx = self._meta_audits.pop(reply, None)
+        if ctx is None:
+            return
+        account, subject, request, client = ctx
+        acc = self.accounts.get(account)
+        if acc is not None:
+            for r in acc.audit(subject, request, response, client, self._now):
+                self._send(account, r.out)
 
     def _error(self, account: str, reply: str | None, rtype: str, err: E.JSApiError) -> None:
-        """An error reply with the fields nats-server keeps in its error responses."""
-        self._respond(account, reply, {**E.error_response(rtype, err), **ERROR_EXTRAS.get(rtype, {})})
+        """An error reply with the fields nats-server keeps in its error responses (its
+        JSApiStreamRestoreResponse has no omitempty on ``deliver_subject``)."""
+        extras = {"deliver_subject": ""} if rtype == E.STREAM_RESTORE_RESPONSE else ERROR_EXTRAS.get(rtype, {})
+        self._respond(account, reply, {**E.error_response(rtype, err), **extras})
 
     def refusal(self, action: Refusal) -> list[Any]:
         """The reply a :class:`Refusal` stands for: 10008 as the API response
@@ -901,6 +1068,11 @@ class ClusterController:
         replica, group = self.view.replica(key), self.view.group(key)
         if replica is None or group is None or not group.is_leader:
             return False, []
+        if self._restoring(key):
+            if reply:
+                self._respond(account, reply, {"error": _restore_in_progress().to_json(),
+                                               "stream": entry.name, "seq": 0})
+            return True, self._take()
         data = encode_entry(PUBLISH, replica.next_ts(now_ns), self._push_interest(acc, entry.name),
                             subject, reply, headers, payload)
         refused = (Refusal(account, reply, None, entry.name),) if reply else ()
@@ -968,7 +1140,7 @@ class ClusterController:
                                  headers, payload, hops, E.STREAM_CREATE_RESPONSE, via_meta=True)
         stream = stream_of(tokens)
         if kind in ("STREAM.CREATE", "STREAM.DELETE", "STREAM.NAMES", "STREAM.LIST",
-                    "STREAM.PEER") or subject == "$JS.API.INFO":
+                    "STREAM.PEER", "STREAM.RESTORE") or subject == "$JS.API.INFO":
             return self._meta_api(acc, tokens, kind, subject, reply, headers, payload, hops)
         if stream is None:
             out = acc.handle_api(subject, reply, headers, payload, self._now)
@@ -979,6 +1151,10 @@ class ClusterController:
             return True     # a meta request seen through stale interest: not ours
         return self._stream_api(acc, stream, tokens, kind, subject, reply, headers, payload, hops,
                                 routed=routed)
+
+    def _restoring(self, key: Key) -> bool:
+        sa = self.meta.streams.get(key)
+        return sa is not None and sa.restore is not None
 
     def _led(self, account: str, stream: str) -> bool:
         group = self.view.group((account, stream))
@@ -994,7 +1170,10 @@ class ClusterController:
         """A request about one stream. Its leader answers (reads at once, writes once
         replicated). Elsewhere it travels on the leader's subject interest, like the
         publishes and acks before it on the same route, so a pull request never overtakes
-        an ack; one that reached a former leader is dropped, as nats-server drops it."""
+        an ack; one that reached a former leader is dropped, as nats-server drops it. A JSON
+        API call that reaches a server before the leader's interest does is forwarded to
+        the leader (nats-server has no such window: every server receives the request and
+        only the leader answers)."""
         key = (acc.name, stream)
         rtype = response_type(tokens)
         sa = self.meta.streams.get(key)
@@ -1024,9 +1203,22 @@ class ClusterController:
                 return False    # the route layer takes it to the leader, behind the acks
             if kind in ("CONSUMER.MSG", "DIRECT.GET"):
                 return False    # not a JSON API call: no leader means no-responders
-            self._error(acc.name, reply, rtype, E.cluster_not_available())
-            return True
+            # the leader's interest has not reached this server yet (a stream created or a
+            # leader elected a moment ago): nothing of the stream's can have gone that way
+            # before it, so the request goes to the leader this server knows, else to
+            # another of the stream's servers (which passes it on once more at most);
+            # 10008 only when there is none
+            target = (group.leader if group is not None and group.leader else
+                      self._reachable(tuple(p for p in sa.peers if p != self.me)))
+            if target == self.me:   # this server's replica has not taken up leadership yet
+                target = None
+            return self._forward(target, acc.name, subject, reply, headers, payload, hops, rtype, via_meta)
         now = self._now
+        if self._restoring(key) and (kind in _STREAM_WRITES or kind in (
+                "STREAM.LEADER", "CONSUMER.LEADER", "STREAM.UPDATE")):
+            if kind != "CONSUMER.MSG":
+                self._error(acc.name, reply, rtype, _restore_in_progress())
+            return True
         if kind == "STREAM.LEADER" or kind == "CONSUMER.LEADER":
             self._out.append(StepDown(group.name, "stream" if kind == "STREAM.LEADER" else "consumer",
                                       acc.name, reply, rtype))
@@ -1068,11 +1260,40 @@ class ClusterController:
             return StreamConfig.from_json(sa.config).checked()
 
         try:
-            check_stream_update(payload, stream, current, self._account_subjects(acc.name, stream),
-                                clustered=True, meta_leader=True)
+            cfg = check_stream_update(payload, stream, current, self._account_subjects(acc.name, stream),
+                                      clustered=True, meta_leader=True)
+            self._check_placement_update(self.meta.streams[(acc.name, stream)], cfg)
         except E.JSApiError as err:
             return err
         return None
+
+    def _check_placement_update(self, sa: StreamAssignment, cfg: StreamConfig) -> None:
+        """A new ``placement`` is taken when the stream's servers all satisfy it (nothing
+        has to move). nats-server moves the stream otherwise (jsClusteredStreamUpdateRequest,
+        a move request); jetraft does not move streams, so it refuses the update: 10005 when
+        no servers satisfy the placement at all (nats-server's answer then), 10052 when
+        others do. Raises JSApiError."""
+        def key(placement) -> tuple[str, tuple[str, ...]]:
+            return ((placement.cluster or "", tuple(placement.tags or ())) if placement is not None
+                    else ("", ()))
+        new = key(cfg.placement)
+        if new == key(StreamConfig.from_json(sa.config).placement):
+            return
+        cluster, tags = new
+        infos = self._peer_infos()
+        ours = [replace(p, online=True) for p in infos if p.name in sa.peers]
+        try:        # its own servers, as they are: no unique tag to spread over again
+            select_peers(ours, len(sa.peers), placement_tags=tags, placement_cluster=cluster or None)
+            return
+        except PlacementError:
+            pass
+        try:
+            select_peers(infos, len(sa.peers), unique_tag=self.unique_tag, placement_tags=tags,
+                         placement_cluster=cluster or None, load=self.meta.load())
+        except PlacementError as exc:
+            raise E.cluster_no_peers(str(exc)) from None
+        raise E.unsupported_stream_setting(
+            f"moving stream {sa.name} off its servers ({', '.join(sa.peers)}) to satisfy a new placement")
 
     def _account_subjects(self, account: str, skip: str | None = None) -> list[str]:
         """The subjects of the account's stream assignments but ``skip``'s (a stream without
@@ -1122,6 +1343,12 @@ class ClusterController:
         if leader != self.me:
             return self._forward(leader, acc.name, subject, reply, headers, payload, hops, rtype)
         now = self._now
+        if kind != "STREAM.UPDATE":         # an update is answered (and audited) by the stream's leader
+            audits = self._meta_audits
+            audits[reply] = (acc.name, subject, payload, request_info(headers))
+            audits.move_to_end(reply)
+            while len(audits) > MAX_META_AUDITS:
+                audits.popitem(last=False)
         try:
             if kind == "STREAM.CREATE":
                 return self._create_stream(acc, tokens, subject, reply, headers, payload, hops, now)
@@ -1134,7 +1361,12 @@ class ClusterController:
                 self._propose_meta(encode_remove_stream(acc.name, tokens[4]), acc.name, reply, rtype)
                 self._meta_replies[("delete", acc.name, tokens[4])] = (reply, rtype)
                 return True
+            if kind == "STREAM.RESTORE":
+                return self._restore_stream(acc, tokens[4] if len(tokens) > 4 else "", reply,
+                                            payload, now)
             if kind == "STREAM.UPDATE":
+                if self._restoring((acc.name, tokens[4])):
+                    raise _restore_in_progress()
                 err = self._check_update(acc, tokens[4], payload)
                 if err is not None:
                     raise err
@@ -1152,6 +1384,10 @@ class ClusterController:
         except E.JSApiError as err:
             self._error(acc.name, reply, rtype, err)
             return True
+        finally:
+            if kind in ("STREAM.CREATE", "STREAM.RESTORE"):
+                # answered, when it succeeds, by the new stream's leader: no audit waits here
+                self._meta_audits.pop(reply, None)
         return False
 
     def _propose_meta(self, data: bytes, account: str, reply: str | None, rtype: str) -> None:
@@ -1227,8 +1463,53 @@ class ClusterController:
         sa = StreamAssignment(account=acc.name, name=cfg.name, config=cfg.to_json(),
                               group=group_name("S", acc.name, cfg.name, now, replicas=len(peers),
                                                storage=cfg.storage), peers=tuple(peers),
-                              created_ns=now, reply=reply)
+                              created_ns=now, reply=reply, client=request_info(headers))
         self._propose_meta(encode_assign_stream(sa), acc.name, reply, E.STREAM_CREATE_RESPONSE)
+        self._emit("jetstream_stream_assigned", account=acc.name, stream=cfg.name,
+                   group=sa.group, peers=list(sa.peers), replicas=cfg.num_replicas)
+        return True
+
+    def _restore_stream(self, acc: JetStreamAccount, stream: str, reply: str, payload: bytes,
+                        now: int) -> bool:
+        """RESTORE on the meta leader (nats-server jetstream_cluster.go
+        jsClusteredStreamRestoreRequest): the request's checks (as on one server, against
+        every stream assignment of the account), then the peers are placed and the stream
+        assigned with ``restore="data"`` and the first peer as its restorer and preferred
+        leader; that peer answers the request with the deliver subject once it leads the
+        stream's group (:class:`StartRestore`). A memory stream is refused (10062): its
+        RAFT snapshot holds no messages, so its other peers could not take them."""
+        rtype = E.STREAM_RESTORE_RESPONSE
+        try:
+            cfg = acc.restore_check(stream, payload, subjects=self._account_subjects(acc.name),
+                                    exists=lambda name: (acc.name, name) in self.meta.streams
+                                    or now - self._restore_proposed.get((acc.name, name), -RESTORE_PROPOSED_NS)
+                                    < RESTORE_PROPOSED_NS)
+            if cfg.storage == "memory":
+                raise E.api_error("JSStreamRestoreErrF", err="a memory stream cannot be restored "
+                                  "in clustered mode: restore it with file storage")
+            placement = cfg.placement
+            try:
+                peers = select_peers(
+                    self._peer_infos(), cfg.num_replicas, unique_tag=self.unique_tag,
+                    placement_tags=tuple(getattr(placement, "tags", None) or ()) if placement else (),
+                    placement_cluster=(getattr(placement, "cluster", None) or None) if placement else None,
+                    load=self.meta.load())
+            except PlacementError as exc:
+                self._emit("jetstream_placement_failed", account=acc.name, stream=cfg.name,
+                           replicas=cfg.num_replicas, reason=str(exc))
+                raise E.cluster_no_peers(str(exc)) from None
+        except E.JSApiError as err:
+            self._error(acc.name, reply, rtype, err)
+            return True
+        sa = StreamAssignment(account=acc.name, name=cfg.name, config=cfg.to_json(),
+                              group=group_name("S", acc.name, cfg.name, now, replicas=len(peers),
+                                               storage=cfg.storage), peers=tuple(peers),
+                              created_ns=now, reply=reply, preferred=peers[0], restore="data",
+                              restored_by=peers[0])
+        if len(self._restore_proposed) > 1024:
+            self._restore_proposed.clear()
+        self._restore_proposed[sa.key] = now     # a second RESTORE of the name meanwhile: 10130
+        self._propose_meta(encode_assign_stream(sa), acc.name, reply, rtype)
         self._emit("jetstream_stream_assigned", account=acc.name, stream=cfg.name,
                    group=sa.group, peers=list(sa.peers), replicas=cfg.num_replicas)
         return True

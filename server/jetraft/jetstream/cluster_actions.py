@@ -102,6 +102,10 @@ class ClusterView(Protocol):
     def storage_failed(self, group: str) -> bool:
         """The RAFT group ``group`` is stopped here by a storage failure."""
 
+    def unreachable_since(self, name: str) -> int | None:
+        """Wall-clock ns since which server ``name`` has had no route to this server (since
+        this server started, if it never had one); None while the route is up."""
+
 
 # ---------------------------------------------------------------------- what the controller asks
 

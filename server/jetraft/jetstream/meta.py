@@ -30,6 +30,8 @@ Entry wire format: one msgpack map (``use_bin_type``), ``{"op": <name>, ...}``:
 ``member_store``       ``server``, ``store``: the store (RAFT identity) the server now runs with
 ``add_stream_peer``    ``account``, ``name``, ``peer``: fill a vacant replica slot
 ``clear_vacated``      ``account``, ``name``, ``server``: its old replica left the stream's group
+``restore_state``      ``account``, ``name``, ``state``: a restore's next phase (``"catchup"``,
+                       or nil once done)
 =====================  ==========================================================================
 
 Store identities (jetraft's own, for servers that lost their disk): every server's store
@@ -45,7 +47,8 @@ stream's leader has seen the old replica's removal from its RAFT group committed
 
 A stream assignment map has ``account``, ``name``, ``config`` (a JSON-able map, the
 stream config as the API stored it), ``group``, ``peers`` (list of server names),
-``created_ns`` (int, ns since the epoch) and optional ``reply`` / ``preferred``; a
+``created_ns`` (int, ns since the epoch) and optional ``reply`` / ``preferred`` /
+``restore`` / ``restored_by`` (a stream created by a restore, see :class:`StreamAssignment`); a
 consumer assignment map has ``account``, ``stream``, ``name``, ``config``, ``group``,
 ``peers``, ``created_ns``, optional ``reply``. Unknown keys are ignored (a newer
 server may add some); a missing or mistyped key, an unknown op, or bytes that are not
@@ -100,6 +103,10 @@ _DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _HASH_LEN = 8
 
 
+#: The phases of a restore (:attr:`StreamAssignment.restore`).
+RESTORE_PHASES = (None, "data", "catchup")
+
+
 class MetaEntryError(ValueError):
     """A meta entry or snapshot that cannot be decoded or applied; the state is unchanged."""
 
@@ -114,10 +121,19 @@ class StreamAssignment:
     ``config``: the stream config as a JSON-able dict, as the API stored it (treat as
     read-only). ``group``: the RAFT group name (:func:`group_name`). ``peers``: server
     names, in placement order. ``created_ns``: creation time, ns since the epoch.
-    ``reply``: the API reply subject to answer once created (not compared, not in
-    snapshots). ``preferred``: the server that should lead, or ``None``. ``vacated``:
+    ``reply``: the API reply subject to answer once created, and ``client`` the requester's
+    client info for the API audit of that answer (nats-server ``streamAssignment.Client``;
+    neither compared nor in snapshots). ``preferred``: the server that should lead, or ``None``. ``vacated``:
     servers that lost their store while they were peers (``member_store``): not placed back
     on this stream (their old replica may still be in its RAFT group).
+
+    A stream created by ``$JS.API.STREAM.RESTORE`` (nats-server ``streamAssignment.Restore``):
+    ``restored_by`` is the peer that receives the backup and builds the stream (it leads a
+    group of itself alone until then); ``restore`` is the restore's phase: ``"data"`` (the
+    data is being received: the other peers open no replica), ``"catchup"`` (the data is in
+    the restoring peer's store and RAFT snapshot: the other peers open their replicas and
+    are added to its group, taking the snapshot), ``None`` once done (the stream takes
+    publishes and API requests).
     """
 
     account: str
@@ -129,6 +145,9 @@ class StreamAssignment:
     reply: str | None = field(default=None, compare=False)
     preferred: str | None = None
     vacated: tuple[str, ...] = ()
+    client: dict[str, Any] | None = field(default=None, compare=False)
+    restore: str | None = None
+    restored_by: str | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -292,6 +311,18 @@ class _Reader:
             raise MetaEntryError(f"{self.where}: {key!r} names a server twice")
         return tuple(value)
 
+    def opt_client(self, key: str) -> dict[str, Any] | None:
+        """An optional JSON object that nothing depends on (a request's client info): one
+        that is not a JSON object is read as None, never an error."""
+        value = self.data.get(key)
+        if type(value) is not dict:
+            return None
+        try:
+            _check_json(value, self.where)
+        except MetaEntryError:
+            return None
+        return value
+
     def map(self, key: str) -> _Reader:
         return _Reader(self._get(key, (dict,), False), f"{self.where}.{key}")
 
@@ -325,7 +356,13 @@ def _read_stream(r: _Reader) -> StreamAssignment:
         group=r.name("group"), peers=r.peers("peers"), created_ns=r.time("created_ns"),
         reply=r.opt_str("reply"), preferred=r.opt_str("preferred"),
         vacated=r.peers("vacated", optional=True) or (),
+        restore=r.opt_str("restore"), restored_by=r.opt_str("restored_by"),
+        client=r.opt_client("client"),
     )
+    if sa.restore not in RESTORE_PHASES:
+        raise MetaEntryError(f"{r.where}: restore phase {sa.restore!r} is not one of {RESTORE_PHASES}")
+    if sa.restore is not None and sa.restored_by not in sa.peers:
+        raise MetaEntryError(f"{r.where}: restored_by {sa.restored_by!r} is not a peer")
     if sa.config.get("name", sa.name) != sa.name:
         raise MetaEntryError(f"{r.where}: config name {sa.config.get('name')!r} is not {sa.name!r}")
     if sa.preferred is not None and sa.preferred not in sa.peers:
@@ -348,10 +385,16 @@ def _stream_map(sa: StreamAssignment, *, with_reply: bool = True) -> dict[str, A
     }
     if with_reply and sa.reply is not None:
         out["reply"] = sa.reply
+    if with_reply and sa.client is not None:
+        out["client"] = sa.client
     if sa.preferred is not None:
         out["preferred"] = sa.preferred
     if sa.vacated:
         out["vacated"] = list(sa.vacated)
+    if sa.restore is not None:
+        out["restore"] = sa.restore
+    if sa.restored_by is not None:
+        out["restored_by"] = sa.restored_by
     return out
 
 
@@ -453,6 +496,21 @@ def encode_clear_vacated(account: str, name: str, server: str) -> bytes:
     return _pack({"op": "clear_vacated", "account": account, "name": name, "server": server})
 
 
+def encode_restore_state(account: str, name: str, state: str | None) -> bytes:
+    """Entry: the restore of stream ``name`` enters phase ``state`` (``"catchup"``), or is
+    done (None); see :class:`StreamAssignment`."""
+    return _pack({"op": "restore_state", "account": account, "name": name, "state": state})
+
+
+def entry_stream(data: bytes) -> tuple[str, str]:
+    """``(account, name)`` of the stream a ``restore_state`` or ``remove_stream`` entry
+    is about (MetaEntryError when it does not decode or is of another op)."""
+    op, args = _decode_entry(data)
+    if op not in ("restore_state", "remove_stream"):
+        raise MetaEntryError(f"meta entry {op}: not about one stream's restore")
+    return args[0], args[1]
+
+
 def decode_op(data: bytes) -> str:
     """The ``op`` of a meta entry (MetaEntryError when it does not decode)."""
     return _decode_entry(data)[0]
@@ -498,6 +556,11 @@ def _decode_entry(data: bytes) -> tuple[str, Any]:
         return op, (r.name("account"), r.name("name"), r.name("peer"))
     if op == "clear_vacated":
         return op, (r.name("account"), r.name("name"), r.name("server"))
+    if op == "restore_state":
+        state = r.opt_str("state")
+        if state not in RESTORE_PHASES:
+            raise MetaEntryError(f"{r.where}: restore phase {state!r} is not one of {RESTORE_PHASES}")
+        return op, (r.name("account"), r.name("name"), state)
     raise MetaEntryError(f"meta entry: unknown op {op!r}")
 
 
@@ -640,6 +703,17 @@ class MetaState:
         self.streams[sa.key] = dataclasses.replace(
             sa, vacated=tuple(v for v in sa.vacated if v != server), reply=None)
         return []
+
+    def _apply_restore_state(self, args: tuple[str, str, str | None]) -> list[MetaChange]:
+        account, name, state = args
+        sa = self.streams.get((account, name))
+        if sa is None or sa.restore is None or sa.restore == state:
+            return []       # unknown, not restoring, or replayed: nothing changes
+        if sa.restore == "catchup" and state == "data":
+            return []       # phases only move on
+        new = dataclasses.replace(sa, restore=state, reply=None)
+        self.streams[sa.key] = new
+        return [_updated("stream_updated", new, sa)]
 
     def _apply_add_stream_peer(self, args: tuple[str, str, str]) -> list[MetaChange]:
         account, name, peer = args

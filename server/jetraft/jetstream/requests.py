@@ -15,6 +15,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from jetraft.protocol.headers import Headers, HeaderError, get_header
+from jetraft.protocol.headers import encode as encode_headers
+from jetraft.protocol.headers import parse as parse_headers
+
 from . import errors as E
 from . import gojson
 from .errors import JSApiError
@@ -323,3 +327,51 @@ ERROR_EXTRAS: dict[str, dict[str, Any]] = {
     E.CONSUMER_NAMES_RESPONSE: {**_PAGED, "consumers": []},
     E.CONSUMER_LIST_RESPONSE: {**_PAGED, "consumers": []},
 }
+
+
+# --------------------------------------------------------------------------- request info
+
+#: The header that carries a request's client info between servers (nats-server
+#: ``ClientInfoHdr``): the requester's ClientInfo as JSON, set by the server the client is on.
+REQUEST_INFO_HEADER = "Nats-Request-Info"
+#: Longest client info read from the header (bytes); a longer one is ignored.
+MAX_REQUEST_INFO = 4096
+
+
+def request_info(headers: bytes | None) -> dict[str, Any] | None:
+    """The client info in ``headers``' ``Nats-Request-Info`` (a JSON object of at most
+    :data:`MAX_REQUEST_INFO` bytes), or None. Never raises."""
+    if not headers or REQUEST_INFO_HEADER.encode() not in headers:
+        return None
+    value = get_header(headers, REQUEST_INFO_HEADER)
+    if not value or len(value) > MAX_REQUEST_INFO:
+        return None
+    try:
+        info = json.loads(value)
+    except ValueError:
+        return None
+    return info if isinstance(info, dict) else None
+
+
+def with_request_info(headers: bytes | None, info: dict[str, Any] | None) -> bytes | None:
+    """``headers`` without any ``Nats-Request-Info`` a client sent (only servers set it)
+    and, when ``info`` is given, with ours. A malformed block that names the header loses
+    its headers (an API request reads none of them); one that does not is kept as it is."""
+    key = REQUEST_INFO_HEADER.encode()
+    if headers and key in headers:
+        try:
+            block = parse_headers(headers)
+        except HeaderError:
+            headers = None
+        else:
+            block.fields.pop(REQUEST_INFO_HEADER, None)
+            headers = encode_headers(block) if block.fields or block.status else None
+    if info is None:
+        return headers
+    line = json.dumps(info, separators=(",", ":"))
+    try:
+        block = parse_headers(headers) if headers else Headers()
+    except HeaderError:
+        return headers                      # kept as sent, without our info
+    block.add(REQUEST_INFO_HEADER, line)
+    return encode_headers(block)

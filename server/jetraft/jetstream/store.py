@@ -211,6 +211,45 @@ class _IndexedStore:
         self._add(seq, subject, self.msg_size(subject, headers, data), ts, owner, off, rsz, obj)
         return seq
 
+    def skip_to(self, seq: int) -> None:
+        """Make ``seq`` the last sequence used (durable after the next :meth:`sync`) when it
+        is past the last one, so that the next message gets ``seq + 1``: the sequences
+        between count as deleted (nats-server ``SkipMsgs``). Written as a tombstone of
+        ``seq``. Used after a storage failure rolled back messages that were handed out
+        sequence numbers but never acknowledged, so that no sequence is used twice, and by
+        a restore (:meth:`store_at`)."""
+        if seq <= self._last:
+            return
+        self._check_open()
+        self._log_tombstones([seq])
+        self._last = seq
+        self._fix_first()
+
+    def store_at(self, seq: int, subject: str, headers: bytes | None, data: bytes, ts: int) -> None:
+        """Append a message at sequence ``seq`` (> last_seq) with its original ``ts`` (ns),
+        the sequences skipped counting as deleted (a stream restore, jetstream/snapshot.py).
+        On an empty store the first sequence moves to ``seq``. Raises ValueError when
+        ``seq`` is not past the last sequence."""
+        if seq <= self._last:
+            raise ValueError(f"sequence {seq} is not past the last sequence {self._last}")
+        if seq > self._last + 1:
+            if len(self._index) == 0:
+                self.compact_to(seq)
+            else:
+                self.skip_to(seq - 1)
+        self.store(subject, headers, data, ts)
+
+    def finish_restore(self, first_seq: int, last_seq: int) -> None:
+        """After the last :meth:`store_at` of a restore: move the last sequence to
+        ``last_seq`` (the stream's, which may be past its last message) and, for a store
+        left empty, the first to ``first_seq`` (``last_seq + 1`` for an empty stream)."""
+        if len(self._index) == 0:
+            target = max(first_seq, last_seq + 1)
+            if target > self._last + 1:
+                self.compact_to(target)
+            return
+        self.skip_to(last_seq)
+
     @staticmethod
     def msg_size(subject: str, headers: bytes | None, data: bytes) -> int:
         """Bytes one message counts for in this store (FileStore: :func:`msg_size`)."""
@@ -841,18 +880,6 @@ class FileStore(_IndexedStore):
                 self._maybe_free(prev)
             return blk, fmt.BLOCK_HEADER_SIZE
         return blk, self._write(blk, buf)
-
-    def skip_to(self, seq: int) -> None:
-        """Make ``seq`` the last sequence used (durable after the next :meth:`sync`) when it
-        is past the last one, so that the next message gets ``seq + 1``: the sequences
-        between count as deleted (nats-server ``SkipMsgs``). Written as a tombstone of
-        ``seq``. Used after a storage failure rolled back messages that were handed out
-        sequence numbers but never acknowledged, so that no sequence is used twice."""
-        if seq <= self._last:
-            return
-        self._log_tombstones([seq])
-        self._last = seq
-        self._fix_first()
 
     def _log_msg(self, seq, subject, headers, data, ts):
         self._check_writable()

@@ -18,6 +18,16 @@ buffer is bounded by ``max_pending`` bytes and a write may take at most ``write_
 seconds; past either, the connection is closed without waiting for it and every other
 client is unaffected.
 
+Round trip time (nats-server client.go sendPing / processPong): a PONG answering one of the
+server's PINGs sets ``rtt_ns``, measured from that PING. The pinger sends a PING at its first
+tick even to a busy client while no round trip is measured (and hourly after that), and
+/connz asks one of a client that gave its ``lang`` in CONNECT when none is measured yet
+(:meth:`ClientConnection.request_rtt`); nothing is done per message.
+
+Closed connections (nats-server server.go saveClosedClient, ring.go): as a client
+connection ends, :class:`ClosedClient` keeps what /connz?state=closed shows of it, in the
+server's :class:`ClosedClients` ring of the last ``max_closed_clients``.
+
 TLS (a top-level ``tls`` block): INFO, then the handshake (or the handshake first), bounded by
 the TLS ``timeout``, before any client byte is parsed (:meth:`ClientConnection._start_tls`,
 :mod:`jetraft.net.tls`); the reader and writer then work on the encrypted stream.
@@ -34,12 +44,16 @@ import os
 import time
 import socket
 import traceback
+import weakref
+from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from jetraft.auth import SYSTEM_QUEUE_GROUP, AuthError, ClientPermissions, Identity, go_quote
+from jetraft.events import rfc3339_ns
+from jetraft.jetstream.errors import go_duration
 from jetraft.net.tls import (
     BACKLOG,
     NOT_NOW,
@@ -105,6 +119,123 @@ class Subscription:
         self.delivered = 0
 
 
+#: How often a client's round trip is measured again (nats-server
+#: DEFAULT_RTT_MEASUREMENT_INTERVAL), in nanoseconds.
+RTT_MEASUREMENT_INTERVAL_NS = 3600 * 1_000_000_000
+#: /connz asks a round trip of a client that has not sent its first PING yet only this long
+#: after it connected (nats-server client.go maxNoRTTPingBeforeFirstPong), in nanoseconds.
+NO_RTT_PING_BEFORE_FIRST_PONG_NS = 2 * 1_000_000_000
+
+#: jetraft's close reasons that nats-server names otherwise (server/monitor.go
+#: ClosedState.String); a parser error that ends the connection is a "Protocol Violation"
+#: there (client.go readLoop), as every other fatal parser error is here.
+_NATS_CLOSE_REASONS = {
+    "TLS Handshake Error": "TLS Handshake Failure",
+    "maximum control line exceeded": "Maximum Control Line Exceeded",
+    "Maximum Payload Violation": "Maximum Message Payload Exceeded",
+    "invalid client protocol": "Bad Client Protocol Version",
+    "no responders requires headers support": "No Responders Requires Headers",
+}
+_KEPT_CLOSE_REASONS = frozenset((
+    "Client Closed", "Authentication Timeout", "Authentication Failure", "Slow Consumer (Pending Bytes)",
+    "Slow Consumer (Write Deadline)", "Write Error", "Read Error", "Parse Error", "Stale Connection",
+    "Protocol Violation", "Server Shutdown", "Maximum Connections Exceeded", ERR_INTERNAL,
+))
+
+
+def go_uptime(ns: int) -> str:
+    """A duration in ns as nats-server's /connz ``uptime`` and ``idle`` (monitor.go
+    myUptime): whole seconds, with minutes, hours, days and years as they apply
+    ("59s", "1m5s", "2h0m1s", "3d4h5m6s", "1y2d3h4m5s")."""
+    secs = max(ns, 0) // 1_000_000_000
+    mins, hours, days = secs // 60, secs // 3600, secs // 86400
+    years = days // 365
+    if years:
+        return f"{years}y{days % 365}d{hours % 24}h{mins % 60}m{secs % 60}s"
+    if days:
+        return f"{days}d{hours % 24}h{mins % 60}m{secs % 60}s"
+    if hours:
+        return f"{hours}h{mins % 60}m{secs % 60}s"
+    if mins:
+        return f"{mins}m{secs % 60}s"
+    return f"{secs}s"
+
+
+def nats_close_reason(reason: str | None) -> str:
+    """The reason /connz shows for a connection closed for jetraft's ``reason``, as
+    nats-server's ClosedState strings ("Client Closed", "Authentication Failure",
+    "Stale Connection", "Slow Consumer (Pending Bytes)"...); a fatal protocol error is a
+    "Protocol Violation". jetraft's own "Internal Server Error" (a failure handling the
+    client's input) has no nats-server counterpart and is shown as it is."""
+    if reason is None:
+        return "Client Closed"
+    if reason in _KEPT_CLOSE_REASONS:
+        return reason
+    return _NATS_CLOSE_REASONS.get(reason, "Protocol Violation")
+
+
+class ClosedClient:
+    """What /connz keeps of a closed client connection (nats-server ring.go closedClient):
+    ``info``, its ConnInfo as of the close (``stop`` and ``reason`` included; ``uptime`` and
+    ``idle`` up to the close); ``start_ns``, ``last_ns``, ``stop_ns`` (ns since the epoch)
+    and ``rtt_ns`` for sorting; its subscriptions as (subject, queue, sid, delivered, max)
+    tuples in ``account_name``; the user it authenticated or tried to authenticate as
+    (``user``, "" for none) and its account unless the global one (``account``, "" for
+    none)."""
+
+    __slots__ = ("account", "account_name", "cid", "info", "last_ns", "rtt_ns", "start_ns", "stop_ns", "subs",
+                 "user")
+
+    def __init__(self, client: ClientConnection, stop_ns: int, reason: str) -> None:
+        self.cid = client.cid
+        self.info = client.conn_info(stop_ns, stop=stop_ns, reason=reason)
+        self.start_ns, self.last_ns, self.stop_ns, self.rtt_ns = client.start_ns, client.last_activity, stop_ns, client.rtt_ns
+        self.subs = tuple((s.subject, s.queue, s.sid, s.delivered, s.max_msgs) for s in client.subs.values())
+        connected = client.connected
+        self.user = (client.identity.user if connected and client.identity is not None else client.tried_user) or ""
+        self.account_name = client.account.name if client.account is not None else ""
+        self.account = "" if not connected or self.account_name == "$G" else self.account_name
+
+
+class ClosedClients:
+    """The ring of the last closed client connections (nats-server ring.go
+    closedRingBuffer): at most ``max_closed_clients`` of the server's configuration (read at
+    each close, so a reload resizes it, the newest kept), the oldest dropped first; ``total``
+    counts every connection ever added, ``stale`` those closed as "Stale Connection" (/varz
+    ``stale_connections``, nats-server client.go staleStats)."""
+
+    def __init__(self) -> None:
+        self._ring: deque[ClosedClient] = deque(maxlen=1)
+        self.total = 0
+        self.stale = 0
+
+    def append(self, closed: ClosedClient, size: int) -> None:
+        if self._ring.maxlen != size:
+            self._ring = deque(self._ring, maxlen=size)
+        self._ring.append(closed)
+        self.total += 1
+        if closed.info["reason"] == "Stale Connection":
+            self.stale += 1
+
+    def __len__(self) -> int:
+        return len(self._ring)
+
+    def snapshot(self) -> list[ClosedClient]:
+        """The kept connections, oldest first (a copy)."""
+        return list(self._ring)
+
+
+_CLOSED: weakref.WeakKeyDictionary[Any, ClosedClients] = weakref.WeakKeyDictionary()
+
+
+def closed_clients(server: object) -> ClosedClients:
+    """``server``'s ring of closed client connections (empty until one closes)."""
+    ring = _CLOSED.get(server)
+    if ring is None:
+        ring = _CLOSED[server] = ClosedClients()
+    return ring
+
+
 async def accept_connections(listener: trio.SocketListener,
                              handle: Callable[[trio.SocketStream, str, int], None],
                              on_error: Callable[[OSError], None]) -> None:
@@ -159,6 +290,8 @@ class StreamConnection:
         self._scope: trio.CancelScope | None = None
         #: the scope of a TLS handshake in progress; close() abandons the handshake
         self._setup_scope: trio.CancelScope | None = None
+        #: reading failed (a reset rather than the peer's orderly close)
+        self.read_failed = False
 
     async def _serve(self, tasks: list[Callable[[], Awaitable[None]]], closed_reason: str) -> None:
         """Run the reader, the writer and ``tasks`` until the connection closes;
@@ -229,6 +362,7 @@ class StreamConnection:
         try:
             data = await self.stream.receive_some(size)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            self.read_failed = True
             return b""
         if data and self.tls_fd is not None and len(data) < size:
             more = read_buffered(self.stream, size - len(data))
@@ -365,6 +499,14 @@ class ClientConnection(StreamConnection):
         self.last_in = self.start_ns
         self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
         self.pings_out = 0
+        #: the last measured round trip in ns (0: none yet): a PONG answering the server's PING
+        self.rtt_ns = 0
+        #: time.monotonic_ns() of the server's last PING (0: none sent)
+        self._rtt_start = 0
+        #: the server answered a PING after CONNECT (nats-server client.go firstPongSent)
+        self._first_pong_sent = False
+        #: the user a failed CONNECT named (shown for the closed connection)
+        self.tried_user: str | None = None
         self._out = bytearray()
         #: (TLSConfig, SSLContext) when clients must speak TLS, as the server had them when
         #: this connection was accepted (a reload changes them for later connections only)
@@ -408,8 +550,9 @@ class ClientConnection(StreamConnection):
         except* Exception as group:
             self._failed(group.exceptions[0])
         finally:
-            # forget the client, then close the socket gracefully
+            # keep what /connz shows of it, forget the client, then close the socket gracefully
             with trio.CancelScope(shield=True):
+                self._keep_closed()
                 self.server.client_closed(self)
                 await self._linger_close()
 
@@ -457,6 +600,56 @@ class ClientConnection(StreamConnection):
         if first:
             self.send(encode_info(self.server.client_info(self)))
         return True
+
+    def _keep_closed(self) -> None:
+        """Add this connection, as it closes, to the server's :class:`ClosedClients`. Never
+        raises: a failure is reported as ``connection_error`` and the record skipped."""
+        try:
+            closed = ClosedClient(self, time.time_ns(), nats_close_reason(self.close_reason))
+            closed_clients(self.server).append(closed, self.server.config.max_closed_clients)
+        except Exception as exc:  # noqa: BLE001 - fault isolation: the close goes on
+            report_connection_error(self.server, "client", exc, cid=self.cid, ip=self.ip, port=self.port)
+
+    def conn_info(self, now: int, *, stop: int | None = None, reason: str | None = None) -> dict[str, Any]:
+        """The ConnInfo keys every /connz entry has (nats-server server/monitor.go ConnInfo
+        fill), as of ``now`` (ns since the epoch): times RFC 3339, ``uptime`` and ``idle``
+        as nats-server's myUptime (:func:`go_uptime`), ``rtt`` a Go duration string ("0s"
+        until measured), counts in messages and bytes; ``name``, ``lang``, ``version`` when
+        given; ``stop`` (ns since the epoch) and ``reason`` for a closed connection."""
+        entry: dict[str, Any] = {
+            "cid": self.cid, "kind": "Client", "type": "nats", "ip": self.ip, "port": self.port,
+            "start": rfc3339_ns(self.start_ns), "last_activity": rfc3339_ns(self.last_activity),
+        }
+        if stop is not None:
+            entry["stop"] = rfc3339_ns(stop)
+            entry["reason"] = reason
+        entry.update({
+            "rtt": go_duration(self.rtt_ns), "uptime": go_uptime(now - self.start_ns),
+            "idle": go_uptime(now - self.last_activity), "pending_bytes": self.pending_bytes,
+            "in_msgs": self.in_msgs, "out_msgs": self.out_msgs, "in_bytes": self.in_bytes,
+            "out_bytes": self.out_bytes, "subscriptions": len(self.subs),
+        })
+        for key in ("name", "lang", "version"):
+            value = getattr(self, key)
+            if value:
+                entry[key] = value
+        return entry
+
+    def request_rtt(self) -> None:
+        """/connz found no round trip measured: send a PING to measure one, if the client
+        named its ``lang`` in CONNECT and either was answered a PING already or connected
+        at least two seconds ago (nats-server monitor.go getRTT, client.go
+        sendRTTPingLocked). At most one PING per call."""
+        if (self.rtt_ns == 0 and self.lang and self.close_reason is None
+                and (self._first_pong_sent
+                     or time.time_ns() - self.start_ns > NO_RTT_PING_BEFORE_FIRST_PONG_NS)):
+            self._send_ping()
+
+    def _send_ping(self) -> None:
+        """A PING whose PONG measures the round trip (nats-server client.go sendPing)."""
+        self._rtt_start = time.monotonic_ns()
+        self.pings_out += 1
+        self.send(PING)
 
     def _failed(self, exc: BaseException) -> None:
         """Handling this client's input raised ``exc``: report it, tell the client, close."""
@@ -511,6 +704,8 @@ class ClientConnection(StreamConnection):
         while self.close_reason is None:
             data = await self._read_some()
             if not data:
+                if self.read_failed and self.close_reason is None:
+                    self.close_reason = "Read Error"    # client.go closedStateForErr: not EOF
                 return
             self.last_activity = time.time_ns()
             server = self.server
@@ -575,8 +770,12 @@ class ClientConnection(StreamConnection):
         if type(op) is Ping:
             self.last_in = time.time_ns()
             self.send(PONG)
+            if self.connected:
+                self._first_pong_sent = True
         elif type(op) is Pong:
             self.pings_out = 0
+            if self._rtt_start:     # client.go processPong computeRTT: at least 1ns
+                self.rtt_ns = max(1, time.monotonic_ns() - self._rtt_start)
         elif type(op) is Sub:
             self.last_in = time.time_ns()
             self._subscribe(op)
@@ -604,7 +803,13 @@ class ClientConnection(StreamConnection):
             else:
                 identity = self.server.auth.verify(None, None, None)
         except AuthError as exc:
-            self._auth_violation(str(exc), user=_str_or_none(options.get("user")))
+            # nats-server has read CONNECT's options before it checks them: the closed
+            # connection shows the name, lang, version and user the client gave
+            self.tried_user = _str_or_none(options.get("user"))
+            self.name = _str_or_none(options.get("name"))
+            self.lang = _str_or_none(options.get("lang"))
+            self.version = _str_or_none(options.get("version"))
+            self._auth_violation(str(exc), user=self.tried_user)
             return
         if self.close_reason is not None:
             return
@@ -757,20 +962,23 @@ class ClientConnection(StreamConnection):
 
     async def _pinger(self) -> None:
         """Every ``ping_interval``: no PING when the client sent a message, a subscription or a
-        PING within the interval (its traffic shows it alive); else a PING, or "Stale
-        Connection" once ``ping_max`` are unanswered (nats-server client.go processPingTimer)."""
-        cfg = self.server.config
+        PING within the interval (its traffic shows it alive) unless a round trip is to be
+        measured (none sent yet, or the last over an hour ago); else a PING, or "Stale
+        Connection" once ``ping_max`` are unanswered (nats-server client.go processPingTimer).
+        Both are read for each interval: a reload changes them for every connection."""
         while True:
-            await trio.sleep(cfg.ping_interval)
-            if time.time_ns() - self.last_in < cfg.ping_interval * 1e9:
+            await trio.sleep(self.server.config.ping_interval)
+            cfg = self.server.config
+            start = self._rtt_start
+            need_rtt = not start or time.monotonic_ns() - start > RTT_MEASUREMENT_INTERVAL_NS
+            if not need_rtt and time.time_ns() - self.last_in < cfg.ping_interval * 1e9:
                 continue
             if self.pings_out + 1 > cfg.ping_max:
                 self.server.events.emit("stale_connection", cid=self.cid, ip=self.ip, port=self.port)
                 self.send(encode_err("Stale Connection"))
                 self.close("Stale Connection")
                 return
-            self.pings_out += 1
-            self.send(PING)
+            self._send_ping()
 
     async def _auth_timer(self) -> None:
         await trio.sleep(self.server.auth.timeout)

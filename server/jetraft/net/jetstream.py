@@ -74,7 +74,7 @@ from jetraft.jetstream import errors as E
 from jetraft.jetstream import layout
 from jetraft.jetstream.api import ACK_PREFIX, API_PREFIX, FC_PREFIX, JetStreamAccount, Reply
 from jetraft.jetstream.outbound import Outbound
-from jetraft.jetstream.requests import ERROR_EXTRAS, INTERNAL_ERROR_TEXT, json_bytes
+from jetraft.jetstream.requests import ERROR_EXTRAS, INTERNAL_ERROR_TEXT, json_bytes, with_request_info
 from jetraft.jetstream.store import FileStore
 from jetraft.net.durability import (
     PROBE_TIMEOUT_S,
@@ -84,6 +84,7 @@ from jetraft.net.durability import (
     storage_api_error,
 )
 from jetraft.net.metrics import TimedGroupCommit
+from jetraft.net.snapshots import StreamTransfers
 from jetraft.jetstream.api_subjects import api_kind as _api_kind, response_type as _response_type, stream_of as _stream_of
 from jetraft.protocol import Message
 from jetraft.raft.storage import GroupCommit, StorageError, SyncFailed, fileio
@@ -99,6 +100,11 @@ if TYPE_CHECKING:
 STATE_FLUSH_S = 0.1
 #: Seconds between max_age expiry checks when a stream has a max_age.
 EXPIRY_CHECK_S = 0.25
+#: Chunk acks and restore data of stream snapshots (net/snapshots.py).
+_TRANSFER_PREFIX = "$JS.SNAPSHOT."
+#: API requests that get no audit (jetstream/api.py answers them without one).
+_UNAUDITED = ("$JS.API.DIRECT.GET.", "$JS.API.CONSUMER.MSG.NEXT.")
+_TRANSFER_API = "$JS.API.STREAM."
 #: API operations refused on a frozen stream (they would write its store or its consumers'
 #: files). Reads and deletes are served.
 _FROZEN_REFUSED = frozenset({"STREAM.PURGE", "STREAM.MSG.DELETE", "STREAM.UPDATE",
@@ -200,6 +206,8 @@ class JetStreamService:
         self._interest_dirty: set[str] = set()
         #: Streams stopped by a storage failure (standalone), by (account, stream).
         self.frozen: dict[tuple[str, str], Frozen] = {}
+        #: Stream snapshots and restores in progress (net/snapshots.py).
+        self.transfers = StreamTransfers(self)
 
     def _listening_fn(self, account: str):
         """Whether a subscription anywhere in the cluster listens on an advisory subject
@@ -238,6 +246,7 @@ class JetStreamService:
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.barrier.run)
+                await nursery.start(self.transfers.run)
                 nursery.start_soon(self._sender)
                 if self.cluster is not None:    # replicas: timers are the leaders' TICK entries
                     await nursery.start(self.cluster.run)
@@ -557,6 +566,16 @@ class JetStreamService:
         ``routed``: it came from another server (which routes nothing twice); ``client``:
         the local client that published it (its info goes into the API audit advisory)."""
         subject, reply, headers, payload = msg.subject, msg.reply, msg.headers, msg.payload
+        if subject.startswith(_TRANSFER_PREFIX):
+            return self.transfers.handle_msg(account, subject, reply, payload)
+        if subject.startswith(_TRANSFER_API):
+            tokens = subject.split(".")
+            acc = self.accounts.get(account)
+            # a clustered RESTORE goes to the meta leader like a create (jetstream/cluster.py)
+            if len(tokens) == 5 and tokens[3] in ("SNAPSHOT", "RESTORE") and acc is not None \
+                    and not (tokens[3] == "RESTORE" and self.cluster is not None):
+                return self.transfers.handle_api(acc, _api_kind(tokens), tokens[4], subject, reply,
+                                                 payload, routed=routed)
         if self.cluster is not None:
             return self.cluster.handle(account, subject, reply, headers, payload, routed=routed)
         acc = self.accounts.get(account)
@@ -598,9 +617,23 @@ class JetStreamService:
             self._wake.set()
         return True
 
+    def with_client_info(self, msg: Message, client: ClientConnection) -> Message:
+        """``msg``, a ``$JS.API`` request ``client`` published, as a clustered server passes
+        it on: with the client's info in its ``Nats-Request-Info`` header (nats-server
+        ClientInfoHdr) for the API audit of whichever server answers it (forwarded, routed
+        or replicated), and never with one the client set itself. Pull requests and direct
+        gets are not audited (nor by nats-server): they are left as they are."""
+        if self.cluster is None or msg.subject.startswith(_UNAUDITED):
+            return msg
+        headers = with_request_info(msg.headers, self._client_info(client))
+        if headers is msg.headers:
+            return msg
+        return Message(msg.subject, msg.reply, headers, msg.payload)
+
     def _client_info(self, client: ClientConnection | None) -> dict[str, Any] | None:
         """The requester's client info in an API audit advisory (nats-server ClientInfo):
-        ``{start, host, id, acc, user?, name?, lang, ver, server, cluster?, kind, client_type}``;
+        ``{start, host, id, acc, user?, name?, lang, ver, rtt?, server, cluster?, kind, client_type}``
+        (``rtt`` in nanoseconds, once measured);
         None without a local client (a request routed from another server)."""
         if client is None or client.account is None:
             return None
@@ -612,8 +645,10 @@ class JetStreamService:
                 info["user"] = user
             if client.name:
                 info["name"] = client.name
-            info.update(lang=client.lang or "", ver=client.version or "",
-                        server=self.server.server_name)
+            info.update(lang=client.lang or "", ver=client.version or "")
+            if client.rtt_ns:                               # nanoseconds, once measured
+                info["rtt"] = client.rtt_ns
+            info["server"] = self.server.server_name
             cluster = self.server.config.cluster
             if cluster is not None and cluster.name:
                 info["cluster"] = cluster.name

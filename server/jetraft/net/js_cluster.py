@@ -18,11 +18,16 @@ carries out the actions it returns:
   stream.go subscribeToStream).
 - **Storage failures** (below): a RAFT group whose storage failed is stopped on this server
   and resumed when its disk works again.
+- **Restores** (:meth:`ClusterJetStream.install_restore`): the restorer of a stream built
+  from a backup (``net/snapshots.py``) puts it in place of its replica, snapshots its group
+  and has the other peers join and take the snapshot; the client is answered once a quorum
+  of the peers completed it.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import time
 import traceback
 from collections.abc import Mapping
@@ -51,16 +56,18 @@ from jetraft.jetstream.cluster import (
     RoutePeerView,
     Send,
     SetInterest,
+    StartRestore,
     StepDown,
     decode_reply_frame,
     encode_reply_frame,
     zone_of,
 )
 from jetraft.jetstream.catchup import StreamSnapshotError
+from jetraft.jetstream import layout
 from jetraft.jetstream.layout import atomic_write
 from jetraft.jetstream.meta_members import decode_hello, encode_hello
 from jetraft.jetstream.model import StreamConfig, format_time
-from jetraft.jetstream.replicated import StreamReplica
+from jetraft.jetstream.replicated import TICK, StreamReplica, encode_entry
 from jetraft.net.durability import PROBE_TIMEOUT_S, STORAGE_RETRY_S, probe_directory, storage_api_error
 from jetraft.net.raft_group import SnapshotPolicy
 from jetraft.net.raft_host import RaftGroup, RaftHost
@@ -90,6 +97,8 @@ class ClusterService(Protocol):
     store_dir: str
     #: the group commit the RAFT host's log writes join
     commit: GroupCommit
+    #: stream snapshots and restores (``net/snapshots.py``): a clustered restore starts there
+    transfers: Any
 
 #: Seconds between ticks of the controller (bootstrap, reconciliation, timers of led groups).
 RECONCILE_S = 0.1
@@ -101,6 +110,13 @@ TICK_FAILURES_REPORTED = 20
 STORE_ID_FILE = "store_id"
 #: The file under ``<store_dir>/jetstream`` that says this server joined as a new member.
 JOINING_MARKER = "meta_joining"
+#: Seconds between checks of a clustered restore's progress.
+RESTORE_POLL_S = 0.05
+#: Seconds each step of a clustered restore may take (commit, meta entries).
+RESTORE_STEP_S = 30.0
+#: Bytes per second a restored stream is copied to its peers at least (the copy step may
+#: take ``RESTORE_STEP_S`` plus the backup's size at this rate).
+RESTORE_COPY_BPS = 4 << 20
 
 
 def store_identity(js_dir: str, *, renew: bool = False) -> str:
@@ -151,6 +167,7 @@ class ClusterJetStream:
         self.meta_snapshot_ns = 0          # when the meta state was last snapshotted
         self._routed = False               # a route came up since start (/healthz)
         self._route_down_ns: dict[str, int] = {}   # peer -> time.time_ns() its route went down
+        self._started_ns = time.time_ns()
         js_dir = os.path.join(service.store_dir, "jetstream")
         raft_dir = os.path.join(js_dir, "_raft")
         self._joining_marker = os.path.join(js_dir, JOINING_MARKER)
@@ -236,6 +253,15 @@ class ClusterJetStream:
     def has_remote_interest(self, account: str, subject: str) -> bool:
         return self.routes.has_remote_interest(account, subject)
 
+    def leads_stream(self, account: str, stream: str) -> bool:
+        """Whether this server's replica of the stream is its group's leader."""
+        group = self.controller.view.group((account, stream))
+        return group is not None and group.is_leader
+
+    def knows_stream(self, account: str, stream: str) -> bool:
+        """Whether the meta group (as this server applied it) assigned the stream."""
+        return (account, stream) in self.controller.meta.streams
+
     def storage_failed(self, group: str) -> bool:
         return group in self.storage_failures
 
@@ -251,6 +277,14 @@ class ClusterJetStream:
         if name in self.routes.peers:
             return None
         return self._route_down_ns.get(name)
+
+    def unreachable_since(self, name: str) -> int | None:
+        """Wall-clock ns since which server ``name`` has had no route to this one: since its
+        route went down, or since this server started when it never came up; None while
+        the route is up."""
+        if name in self.routes.peers:
+            return None
+        return self._route_down_ns.get(name, self._started_ns)
 
     # ------------------------------------------------------------------ inputs
 
@@ -414,6 +448,10 @@ class ClusterJetStream:
                 self._to_meta_leader(action.data)
             elif kind is Refusal:
                 self.execute(self.controller.refusal(action))
+            elif kind is StartRestore:
+                acc = self.service.accounts.get(action.assignment.account)
+                if acc is not None:
+                    self.service.transfers.start_clustered(acc, action.assignment, action.reply)
             else:
                 raise TypeError(f"unknown cluster action {action!r}")
 
@@ -510,8 +548,7 @@ class ClusterJetStream:
         """The meta group applied what was committed before this start: open the replicas
         the state it ended in assigns to this server."""
         if self.controller.replaying:
-            self.controller.replaying = False
-            self.execute(self.controller.ensure_assigned(time.time_ns()))
+            self.execute(self.controller.end_replay(time.time_ns()))
 
     def _to_meta_leader(self, data: bytes) -> None:
         """Propose meta entry ``data`` here when leading the meta group, else ask the
@@ -614,45 +651,61 @@ class ClusterJetStream:
         return on_leader
 
     def _leader_advisory(self, key: Key, leader: str | None) -> None:
-        """nats-server's stream leader advisories, sent by this server in the stream's
-        account and (with ``account`` set) in the system account: ``LEADER_ELECTED`` when it
-        became the stream's leader, ``QUORUM_LOST`` when it led the stream and the group
-        has no leader now. Fault isolation: a failure is reported (``advisory_failed``) and
-        the group goes on."""
+        """nats-server's leader advisories for a stream and its consumers, sent by this
+        server in the stream's account and (with ``account`` set) in the system account:
+        ``LEADER_ELECTED`` when it became the stream's leader, ``QUORUM_LOST`` when it led
+        the stream and the group has no leader now. A consumer is replicated in its
+        stream's group, so each consumer of the stream gets its own ``CONSUMER.`` advisory
+        with the stream's (nats-server jetstream_cluster.go sendConsumerLeaderElectAdvisory,
+        sendConsumerLostQuorumAdvisory). Fault isolation: a failure is reported
+        (``advisory_failed``) and the group goes on."""
         account, stream = key
         me = self.server.server_name
         if leader == me:
             self._leading.add(key)
-            build: Any = adv.stream_leader_elected
-            args: tuple[Any, ...] = (stream, me)
+            elected = True
         elif key in self._leading:
             self._leading.discard(key)
             if leader is not None:
                 return
-            build, args = adv.stream_quorum_lost, (stream,)
+            elected = False
         else:
             return
+        acc = self.service.accounts.get(account)
+        entry = acc.streams.get(stream) if acc is not None else None
+        consumers = sorted(entry.consumers) if entry is not None else []
+        sends: list[tuple[Any, tuple[Any, ...], str]] = []
+        if elected:
+            sends.append((adv.stream_leader_elected, (stream, me), adv.stream_subject(adv.stream_leader_elected, stream)))
+            sends.extend((adv.consumer_leader_elected, (stream, name, me),
+                          f"{adv.ADVISORY_PREFIX}CONSUMER.LEADER_ELECTED.{stream}.{name}") for name in consumers)
+        else:
+            sends.append((adv.stream_quorum_lost, (stream,), adv.stream_subject(adv.stream_quorum_lost, stream)))
+            sends.extend((adv.consumer_quorum_lost, (stream, name),
+                          f"{adv.ADVISORY_PREFIX}CONSUMER.QUORUM_LOST.{stream}.{name}") for name in consumers)
         system = self.server.config.system_account
-        subject = adv.stream_subject(build, stream)
-        targets = [(account, "")] if self.has_interest(account, subject) else []
-        if system and system != account and self.has_interest(system, subject):
-            targets.append((system, account))
-        if not targets:
-            return
-        try:
-            group = self.groups.get(key)
-            replicas = list(self.group_info(group).get("replicas") or []) if group is not None else []
-            if build is adv.stream_leader_elected:   # nats-server lists the leader too
-                replicas.append({"name": me, "current": True, "active": 0, "peer": peer_hash(me)})
-                replicas.sort(key=lambda r: r["name"])
-            domain = self.service.config.domain or ""
-            now = time.time_ns()
-            for target, named in targets:
-                self.server.route_internal(
-                    target, build(*args, replicas, now, account=named, domain=domain))
-        except Exception as exc:  # noqa: BLE001 - an advisory never breaks the group
-            self.events.emit("advisory_failed", account=account, advisory=build.__name__,
-                             error=repr(exc))
+        replicas: list[dict[str, Any]] | None = None
+        for build, args, subject in sends:
+            targets = [(account, "")] if self.has_interest(account, subject) else []
+            if system and system != account and self.has_interest(system, subject):
+                targets.append((system, account))
+            if not targets:
+                continue
+            try:
+                if replicas is None:
+                    group = self.groups.get(key)
+                    replicas = list(self.group_info(group).get("replicas") or []) if group is not None else []
+                    if elected:                     # nats-server lists the leader too
+                        replicas.append({"name": me, "current": True, "active": 0, "peer": peer_hash(me)})
+                        replicas.sort(key=lambda r: r["name"])
+                domain = self.service.config.domain or ""
+                now = time.time_ns()
+                for target, named in targets:
+                    self.server.route_internal(
+                        target, build(*args, replicas, now, account=named, domain=domain))
+            except Exception as exc:  # noqa: BLE001 - an advisory never breaks the group
+                self.events.emit("advisory_failed", account=account, advisory=build.__name__,
+                                 error=repr(exc))
 
     # ------------------------------------------------------------------ cluster info
 
@@ -843,6 +896,145 @@ class ClusterJetStream:
         if replica is not None:
             replica.pending_reply = None    # its create was answered long ago
         return True
+
+    # ------------------------------------------------------------------ restores
+
+    def hold_interest(self, account: str, subjects: tuple[str, ...], on: bool) -> None:
+        """Take (``on``) or drop this server's route interest in ``subjects`` (a restore's
+        deliver subject: its chunks reach the restorer from any server)."""
+        if on:
+            self.routes.add_internal_interests(account, subjects)
+        else:
+            self.routes.remove_internal_interests(account, subjects)
+
+    def _restoring(self, key: Key, *, ended: bool = False) -> tuple[Any, RaftGroup, StreamReplica]:
+        """The assignment, group and replica of stream ``key`` while this server restores
+        it (``ended``: or just ended its restore) and leads its group; JSApiError 10062
+        otherwise."""
+        sa = self.meta.streams.get(key)
+        group, replica = self.groups.get(key), self.replicas.get(key)
+        if sa is None or (sa.restore is None and not ended) or group is None or replica is None:
+            raise E.api_error("JSStreamRestoreErrF", err="the stream was deleted during the restore")
+        if not group.is_leader or key not in self.controller.restores:
+            raise E.api_error("JSStreamRestoreErrF", err="the stream's leadership moved to "
+                              f"{group.leader or 'no server'} during the restore")
+        return sa, group, replica
+
+    async def _restore_step(self, key: Key, what: str, done, timeout_s: float, *,
+                            ended: bool = False) -> None:
+        """Wait (polling, at most ``timeout_s``) until ``done()`` holds, while this server
+        still restores ``key`` (see :meth:`_restoring`); JSApiError 10062 naming ``what``
+        on a timeout."""
+        deadline = trio.current_time() + timeout_s
+        while True:
+            self._restoring(key, ended=ended)
+            if done():
+                return
+            if trio.current_time() > deadline:
+                raise E.api_error("JSStreamRestoreErrF", err=f"{what} took longer than {timeout_s:.0f}s")
+            await trio.sleep(RESTORE_POLL_S)
+
+    async def install_restore(self, acc: JetStreamAccount, key: Key, result: Any, built: str,
+                              reply: str, size: int) -> None:
+        """Put the stream a restore built (``built``: its directory, ``result`` its
+        :class:`~jetraft.jetstream.snapshot.RestoreResult`; ``size`` the backup's bytes) in
+        place of this server's (empty) replica of ``key``, and have every peer take it:
+
+        1. the built directory replaces the replica's, the store is opened over it and the
+           stream's and consumers' state restored (the assignment's config and creation
+           time in the backup's place);
+        2. one entry is committed and applied, then the group snapshots at it and compacts
+           its log (``RaftGroup.snapshot_now``): the store is fsynced, and a peer that
+           joins takes the snapshot and fetches the blocks (``net/stream_catchup.py``);
+        3. the meta group moves the restore to ``"catchup"``: the other peers open their
+           replicas, and this leader adds them to its group one at a time;
+        4. once the group holds every peer and a quorum of them (this server included)
+           completed the snapshot, the meta group ends the restore and ``reply`` is
+           answered with the stream's info.
+
+        nats-server does the same with sa.Restore, processStreamRestore and the leader's
+        snapshot and catch-up (jetstream_cluster.go). Raises JSApiError 10062 when the
+        stream's leadership or assignment changes meanwhile or a step times out (the
+        caller deletes the stream); StorageError/OSError when the store cannot be written."""
+        name = key[1]
+        sa, group, replica = self._restoring(key)
+        if acc.base is None:
+            raise E.stream_create("jetstream has no store directory")
+        sdir = layout.stream_dir(acc.base, name)
+        acc.detach_replica(name)
+
+        def swap() -> None:
+            shutil.rmtree(sdir, ignore_errors=True)
+            parent = os.path.dirname(sdir)
+            os.makedirs(parent, exist_ok=True)
+            os.rename(built, sdir)
+            fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                fileio.fsync_dir(fd, parent)
+            finally:
+                os.close(fd)
+
+        store = None
+        try:
+            await trio.to_thread.run_sync(swap)
+            store = await trio.to_thread.run_sync(lambda: acc.open_replica_store(name))
+            sa, group, replica = self._restoring(key)
+            acc.create_replica(sa.config, sa.created_ns, keep_files=True, store=store)
+        except BaseException:
+            # no stream over the restored files: they go, and a replica still open gets
+            # its empty stream back (the stream's deletion follows)
+            if store is not None:
+                store.close()
+            with trio.CancelScope(shield=True):     # as large as the restore: off the loop
+                await trio.to_thread.run_sync(shutil.rmtree, sdir, True)
+            if self.replicas.get(key) is replica and acc.streams.get(name) is None:
+                replica.start_empty()
+            raise
+        state = dict(result.replica)
+        state["stream"] = {**(state.get("stream") or {}), "config": sa.config,
+                           "created_ns": sa.created_ns}
+        try:
+            acc.restore_replica_state(name, state, time.time_ns())
+        except Exception as exc:  # noqa: BLE001 - a backup whose state does not apply
+            raise E.api_error("JSStreamRestoreErrF", err=str(exc)) from None
+        # 2: an entry past the last snapshot, then the snapshot at it
+        index = group.propose(encode_entry(TICK, replica.next_ts(time.time_ns()), frozenset(), False))
+        await self._restore_step(key, "committing the restore",
+                                 lambda: group.applied_index >= index, RESTORE_STEP_S)
+        group.snapshot_now("restore")
+        # 3: the other peers open their replicas; this leader adds them (reconciliation)
+        ctl = self.controller
+
+        def phase(want: str | None):
+            def done() -> bool:
+                now = self.meta.streams.get(key)
+                if now is not None and now.restore == want:
+                    return True
+                self.execute(ctl.restore_phase(key, want))
+                return False
+            return done
+
+        await self._restore_step(key, "starting the replicas", phase("catchup"), RESTORE_STEP_S)
+        need = len(sa.peers) // 2 + 1
+
+        def quorum() -> bool:
+            if set(group.peers) != set(sa.peers) or not group.config_settled:
+                return False
+            current = {r["name"] for r in group.replicas(time.time_ns()) if r.get("current")}
+            held = 1 + sum(1 for p in sa.peers if p != self.server.server_name
+                           and p in current and p in group.caught_up)
+            return held >= need
+
+        await self._restore_step(key, "copying the stream to a quorum of its peers", quorum,
+                                 RESTORE_STEP_S + size / RESTORE_COPY_BPS)
+        # 4: done; then the answer
+        await self._restore_step(key, "ending the restore", phase(None), RESTORE_STEP_S, ended=True)
+        entry = acc.streams.get(name)
+        st = entry.stream.store.state() if entry is not None else None
+        self.events.emit("jetstream_stream_restored", account=key[0], stream=name,
+                         group=group.name, peers=list(sa.peers), bytes=size,
+                         messages=st.messages if st else 0, last_seq=st.last_seq if st else 0)
+        self.execute(ctl.restore_answer(key, reply, time.time_ns()))
 
     # ------------------------------------------------------------------ lame duck
 

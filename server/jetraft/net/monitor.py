@@ -33,7 +33,8 @@ from jetraft.events import rfc3339_ns
 from jetraft.jetstream.model import format_time
 from jetraft.net.js_health import HealthzOptions
 from jetraft.net.js_health import healthz as js_healthz
-from jetraft.protocol.subjects import is_valid_literal_subject, subject_matches
+from jetraft.net.client import ClosedClient, closed_clients
+from jetraft.protocol.subjects import SublistStats, is_valid_literal_subject, subject_matches
 
 if TYPE_CHECKING:
     from jetraft.net.ports import MonitorHost
@@ -70,8 +71,8 @@ def varz(server: MonitorHost) -> dict[str, Any]:
     """``/varz``: identity, limits, process figures and counters, key for key as nats-server
     2.15 answers (server/monitor.go Varz); JSON numbers throughout, durations in ns.
 
-    ``version`` stays the NATS version clients see in INFO (see
-    :data:`jetraft.NATS_COMPAT_VERSION`); jetraft's own release is ``go``
+    ``version`` is the version clients see in INFO (:data:`jetraft.NATS_COMPAT_VERSION`,
+    e.g. ``"2.10.24+jetraft.0.1.0"``); ``go`` names jetraft's release too
     (``"jetraft 0.1.0"``), where nats-server names its build toolchain. ``mem`` is the
     resident set in bytes and ``cpu`` the percent of one core used since the previous
     sample (:func:`process_figures`). ``jetstream`` is nats-server's JetStreamVarz
@@ -80,9 +81,11 @@ def varz(server: MonitorHost) -> dict[str, Any]:
     clients published (``in_*`` adds what routes brought in); ``out_*`` counts deliveries to
     clients. jetraft has no leaf nodes, gateways, MQTT or websocket listeners (their blocks
     are empty, their counters 0), none of nats-server's ``feature_flags`` and no disk I/O
-    semaphore (``disk_io_wait_stats`` is all 0); it leaves out ``git_commit``. Stale
-    connections (clients closed for unanswered PINGs) and stalled clients are not counted
-    (0), nor slow route connections."""
+    semaphore (``disk_io_wait_stats`` is all 0); it leaves out ``git_commit``.
+    ``stale_connections`` counts the clients closed for unanswered PINGs; stalled clients
+    are not counted (0), nor slow or stale route connections. ``total_connections`` counts
+    every client connection accepted: the open ones (``connections``) and the closed ones,
+    the last ``max_closed_clients`` of which /connz?state=closed lists."""
     cfg, stats = server.config, server.stats
     now = rfc3339_ns(time.time_ns())
     mem, cpu = process_figures()
@@ -143,7 +146,7 @@ def varz(server: MonitorHost) -> dict[str, Any]:
         "out_client_msgs": stats.out_msgs,
         "out_client_bytes": stats.out_bytes,
         "slow_consumers": stats.slow_consumers,
-        "stale_connections": 0,
+        "stale_connections": closed_clients(server).stale,
         "stalled_clients": 0,
         "subscriptions": sum(len(a.sublist) for a in server.accounts.values()),
         "http_req_stats": dict(_http_req_stats(server)),
@@ -159,7 +162,8 @@ def varz(server: MonitorHost) -> dict[str, Any]:
     if connect_urls:
         out["connect_urls"] = list(connect_urls)
     out["slow_consumer_stats"] = {"clients": stats.slow_consumers, "routes": 0, "gateways": 0, "leafs": 0}
-    out["stale_connection_stats"] = {"clients": 0, "routes": 0, "gateways": 0, "leafs": 0}
+    out["stale_connection_stats"] = {"clients": closed_clients(server).stale, "routes": 0, "gateways": 0,
+                                     "leafs": 0}
     out["disk_io_wait_stats"] = {"waiters": 0, "waits": 0, "wait_time": 0, "max_wait_time": 0}
     return out
 
@@ -612,15 +616,40 @@ def _flag(params: dict[str, list[str]], key: str) -> bool:
                      f"{_go_quote(text)}: invalid syntax")
 
 
-#: /connz ``sort`` values and the connection figure each sorts by (descending, but ``cid``);
-#: nats-server server/monitor_sort_opts.go. ``stop`` and ``reason`` need closed connections.
-_CONNZ_SORT: dict[str, Any] = {
-    "cid": lambda c, now: c.cid, "start": lambda c, now: c.start_ns, "subs": lambda c, now: len(c.subs),
-    "pending": lambda c, now: c.pending_bytes, "msgs_to": lambda c, now: c.out_msgs,
-    "msgs_from": lambda c, now: c.in_msgs, "bytes_to": lambda c, now: c.out_bytes,
-    "bytes_from": lambda c, now: c.in_bytes, "last": lambda c, now: c.last_activity,
-    "idle": lambda c, now: now - c.last_activity, "uptime": lambda c, now: now - c.start_ns,
-    "rtt": lambda c, now: 0,
+class _Row:
+    """One /connz entry before paging: an open connection or a kept closed one, with the
+    figures the sort options order by (ns since the epoch for times)."""
+
+    __slots__ = ("cid", "closed", "conn", "in_bytes", "in_msgs", "last", "out_bytes", "out_msgs", "pending",
+                 "reason", "rtt", "start", "stop", "subs")
+
+    def __init__(self, conn: Any, closed: ClosedClient | None) -> None:
+        self.conn, self.closed = conn, closed
+        if closed is None:
+            c = conn
+            self.cid, self.start, self.last, self.stop, self.reason = c.cid, c.start_ns, c.last_activity, 0, ""
+            self.rtt, self.subs, self.pending = c.rtt_ns, len(c.subs), c.pending_bytes
+            self.in_msgs, self.out_msgs, self.in_bytes, self.out_bytes = c.in_msgs, c.out_msgs, c.in_bytes, c.out_bytes
+        else:
+            info = closed.info
+            self.cid, self.start, self.last, self.stop = closed.cid, closed.start_ns, closed.last_ns, closed.stop_ns
+            self.reason, self.rtt, self.subs, self.pending = info["reason"], closed.rtt_ns, len(closed.subs), \
+                info["pending_bytes"]
+            self.in_msgs, self.out_msgs = info["in_msgs"], info["out_msgs"]
+            self.in_bytes, self.out_bytes = info["in_bytes"], info["out_bytes"]
+
+
+#: /connz ``sort`` values: (key, descending) (nats-server server/monitor.go Connz and
+#: monitor_sort_opts.go: ``start`` orders as ``cid``, ``uptime`` ascending up to the stop of a
+#: closed connection, ``idle`` up to now). ``stop`` and ``reason`` need ``state=closed``.
+_CONNZ_SORT: dict[str, tuple[Any, bool]] = {
+    "cid": (lambda r, now: r.cid, False), "start": (lambda r, now: r.cid, False),
+    "subs": (lambda r, now: r.subs, True), "pending": (lambda r, now: r.pending, True),
+    "msgs_to": (lambda r, now: r.out_msgs, True), "msgs_from": (lambda r, now: r.in_msgs, True),
+    "bytes_to": (lambda r, now: r.out_bytes, True), "bytes_from": (lambda r, now: r.in_bytes, True),
+    "last": (lambda r, now: r.last, True), "idle": (lambda r, now: now - r.last, True),
+    "uptime": (lambda r, now: (r.stop or now) - r.start, False), "stop": (lambda r, now: r.stop, True),
+    "reason": (lambda r, now: r.reason, False), "rtt": (lambda r, now: r.rtt, True),
 }
 
 
@@ -630,56 +659,63 @@ def connz(server: MonitorHost, params: dict[str, list[str]]) -> dict[str, Any]:
     Query: ``sort`` (:data:`_CONNZ_SORT`; by ``cid`` ascending by default), ``auth`` (add
     ``authorized_user``, ``account`` unless ``$G``, ``name_tag``), ``subs`` (1: add
     ``subscriptions_list``; ``detail``: ``subscriptions_list_detail``), ``offset``/``limit``
-    (default 1024), ``cid`` (that connection alone), ``state`` (``open``, ``closed``, ``any``:
-    jetraft keeps no closed connections, so ``closed`` lists none), ``acc`` and ``user``
-    (only the connections of that account, that user). ``rtt`` is ``"0s"``: jetraft does not
-    measure round trips. Work is O(c log c) for c connections (bounded by
-    ``max_connections``). Raises QueryError for a parameter nats-server refuses."""
+    (default 1024), ``cid`` (that connection alone), ``state`` (``open``, the default;
+    ``closed``: the last ``max_closed_clients`` closed connections, each with ``stop`` and
+    ``reason``; ``any``/``all``: both), ``acc`` and ``user`` (only the connections of that
+    account, that user; a closed connection of the global account has no account, as in
+    nats-server). ``rtt`` is the last round trip measured with a PING (a Go duration
+    string, "0s" until one is: asking /connz starts one for a client that gave its
+    ``lang``, :meth:`~jetraft.net.client.ClientConnection.request_rtt`). Work is
+    O(c log c) for c connections, open (bounded by ``max_connections``) and kept closed
+    (bounded by ``max_closed_clients``). Raises QueryError for a parameter nats-server
+    refuses."""
     sort = params.get("sort", [""])[0] or "cid"
     auth = _flag(params, "auth")
     detail = params.get("subs", [""])[0].lower() == "detail"
     subs = _flag(params, "subs") and not detail
     offset, limit = _page(params)
     cid = _query_uint(params, "cid")
-    state = params.get("state", [""])[0]
-    if state and state.lower() not in ("open", "closed", "any", "all"):
-        raise QueryError(f"Error decoding state for {state}")
+    state = params.get("state", [""])[0].lower()
+    if state and state not in ("open", "closed", "any", "all"):
+        raise QueryError(f"Error decoding state for {params['state'][0]}")
     if sort not in _CONNZ_SORT:
-        if sort in ("stop", "reason") and state.lower() != "closed":
-            raise QueryError(f"sort by {sort} only valid on closed connections")
-        if sort not in ("stop", "reason"):
-            raise QueryError(f"invalid sorting option: {sort}")
+        raise QueryError(f"invalid sorting option: {sort}")
+    if sort in ("stop", "reason") and state != "closed":
+        raise QueryError(f"sort by {sort} only valid on closed connections")
     account, user = params.get("acc", [""])[0], params.get("user", [""])[0]
     now = time.time_ns()
-    clients = [] if state.lower() == "closed" else list(server.clients.values())
+    clients = [] if state == "closed" else list(server.clients.values())
     if account:
         clients = [c for c in clients if c.account is not None and c.account.name == account]
     if user:
         clients = [c for c in clients if c.identity is not None and c.identity.user == user]
-    if cid:
-        clients, offset, limit = [c for c in clients if c.cid == cid], 0, 1
-    clients.sort(key=lambda c: c.cid)
-    if sort != "cid":  # descending; stable, so ties stay in cid order
-        key = _CONNZ_SORT.get(sort, _CONNZ_SORT["cid"])
-        clients.sort(key=lambda c: key(c, now), reverse=True)
-    conns = [_conn_info(c, now, auth=auth, subs=subs, detail=detail) for c in clients[offset:offset + limit]]
+    closed = closed_clients(server).snapshot() if state in ("closed", "any", "all") else []
+    if account:
+        closed = [cc for cc in closed if cc.account == account]
+    if user:
+        closed = [cc for cc in closed if cc.user == user]
+    if cid:  # an open connection first, else the closed one (Connz "Search by individual CID")
+        clients = [c for c in clients if c.cid == cid]
+        closed = [] if clients else [cc for cc in closed if cc.cid == cid][:1]
+        offset, limit = 0, 1
+    rows = [_Row(c, None) for c in clients] + [_Row(None, cc) for cc in closed]
+    rows.sort(key=lambda r: r.cid)
+    if sort != "cid":  # stable, so ties stay in cid order
+        key, descending = _CONNZ_SORT[sort]
+        rows.sort(key=lambda r: key(r, now), reverse=descending)
+    conns = [_conn_info(r.conn, now, auth=auth, subs=subs, detail=detail) if r.closed is None
+             else _closed_info(r.closed, auth=auth, subs=subs, detail=detail)
+             for r in rows[offset:offset + limit]]
     return {"server_id": server.server_id, "now": rfc3339_ns(now), "num_connections": len(conns),
-            "total": len(clients), "offset": offset, "limit": limit, "connections": conns}
+            "total": len(rows), "offset": offset, "limit": limit, "connections": conns}
 
 
 def _conn_info(c: Any, now: int, *, auth: bool, subs: bool, detail: bool) -> dict[str, Any]:
-    """nats-server ConnInfo for client connection ``c`` (see :func:`connz`)."""
-    entry: dict[str, Any] = {
-        "cid": c.cid, "kind": "Client", "type": "nats", "ip": c.ip, "port": c.port,
-        "start": rfc3339_ns(c.start_ns), "last_activity": rfc3339_ns(c.last_activity), "rtt": "0s",
-        "uptime": f"{(now - c.start_ns) // NS}s", "idle": f"{(now - c.last_activity) // NS}s",
-        "pending_bytes": c.pending_bytes, "in_msgs": c.in_msgs, "out_msgs": c.out_msgs,
-        "in_bytes": c.in_bytes, "out_bytes": c.out_bytes, "subscriptions": len(c.subs),
-    }
-    for key in ("name", "lang", "version"):
-        value = getattr(c, key)
-        if value:
-            entry[key] = value
+    """nats-server ConnInfo for open client connection ``c`` (see :func:`connz`); then asks a
+    round trip of a client with none measured (its PING is not in this ``pending_bytes``)."""
+    entry = c.conn_info(now)
+    if not c.rtt_ns:
+        c.request_rtt()
     if c.subs and subs:
         entry["subscriptions_list"] = sorted(s.subject for s in c.subs.values())
     if c.subs and detail:
@@ -691,6 +727,37 @@ def _conn_info(c: Any, now: int, *, auth: bool, subs: bool, detail: bool) -> dic
             entry["account"] = c.identity.account
         entry["name_tag"] = c.identity.account
     return entry
+
+
+def _closed_info(cc: ClosedClient, *, auth: bool, subs: bool, detail: bool) -> dict[str, Any]:
+    """nats-server ConnInfo for a kept closed connection (monitor.go Connz "Closed Clients"):
+    its subscriptions as of the close (with their account in the detail), and with ``auth``
+    the user it authenticated or tried to authenticate as, and its account unless the global
+    one."""
+    entry = dict(cc.info)
+    if cc.subs and detail:
+        entry["subscriptions_list_detail"] = [_closed_sub_detail(sub, cc) for sub in cc.subs]
+    elif cc.subs and subs:
+        entry["subscriptions_list"] = [sub[0] for sub in cc.subs]
+    if auth:
+        if cc.user:
+            entry["authorized_user"] = cc.user
+        if cc.account:
+            entry["account"] = entry["name_tag"] = cc.account
+    return entry
+
+
+def _closed_sub_detail(sub: tuple[str, str | None, str, int, int | None], cc: ClosedClient) -> dict[str, Any]:
+    """nats-server newSubDetail for one subscription a closed connection had."""
+    subject, queue, sid, delivered, max_msgs = sub
+    out: dict[str, Any] = {"account": cc.account_name, "account_tag": cc.account_name, "subject": subject}
+    if queue:
+        out["qgroup"] = queue
+    out.update(sid=sid, msgs=delivered)
+    if max_msgs:
+        out["max"] = max_msgs
+    out["cid"] = cc.cid
+    return out
 
 
 def _sub_detail(sub: Any, cid: int, account: str | None = None) -> dict[str, Any]:
@@ -708,25 +775,29 @@ def _sub_detail(sub: Any, cid: int, account: str | None = None) -> dict[str, Any
 
 
 def subsz(server: MonitorHost, params: dict[str, list[str]]) -> dict[str, Any]:
-    """``/subsz`` (nats-server server/monitor.go Subsz, SublistStats): the subscription count
-    over every account and, with ``subs=1``, the client subscriptions themselves (one
-    SubDetail each; ``acc=`` keeps one account's, ``test=<subject>`` those a message on that
-    subject would reach), paged by ``offset``/``limit``. jetraft counts subscriptions only:
-    the sublist's cache, insert, remove, match and fan-out figures are 0. Work is
-    proportional to the subscriptions, bounded by the connections' subscription limits.
-    Raises QueryError for a parameter nats-server refuses."""
+    """``/subsz`` (nats-server server/monitor.go Subsz, SublistStats): the subject indexes'
+    figures summed over every account (``acc=``: that account's alone) as nats-server's
+    Sublist.Stats (:meth:`jetraft.protocol.SubjectIndex.stats`): subscriptions, cached
+    subjects, inserts, removes and matches since the start, ``cache_hit_rate`` (cache hits
+    over matches), ``max_fanout``/``avg_fanout`` over the cached results; with ``subs=1``,
+    the client subscriptions themselves (one SubDetail each; ``test=<subject>`` keeps those
+    a message on that subject would reach), paged by ``offset``/``limit``. Work is
+    proportional to the accounts and their cached subjects (at most 1024 each), and with
+    ``subs=1`` to the subscriptions. Raises QueryError for a parameter nats-server
+    refuses."""
     detail = _flag(params, "subs")
     offset, limit = _page(params)
     test = params.get("test", [""])[0]
     if test and not is_valid_literal_subject(test):
         raise QueryError(f"invalid test subject, must be valid publish subject: {test}")
-    total = sum(len(a.sublist) for a in server.accounts.values())
-    out: dict[str, Any] = {"server_id": server.server_id, "now": rfc3339_ns(time.time_ns()),
-                           "num_subscriptions": total, "num_cache": 0, "num_inserts": 0, "num_removes": 0,
-                           "num_matches": 0, "cache_hit_rate": 0, "max_fanout": 0, "avg_fanout": 0,
+    account = params.get("acc", [""])[0]
+    stats = SublistStats()
+    for acc in server.accounts.values():
+        if not account or acc.name == account:
+            stats += acc.sublist.stats()
+    out: dict[str, Any] = {"server_id": server.server_id, "now": rfc3339_ns(time.time_ns()), **stats.report,
                            "total": 0, "offset": offset, "limit": limit}
     if detail:
-        account = params.get("acc", [""])[0]
         subs = []
         for client in sorted(server.clients.values(), key=lambda c: c.cid):
             acc = client.account

@@ -167,6 +167,8 @@ class RaftGroup:
         #: On the leader: peers completing a snapshot from a peer's store (see
         #: :meth:`note_catchup`): peer -> (the index their state machine is at, when heard, ns).
         self._catchup: dict[str, tuple[int, int]] = {}
+        #: On the leader: peers that said they completed a snapshot (:meth:`catchup_done`).
+        self.caught_up: set[str] = set()
 
     # -- state ---------------------------------------------------------------------------
 
@@ -351,7 +353,9 @@ class RaftGroup:
         self._catchup[peer] = (applied, now_ns)
 
     def catchup_done(self, peer: str) -> None:
+        """``peer`` completed a snapshot: its store holds the snapshot's messages (fsynced)."""
         self._catchup.pop(peer, None)
+        self.caught_up.add(peer)
 
     def adopt_snapshot(self, snap: Snapshot) -> None:
         """Restore the state machine from a peer's snapshot ``snap`` (newer than what it has
@@ -573,6 +577,35 @@ class RaftGroup:
         self.host.group_event(self, "raft_log_compacted", {
             "group": self.name, "index": snap.index, "entries": max(0, snap.index + 1 - first),
             "log_bytes": log.disk_bytes()})
+
+    def snapshot_now(self, reason: str) -> int:
+        """Snapshot the state machine at the applied index now, whatever :attr:`policy`
+        says, and compact the log up to it (a stream restore: its peers must take the
+        restored store through the snapshot, not replay the log). Returns the snapshot's
+        index. Raises RuntimeError when nothing was applied since the last snapshot or the
+        state machine declines (holding, or a memory stream); StorageError when the store
+        or the log cannot be made durable."""
+        log = self.log
+        if self._applied <= log.snapshot().index or self.holding or self._applied > log.last_index():
+            raise RuntimeError(f"RAFT group {self.name}: no entry applied since its last snapshot")
+        data = self.sm.snapshot()
+        if data is None:
+            raise RuntimeError(f"RAFT group {self.name}: its state machine took no snapshot")
+        snap = log.create_snapshot(self._applied, data, *self._applied_conf)
+        self._since_bytes = 0
+        self._snapshot_mono_ns = time.monotonic_ns()
+        self.host.group_event(self, "raft_snapshot_taken", {
+            "group": self.name, "index": snap.index, "term": snap.term, "bytes": len(data),
+            "reason": reason})
+        first = log.first_index()
+        log.compact(snap.index)
+        after = getattr(self.sm, "snapshot_durable", None)
+        if after is not None:
+            after(snap.index)
+        self.host.group_event(self, "raft_log_compacted", {
+            "group": self.name, "index": snap.index, "entries": max(0, snap.index + 1 - first),
+            "log_bytes": log.disk_bytes()})
+        return snap.index
 
     def check_leader(self) -> None:
         """Report a change of leader, or a new term of a known leader, to the state

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from jetraft.jetstream.errors import not_enabled_for_account
 from jetraft.net.ports import RouterHost
 from jetraft.net.route_interest import JS_API_QUEUE
-from jetraft.net.sysreq import handle_system_request
+from jetraft.net.sysreq import handle_system_request, handle_user_info
 from jetraft.protocol import Match, Message, SubjectIndex, encode_msg, no_responders_headers
 
 if TYPE_CHECKING:
@@ -85,10 +85,14 @@ class Router:
         headers = msg.headers
         stats.in_bytes += len(msg.payload) + (len(headers) if headers else 0)
         account = client.account
+        jetstream = self.jetstream
+        if jetstream is not None and msg.subject.startswith("$JS.API."):
+            msg = jetstream.with_client_info(msg, client)
         subject = msg.subject
         reply = msg.reply
-        delivered = self._system_request(account.name, msg)
-        jetstream = self.jetstream
+        # $SYS.REQ.USER.INFO is answered by the client's own server only (nats-server events.go)
+        delivered = handle_user_info(self._host, client, subject, reply)
+        delivered = self._system_request(account.name, msg) or delivered
         if jetstream is not None and jetstream.handle(account.name, msg, client=client):
             delivered = True
         elif (jetstream is not None and reply and subject.startswith("$JS.API.")

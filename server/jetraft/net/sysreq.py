@@ -12,6 +12,7 @@ server answers with a ``ServerAPIResponse``-shaped body::
     {"server": ServerInfo, "error": {"code", "description"}}   a bad request body (400) or
                                                          options the endpoint refuses (500)
     {"name", "host", "id"}                               IDZ (ServerID, no wrapper)
+    {"server": ServerInfo, "data": UserInfo}             $SYS.REQ.USER.INFO (any account)
 
 The request body, when not empty, is a JSON object of the endpoint's options under
 nats-server's names (:data:`OPTIONS`; e.g. ``{"subscriptions": true}`` for CONNZ, ``{"account":
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from jetraft import NATS_COMPAT_VERSION
 from jetraft.jetstream.model import format_time
+from jetraft.net.client import closed_clients
 from jetraft.net.monitor import (
     NOT_LEADER,
     JszOptions,
@@ -49,9 +51,14 @@ from jetraft.net.monitor import (
 from jetraft.protocol import Message
 
 if TYPE_CHECKING:
+    from jetraft.auth import Identity
+    from jetraft.config.permissions import Permissions
     from jetraft.net.ports import MonitorHost, SysreqHost
 
 PING = "$SYS.REQ.SERVER.PING"
+#: Who am I: answered by the server the requesting client is connected to, in the client's
+#: own account (nats-server imports it into every account; its interest is not routed).
+USER_INFO = "$SYS.REQ.USER.INFO"
 #: Subjects every server holds interest in (in the system account) to hear cluster-wide pings.
 PING_SUBJECTS = (PING, PING + ".*")
 _JS_ENABLED = 1       # nats-server ServerCapability JetStreamEnabled
@@ -83,7 +90,8 @@ def statsz(server: MonitorHost) -> dict[str, Any]:
     """nats-server ServerStats: process figures (``mem`` bytes, ``cpu`` percent), connections,
     subscriptions, messages and bytes ``sent``/``received`` (routes included) and
     ``sent_to_clients``/``received_from_clients``, slow consumers, one RouteStat per route
-    (its own counters), ``active_servers`` (this server and its peers) and, with JetStream,
+    (its own counters), ``slow_consumer_stats``, ``stale_connections`` and
+    ``stale_connection_stats`` once non-zero (clients closed for unanswered PINGs), ``active_servers`` (this server and its peers) and, with JetStream,
     ``jetstream`` (JetStreamVarz, as /varz, without the store directory). Route counters are those of the current route
     connections."""
     st = server.stats
@@ -110,6 +118,13 @@ def statsz(server: MonitorHost) -> dict[str, Any]:
                                   "bytes": max(0, st.in_bytes - route_in[1])},
         "slow_consumers": st.slow_consumers,
     }
+    # nats-server's omitempty: the breakdowns only once something was counted
+    if st.slow_consumers:
+        out["slow_consumer_stats"] = {"clients": st.slow_consumers, "routes": 0, "gateways": 0, "leafs": 0}
+    stale = closed_clients(server).stale
+    if stale:
+        out["stale_connections"] = stale
+        out["stale_connection_stats"] = {"clients": stale, "routes": 0, "gateways": 0, "leafs": 0}
     if peers:
         out["routes"] = [{"rid": p.conn.rid, "name": p.server_name,
                           "sent": {"msgs": p.conn.out_msgs, "bytes": p.conn.out_bytes},
@@ -220,6 +235,9 @@ def endpoint_data(server: MonitorHost, kind: str, opts: dict[str, Any]) -> Any:
     if kind == "VARZ":
         return varz(server)
     if kind == "CONNZ":
+        if opts.get("filter_subject") or opts.get("mqtt_client"):
+            # refused, never ignored: an ignored filter would answer every connection
+            raise QueryError("filter_subject and mqtt_client are not supported by jetraft: leave them out")
         subs = "detail" if opts.get("subscriptions_detail") else "true" if opts.get("subscriptions") else ""
         return connz(server, {
             "sort": [opts.get("sort", "")], "auth": _true(opts.get("auth")), "subs": [subs],
@@ -297,4 +315,66 @@ def handle_system_request(server: SysreqHost, subject: str, reply: str | None, p
         account = server.config.system_account or "$SYS"
         data = json.dumps(body, separators=(",", ":")).encode()
         server.route_internal(account, Message(reply, None, None, data))
+    return True
+
+
+def _subject_permission(part: Any) -> dict[str, list[str]]:
+    """nats-server SubjectPermission: ``allow`` and ``deny`` lists, each only when not empty."""
+    out: dict[str, list[str]] = {}
+    if part is not None:
+        for key in ("allow", "deny"):
+            subjects = getattr(part, key)
+            if subjects:
+                out[key] = list(subjects)
+    return out
+
+
+def public_permissions(permissions: Permissions | None) -> dict[str, Any] | None:
+    """A user's permissions as nats-server shows them to the user (client.go
+    publicPermissions): ``{"publish": {"allow", "deny"}, "subscribe": {...}, "responses":
+    {"max", "ttl"}}`` (``ttl`` in nanoseconds; ``responses`` only with
+    ``allow_responses``), or None for a user without permissions."""
+    if permissions is None:
+        return None
+    out: dict[str, Any] = {"publish": _subject_permission(permissions.publish),
+                           "subscribe": _subject_permission(permissions.subscribe)}
+    responses = permissions.allow_responses
+    if responses is not None:
+        out["responses"] = {"max": responses.max_msgs, "ttl": int(round(responses.expires * 1e9))}
+    return out
+
+
+def user_info(identity: Identity | None) -> dict[str, Any]:
+    """nats-server UserInfo of a connection's ``identity``: ``user`` ("" for a token or an
+    anonymous client), ``account`` and ``account_name``, ``permissions`` when the user has
+    any. ``expires`` (nanoseconds until the credentials expire) is never set: jetraft has no
+    credentials that expire (nats-server omits it as zero for the same users)."""
+    if identity is None:
+        return {"user": "", "account": ""}
+    out: dict[str, Any] = {"user": identity.user or "", "account": identity.account,
+                           "account_name": identity.account}
+    perms = public_permissions(identity.permissions)
+    if perms is not None:
+        out["permissions"] = perms
+    return out
+
+
+def handle_user_info(server: SysreqHost, client: Any, subject: str, reply: str | None) -> bool:
+    """Answer ``$SYS.REQ.USER.INFO`` published by ``client`` (a connection with
+    ``identity`` and ``account``) in any account, as nats-server events.go userInfoReq
+    does: ``{"server": ServerInfo, "data": UserInfo}`` (:func:`user_info`) to ``reply``,
+    in the client's account. Returns True when ``subject`` is that request (answered
+    when it has a reply subject). Never raises: a failure is answered with a 500 error."""
+    if subject != USER_INFO:
+        return False
+    account = getattr(client, "account", None)
+    if not reply or account is None:
+        return True
+    try:
+        body: dict[str, Any] = {"data": user_info(getattr(client, "identity", None))}
+    except Exception as exc:  # noqa: BLE001 - one request's failure is answered, never raised
+        body = {"error": {"code": 500, "description": f"internal error: {exc!r}"}}
+    server.sys_seq += 1
+    data = json.dumps({"server": server_info(server, server.sys_seq), **body}, separators=(",", ":")).encode()
+    server.route_internal(account.name, Message(reply, None, None, data))
     return True

@@ -31,6 +31,7 @@ __all__ = [
     "Match",
     "OverlapWorkExceeded",
     "SubjectIndex",
+    "SublistStats",
     "filters_overlap",
     "first_covered_filter",
     "first_invalid_filter",
@@ -171,6 +172,38 @@ class Match:
 _EMPTY = Match((), ())
 
 
+@dataclass(frozen=True, slots=True)
+class SublistStats:
+    """One or more subject indexes' figures (nats-server sublist.go SublistStats): counts,
+    cache hits, and the fan-out summed (``total_fanout``) and at most (``max_fanout``) over
+    the ``cache`` cached results. Add two with ``+``; :attr:`report` gives /subsz's keys."""
+
+    subscriptions: int = 0
+    cache: int = 0
+    inserts: int = 0
+    removes: int = 0
+    matches: int = 0
+    cache_hits: int = 0
+    total_fanout: int = 0
+    max_fanout: int = 0
+
+    def __add__(self, other: SublistStats) -> SublistStats:
+        return SublistStats(self.subscriptions + other.subscriptions, self.cache + other.cache,
+                            self.inserts + other.inserts, self.removes + other.removes,
+                            self.matches + other.matches, self.cache_hits + other.cache_hits,
+                            self.total_fanout + other.total_fanout, max(self.max_fanout, other.max_fanout))
+
+    @property
+    def report(self) -> dict[str, int | float]:
+        """/subsz's SublistStats keys: ``cache_hit_rate`` is hits over matches (0 without
+        matches), ``avg_fanout`` the mean fan-out of the cached results (0 without any)."""
+        return {"num_subscriptions": self.subscriptions, "num_cache": self.cache, "num_inserts": self.inserts,
+                "num_removes": self.removes, "num_matches": self.matches,
+                "cache_hit_rate": self.cache_hits / self.matches if self.matches else 0,
+                "max_fanout": self.max_fanout,
+                "avg_fanout": self.total_fanout / self.cache if self.total_fanout else 0}
+
+
 class _Node:
     __slots__ = ("next", "psubs", "qsubs")
 
@@ -264,7 +297,8 @@ class SubjectIndex(Generic[T]):
     Not thread-safe: the server uses it from one trio thread.
     """
 
-    __slots__ = ("_cache", "_cache_size", "_count", "_nodes", "_root")
+    __slots__ = ("_cache", "_cache_hits", "_cache_size", "_count", "_inserts", "_matches", "_nodes", "_removes",
+                 "_root")
 
     def __init__(self, *, cache_size: int = 1024) -> None:
         self._root = _Level()
@@ -272,6 +306,9 @@ class SubjectIndex(Generic[T]):
         self._nodes = 0
         self._cache: dict[str, Match] = {}
         self._cache_size = cache_size
+        # nats-server Sublist's counters (sublist.go inserts, removes, matches, cacheHits):
+        # only ever incremented, read by stats()
+        self._inserts = self._removes = self._matches = self._cache_hits = 0
 
     def __len__(self) -> int:
         """Number of (subject, queue, item) subscriptions held."""
@@ -330,6 +367,7 @@ class SubjectIndex(Generic[T]):
             return
         members[item] = None
         self._count += 1
+        self._inserts += 1
         self._invalidate(subject, tokens)
 
     def remove(self, subject: str, item: T, queue: str | None = None) -> bool:
@@ -369,6 +407,7 @@ class SubjectIndex(Generic[T]):
             if not node.qsubs:
                 node.qsubs = None
         self._count -= 1
+        self._removes += 1
         self._invalidate(subject, tokens)
         for level, tok, node in reversed(path):
             if node.next is not None and node.next.is_empty():
@@ -390,8 +429,10 @@ class SubjectIndex(Generic[T]):
         A subject with an empty token matches nothing (nats-server
         ``Sublist.Match``). The result is shared and cached: do not mutate.
         """
+        self._matches += 1
         cached = self._cache.get(subject)
         if cached is not None:
+            self._cache_hits += 1
             return cached
         toks = subject.split(".")
         if "" in toks:
@@ -411,14 +452,32 @@ class SubjectIndex(Generic[T]):
         return result
 
     def has_interest(self, subject: str) -> bool:
-        """Whether any subscription matches ``subject``; stops at the first one found."""
+        """Whether any subscription matches ``subject``; stops at the first one found. A
+        cached answer counts as a cache hit but not as a match, as in nats-server
+        (sublist.go hasInterest)."""
         cached = self._cache.get(subject)
         if cached is not None:
+            self._cache_hits += 1
             return cached is not _EMPTY
         toks = subject.split(".")
         if "" in toks:
             return False
         return _any_level(self._root, toks, 0)
+
+    def stats(self) -> SublistStats:
+        """This index's figures as nats-server's ``Sublist.Stats`` computes them (sublist.go):
+        subscriptions, cached subjects, inserts, removes and matches since creation, cache
+        hits, and the fan-out of the cached results (plain subscriptions plus queue groups
+        each). O(cached subjects), at most ``cache_size``."""
+        total = largest = 0
+        for result in self._cache.values():
+            fanout = len(result.plain) + len(result.queues)
+            total += fanout
+            if fanout > largest:
+                largest = fanout
+        return SublistStats(subscriptions=self._count, cache=len(self._cache), inserts=self._inserts,
+                            removes=self._removes, matches=self._matches, cache_hits=self._cache_hits,
+                            total_fanout=total, max_fanout=largest)
 
     def subjects(self) -> list[str]:
         """The distinct subjects that have at least one subscription, sorted (for /subsz)."""

@@ -4,6 +4,8 @@ cluster's own event logs (jetraft.events) and the drills' ledgers (lab/drills.py
 - :mod:`~jetraft.validation.schema` — the explicit schemas of every input;
 - :mod:`~jetraft.validation.load` — a run directory into DataFrames;
 - :mod:`~jetraft.validation.checks` — the checks, each {valid, count, examples};
+- :mod:`~jetraft.validation.survey` — a local run's files, listed (or refused) before Spark starts;
+- :mod:`~jetraft.validation.guide` — what each check's verdict means, and where to look next;
 - :mod:`~jetraft.validation.report` — report.json, report.md, timeline.png;
 - :mod:`~jetraft.validation.job` — the ``jetraft-validate`` command;
 - :mod:`~jetraft.validation.synthetic` — a generator of synthetic runs (tests, benchmark).

@@ -57,7 +57,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from jetraft.events import SCHEMA_VERSION
+from jetraft.events import SCHEMA_VERSION, rfc3339_ns
 from jetraft.validation.load import CORRUPT_APPLIED, UNKNOWN_VERSION_APPLIED, Inputs
 
 META_GROUP = "_meta_"
@@ -99,13 +99,14 @@ def check_input(inp: Inputs, limit: int) -> CheckResult:
     """Lines that are not JSON objects, or of a schema version this reader does not know."""
     doc = f"every event line is a JSON object of schema version {SCHEMA_VERSION}"
     ev = inp.events
+    file = F.concat(F.lit("logs/"), F.regexp_extract(F.col("source"), r"([^/]+/[^/]+)$", 1)).alias("file")
     corrupt = (ev.where(F.col("_corrupt_record").isNotNull() | F.col("event").isNull())
-               .select("host", F.lit("not a JSON object of an event").alias("problem"),
+               .select("host", file, F.lit("not a JSON object of an event").alias("problem"),
                        F.substring(F.col("line"), 1, 200).alias("line")))
     version = (ev.where(F.col("_corrupt_record").isNull() & F.col("event").isNotNull()
                         & (F.col("v").isNull() | (F.col("v") != SCHEMA_VERSION)))
-               .select("host", F.concat(F.lit("schema version "), F.coalesce(F.col("v").cast("string"),
-                                                                           F.lit("missing"))).alias("problem"),
+               .select("host", file, F.concat(F.lit("schema version "),
+                                              F.coalesce(F.col("v").cast("string"), F.lit("missing"))).alias("problem"),
                        F.substring(F.col("line"), 1, 200).alias("line")))
     bad = corrupt.unionByName(version)
     damaged = {r["index"]: r["copies"] for r in inp.per_index.where(F.col("index") < 0)
@@ -149,6 +150,7 @@ def check_topology(inp: Inputs, limit: int) -> CheckResult:
     if len(clusters) > 1:
         problems.append({"problem": "several cluster names", "clusters": clusters})
     details: dict[str, Any] = {"servers": sorted(servers), "clusters": clusters,
+                               "hosts": {n: sorted(r["hosts"]) for n, r in sorted(servers.items())},
                                "zones": _zone_counts({n: r["zone"] for n, r in servers.items()})}
     topo = inp.topology.collect() if inp.topology is not None else []
     if topo:
@@ -388,7 +390,9 @@ def check_availability(inp: Inputs, limit: int) -> CheckResult:
         if keeps_quorum and (row["leaderless_groups"] or not row["write_before_repair"]):
             bad.append({"drill": d["name"], "servers": sorted(faulted),
                         "leaderless_groups": row["leaderless_groups"],
-                        "write_before_repair": row["write_before_repair"]})
+                        "write_before_repair": row["write_before_repair"],
+                        "fault": rfc3339_ns(d["fault_ns"]),
+                        "repair": rfc3339_ns(d["repair_ns"]) if d["repair_ns"] else None})
     return CheckResult("availability", not bad, len(bad), bad[:limit],
                        {"servers": servers, "quorum": _quorum(servers), "faults": rows}, doc)
 
@@ -595,6 +599,61 @@ def _finish(row: dict, e: dict) -> None:
                duration_s=None if duration is None else round(duration / 1e9, 3))
 
 
+# --------------------------------------------------------------------------- names
+
+
+#: Events that name the stream (and consumer) of a RAFT group, the meta group's own
+#: placement first (the others only when its log is missing).
+_ASSIGNED = ("jetstream_stream_assigned", "jetstream_consumer_assigned")
+
+
+def group_names(inp: Inputs) -> dict[str, dict[str, Any]]:
+    """What each RAFT group is, for people: group -> {account, stream, consumer, drill}.
+
+    The stream (and consumer) come from the events that name both a group and a stream:
+    ``jetstream_stream_assigned`` / ``jetstream_consumer_assigned`` (the meta group's
+    placement) first, else any other (``stream_catchup_*``, ``jetstream_peer_removed``,
+    ``stream_store_damaged``...). The drill comes from drills.json: the drill of that group
+    or stream, or of the stream whose name begins the group's stream name and ``_`` (a
+    drill's probe streams, ``<STREAM>_META1``), the longest such. The meta group is
+    ``{"stream": None, "meta": True}``. A group no event names is absent."""
+    rows = (inp.events.where(F.col("group").isNotNull() & F.col("stream").isNotNull())
+            .select("group", "event", "account", "stream", "consumer").distinct().collect())
+    drills = ([d.asDict() for d in inp.drills.select("name", "stream", "group").collect()]
+              if inp.drills is not None else [])
+    out: dict[str, dict[str, Any]] = {META_GROUP: {"account": None, "stream": None, "consumer": None,
+                                                   "drill": None, "meta": True}}
+    for r in sorted(rows, key=lambda r: (r["event"] not in _ASSIGNED, r["event"], r["stream"])):
+        if r["group"] in out:
+            continue
+        out[r["group"]] = {"account": r["account"], "stream": r["stream"],
+                           "consumer": r["consumer"] if r["event"] == "jetstream_consumer_assigned" else None,
+                           "drill": None}
+    for d in drills:        # a drill's group, even if no event named its stream
+        if d["group"] and d["group"] not in out:
+            out[d["group"]] = {"account": None, "stream": d["stream"], "consumer": None, "drill": None}
+    for group, names in out.items():
+        if group != META_GROUP:
+            names["drill"] = drill_of(group, names["stream"], drills)
+    return out
+
+
+def drill_of(group: str, stream: str | None, drills: list[dict[str, Any]]) -> str | None:
+    """The drill (its name) a group belongs to, given drills.json's entries (name, stream,
+    group): see :func:`group_names`."""
+    for d in drills:
+        if d["group"] and d["group"] == group:
+            return d["name"]
+    if not stream:
+        return None
+    best = None
+    for d in drills:
+        ds = d["stream"]
+        if ds and (stream == ds or stream.startswith(ds + "_")) and (best is None or len(ds) > len(best[0])):
+            best = (ds, d["name"])
+    return best[1] if best else None
+
+
 # --------------------------------------------------------------------------- ledger
 
 
@@ -633,8 +692,9 @@ def check_ledger(inp: Inputs, limit: int) -> CheckResult:
 
 
 def run_all(inp: Inputs, limit: int = 10, skew_ns: int = 0, progress=lambda name: None,
-            catchup_limit_s: float = CATCHUP_LIMIT_S) -> list[CheckResult]:
-    """Every check, in the order of the module docstring; ``progress(name)`` before each."""
+            catchup_limit_s: float = CATCHUP_LIMIT_S, completed=lambda result: None) -> list[CheckResult]:
+    """Every check, in the order of the module docstring; ``progress(name)`` before each,
+    ``completed(result)`` (a :class:`CheckResult`) after each."""
     steps = [
         ("input", lambda: check_input(inp, limit)),
         ("topology", lambda: check_topology(inp, limit)),
@@ -654,4 +714,5 @@ def run_all(inp: Inputs, limit: int = 10, skew_ns: int = 0, progress=lambda name
         result = fn()
         result.seconds = round(time.monotonic() - started, 2)
         out.append(result)
+        completed(result)
     return out

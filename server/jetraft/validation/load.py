@@ -26,7 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jetraft.events import SCHEMA_VERSION
-from jetraft.validation import schema
+from jetraft.validation import schema, survey
 
 
 class InputError(Exception):
@@ -138,13 +138,12 @@ def read(spark: SparkSession, path: str) -> Inputs:
     whole (a text filter picks them without parsing the rest). Both are kept (memory, then
     disk) for the checks. Raises InputError when no event log is found."""
     base = path.rstrip("/")
-    events_path = base if base.endswith(".jsonl") else f"{base}/logs/*/events*.jsonl"
+    events_path = survey.events_glob(path)
     try:
         lines = spark.read.text(events_path)
     except AnalysisException as exc:
         if "PATH_NOT_FOUND" in str(exc) or "Path does not exist" in str(exc):
-            raise InputError(f"no event log at {events_path} (collect the logs first: "
-                             f"ansible-playbook playbooks/collect_logs.yml)") from None
+            raise InputError(f"no event log at {events_path} ({survey.COLLECT_HINT})") from None
         raise
     parsed = F.from_json(F.col("value"), schema.EVENT, {"mode": "PERMISSIVE"})
     events = (lines.where(~F.col("value").contains(APPLIED_MARK))

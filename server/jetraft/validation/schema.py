@@ -50,8 +50,8 @@ EVENT = StructType([
     _s("deleted", BooleanType()),
     # server_starting
     _s("cluster"), _s("tags", ArrayType(StringType())), _s("server_id"),
-    # jetstream_* events that name a stream
-    _s("account"), _s("stream"),
+    # jetstream_* events that name a stream (and a consumer: jetstream_consumer_assigned)
+    _s("account"), _s("stream"), _s("consumer"),
     # raft_snapshot_taken / raft_log_compacted: sizes, what made the snapshot due
     _s("bytes", LongType()), _s("reason"), _s("entries", LongType()), _s("log_bytes", LongType()),
     # stream_catchup_started / stream_catchup_finished

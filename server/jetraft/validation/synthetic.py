@@ -3,7 +3,8 @@
 <drill>.stream.jsonl), from a small model of RAFT groups instead of a cluster.
 
 The model: N servers in zones a, a, b, b, c (round robin beyond five), G groups (the meta
-group of every server, then R3 stream groups with one replica per zone), and about M
+group of every server, then R3 stream groups with one replica per zone, placed by the meta
+leader's ``jetstream_stream_assigned``: the drill's stream KILL_ZONE_A, then ORDERS_<i>), and about M
 events. Each step one group either elects a leader (every few hundred steps) or commits a
 batch of 1-4 entries that every live peer applies (``raft_applied``). One drill kills zone
 a for a while: its servers fall silent, groups they led elect a leader elsewhere, their
@@ -45,6 +46,7 @@ ANOMALIES = {
 START_NS = 1_798_761_600_000_000_000        # 2027-01-01T00:00:00Z
 STEP_NS = 1_000_000                         # 1 ms of model time per step
 DRILL = "kill-zone-a"
+DRILL_STREAM = "KILL_ZONE_A"
 
 
 @dataclass
@@ -56,6 +58,7 @@ class _Group:
     last: int = 0
     last_term: int = 0                                      # the term of the entry at last
     lagging: dict[str, int] = field(default_factory=dict)   # peer -> since ns
+    stream: str | None = None                               # the stream it replicates
 
 
 def entry_hash(group: str, index: int, term: int) -> int:
@@ -153,6 +156,11 @@ def generate(root: Path, *, servers: int = 5, groups: int = 4, events: int = 10_
 
     for g in gs:
         elect(g, ns, leader=g.peers[0] if g.name == "_meta_" else None)
+    for g in gs[1:]:                        # the meta leader places each stream on its group
+        g.stream = DRILL_STREAM if g is stream else f"ORDERS_{gs.index(g)}"
+        out.emit(gs[0].leader, ns, "jetstream_stream_assigned",
+                 f'"account":"$G","stream":"{g.stream}","group":"{g.name}","peers":{peers_json(g)},'
+                 f'"replicas":{len(g.peers)}')
 
     total_steps = max(1, events // 4)
     fault_at, repair_at = int(total_steps * 0.4), int(total_steps * 0.6)
@@ -160,7 +168,7 @@ def generate(root: Path, *, servers: int = 5, groups: int = 4, events: int = 10_
     drill_start = int(total_steps * 0.3)
     next_seq = 1
     pending: dict[str, int] = {}            # group -> step of its next election
-    drill: dict = {"name": DRILL, "stream": "KILL_ZONE_A", "group": stream.name, "servers": by_zone["a"]}
+    drill: dict = {"name": DRILL, "stream": DRILL_STREAM, "group": stream.name, "servers": by_zone["a"]}
     ledger: list[dict] = []
     step = 0
     while out.count < events:
@@ -264,7 +272,7 @@ def _catch_up(out: _Writer, gs: list[_Group], down: set[str], ns: int) -> None:
             out.emit(p, ns, "raft_snapshot_installed", f'"group":"{g.name}","index":{g.last},"term":{g.last_term}')
             if g.name == "_meta_":
                 continue
-            stream = f'"group":"{g.name}","account":"$G","stream":"{g.name.upper()}"'
+            stream = f'"group":"{g.name}","account":"$G","stream":"{g.stream}"'
             source = next(q for q in g.peers if q not in down)
             first = g is gs[1]
             if first:

@@ -117,6 +117,8 @@ class World:
         self.sent_via: list[str | None] = []
         self.forwards: list[tuple[str, Any]] = []              # (server, ForwardedRequest)
         self.unreachable: set[str] = set()                     # servers with no route
+        #: server -> wall-clock ns since which no route to it is up (unreachable_since)
+        self.no_route_since: dict[str, int] = {}
         self.closed: list[CloseReplica] = []
         self.removed_servers: list[RemoveServer] = []
         #: what RemoveServer meets (the meta group refusing the change), None: accepted
@@ -164,6 +166,9 @@ class World:
 
     def storage_failed(self, group):
         return group in self.failed
+
+    def unreachable_since(self, name):
+        return self.no_route_since.get(name)
 
     # ---------------------------------------------------------------- driving
 

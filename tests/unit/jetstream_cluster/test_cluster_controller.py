@@ -444,6 +444,16 @@ def check_refused(w: World, taken: bool, subject: str, rtype: str, error: dict) 
         assert answer(w) == {"type": rtype, "error": error, **ERROR_FIELDS.get(rtype, {})}
 
 
+def check_forwarded(w: World, taken: bool, subject: str, body, to: str) -> None:
+    """A JSON API call asked on n1 is forwarded to ``to`` (one hop) and not answered here; a
+    pull request or a direct get is not taken (left to the route layer: no-responders)."""
+    if subject.startswith(NO_RESPONDERS):
+        assert taken is False and untouched(w)
+    else:
+        assert taken is True and w.replies == []
+        assert w.forwards == [(to, ForwardedRequest(1, False, "$G", subject, R, None, raw(body), "n1"))]
+
+
 @pytest.mark.parametrize(("subject", "body", "does", "rtype"), STREAM_API)
 def test_on_the_stream_leader_reads_are_answered_at_once_and_writes_once_applied(subject, body, does, rtype):
     w = with_stream()
@@ -504,10 +514,37 @@ def test_on_a_follower_that_knows_the_leaders_interest_the_route_carries_the_req
 
 
 @pytest.mark.parametrize(("subject", "body", "does", "rtype"), STREAM_API)
-def test_on_a_follower_with_no_stream_leader_api_calls_get_10008_and_the_rest_no_responders(subject, body,
-                                                                                            does, rtype):
+def test_on_a_follower_with_no_stream_leader_api_calls_go_to_another_peer_once(subject, body, does, rtype):
+    """The peer may know the leader already; one it reaches that does not answers 10008.
+    A pull request or a direct get is not taken (no-responders)."""
     w = with_stream(leader=None)
-    check_refused(w, w.request(subject, body), subject, rtype, UNAVAILABLE)
+    check_forwarded(w, w.request(subject, body), subject, body, "n2")
+    if subject.startswith(NO_RESPONDERS):
+        return
+    w.forwards.clear()
+    frame = ForwardedRequest(1, False, "$G", subject, R, None, raw(body), "n2").pack()
+    assert w.receive("n2", frame) is True
+    assert w.forwards == []
+    assert answer(w) == {"type": rtype, "error": UNAVAILABLE, **ERROR_FIELDS.get(rtype, {})}
+
+
+def test_with_no_peer_reachable_and_no_stream_leader_an_api_call_gets_10008():
+    w = with_stream(leader=None)
+    for name in ("n2", "n3"):
+        w.unreachable.add(name)
+        w.peers.pop(name)
+    check_refused(w, w.request("$JS.API.STREAM.INFO.S"), "$JS.API.STREAM.INFO.S", E.STREAM_INFO_RESPONSE,
+                  UNAVAILABLE)
+
+
+@pytest.mark.parametrize(("subject", "body", "does", "rtype"), STREAM_API)
+def test_on_a_follower_the_leaders_interest_has_not_reached_api_calls_go_to_the_leader(subject, body, does,
+                                                                                     rtype):
+    """A stream created (or a leader elected) a moment ago: this follower knows the leader
+    before its interest arrives. An API call is sent to the leader, not answered 10008; a
+    pull request or a direct get is left to the route layer (no-responders)."""
+    w = with_stream(leader="n2")
+    check_forwarded(w, w.request(subject, body), subject, body, "n2")
 
 
 @pytest.mark.parametrize(("subject", "body", "does", "rtype"), STREAM_API)
@@ -519,24 +556,21 @@ def test_a_request_forwarded_to_a_follower_goes_on_to_the_stream_leader(subject,
     assert w.replies == []
 
 
-def test_a_request_forwarded_to_a_server_without_a_replica_goes_to_a_reachable_peer():
+@pytest.mark.parametrize("hops", [0, 1], ids=["asked-here", "forwarded-here"])
+def test_a_request_on_a_server_without_a_replica_goes_to_a_reachable_peer(hops):
+    """Forwarded here, or asked here before the leader's interest arrived."""
     w = cluster(servers=("n1", "n2", "n3", "n4"))
     w.assign("S", peers=("n2", "n3", "n4"))
     w.unreachable.add("n2")
     w.peers.pop("n2")
-    w.request("$JS.API.STREAM.INFO.S", hops=1)
-    assert [(s, f.hops) for s, f in w.forwards] == [("n3", 2)]
+    assert w.request("$JS.API.STREAM.INFO.S", hops=hops) is True
+    assert [(s, f.hops) for s, f in w.forwards] == [("n3", hops + 1)] and w.replies == []
 
 
 @pytest.mark.parametrize(("subject", "body", "does", "rtype"), STREAM_API)
 def test_a_request_for_a_stream_unknown_here_is_asked_of_the_meta_leader(subject, body, does, rtype):
     w = cluster(meta="n2")
-    taken = w.request(subject, body)
-    if subject.startswith(NO_RESPONDERS):
-        assert taken is False and untouched(w)
-    else:
-        assert taken is True and w.replies == []
-        assert w.forwards == [("n2", ForwardedRequest(1, False, "$G", subject, R, None, raw(body), "n1"))]
+    check_forwarded(w, w.request(subject, body), subject, body, "n2")
 
 
 @pytest.mark.parametrize("meta", ["n1", None], ids=["on-the-meta-leader", "no-meta-leader"])
@@ -751,3 +785,39 @@ def test_an_account_without_jetstream_is_not_taken():
     w = cluster()
     assert w.request("$JS.API.INFO", account="OTHER") is False
     assert untouched(w)
+
+
+#: Zones a/a/b/b/c; every server but n2 has an SSD.
+TAGGED = {"n1": ("az:a", "ssd"), "n2": ("az:a",), "n3": ("az:b", "ssd"), "n4": ("az:b", "ssd"),
+          "n5": ("az:c", "ssd")}
+
+
+@pytest.mark.parametrize(("peers", "placement", "error"), [
+    pytest.param(("n1", "n3", "n5"), {"tags": ["ssd"]}, None, id="its-servers-satisfy-it"),
+    pytest.param(("n1", "n3", "n5"), {"cluster": "c1"}, None, id="its-own-cluster"),
+    pytest.param(("n1", "n2", "n5"), {"tags": ["ssd"]},
+                 {"code": 500, "err_code": 10052, "description": "moving stream S off its servers "
+                  "(n1, n2, n5) to satisfy a new placement is not supported by jetraft"},
+                 id="others-would-satisfy-it"),
+    pytest.param(("n1", "n3", "n5"), {"tags": ["gpu"]}, "no-peers", id="nobody-satisfies-it"),
+    pytest.param(("n1", "n3", "n5"), {"cluster": "elsewhere"}, "no-peers", id="another-cluster"),
+])
+def test_a_placement_update_is_taken_only_when_nothing_has_to_move(peers, placement, error):
+    """nats-server moves a stream whose new placement its servers do not satisfy; jetraft
+    does not move streams: it takes a placement its servers satisfy, answers nats-server's
+    10005 when no server does, and refuses a move otherwise, never storing a placement it
+    does not act on."""
+    w = World(TAGGED, unique_tag="az:")
+    w.meta_leader("n1", peers=tuple(TAGGED))
+    w.assign("S", peers=peers, leader="n1")
+    w.request("$JS.API.STREAM.UPDATE.S", {**STREAM, "placement": placement})
+    if error is None:
+        assert len(w.meta.proposals) == 1 and w.replies == []
+        return
+    reply = answer(w)
+    assert w.meta.proposals == []
+    if error == "no-peers":
+        assert (reply["error"]["code"], reply["error"]["err_code"]) == (400, 10005), reply
+        assert "no suitable peers for placement" in reply["error"]["description"]
+    else:
+        assert reply == {"type": E.STREAM_UPDATE_RESPONSE, "error": error}

@@ -243,3 +243,36 @@ def test_a_vacated_server_gets_a_replica_again_once_its_old_one_left_the_group()
     assert encode_clear_vacated("$G", "Z", "n2") in w.meta.proposals
     w.c.meta.apply(encode_clear_vacated("$G", "Z", "n2"))
     assert w.c.meta.streams[key].vacated == ()
+
+
+def test_a_replaced_server_says_so_once_not_again_when_it_replays_its_history():
+    """A server that came back with a new store logs jetstream_meta_store_replaced; once it is
+    a member again, a later restart replays the meta log, old member_store entry included:
+    that history is not news, and is not logged again."""
+    from jetraft.jetstream.meta import encode_member_store
+
+    def apply(w, store):
+        for change in w.c.meta.apply(encode_member_store(ME, store)):
+            w.run(w.c.meta_change(change, T0))
+
+    w = World(FIVE)
+    w.c.store_id = "NEW"
+    apply(w, "OLD")                         # the group still records the lost store
+    assert [e for e, _f in w.events.lines].count("jetstream_meta_store_replaced") == 1
+    apply(w, "NEW")                         # admitted again
+    assert not w.c.fresh
+
+    later = World(FIVE)                     # the same server, restarted: its log is replayed
+    later.c.store_id = "NEW"
+    later.c.replaying = True
+    apply(later, "OLD")
+    apply(later, "NEW")
+    later.run(later.c.end_replay(T0))
+    assert [e for e, _f in later.events.lines].count("jetstream_meta_store_replaced") == 0
+
+    stale = World(FIVE)                     # a replay that ends with another store recorded
+    stale.c.store_id = "NEW"
+    stale.c.replaying = True
+    apply(stale, "OLD")
+    stale.run(stale.c.end_replay(T0))
+    assert [e for e, _f in stale.events.lines].count("jetstream_meta_store_replaced") == 1

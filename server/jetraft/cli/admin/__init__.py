@@ -5,6 +5,8 @@ It speaks only through nats-py, so it manages jetraft and nats-server alike::
     jetraft stream add ORDERS --subjects 'orders.>' --replicas 3
     jetraft stream info ORDERS
     jetraft stream cluster step-down ORDERS
+    jetraft kv add CONFIG --history 5 && jetraft kv put CONFIG mode fast && jetraft kv watch CONFIG
+    jetraft object add FILES && jetraft object put FILES ./backup.tar --name backup.tar
     jetraft server report jetstream --user sys --password sys
     jetraft context add lab --server nats://10.0.0.1:4222 --user app --password s3cret --select
 
@@ -18,7 +20,7 @@ the flags, the context (``--context NAME`` reads ``~/.config/nats/context/NAME.j
 ``nats://127.0.0.1:4222``.
 
 A JetStream API error prints ``nats: error: <description> (err_code N)`` on stderr and
-exits 1; so does a server that cannot be reached (naming the URLs and why). Ctrl-C exits
+exits 1; so does a usage error (``nats: error: <what>, try --help``); so does a server that cannot be reached (naming the URLs and why). Ctrl-C exits
 130, except for ``sub``, where it is the normal end.
 """
 
@@ -27,12 +29,14 @@ from __future__ import annotations
 import click
 
 from jetraft import __version__
-from jetraft.cli.admin.groups import AliasedGroup, GLOBAL_FLAGS, GLOBAL_VALUED, hoist_global_options
+from jetraft.cli.admin.groups import RootGroup, GLOBAL_FLAGS, GLOBAL_VALUED, hoist_global_options
 from jetraft.cli.admin.accounts import account
 from jetraft.cli.admin.bench import bench
 from jetraft.cli.admin.consumers import consumer
 from jetraft.cli.admin.contexts import context
+from jetraft.cli.admin.kv import kv
 from jetraft.cli.admin.messages import pub, sub
+from jetraft.cli.admin.objects import object_, object_alias
 from jetraft.cli.admin.servers import server
 from jetraft.cli.admin.streams import stream
 
@@ -41,7 +45,7 @@ PROG = "jetraft"
 __all__ = ["cli", "main"]
 
 
-@click.group(name=PROG, cls=AliasedGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(name=PROG, cls=RootGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-s", "--server", metavar="URL[,URL]",
               help="NATS server URLs (default nats://127.0.0.1:4222, or NATS_URL).")
 @click.option("--user", help="User name (or NATS_USER).")
@@ -67,7 +71,8 @@ __all__ = ["cli", "main"]
 @click.version_option(__version__, "-v", "--version", prog_name=PROG)
 @click.pass_context
 def cli(ctx: click.Context, **global_opts: object) -> None:
-    """Manage JetStream on jetraft or nats-server: streams, consumers, servers, messages."""
+    """Manage JetStream on jetraft or nats-server: streams, consumers, servers, messages,
+    Key-Value and Object store buckets."""
     ctx.obj = dict(global_opts)
 
 
@@ -79,6 +84,10 @@ cli.add_command(sub)
 cli.add_command(bench)
 cli.add_command(context)
 cli.add_command(account)
+cli.add_command(kv)
+cli.add_command(object_)
+#: natscli's alias of ``object``, left out of the help.
+cli.add_command(object_alias("obj"))
 
 
 def main(argv: list[str] | None = None) -> None:

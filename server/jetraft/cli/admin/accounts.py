@@ -1,7 +1,8 @@
 """``jetraft account info``: the connection, then the account's JetStream usage and limits.
 
 The connection part is what the client learnt connecting (the server's INFO, a round
-trip), plus the user and account when the server answers ``$SYS.REQ.USER.INFO``; the
+trip), plus the user, account, expiry and permissions when the server answers
+``$SYS.REQ.USER.INFO`` (natscli cli/account_command.go infoAction); the
 JetStream part is ``$JS.API.INFO`` (with ``--json``, that answer as the server gave it).
 The layout is the ``nats`` CLI's. An account without JetStream is said so in the page,
 as the ``nats`` CLI does; that is information, not a failure.
@@ -18,7 +19,7 @@ import nats.js.errors
 from nats.aio.client import Client
 
 from jetraft.cli.admin.groups import AliasedGroup, json_option, pass_options
-from jetraft.cli.admin.session import CliError, Options, Session, run
+from jetraft.cli.admin.session import CliError, Options, Session, describe_api_error, run
 from jetraft.cli.admin.units import format_bytes, format_count, format_duration
 
 USER_INFO = "$SYS.REQ.USER.INFO"
@@ -73,8 +74,10 @@ async def connection_lines(session: Session) -> list[str]:
     rows: list[tuple[str, Any]] = []
     user = await _user_info(session)
     if user is not None:
-        rows.append(("User", user.get("user", "")))
-        rows.append(("Account", user.get("account", "")))
+        name, account_name = user.get("user_name"), user.get("account_name")
+        rows.append(("User", f"{name} ({user.get('user', '')})" if name else user.get("user", "")))
+        rows.append(("Account", f"{account_name} ({user.get('account', '')})" if account_name
+                     else user.get("account", "")))
         expires = user.get("expires") or 0
         rows.append(("Expires", format_duration(expires / 1e9) if expires else "never"))
     rtt = await nc.rtt()
@@ -91,7 +94,26 @@ async def connection_lines(session: Session) -> list[str]:
     if info.get("server_name") and info.get("server_name") != info.get("server_id"):
         rows.append(("Connected Server Name", info["server_name"]))
     rows += _tls_state(nc)
-    return ["Connection Information:", "", *_rows(26, rows), ""]
+    lines = ["Connection Information:", "", *_rows(26, rows), ""]
+    if user is not None and isinstance(user.get("permissions"), dict):
+        lines += permission_lines(user["permissions"])
+    return lines
+
+
+def permission_lines(permissions: dict[str, Any]) -> list[str]:
+    """``Connection Permissions:``: the user's publish and subscribe allow and deny lists
+    (sorted), as the ``nats`` CLI shows the permissions of a $SYS.REQ.USER.INFO answer."""
+    lines = ["Connection Permissions:", ""]
+    for title, key in (("Publish", "publish"), ("Subscribe", "subscribe")):
+        part = permissions.get(key) or {}
+        if not part.get("allow") and not part.get("deny"):
+            continue
+        lines.append(f"   {title}:")
+        for label in ("allow", "deny"):
+            for i, subject in enumerate(sorted(part.get(label) or [])):
+                lines.append(f"{label.title() if i == 0 else '':>26}{': ' if i == 0 else '  '}{subject}")
+        lines.append("")
+    return lines
 
 
 def _of(used: str, limit: int | None, render=format_bytes) -> str:
@@ -142,7 +164,10 @@ def jetstream_lines(resp: dict[str, Any], max_payload: int) -> list[str]:
 @json_option
 @pass_options
 def account_info(opts: Options) -> None:
-    """Account information: the connection, JetStream usage and limits ($JS.API.INFO)."""
+    """Account information: the connection (user, account and permissions from
+    $SYS.REQ.USER.INFO when the server answers it), JetStream usage and limits
+    ($JS.API.INFO). JetStream that does not answer, or answers with an error, is said so in
+    the page, as the nats CLI does."""
 
     async def body(session: Session) -> None:
         subject = session.api_subject("INFO")
@@ -152,12 +177,18 @@ def account_info(opts: Options) -> None:
         lines = await connection_lines(session)
         try:
             resp = await session.request_json(subject)
-        except (CliError, nats.js.errors.APIError) as exc:
-            unsupported = (str(exc).startswith("no responders") if isinstance(exc, CliError)
-                           else exc.err_code == JS_NOT_ENABLED_FOR_ACCOUNT)
-            if not unsupported:
+        except CliError as exc:
+            if str(exc).startswith("no responders"):
+                lines += ["   JetStream is not supported in this account", ""]
+            elif str(exc).startswith("no reply"):  # e.g. a user not allowed to publish $JS.API.INFO
+                lines += ["   No response from JetStream server", ""]
+            else:
                 raise
-            lines += ["   JetStream is not supported in this account", ""]
+        except nats.js.errors.APIError as exc:
+            if exc.err_code == JS_NOT_ENABLED_FOR_ACCOUNT:
+                lines += ["   JetStream is not supported in this account", ""]
+            else:
+                lines += [f"   Could not obtain account information: {describe_api_error(exc)}", ""]
         else:
             lines += jetstream_lines(resp, session.nc.max_payload)
         session.echo("\n".join(lines).rstrip("\n"))

@@ -2,7 +2,9 @@
 
 Core mode: ``--pub`` connections publish ``--msgs`` messages in all to SUBJECT while
 ``--sub`` connections (default 1) each receive all of them; latency is end to end
-(publisher to subscriber, timed in this process). JetStream mode (``--js``): a stream on
+(publisher to subscriber, timed in this process); the subscribers are waited for while
+messages keep arriving, and what has not come after ``--timeout`` seconds of quiet is
+reported lost (core NATS is at most once). JetStream mode (``--js``): a stream on
 SUBJECT is created (``--replicas``, ``--storage``) unless one of that name exists, the
 publishers wait for every PubAck, one at a time with ``--sync`` or ``--window`` in flight
 otherwise; latency is publish to PubAck. The stream is deleted afterwards unless
@@ -119,6 +121,25 @@ async def _js_publisher(nc: Client, subject: str, n: int, size: int, sync: bool,
             tally.errors += js.publish_async_pending()
 
 
+async def _wait_for_subscribers(waits: list[asyncio.Future], tally: Tally, idle: float,
+                                stop: asyncio.Event) -> None:
+    """Wait until every subscriber has all its messages, or until none arrived for ``idle``
+    seconds (core NATS is at most once: what has not come by then is counted lost), or
+    Ctrl-C. Bounded by progress, not by a total time: a slow machine delivering every
+    message late loses none."""
+    loop = asyncio.get_running_loop()
+    seen, quiet_until = tally.received, loop.time() + idle
+    while not stop.is_set():
+        pending = [w for w in waits if not w.done()]
+        if not pending:
+            return
+        if tally.received != seen:
+            seen, quiet_until = tally.received, loop.time() + idle
+        elif loop.time() >= quiet_until:
+            return
+        await asyncio.wait(pending, timeout=0.1)
+
+
 async def _subscriber(nc: Client, subject: str, expected: int, tally: Tally) -> asyncio.Future:
     finished: asyncio.Future = asyncio.get_running_loop().create_future()
     got = 0
@@ -211,9 +232,7 @@ def bench(opts: Options, subject: str, publishers: int, subscribers: int, msgs: 
                             for nc, n in zip(conns, _shares(msgs, publishers))]
                 await asyncio.gather(*work)
                 pub_elapsed = time.perf_counter() - start
-                if waits and not session.stop.is_set():
-                    # Core NATS is at most once: wait a bounded time for the subscribers.
-                    await asyncio.wait(waits, timeout=max(session.opts.timeout, pub_elapsed))
+                await _wait_for_subscribers(waits, tally, session.opts.timeout, session.stop)
                 elapsed = time.perf_counter() - start
                 refresher.cancel()
                 progress.update(bar, completed=tally.acked if jetstream else tally.sent)

@@ -1,4 +1,4 @@
-"""``jetraft server check connection|stream|consumer|jetstream``: health checks for
+"""``jetraft server check connection|stream|consumer|jetstream|meta``: health checks for
 monitoring systems, with the ``nats`` CLI's flags, output and exit statuses.
 
 Every check gathers a :class:`Result` (OK, warning and critical messages and performance
@@ -14,6 +14,10 @@ not an error: a monitoring system must see it as such.
 
 Thresholds may also come from the stream's or consumer's metadata
 (``io.nats.monitor.msgs-critical: 10``, ...); a flag given on the command line wins.
+
+``meta`` (alias ``raft``) reads the meta group from its leader's JSZ answer and needs a
+user of the system account; as natscli's, every finding of it is CRITICAL (it has no
+WARNING outcome).
 """
 
 from __future__ import annotations
@@ -634,3 +638,73 @@ def _replica_health(result: Result, streams: list[dict], seen: float, lag: int) 
               Perf("replicas_fail", failed, help="Streams unhealthy cluster state"))
     if failed or missing or no_leader or unseen or lagged:
         result.critical(f"{failed + missing + no_leader} unhealthy streams")
+
+
+# --------------------------------------------------------------------------- meta
+
+#: The meta group as its leader sees it: only the meta leader answers (JSZ ``leader_only``).
+PING_JSZ = "$SYS.REQ.SERVER.PING.JSZ"
+
+
+@check.command("meta")
+@click.option("--expect", type=click.IntRange(min=0), required=True, metavar="SERVERS",
+              help="Number of servers to expect in the meta group.")
+@click.option("--lag-critical", type=click.IntRange(min=0), required=True, metavar="OPS",
+              help="Critical threshold for how many operations behind a peer may be.")
+@click.option("--seen-critical", required=True, metavar="DURATION", callback=parsed(parse_duration, "a duration"),
+              help="Critical threshold for how long ago a peer should have been seen.")
+def check_meta(expect: int, lag_critical: int, seen_critical: float) -> None:
+    """The JetStream meta group as its leader sees it ($SYS.REQ.SERVER.PING.JSZ with
+    leader_only; needs a system account user): a leader, --expect peers, and every
+    follower current, online, seen within --seen-critical and at most --lag-critical
+    operations behind. Any failure is CRITICAL (natscli monitor.CheckJetstreamMeta)."""
+
+    async def body(session: Session) -> None:
+        resp = await session.request_json(PING_JSZ, {"leader_only": True})
+        meta_health(result, resp, expect, lag_critical, seen_critical)
+
+    result = Result("JetStream Meta Cluster", "meta")
+    finish(result, lambda opts, res: with_session(opts, res, body, "JSZ API request failed"), options(False))
+
+
+def meta_health(result: Result, resp: Any, expect: int, lag_critical: int, seen_critical: float) -> None:
+    """Grade one JSZ answer's ``meta_cluster`` (peers as its leader sees them: ``active``
+    in nanoseconds, ``lag`` in operations) into ``result``: the ``peers`` count against
+    ``expect``, then the followers not current, inactive for more than ``seen_critical``
+    seconds, offline, or lagged more than ``lag_critical`` operations (0 turns a
+    threshold off)."""
+    data = resp.get("data") if isinstance(resp, dict) else None
+    if not isinstance(data, dict):
+        result.critical("no JSZ response received")
+        return
+    meta = data.get("meta_cluster")
+    if not isinstance(meta, dict):
+        result.critical("no cluster information")
+        return
+    leader = meta.get("leader")
+    if not leader:
+        result.critical("No leader")
+        return
+    peers = [p for p in meta.get("replicas") or [] if isinstance(p, dict)]
+    size = len(peers) + 1
+    result.pd(Perf("peers", size, expect, expect, help="Configured RAFT peers"))
+    if expect > 0 and size != expect:
+        result.critical(f"{size} peers of expected {expect}")
+    not_current = sum(1 for p in peers if not p.get("current"))
+    offline = sum(1 for p in peers if p.get("offline"))
+    inactive = sum(1 for p in peers if seen_critical > 0 and _active(p) > seen_critical)
+    lagged = sum(1 for p in peers if lag_critical > 0 and (p.get("lag") or 0) > lag_critical)
+    result.pd(Perf("peer_offline", offline, help="Offline RAFT peers"),
+              Perf("peer_not_current", not_current, help="RAFT peers that are not current"),
+              Perf("peer_inactive", inactive, help="Inactive RAFT peers"),
+              Perf("peer_lagged", lagged, help="RAFT peers that are lagged more than configured threshold"))
+    if not_current:
+        result.critical(f"{not_current} not current")
+    if inactive:
+        result.critical(f"{inactive} inactive more than {format_duration(seen_critical)}")
+    if offline:
+        result.critical(f"{offline} offline")
+    if lagged:
+        result.critical(f"{lagged} lagged more than {lag_critical} ops")
+    if not result.criticals and not result.warnings:
+        result.ok(f"{size} peers led by {leader}")

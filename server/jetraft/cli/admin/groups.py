@@ -40,6 +40,35 @@ class AliasedGroup(click.Group):
         return (command.name if command is not None else name), command, rest
 
 
+class RootGroup(AliasedGroup):
+    """The ``jetraft`` group itself: a usage error anywhere below it (a bad flag value, a
+    missing argument, an unknown command) is one ``nats: error: <what>, try --help`` line
+    on stderr and exit status 1, as natscli (fisk) reports them, in place of click's usage
+    block and status 2. A group given no command still prints its help."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as exc:
+            _one_line(exc)
+            raise
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            _one_line(exc)
+            raise
+
+
+def _one_line(exc: click.UsageError) -> None:
+    """Exit with ``exc`` as one ``nats: error:`` line; return for a group's help."""
+    if isinstance(exc, click.exceptions.NoArgsIsHelpError):
+        return
+    fail(f"{exc.format_message().rstrip('.')}, try --help")
+
+
 def hoist_global_options(args: list[str], valued: frozenset[str], flags: frozenset[str]) -> list[str]:
     """Move global options found after the command to the front, so that
     ``jetraft stream info X -s URL`` works as ``jetraft -s URL stream info X`` does.

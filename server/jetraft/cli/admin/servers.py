@@ -1,8 +1,8 @@
-"""``jetraft server ...``: list, ping, info, report jetstream, raft step-down, raft
-peer-remove (``server cluster ...`` is natscli's spelling of ``server raft ...``).
+"""``jetraft server ...``: list, ping, info, report jetstream|connections|accounts, raft
+step-down, raft peer-remove (``server cluster ...`` is natscli's spelling of ``server raft ...``).
 
 These use the system account's requests (``$SYS.REQ.SERVER.PING``,
-``$SYS.REQ.SERVER.PING.JSZ``, ``.VARZ``), ``$JS.API.META.LEADER.STEPDOWN`` and
+``$SYS.REQ.SERVER.PING.JSZ``, ``.VARZ``, ``.CONNZ``), ``$JS.API.META.LEADER.STEPDOWN`` and
 ``$JS.API.SERVER.REMOVE``, so they need a user of the system account (``--user``/``--password`` or a context). Every server answers a
 ping; the answers are gathered until ``--expect`` of them have come (without --expect:
 until none has come for :data:`QUIET_GAP` seconds after the last one), or ``--timeout``
@@ -11,7 +11,9 @@ passes.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 import time
 from typing import Any
 
@@ -20,14 +22,24 @@ import nats.errors
 
 from jetraft.cli.admin.checks import check
 from jetraft.cli.admin.groups import AliasedGroup, confirm, force_option, json_option, pass_options
+from jetraft.cli.admin.messages import until_stopped
 from jetraft.cli.admin.render import Page, print_table
 from jetraft.cli.admin.session import CliError, Options, Session, run
 from jetraft.cli.admin.streams import poll_new_leader
-from jetraft.cli.admin.units import clock, format_ago, format_bytes, format_count, format_duration, since
+from jetraft.cli.admin.units import (
+    clock,
+    format_ago,
+    format_bytes,
+    format_count,
+    format_duration,
+    parse_time,
+    since,
+)
 
 PING = "$SYS.REQ.SERVER.PING"
 PING_JSZ = "$SYS.REQ.SERVER.PING.JSZ"
 PING_VARZ = "$SYS.REQ.SERVER.PING.VARZ"
+PING_CONNZ = "$SYS.REQ.SERVER.PING.CONNZ"
 #: After the first answer to a ping, stop once no other answer came for this long.
 QUIET_GAP = 0.3
 
@@ -44,6 +56,12 @@ def expect_option(fn):
     """``--expect N``: stop gathering after N answers."""
     return click.option("--expect", type=click.IntRange(min=1), metavar="N",
                         help="Stop after answers from N servers.")(fn)
+
+
+def watch_option(fn):
+    """``--watch SECONDS``: the report again every SECONDS seconds until Ctrl-C."""
+    return click.option("--watch", "watch", type=click.IntRange(min=1), metavar="SECONDS",
+                        help="Show the report again every SECONDS seconds until Ctrl-C.")(fn)
 
 
 async def gather(session: Session, subject: str, payload: Any = None, expect: int | None = None) -> list[dict]:
@@ -112,7 +130,17 @@ def server_list(opts: Options, expect: int | None) -> None:
     run(opts, body)
 
 
-@server.group("report", cls=AliasedGroup)
+class ReportGroup(AliasedGroup):
+    """The reports, with the ``nats`` CLI's aliases for them."""
+
+    SHORT = {"conn": "connections", "conns": "connections", "connz": "connections", "acct": "accounts",
+             "js": "jetstream", "jsz": "jetstream"}
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return super().get_command(ctx, self.SHORT.get(cmd_name, cmd_name))
+
+
+@server.group("report", cls=ReportGroup)
 def server_report() -> None:
     """Reports gathered from every server."""
 
@@ -163,9 +191,10 @@ def meta_rows(meta: dict, viewer: str | None, offline: set[str] | frozenset[str]
 
 @server_report.command("jetstream")
 @expect_option
+@watch_option
 @json_option
 @pass_options
-def report_jetstream(opts: Options, expect: int | None) -> None:
+def report_jetstream(opts: Options, expect: int | None, watch: int | None) -> None:
     """JetStream on every server ($SYS.REQ.SERVER.PING.JSZ): streams, consumers, messages,
     bytes, memory and file use, API requests and errors; then the RAFT meta group: its
     leader and, for each peer, current, online, last seen and lag."""
@@ -198,13 +227,292 @@ def report_jetstream(opts: Options, expect: int | None) -> None:
         print_table(title, ["Name", "Leader", "Current", "Online", "Active", "Lag"],
                     meta_rows(meta, viewer, offline_peers(answers)), right=(5,))
 
-    run(opts, body)
+    run(opts, watching(watch, body))
 
 
 def _report_cells(values: list[int]) -> list[str]:
     streams, consumers, messages, nbytes, memory, storage, api_total, api_errors = values
     return [format_count(streams), format_count(consumers), format_count(messages), format_bytes(nbytes),
             format_bytes(memory), format_bytes(storage), format_count(api_total), format_count(api_errors)]
+
+
+# --------------------------------------------------------------------------- connections, accounts
+
+#: Connections asked of each server per page (natscli's ConnzOptions limit).
+CONNZ_PAGE = 1024
+#: Connection states of ``--state`` as ConnzOptions ``state`` (nats-server ConnState).
+CONN_STATES = {"open": 0, "closed": 1, "all": 2}
+#: ``report connections --sort`` keys (ascending, as natscli sorts them).
+CONN_SORTS: dict[str, Any] = {
+    "in-bytes": lambda c: c.get("in_bytes") or 0, "out-bytes": lambda c: c.get("out_bytes") or 0,
+    "in-msgs": lambda c: c.get("in_msgs") or 0, "out-msgs": lambda c: c.get("out_msgs") or 0,
+    "uptime": lambda c: -(_started(c.get("start"))), "cid": lambda c: c.get("cid") or 0,
+    "subs": lambda c: len(c.get("subscriptions_list") or []),
+}
+#: ``report accounts --sort`` keys.
+ACCOUNT_SORTS: dict[str, Any] = {
+    "in-bytes": lambda a: a["in_bytes"], "out-bytes": lambda a: a["out_bytes"], "in-msgs": lambda a: a["in_msgs"],
+    "out-msgs": lambda a: a["out_msgs"], "conns": lambda a: a["connections"], "subs": lambda a: a["subscriptions"],
+}
+
+
+def _started(text: Any) -> float:
+    when = parse_time(text) if isinstance(text, str) else None
+    return when.timestamp() if when is not None else 0.0
+
+
+def filter_options(fn):
+    """natscli's report filters: ``--host``, ``--cluster``, ``--tags`` (EventFilterOptions,
+    exact match), and ``--watch``."""
+    fn = watch_option(fn)
+    fn = click.option("--tags", multiple=True, metavar="TAG", help="Limit the report to servers with these tags.")(fn)
+    fn = click.option("--cluster", "cluster_name", help="Limit the report to a specific cluster.")(fn)
+    fn = click.option("--host", "host", help="Limit the report to a specific server (by name).")(fn)
+    return click.option("-R", "--reverse", is_flag=True, help="Reverse the sort order.")(fn)
+
+
+def watching(seconds: int | None, body):
+    """``body`` itself, or with ``seconds`` a body that runs it, then again every ``seconds``
+    seconds, the terminal cleared before each (when it is one), until Ctrl-C, which ends it
+    with status 0 (natscli's report ``--watch``, withWatcher). An error ends it at once."""
+    if not seconds:
+        return body
+
+    async def watched(session: Session) -> None:
+        session.handles_interrupt = True
+        while not session.stop.is_set():
+            click.clear()
+            await body(session)
+            await until_stopped(session, asyncio.sleep(seconds))
+
+    return watched
+
+
+def _event_filter(session: Session, host: str | None, cluster_name: str | None, tags: tuple[str, ...]) -> dict:
+    out: dict[str, Any] = {"exact_match": True}
+    if host:
+        out["server_name"] = host
+    if cluster_name:
+        out["cluster"] = cluster_name
+    if tags:
+        out["tags"] = list(tags)
+    if session.opts.js_domain:
+        out["domain"] = session.opts.js_domain
+    return out
+
+
+async def active_servers(session: Session) -> int:
+    """How many servers the connected one knows to be up: ``active_servers`` of the first
+    answer to $SYS.REQ.SERVER.PING (natscli serverdata.CurrentActiveServers)."""
+    first = await gather(session, PING, expect=1)
+    return int((first[0].get("statsz") or {}).get("active_servers") or 1)
+
+
+async def gather_connections(session: Session, limit: int | None, options: dict[str, Any]) -> list[dict]:
+    """Every matching connection of every answering server ($SYS.REQ.SERVER.PING.CONNZ
+    with ``options``, page by page of :data:`CONNZ_PAGE`), each ConnInfo with the answering
+    server's ServerInfo under ``server``. Waits for ``limit`` answers (default: as many
+    servers as are active). Raises CliError for a server's error answer."""
+    expect = limit or await active_servers(session)
+    conns: list[dict] = []
+    offset = 0
+    while True:
+        answers = await gather(session, PING_CONNZ, {**options, "limit": CONNZ_PAGE, "offset": offset}, expect)
+        more = False
+        for answer in answers:
+            if answer.get("error"):
+                error = answer["error"]
+                raise CliError(f"invalid response received from {answer.get('server', {}).get('name', '?')}: "
+                               f"{error.get('description', error)}")
+            data = answer.get("data")
+            if not isinstance(data, dict):
+                raise CliError("no data received in a $SYS.REQ.SERVER.PING.CONNZ answer")
+            page = data.get("connections") or []
+            conns += [{**c, "server": answer.get("server") or {}} for c in page]
+            if page and (data.get("offset") or 0) + (data.get("limit") or 0) < (data.get("total") or 0):
+                more = True
+        if not more:
+            return conns
+        offset += CONNZ_PAGE
+
+
+def connections_report(conns: list[dict], sort: str, top: int, reverse: bool, state: str) -> None:
+    """natscli's connections table (the first ``top`` after sorting by ``sort``, ascending
+    unless ``reverse``), the totals of all of them, then the connections per server."""
+    conns = sorted(conns, key=CONN_SORTS.get(sort, CONN_SORTS["subs"]), reverse=reverse)
+    total = len(conns)
+    shown = min(top, total) if top > 0 else total
+    headers = ["CID", "Name", "Server", "Cluster", "IP", "Account", "Uptime", "In Msgs", "Out Msgs",
+               "In Bytes", "Out Bytes", "Subs"]
+    with_reason = state in ("closed", "all")
+    if with_reason:
+        headers.append("Reason")
+    rows = []
+    per_server: dict[str, list] = {}
+    for c in conns:
+        info = c.get("server") or {}
+        entry = per_server.setdefault(info.get("name", ""), [info.get("cluster", ""), 0])
+        entry[1] += 1
+        if len(rows) >= shown:
+            continue
+        name = c.get("name") or c.get("mqtt_client") or ""
+        name = name[:40] + " .." if len(name) > 40 else name
+        account = c.get("account") or ""
+        account = account[:12] + " .." if len(account) > 46 else account
+        kind = c.get("kind") or "Client"
+        cid = str(c.get("cid", "")) if kind == "Client" else f"{kind[0]}{c.get('cid', '')}"
+        row = [cid, name, info.get("name", ""), info.get("cluster", ""), f"{c.get('ip', '')}:{c.get('port', '')}",
+               account, c.get("uptime", ""), format_count(c.get("in_msgs")), format_count(c.get("out_msgs")),
+               format_bytes(c.get("in_bytes")), format_bytes(c.get("out_bytes")),
+               format_count(len(c.get("subscriptions_list") or []))]
+        rows.append(row + ([c.get("reason", "")] if with_reason else []))
+    if total > 1:
+        sums = [sum(c.get(k) or 0 for c in conns) for k in ("in_msgs", "out_msgs", "in_bytes", "out_bytes",
+                                                           "subscriptions")]
+        footer = ["", f"Totals for {total:,} connections", "", "", "", "", "", format_count(sums[0]),
+                  format_count(sums[1]), format_bytes(sums[2]), format_bytes(sums[3]), format_count(sums[4])]
+        rows.append(footer + ([""] if with_reason else []))
+    print_table(f"Top {shown} Connections out of {total:,} by {sort}", headers, rows, right=range(7, 12))
+    if per_server:
+        click.echo()
+        order = sorted(per_server, key=lambda n: per_server[n][1])
+        print_table("Connections per server", ["Server", "Cluster", "Connections"],
+                    [(n, per_server[n][0], per_server[n][1]) for n in order], right=(2,))
+
+
+def _connz_options(user: str | None, account: str | None, state: str, subject: str | None) -> dict[str, Any]:
+    """natscli's ConnzOptions for the reports: subscriptions and users shown."""
+    out: dict[str, Any] = {"subscriptions": True, "auth": True, "state": CONN_STATES[state]}
+    if user:
+        out["user"] = user
+    if account:
+        out["acc"] = account
+    if subject:
+        out["filter_subject"] = subject
+    return out
+
+
+@server_report.command("connections")
+@click.argument("limit", metavar="[LIMIT]", required=False, type=click.IntRange(min=1))
+@click.option("--account", help="Limit the report to a specific account.")
+@click.option("--sort", type=click.Choice(list(CONN_SORTS)), default="subs", show_default=True,
+              help="Sort by a specific property.")
+@click.option("--top", type=int, default=1000, show_default=True, help="Limit the report to the top N connections.")
+@click.option("--subject", help="Only the connections with a subscription matching this subject.")
+@click.option("--username", help="Only the connections of this user.")
+@click.option("--state", type=click.Choice(list(CONN_STATES)), default="open", show_default=True,
+              help="Only the connections in this state.")
+@click.option("--closed-reason", "closed_reason", metavar="REASON",
+              help="Only the connections whose closed reason (lower case) matches this regular expression.")
+@filter_options
+@json_option
+@pass_options
+def report_connections(opts: Options, limit: int | None, account: str | None, sort: str, top: int,
+                       subject: str | None, username: str | None, state: str, closed_reason: str | None,
+                       reverse: bool, host: str | None, cluster_name: str | None, tags: tuple[str, ...],
+                       watch: int | None) -> None:
+    """Connections on every server ($SYS.REQ.SERVER.PING.CONNZ): the top --top by --sort
+    (ascending; -R reverses) with CID, name, server, cluster, IP, account, uptime, messages,
+    bytes and subscriptions, the totals, then the connections per server. LIMIT: wait for
+    that many servers (default: as many as are active). --closed-reason: a regular
+    expression searched in each connection's reason, lower-cased (natscli's ``lower(Conn.Reason)
+    matches``; give --state closed or all, open connections have none). --watch: again every
+    SECONDS until Ctrl-C. --json: every connection's ConnInfo with its server's ServerInfo
+    under "server" (natscli cli/server_report_command.go)."""
+    reason = _reason_pattern(closed_reason)
+
+    async def body(session: Session) -> None:
+        options = {**_connz_options(username, account, state, subject), **_event_filter(session, host, cluster_name, tags)}
+        conns = await gather_connections(session, limit, options)
+        if reason is not None:
+            conns = [c for c in conns if reason.search((c.get("reason") or "").lower())]
+        if not conns:
+            raise CliError("no connection matched on the servers that answered")
+        if session.opts.json:
+            session.output_json(conns)
+            return
+        connections_report(conns, sort, top, reverse, state)
+
+    run(opts, watching(watch, body))
+
+
+def _reason_pattern(text: str | None) -> re.Pattern[str] | None:
+    """``--closed-reason`` compiled; a bad expression is a one-line usage error."""
+    if text is None:
+        return None
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise click.BadParameter(f"{text!r} is not a regular expression: {exc}",
+                                 param_hint="'--closed-reason'") from None
+
+
+def account_totals(conns: list[dict]) -> dict[str, dict[str, Any]]:
+    """Per account: connections, messages and bytes in and out, subscriptions, the
+    connections (``connection_info``) and the servers they are on (natscli
+    srvReportAccountInfo)."""
+    out: dict[str, dict[str, Any]] = {}
+    for c in conns:
+        name = c.get("account") or ""
+        acc = out.setdefault(name, {"account": name, "connections": 0, "connection_info": [], "in_msgs": 0,
+                                    "out_msgs": 0, "in_bytes": 0, "out_bytes": 0, "subscriptions": 0,
+                                    "server": []})
+        acc["connection_info"].append(c)
+        acc["connections"] += 1
+        for key in ("in_msgs", "out_msgs", "in_bytes", "out_bytes"):
+            acc[key] += c.get(key) or 0
+        acc["subscriptions"] += len(c.get("subscriptions_list") or [])
+        info = c.get("server") or {}
+        if all(s.get("id") != info.get("id") for s in acc["server"]):
+            acc["server"].append(info)
+    return out
+
+
+@server_report.command("accounts")
+@click.argument("account_name", metavar="[ACCOUNT]", required=False)
+@click.argument("limit", metavar="[LIMIT]", required=False, type=click.IntRange(min=1))
+@click.option("--sort", type=click.Choice(list(ACCOUNT_SORTS)), default="subs", show_default=True,
+              help="Sort by a specific property.")
+@click.option("--top", type=int, default=1000, show_default=True, help="Limit the report to the top N accounts.")
+@filter_options
+@json_option
+@pass_options
+def report_accounts(opts: Options, account_name: str | None, limit: int | None, sort: str, top: int, reverse: bool,
+                    host: str | None, cluster_name: str | None, tags: tuple[str, ...], watch: int | None) -> None:
+    """Account activity from every server's connections ($SYS.REQ.SERVER.PING.CONNZ):
+    per account, connections, messages and bytes in and out, subscriptions; the --top
+    accounts by --sort (ascending; -R reverses). With ACCOUNT: that account's connections
+    (as report connections). LIMIT: wait for that many servers. --json: the accounts with
+    their connections and servers (natscli cli/server_report_command.go)."""
+
+    async def body(session: Session) -> None:
+        options = {**_connz_options(None, account_name, "open", None), **_event_filter(session, host, cluster_name, tags)}
+        conns = await gather_connections(session, limit, options)
+        if not conns:
+            raise CliError(f"no connection of account {account_name} on the servers that answered" if account_name
+                           else "no connection on the servers that answered")
+        accounts = account_totals(conns)
+        if account_name:
+            if account_name not in accounts or len(accounts) != 1:
+                raise CliError(f"did not receive any results for account {account_name}")
+            if session.opts.json:
+                session.output_json(accounts[account_name])
+            else:
+                connections_report(accounts[account_name]["connection_info"], sort, top, reverse, "open")
+            return
+        ordered = sorted(accounts.values(), key=ACCOUNT_SORTS[sort], reverse=reverse)
+        if 0 < top < len(ordered):
+            ordered = ordered[:top] if reverse else ordered[-top:]
+        if session.opts.json:
+            session.output_json(ordered)
+            return
+        print_table(f"{len(ordered)} Accounts Overview",
+                    ["Account", "Connections", "In Msgs", "Out Msgs", "In Bytes", "Out Bytes", "Subs"],
+                    [(a["account"], format_count(a["connections"]), format_count(a["in_msgs"]),
+                      format_count(a["out_msgs"]), format_bytes(a["in_bytes"]), format_bytes(a["out_bytes"]),
+                      format_count(a["subscriptions"])) for a in ordered], right=range(1, 7))
+
+    run(opts, watching(watch, body))
 
 
 @server.group("raft", cls=AliasedGroup)

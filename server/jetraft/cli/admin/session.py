@@ -341,6 +341,14 @@ API_ADVICE = {
            "are up for a quorum): retry in a few seconds; if it lasts, check the servers "
            "(jetraft server report jetstream)",
     10014: "check the consumer's name (jetraft consumer ls STREAM)",
+    10023: "the server's JetStream storage is full (its disk, or its max_file_store / max_memory_store): "
+           "free space, lower the streams' limits, or raise the server's (jetraft server report jetstream)",
+    10047: "the server's JetStream storage has no room for it (its disk, or its max_file_store / "
+           "max_memory_store): free space, or raise the server's limits (jetraft server report jetstream)",
+    10057: "check the sequence: the message may be removed already, or the sequence past the stream's "
+           "last (jetraft stream info STREAM)",
+    10058: "a stream of that name exists with other settings: change it with jetraft stream edit, "
+           "or pick another name",
     10059: "check the stream's name (jetraft stream ls)",
     10075: "no other server can take this replica under the stream's placement: add a server that fits "
            "(tags, zone), or lower the stream's replicas",

@@ -1,11 +1,15 @@
-"""``jetraft stream ...``: add, info, edit, ls, report, get, view, rmm, rm, purge, cluster step-down,
-cluster peer-remove."""
+"""``jetraft stream ...``: add, info, edit, ls, report, get, view, rmm, rm, purge, backup, restore,
+cluster step-down, cluster peer-remove."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import datetime as _dt
+import json
+import os
+import sys
 import time
 
 import click
@@ -625,3 +629,224 @@ def stream_peer_remove(opts: Options, name: str, peer: str | None) -> None:
             session.echo(f'{clock()} Requested removal of peer "{peer}"')
 
     run(opts, body)
+
+
+# --- backup and restore (natscli cli/stream_command.go backupAction/restoreAction, jsm.go
+# snapshots.go): the server's $JS.API.STREAM.SNAPSHOT/RESTORE protocol -----------------------
+
+#: The files of a backup directory (jsm.go SnapshotToDirectory). The data file keeps natscli's
+#: name, but jetraft's content (its own snapshot format, not an s2 tar): a backup made from
+#: nats-server does not restore into jetraft, nor the other way round.
+BACKUP_META = "backup.json"
+BACKUP_DATA = "stream.tar.s2"
+#: Bytes per restore chunk (jsm.go RestoreSnapshotFromDirectory).
+RESTORE_CHUNK = 64 * 1024
+#: Seconds the final answer of a restore may take (the server checks and writes the data).
+RESTORE_FINISH_S = 300.0
+#: Seconds without a snapshot chunk before a backup gives up (natscli's idle timeout).
+BACKUP_IDLE_S = 5.0
+
+
+class _Progress:
+    """One progress line on stderr, rewritten in place, only when stderr is a terminal."""
+
+    def __init__(self, enabled: bool, verb: str, total: int) -> None:
+        self.enabled = enabled and sys.stderr.isatty()
+        self.verb = verb
+        self.total = total
+        self.last = 0.0
+
+    def update(self, done: int, *, final: bool = False) -> None:
+        if not self.enabled or (not final and time.monotonic() - self.last < 0.2):
+            return
+        self.last = time.monotonic()
+        total = f" / {format_bytes(self.total)}" if self.total else ""
+        sys.stderr.write(f"\r{self.verb} {format_bytes(done)}{total}" + ("\n" if final else ""))
+        sys.stderr.flush()
+
+
+def _elapsed(start: float) -> str:
+    seconds = time.monotonic() - start
+    return f"{seconds * 1000:.0f}ms" if seconds < 1 else f"{seconds:.2f}s"
+
+
+@stream.command("backup")
+@name_argument("stream")
+@click.argument("target")
+@click.option("--progress/--no-progress", default=True, show_default=True,
+              help="Show a progress line (on a terminal).")
+@click.option("--check", is_flag=True, help="Check every message's checksum before the backup.")
+@click.option("--consumers/--no-consumers", default=True, show_default=True,
+              help="Back up the stream's consumers too.")
+@click.option("--chunk-size", callback=parsed(parse_size, "e.g. 128KB"),
+              help="Size of the chunks the server sends (1KB..1MB).")
+@click.option("--window-size", callback=parsed(parse_size, "e.g. 8MB"),
+              help="Bytes the server sends before waiting for acknowledgements (1KB..32MB).")
+@pass_options
+def stream_backup(opts: Options, name: str, target: str, progress: bool, check: bool, consumers: bool,
+                  chunk_size: int | None, window_size: int | None) -> None:
+    """Back up a stream into directory TARGET ($JS.API.STREAM.SNAPSHOT.NAME).
+
+    Writes TARGET/backup.json (the stream's config and state) and TARGET/stream.tar.s2
+    (the data: jetraft's snapshot format in Snappy's framing), as `nats stream backup` does.
+    """
+
+    async def body(session: Session) -> None:
+        await session.jsm.stream_info(name)         # "stream not found" before any file
+        try:
+            os.makedirs(target, exist_ok=True)
+        except OSError as exc:
+            raise CliError(f"cannot create the backup directory {target}: {exc.strerror or exc}") from None
+        data_path = os.path.join(target, BACKUP_DATA)
+        inbox = session.nc.new_inbox()
+        sub = await session.nc.subscribe(inbox)
+        req: dict = {"deliver_subject": inbox, "no_consumers": not consumers, "jsck": check}
+        if chunk_size:
+            req["chunk_size"] = chunk_size
+        if window_size:
+            req["window_size"] = window_size
+        start = time.monotonic()
+        try:
+            resp = await session.request_json(session.api_subject(f"STREAM.SNAPSHOT.{name}"), req,
+                                              timeout=max(session.opts.timeout, 60.0) if check else None)
+            expected = int(resp.get("state", {}).get("bytes") or 0)
+            session.echo(f'Starting backup of Stream "{name}" with {format_bytes(expected)}')
+            if check:
+                session.echo("Health Check was requested, this can take a long time without progress reports")
+            bar = _Progress(progress, "Received", expected)
+            received = chunks = 0
+            with open(data_path, "wb") as out:
+                while True:
+                    try:
+                        msg = await sub.next_msg(timeout=max(BACKUP_IDLE_S, session.opts.timeout))
+                    except nats.errors.TimeoutError:
+                        raise CliError("backup timed out after receiving no data for a long period") from None
+                    if msg.data:
+                        out.write(msg.data)
+                        received += len(msg.data)
+                        chunks += 1
+                        if msg.reply:
+                            await session.nc.publish(msg.reply, b"")
+                        bar.update(received)
+                        continue
+                    status = (msg.headers or {}).get("Status", "")
+                    if status and status != "204":
+                        text = (msg.headers or {}).get("Description", "")
+                        raise CliError(f"snapshot failed: {status} {text}".rstrip())
+                    break
+            bar.update(received, final=True)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(data_path)
+            raise
+        finally:
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()
+        meta = {"config": resp.get("config"), "state": resp.get("state")}
+        with open(os.path.join(target, BACKUP_META), "w") as f:
+            f.write(json.dumps(meta, indent=2))
+        session.echo(f'Received {format_bytes(received)} in {chunks} chunks for stream "{name}" '
+                     f"in {_elapsed(start)}")
+
+    run(opts, body)
+
+
+def _read_backup(directory: str) -> dict:
+    path = os.path.join(directory, BACKUP_META)
+    try:
+        with open(path) as f:
+            meta = json.load(f)
+    except OSError as exc:
+        fail(f"cannot read {path}: {exc.strerror or exc} (is {directory} a backup made by `stream backup`?)")
+    except ValueError as exc:
+        fail(f"{path} is not valid JSON: {exc}")
+    if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict) \
+            or not isinstance(meta["config"].get("name"), str):
+        fail(f"{path} holds no stream config (expected {{\"config\": {{\"name\": ...}}, \"state\": ...}})")
+    if not os.path.isfile(os.path.join(directory, BACKUP_DATA)):
+        fail(f"{os.path.join(directory, BACKUP_DATA)} is missing: the backup is incomplete")
+    return meta
+
+
+def _read_config_file(path: str) -> dict:
+    try:
+        with open(path) as f:
+            cfg = json.load(f)
+    except OSError as exc:
+        fail(f"cannot read {path}: {exc.strerror or exc}")
+    except ValueError as exc:
+        fail(f"{path} is not valid JSON: {exc}")
+    if not isinstance(cfg, dict):
+        fail(f"{path} must hold a stream configuration (a JSON object)")
+    return cfg
+
+
+@stream.command("restore")
+@click.argument("directory")
+@click.option("--progress/--no-progress", default=True, show_default=True,
+              help="Show a progress line (on a terminal).")
+@click.option("--config", "config_file", metavar="FILE", help="Restore with this stream configuration (JSON) instead.")
+@click.option("--cluster", help="Place the stream in this cluster.")
+@click.option("--tag", "tags", multiple=True, help="Place the stream on servers with this tag (repeatable).")
+@click.option("--replicas", type=click.IntRange(1, 5), help="Override the number of replicas.")
+@pass_options
+def stream_restore(opts: Options, directory: str, progress: bool, config_file: str | None,
+                   cluster: str | None, tags: tuple[str, ...], replicas: int | None) -> None:
+    """Restore a stream from a backup DIRECTORY ($JS.API.STREAM.RESTORE.NAME).
+
+    Reads DIRECTORY/backup.json and DIRECTORY/stream.tar.s2 as written by `stream backup`;
+    the stream must not exist. Prints the restored stream's info.
+    """
+    meta = _read_backup(directory)
+    name = meta["config"]["name"]
+    cfg = dict(meta["config"])
+    if config_file:
+        cfg = _read_config_file(config_file)
+        if cfg.get("name") != name:
+            fail("stream names may not be changed during restore")
+    if cluster or tags:
+        cfg["placement"] = {**({"cluster": cluster} if cluster else {}), **({"tags": list(tags)} if tags else {})}
+    if replicas:
+        cfg["num_replicas"] = replicas
+    data_path = os.path.join(directory, BACKUP_DATA)
+
+    async def body(session: Session) -> None:
+        try:
+            await session.jsm.stream_info(name)
+        except nats.js.errors.NotFoundError:
+            pass
+        else:
+            raise CliError(f'stream "{name}" already exists: remove it first (jetraft stream rm {name})')
+        session.echo(f'Starting restore of Stream "{name}" from file "{directory}"\n')
+        start = time.monotonic()
+        resp = await session.request_json(session.api_subject(f"STREAM.RESTORE.{name}"),
+                                          {"config": cfg, "state": meta.get("state") or {}})
+        deliver = resp.get("deliver_subject")
+        if not deliver:
+            raise CliError(f"the server gave no subject to restore stream {name} to")
+        bar = _Progress(progress, "Sent", os.path.getsize(data_path))
+        sent = 0
+        with open(data_path, "rb") as f:
+            while chunk := f.read(RESTORE_CHUNK):
+                ack = await session.nc.request(deliver, chunk, timeout=session.opts.timeout)
+                if ack.data:
+                    _raise_reply_error(ack.data)
+                sent += len(chunk)
+                bar.update(sent)
+        bar.update(sent, final=True)
+        final = await session.nc.request(deliver, b"", timeout=max(session.opts.timeout, RESTORE_FINISH_S))
+        _raise_reply_error(final.data)
+        session.echo(f'Restored stream "{name}" in {_elapsed(start)}\n')
+        session.show(await session.jsm.stream_info(name), stream_page)
+
+    run(opts, body)
+
+
+def _raise_reply_error(data: bytes) -> None:
+    """Raise the API error a restore reply carries (nothing for a success)."""
+    try:
+        body = json.loads(data)
+    except ValueError:
+        raise CliError(f"restore failed: the server answered {data[:200]!r}") from None
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        raise nats.js.errors.APIError.from_error(body["error"])

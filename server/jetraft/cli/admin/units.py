@@ -8,6 +8,7 @@ Flags take what the ``nats`` CLI takes: sizes as ``1024``, ``10K``, ``1MB``, ``2
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import re
 
 from jetraft.config.durations import parse_duration as _go_duration
@@ -75,13 +76,22 @@ def format_ago(nanoseconds: int | float) -> str:
 
 
 def format_bytes(n: int | float | None) -> str:
-    """IEC bytes as the ``nats`` CLI shows them: ``0 B``, ``1.5 KiB``, ``12 MiB``."""
-    n = float(n or 0)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" or n == int(n) else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
+    """IEC bytes as the ``nats`` CLI shows them (its ``humanize.IBytes``, go-humanize
+    v1.0.1): below 10 bytes ``7 B``; else the largest unit the size reaches, rounded to a
+    tenth, with one decimal below 10 (``1.0 KiB``, ``5.5 GiB``) and none from 10 up
+    (``1023 B``, ``293 KiB``, ``1024 KiB`` for one byte short of a MiB). A negative size
+    is shown as ``-`` and its magnitude."""
+    n = int(n or 0)
+    if n < 0:
+        return "-" + format_bytes(-n)
+    if n < 10:
+        return f"{n} B"
+    units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+    exponent = 0
+    while exponent + 1 < len(units) and n >= 1024 ** (exponent + 1):
+        exponent += 1
+    tenths = math.floor(n / 1024 ** exponent * 10 + 0.5) / 10
+    return f"{tenths:.1f} {units[exponent]}" if tenths < 10 else f"{tenths:.0f} {units[exponent]}"
 
 
 def format_limit(value: int | None, render=lambda v: f"{v:,}") -> str:

@@ -1,0 +1,317 @@
+"""What each check's verdict means to the person reading it, and where to look next.
+
+For every check of :mod:`jetraft.validation.checks`: :data:`GUIDES` says what an invalid
+verdict means for the cluster (``meaning``) and why a check can be "unknown"
+(``unknown``); :func:`next_steps` turns an invalid check's first offending examples into
+where to look: which event log (``logs/<host>/events*.jsonl``), ledger or drained
+stream, which events, servers, group and time. :func:`evidence` renders the examples as
+a short table (the raw examples stay in report.json). Used by report.md and the
+terminal; needs nothing but the report's dict (no Spark).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from jetraft.events import rfc3339_ns
+
+META_GROUP = "_meta_"
+
+
+@dataclass(frozen=True)
+class Guide:
+    """``meaning``: what an invalid verdict says about the cluster; ``unknown``: why the
+    run held nothing to decide on."""
+
+    meaning: str
+    unknown: str = "the run held nothing this check decides on"
+
+
+GUIDES: dict[str, Guide] = {
+    "input": Guide(
+        "every line of the event logs was read: a line that is not JSON, or of a schema version "
+        "this validation does not know, is left out of every other check, whose verdicts then "
+        "hold for the rest of the logs only"),
+    "topology": Guide(
+        "the servers that wrote event logs are those the inventory (topology.json) names, in "
+        "their zones, in one cluster, and each joined the meta group: a mismatch means logs are "
+        "missing, a host wrote under another name, or what runs is not what the inventory says"),
+    "election_safety": Guide(
+        "two servers led one RAFT group in the same term: both could commit different entries, "
+        "so acknowledged writes may be lost or diverge (a RAFT safety violation)",
+        "no raft_became_leader event in the logs"),
+    "term_monotonic": Guide(
+        "a server's term in a group went back: the term is persisted before it is used, so a "
+        "lower one means it was lost (a store not synced, restored or shared) and the server may "
+        "vote twice in one term"),
+    "log_matching": Guide(
+        "servers applied different entries at the same index of a group (or a snapshot disagrees "
+        "with the entry applied at its index): their state machines diverged, replicas of a "
+        "stream hold different messages"),
+    "leader_completeness": Guide(
+        "a server became leader without every entry committed before its election: a leader "
+        "missing committed entries overwrites them, so acknowledged writes are lost (this check "
+        "relies on the hosts' clocks: skew between hosts can raise it, see --clock-skew-ms)"),
+    "availability": Guide(
+        "a fault of fewer servers than a quorum (one zone) left the meta group or the drill's "
+        "stream without a leader, or writes unacknowledged, until the fault was repaired: the "
+        "cluster did not ride out the loss it is built to survive",
+        "no drills.json, or no drill with a fault: run the drills (python -m lab run) to decide it"),
+    "replication": Guide(
+        "a group's leader last reported a replica lagging: that replica was never seen to catch "
+        "up, so its group runs with fewer current copies than configured",
+        "no raft_replica_current or raft_replica_lagging event: no leader reported its replicas"),
+    "stream_catchup": Guide(
+        "a replica started fetching a stream's messages after a snapshot and never finished "
+        "while its server went on running: that replica's copy of the stream is incomplete",
+        "no stream catch-up happened in this run: no stream_catchup_started or _finished event"),
+    "ledger": Guide(
+        "an acknowledged publish is missing from the stream read back after healing (lost), is "
+        "in it twice (duplicate) or at another sequence than acknowledged (misplaced), or the "
+        "stream holds a message never published (unexpected): data a client was promised is "
+        "not what the stream holds",
+        "no <drill>.ledger.jsonl and <drill>.stream.jsonl in the run: run the drills to decide it"),
+}
+
+
+def guide(name: str) -> Guide:
+    return GUIDES.get(name) or Guide("(no description for this check)")
+
+
+# --------------------------------------------------------------------------- names
+
+
+def group_label(group: str | None, names: dict[str, dict] | None) -> str:
+    """How a RAFT group is named for people: ``meta group``, ``KILL_ZONE_A (kill-zone-a)``,
+    ``ORDERS › consumer C1``; the group id itself when no event named its stream."""
+    if group is None:
+        return "-"
+    n = (names or {}).get(group)
+    if group == META_GROUP or (n and n.get("meta")):
+        return "meta group"
+    if not n or not n.get("stream"):
+        return group
+    text = n["stream"] + (f" › consumer {n['consumer']}" if n.get("consumer") else "")
+    return text + (f" ({n['drill']})" if n.get("drill") else "")
+
+
+def stream_and_drill(group: str | None, names: dict[str, dict] | None) -> tuple[str, str]:
+    """(stream, drill) of a group for a table's columns: ``meta group`` for the meta group,
+    ``-`` for what is not known."""
+    if group is None:
+        return "-", "-"
+    if group == META_GROUP:
+        return "meta group", "-"
+    n = (names or {}).get(group) or {}
+    stream = n.get("stream") or "-"
+    if n.get("consumer"):
+        stream += f" › consumer {n['consumer']}"
+    return stream, n.get("drill") or "-"
+
+
+# --------------------------------------------------------------------------- evidence
+
+
+def cell(value: Any, width: int = 80) -> str:
+    """One value of an example, readable: lists joined with commas, {server, term, hash}
+    rows as ``n1 term 3 hash 12``, times in ns since the epoch as RFC 3339, None as ``-``."""
+    if value is None:
+        text = "-"
+    elif isinstance(value, bool):
+        text = str(value).lower()
+    elif isinstance(value, dict):
+        text = " ".join(f"{k} {cell(v, width)}" if k != "server" else str(v) for k, v in value.items())
+    elif isinstance(value, (list, tuple)):
+        text = "; ".join(cell(v, width) for v in value) if any(isinstance(v, dict) for v in value) \
+            else ", ".join(cell(v, width) for v in value)
+        text = text or "-"
+    else:
+        text = str(value)
+    text = text.replace("\n", " ")
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def evidence(examples: list[dict], names: dict[str, dict] | None = None, rows: int = 5,
+             width: int = 60) -> tuple[list[str], list[list[str]]]:
+    """The first ``rows`` examples as a table: (headers, rows of cells). The columns are
+    the examples' keys in order of appearance; next to ``group``, the group's ``stream``
+    and ``drill``; ``*_ns`` times shown as RFC 3339 (``elected_ns`` as ``elected``)."""
+    shown = examples[:rows]
+    keys: list[str] = []
+    for e in shown:
+        for k in e:
+            if k not in keys:
+                keys.append(k)
+    headers: list[str] = []
+    for k in keys:
+        headers.append(k[:-3] if k.endswith("_ns") else k)
+        if k == "group":
+            headers += ["stream", "drill"]
+    table = []
+    for e in shown:
+        row = []
+        for k in keys:
+            v = e.get(k)
+            if k.endswith("_ns") and isinstance(v, int) and v > 10**17:
+                v = rfc3339_ns(v)
+            elif k.endswith("groups") and isinstance(v, list):       # group ids, with their names
+                v = [g if group_label(g, names) == g else f"{g} ({group_label(g, names)})" for g in v]
+            row.append(cell(v, width))
+            if k == "group":
+                row += list(stream_and_drill(v, names))
+        table.append(row)
+    return headers, table
+
+
+# --------------------------------------------------------------------------- next steps
+
+
+def _logs(servers, hosts: dict[str, list[str]] | None) -> str:
+    """``logs/jr-a1/events*.jsonl`` (and others) of these servers."""
+    paths = []
+    for s in [servers] if isinstance(servers, str) else servers or []:
+        for h in (hosts or {}).get(s) or [s]:
+            p = f"logs/{h}/events*.jsonl"
+            if p not in paths:
+                paths.append(p)
+    return ", ".join(paths) or "logs/*/events*.jsonl"
+
+
+def next_steps(name: str, check: dict, names: dict[str, dict] | None = None,
+               hosts: dict[str, list[str]] | None = None, limit: int = 3) -> list[str]:
+    """Where to look next for an invalid check, one sentence per offending example (the
+    first ``limit``), paths relative to the run directory; [] when the check is not
+    invalid."""
+    if check.get("valid") is not False:
+        return []
+    out: list[str] = []
+    for e in check.get("examples", [])[:limit]:
+        step = _STEPS.get(name, _generic)(e, names, hosts)
+        if step and step not in out:
+            out.append(step)
+    if not out:
+        out.append(_generic({}, names, hosts))
+    if name == "leader_completeness":
+        out.append("If the hosts' clocks may differ by more than the gap between the election and "
+                   "the commit, validate again with --clock-skew-ms.")
+    return out
+
+
+def _g(e: dict, names) -> str:
+    group = e.get("group")
+    label = group_label(group, names)
+    return f"group {group}" + ("" if label == group else f" ({label})")
+
+
+def _input(e, names, hosts):
+    if "lines" in e:
+        return (f"{e['lines']} {e['problem']} (counted, not listed): raft_applied lines of "
+                f"logs/*/events*.jsonl cut short (a server killed mid-write) or with another \"v\" "
+                f"(a jetraft this validation does not know).")
+    line = (e.get("line") or "")[:60]
+    return (f"{e.get('file') or _logs(e.get('host'), None)} (host {e.get('host')}): the line "
+            f"starting {line!r} ({e.get('problem')}); a torn last line means the server was killed "
+            f"mid-write, another schema version a jetraft this validation does not know.")
+
+
+def _topology(e, names, hosts):
+    server, problem = e.get("server"), e.get("problem", "")
+    if problem == "in the inventory, never seen":
+        return (f"{server}: no event log names it; check that playbooks/collect_logs.yml fetched "
+                f"logs/{server}/events.jsonl and that the server started (its journal.jsonl).")
+    if problem == "seen, not in the inventory":
+        return (f"{server} wrote events but is not in topology.json: find its host with "
+                f"grep -l '\"server_name\":\"{server}\"' logs/*/events*.jsonl, and compare the "
+                f"inventory with what was deployed.")
+    if problem == "another zone than the inventory's":
+        return (f"{server}: its zone in raft_* events (unique_tag of its server_tags, see its "
+                f"server_starting in {_logs(server, hosts)}) is {e.get('seen')}, the inventory says "
+                f"{e.get('inventory')}.")
+    if problem == "never joined the meta group":
+        return (f"{server}: no raft_became_follower/leader of group _meta_ in {_logs(server, hosts)}; "
+                f"look for jetstream_meta_refused, jetstream_meta_store_replaced and route_closed there.")
+    if problem == "one server name written from several hosts":
+        return (f"{server} wrote from hosts {cell(e.get('hosts'))}: two machines run under one "
+                f"server_name; check each host's configuration.")
+    return f"{problem}: compare topology.json with the server_starting events of logs/*/events*.jsonl."
+
+
+def _election(e, names, hosts):
+    return (f"{_g(e, names)}, term {e.get('term')}: raft_became_leader, raft_became_candidate and "
+            f"raft_vote_granted of that term in {_logs(e.get('leaders'), hosts)}, from {e.get('first_ts')}: "
+            f"who voted for whom (a vote given twice in a term, or not persisted before it was sent).")
+
+
+def _term(e, names, hosts):
+    return (f"{e.get('server')}, {_g(e, names)}: {e.get('event_before')} at term {e.get('term_before')}, "
+            f"then {e.get('event')} at term {e.get('term')} ({e.get('ts')}) in {_logs(e.get('server'), hosts)}; "
+            f"a server_starting between them points at how its store kept the term over a restart.")
+
+
+def _matching(e, names, hosts):
+    applied = e.get("applied") or []
+    servers = sorted({a.get("server") for a in applied if a.get("server")}
+                     | {s.get("server") for s in e.get("snapshots") or [] if s.get("server")})
+    return (f"{_g(e, names)}, index {e.get('index')}: the raft_applied lines covering it "
+            f"(first_index..last_index) in {_logs(servers, hosts)} differ in term or hash "
+            f"({cell(applied) or '-'}); then that group's raft_became_leader and "
+            f"raft_snapshot_installed before them.")
+
+
+def _completeness(e, names, hosts):
+    elected = e.get("elected_ns")
+    when = rfc3339_ns(elected) if isinstance(elected, int) else "-"
+    return (f"{e.get('leader')} became leader of {_g(e, names)} in term {e.get('term')} at {when} with "
+            f"last log index {e.get('last_index')}, while index {e.get('committed_before')} had been "
+            f"applied: its raft_became_leader and the raft_vote_granted of that term in "
+            f"{_logs(e.get('leader'), hosts)} (who voted for a shorter log).")
+
+
+def _availability(e, names, hosts):
+    groups = ", ".join(group_label(g, names) for g in e.get("leaderless_groups") or []) or "none"
+    return (f"Drill {e.get('drill')} ({cell(e.get('servers'))} down from {e.get('fault') or '-'} to "
+            f"{e.get('repair') or '-'}): leaderless {groups}"
+            f"{'' if e.get('write_before_repair', True) else '; no write acknowledged'}. Look at "
+            f"raft_became_pre_candidate, raft_became_candidate, raft_vote_granted and route_closed in "
+            f"the other servers' logs/*/events*.jsonl in that window, and the client's errors in "
+            f"{e.get('drill')}.ledger.jsonl.")
+
+
+def _replication(e, names, hosts):
+    return (f"Peer {e.get('peer')} of {_g(e, names)}: leader {e.get('leader')} (term {e.get('term')}) "
+            f"reported it lagging by {e.get('lag')} entries (offline {cell(e.get('offline'))}) at "
+            f"{e.get('since')}; in {_logs(e.get('peer'), hosts)} after that: raft_snapshot_installed, "
+            f"stream_catchup_*, jetstream_storage_failed, and whether the server was running.")
+
+
+def _catchup(e, names, hosts):
+    return (f"{e.get('server')}, {_g(e, names)}: stream_catchup_started at {e.get('started')} "
+            f"(reason {e.get('reason')}) with no successful stream_catchup_finished in the "
+            f"{e.get('log_ends_s_after')} s its log went on ({e.get('failed_attempts')} failed, last "
+            f"error {e.get('last_error') or '-'}): {_logs(e.get('server'), hosts)}, and route_closed "
+            f"towards its sources.")
+
+
+def _ledger(e, names, hosts):
+    drill = e.get("drill")
+    acked = e.get("acked_seq")
+    stored = e.get("stored_seqs")
+    groups = [f"{g} ({n['stream']})" for g, n in (names or {}).items()
+              if n.get("drill") == drill and n.get("stream") and not n.get("consumer")]
+    return (f"{e.get('problem')} {e.get('msg_id')}: {drill}.ledger.jsonl (when it was sent and "
+            f"acknowledged{'' if acked is None else f', acknowledged sequence {acked}'}) and "
+            f"{drill}.stream.jsonl ({'not in it' if not stored else 'stored at ' + cell(stored)}); then "
+            f"the drill's stream group{'s' if len(groups) > 1 else ''} "
+            f"{', '.join(groups) or '(drills.json)'} in logs/*/events*.jsonl around that time: "
+            f"raft_became_leader, raft_applied.")
+
+
+def _generic(e, names, hosts):
+    return "report.json holds every offending example of this check in full."
+
+
+_STEPS = {"input": _input, "topology": _topology, "election_safety": _election,
+          "term_monotonic": _term, "log_matching": _matching, "leader_completeness": _completeness,
+          "availability": _availability, "replication": _replication, "stream_catchup": _catchup,
+          "ledger": _ledger}

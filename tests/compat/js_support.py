@@ -23,7 +23,7 @@ from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.client import JetStreamContext
-from nats.js.errors import APIError, NoStreamResponseError, ServiceUnavailableError
+from nats.js.errors import APIError, NoKeysError, NoStreamResponseError, ServiceUnavailableError
 from nats.js.manager import JetStreamManager
 
 import servers
@@ -133,3 +133,23 @@ async def asked_again(call: Callable[[], Awaitable[Any]], what: str, timeout: fl
             if time.monotonic() > deadline:
                 raise AssertionError(f"{what}: not answered within {timeout:.0f} s (last: {err!r})") from err
         await asyncio.sleep(0.1)
+
+
+async def listed(call: Callable[[], Awaitable[list]], asks: int = 3) -> list:
+    """``await call()`` for a nats-py ``kv.history(key)`` or ``kv.keys()`` known to list
+    something, asked again (at most ``asks`` times in all) while it raises NoKeysError.
+
+    nats-py's watcher signals "no more history" before its first message when the
+    consumer info that follows its subscribe finds every message already sent but none
+    yet through the callback (nats.py issue 842: ``kv.py`` ``watch``, ``num_pending == 0
+    and received == 0``). A server that lists nothing still fails: the last asking's
+    NoKeysError is raised. An empty answer is never accepted here; a test of one calls
+    nats-py directly.
+    """
+    for ask in range(asks):
+        try:
+            return await call()
+        except NoKeysError:
+            if ask == asks - 1:
+                raise
+    raise AssertionError("asks must be at least 1")

@@ -30,6 +30,7 @@ from pathlib import Path
 import nats.errors
 import pytest
 from compat_support import connect, poll, run
+from js_support import listed
 from nats.js.api import ConsumerConfig, ObjectMeta, ObjectMetaOptions, StorageType
 
 import servers
@@ -316,9 +317,9 @@ def test_kv_and_objects_survive_sigkill(procs, server_kind, tmp_path):
         try:
             js = nc.jetstream(timeout=5)
             kv = await js.key_value("cfg")
-            assert [(e.value, e.revision) for e in await kv.history("a")] == [(b"1", 1), (b"2", 3)]
+            assert [(e.value, e.revision) for e in await listed(lambda: kv.history("a"))] == [(b"1", 1), (b"2", 3)]
             assert ((await kv.get("b")).value, (await kv.get("b")).revision) == (b"1", 2)
-            assert sorted(await kv.keys()) == ["a", "b"]
+            assert sorted(await listed(kv.keys)) == ["a", "b"]
             assert await kv.put("c", b"again") == 6
             obs = await js.object_store("files")
             assert (await obs.get("blob")).data == blob

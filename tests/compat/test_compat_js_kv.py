@@ -15,7 +15,7 @@ import contextlib
 
 import pytest
 from compat_support import connect, poll, run
-from js_support import wait_for
+from js_support import listed, wait_for
 from nats.js.api import StorageType
 from nats.js.errors import (
     APIError,
@@ -110,7 +110,7 @@ def test_dotted_keys_and_empty_values(start_server, tmp_path):
         # nats-py hands back None, not b"", for an empty value
         assert (await kv.get("a.b.c")).value is None
         assert (await kv.get("a.b")).value == b"ab"
-        assert sorted(await kv.keys()) == ["a.b", "a.b.c"]
+        assert sorted(await listed(kv.keys)) == ["a.b", "a.b.c"]
 
     kv_test(start_server, tmp_path, body)
 
@@ -168,10 +168,10 @@ def test_delete_and_purge_hide_the_key(start_server, tmp_path):
             await kv.get("p")
         assert exc.value.op == "PURGE"
         # the purge rolled up every earlier value of "p": only its marker is left
-        hist = await kv.history("p")
+        hist = await listed(lambda: kv.history("p"))
         assert [(e.operation, e.value) for e in hist] == [("PURGE", b"")]
         # the delete keeps history: the value, then the marker
-        hist = await kv.history("d")
+        hist = await listed(lambda: kv.history("d"))
         assert [(e.operation, e.value) for e in hist] == [(None, b"1"), ("DEL", b"")]
         with pytest.raises(NoKeysError):
             await kv.keys()
@@ -207,7 +207,7 @@ def test_history_is_bounded_by_bucket_history(start_server, tmp_path):
         for i in range(6):
             await kv.put("k", f"v{i}".encode())
             await kv.put("other", f"o{i}".encode())
-        hist = await kv.history("k")
+        hist = await listed(lambda: kv.history("k"))
         assert [e.value for e in hist] == [b"v3", b"v4", b"v5"]
         assert [e.revision for e in hist] == [7, 9, 11]
         assert all(e.key == "k" and e.operation is None for e in hist)
@@ -229,7 +229,7 @@ def test_keys_lists_live_keys(start_server, tmp_path):
         for key in ["x", "y", "z", "x", "y"]:
             await kv.put(key, b"v")
         await kv.delete("z")
-        assert sorted(await kv.keys()) == ["x", "y"]
+        assert sorted(await listed(kv.keys)) == ["x", "y"]
 
     kv_test(start_server, tmp_path, body, history=5)
 
@@ -419,6 +419,6 @@ def test_purge_deletes_removes_markers(start_server, tmp_path):
         assert (state.state.messages, state.state.last_seq) == (1, 4)
         with pytest.raises(NoKeysError):
             await kv.history("dead")
-        assert await kv.keys() == ["live"]
+        assert await listed(kv.keys) == ["live"]
 
     kv_test(start_server, tmp_path, body, history=5)

@@ -25,6 +25,7 @@ import bcrypt
 import nats
 import pytest
 from cluster import Cluster
+from js_support import listed
 from nats.js.errors import APIError, ServiceUnavailableError
 
 ZONES = {"n1": "a", "n2": "a", "n3": "b", "n4": "b", "n5": "c"}
@@ -308,7 +309,7 @@ def test_streams_are_found_by_subject_and_kv_buckets_replicate(cluster):
         other = await connect(cluster, ["n5"])
         kv5 = await other.jetstream(timeout=5).key_value("settings")
         assert (await kv5.get("region")).value == b"eu-north"
-        assert len(await kv5.history("region")) == 2
+        assert len(await listed(lambda: kv5.history("region"))) == 2
         await other.close()
         await nc.close()
     run(scenario)

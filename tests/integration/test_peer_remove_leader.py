@@ -24,6 +24,7 @@ import nats
 import pytest
 import servers
 from cluster import Cluster
+from js_support import asked_again
 from nats.js.errors import APIError
 
 ZONES = {"n1": "a", "n2": "a", "n3": "b", "n4": "b", "n5": "c"}
@@ -172,7 +173,7 @@ def test_peer_remove_while_publishing_keeps_every_acknowledged_message(cluster, 
 
         pub = Publisher(js, f"{stream.lower()}.x")
         await until(settled, 30, f"{stream} settled", seen)
-        si = await js.stream_info(stream)
+        si = await asked_again(lambda: js.stream_info(stream), f"{stream} info")
         if replicas == 3 and target == "leader" and si.cluster.leader == "n5":
             # n5 is zone c's only server: no server could take its place (see
             # test_peer_remove_refusals); another member leads first
@@ -184,7 +185,7 @@ def test_peer_remove_while_publishing_keeps_every_acknowledged_message(cluster, 
                 except nats.errors.TimeoutError:
                     pass
                 await until(settled, 30, f"{stream} settled after a step-down", seen)
-                si = await js.stream_info(stream)
+                si = await asked_again(lambda: js.stream_info(stream), f"{stream} info")
         if target == "leader":
             removed = si.cluster.leader
         else:
@@ -213,7 +214,8 @@ def test_peer_remove_while_publishing_keeps_every_acknowledged_message(cluster, 
         else:
             assert pub.reused == []
             for seq, payload in sorted(pub.acked.items()):
-                msg = await js.get_msg(stream, seq)
+                # a read unanswered on a loaded machine is asked again, as a user would
+                msg = await asked_again(lambda seq=seq: js.get_msg(stream, seq), f"{stream} message {seq}")
                 assert msg.data == payload, (seq, msg.data, payload)
         await nc.close()
 
@@ -257,9 +259,9 @@ async def refused_remove(c: Cluster, stream: str, pick) -> tuple[list[str], dict
                 and all(r.current for r in si.cluster.replicas))
 
     await until(settled, 30, f"{stream} settled", seen)
-    before = sorted(members(await js.stream_info(stream)))
+    before = sorted(members(await asked_again(lambda: js.stream_info(stream), f"{stream} info")))
     reply = await peer_remove(nc, stream, pick(before))
-    after = sorted(members(await js.stream_info(stream)))
+    after = sorted(members(await asked_again(lambda: js.stream_info(stream), f"{stream} info")))
     assert after == before
     await nc.close()
     return before, reply

@@ -48,7 +48,8 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
@@ -318,3 +319,19 @@ class Cluster:
     def outputs(self, tail: int = 4000) -> str:
         """The last ``tail`` characters of each server's output, for failure messages."""
         return "\n".join(s.output()[-tail:] for s in self.servers.values())
+
+
+@contextmanager
+def formed(c: Cluster, session) -> Iterator[Cluster]:
+    """Start ``c`` and wait until it is formed; stop it on the way out, printing every
+    server's output when a test of the pytest ``session`` failed meanwhile (a module-scoped
+    fixture's ``request.session``)."""
+    failed_before = session.testsfailed
+    try:
+        c.start()
+        c.wait_formed()
+        yield c
+    finally:
+        c.stop()
+        if session.testsfailed > failed_before:
+            print(c.outputs())

@@ -61,8 +61,9 @@ def reload_refusals(old: ServerConfig, new: ServerConfig) -> list[str]:
     :data:`NOT_RELOADABLE`; ``no_auth_user`` may only be removed together with its user.
     jetraft's own, where it would otherwise accept a change and not act on it (fail
     closed): the accounts JetStream serves (their stores and, in a cluster, their RAFT
-    groups are opened at start) and, in a JetStream cluster, ``server_tags`` (placement
-    and the server's zone are read at start). A restart applies any of them."""
+    groups are opened at start), their JetStream limits (read at start) and, in a JetStream
+    cluster, ``server_tags`` (placement and the server's zone are read at start). A restart
+    applies any of them."""
     out = []
     for name in NOT_RELOADABLE:
         before, after = _reload_key(old, name), _reload_key(new, name)
@@ -79,12 +80,23 @@ def reload_refusals(old: ServerConfig, new: ServerConfig) -> list[str]:
         out.append("config reload not supported for the accounts JetStream serves: old="
                    f"{','.join(old.jetstream_accounts()) or '-'}, new={','.join(new.jetstream_accounts()) or '-'} "
                    "(restart the server to change them)")
+    for name in new.jetstream_accounts():
+        before, after = _account_limits(old, name), _account_limits(new, name)
+        if name in old.jetstream_accounts() and before != after:
+            out.append(f"config reload not supported for the JetStream limits of account {name}: "
+                       f"old={before}, new={after} (restart the server to change them)")
     if (old.jetstream is not None and old.cluster is not None
             and tuple(old.server_tags) != tuple(new.server_tags)):
         out.append(f"config reload not supported for server_tags in a JetStream cluster: "
                    f"old={list(old.server_tags)}, new={list(new.server_tags)} (restart the server "
                    "to change them)")
     return out
+
+
+def _account_limits(config: ServerConfig, name: str) -> dict[str, int | bool]:
+    """Account ``name``'s JetStream limits as configured (none for ``$G`` served alone)."""
+    account = config.accounts.get(name)
+    return dict(account.jetstream_limits) if account is not None else {}
 
 
 def _reload_key(config: ServerConfig, name: str) -> Any:

@@ -22,7 +22,7 @@ import time
 
 import pytest
 import servers
-from cluster import Cluster
+from cluster import Cluster, formed
 from compat_support import connect, poll, run
 from js_support import NS, js_server, js_session  # noqa: F401  (fixture)
 from nats.errors import NoRespondersError
@@ -284,13 +284,9 @@ def test_key_value_and_object_store_defaults_of_nats_py_are_accepted(js_server):
 @pytest.fixture(scope="module", params=servers.KINDS)
 def cluster(request, tmp_path_factory):
     """A formed three-server JetStream cluster of one kind with an agreed meta leader."""
-    c = Cluster(request.param, tmp_path_factory.mktemp(f"unsupported-{request.param}"), 3, jetstream=True)
-    try:
-        c.start()
-        c.wait_formed()
+    with formed(Cluster(request.param, tmp_path_factory.mktemp(f"unsupported-{request.param}"), 3,
+                        jetstream=True), request.session) as c:
         yield c
-    finally:
-        c.stop()
 
 
 async def _ask(nc, subject: str, body=None) -> dict:

@@ -23,7 +23,7 @@ import bcrypt
 import nats
 import pytest
 import servers
-from cluster import Cluster
+from cluster import Cluster, formed
 from js_support import asked_again
 from nats.js.errors import APIError
 
@@ -47,18 +47,10 @@ def accounts_block() -> str:
 
 @pytest.fixture(scope="module", params=servers.KINDS)
 def cluster(request, tmp_path_factory):
-    c = Cluster(request.param, tmp_path_factory.mktemp(f"peerremove-{request.param}"), 5,
-                jetstream=True, unique_tag="az:", tags=[[f"az:{z}"] for z in ZONES.values()],
-                extra=accounts_block())
-    failed_before = request.session.testsfailed
-    try:
-        c.start()
-        c.wait_formed()
+    with formed(Cluster(request.param, tmp_path_factory.mktemp(f"peerremove-{request.param}"), 5,
+                        jetstream=True, unique_tag="az:", tags=[[f"az:{z}"] for z in ZONES.values()],
+                        extra=accounts_block()), request.session) as c:
         yield c
-    finally:
-        c.stop()
-        if request.session.testsfailed > failed_before:
-            print(c.outputs())
 
 
 async def _ignore(_exc: Exception) -> None:

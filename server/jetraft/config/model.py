@@ -110,6 +110,11 @@ class AccountConfig:
     users: tuple[UserConfig, ...] = ()
     jetstream: bool = False
     default_permissions: Permissions | None = None
+    #: The account's JetStream limits that differ from "no limit", as (name, value) pairs
+    #: named as nats-server's JetStreamAccountLimits JSON fields (``max_streams``,
+    #: ``max_consumers``, ``max_bytes_required``, ``memory_max_stream_bytes``,
+    #: ``storage_max_stream_bytes``), in the order written.
+    jetstream_limits: tuple[tuple[str, int | bool], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -717,12 +722,13 @@ class _Builder:
             _expect(account.value, account_label, "map")
             users: list[tuple[UserConfig, Position]] = []
             jetstream = False
+            limits: tuple[tuple[str, int | bool], ...] = ()
             defaults: Permissions | None = None
             for key, item, item_label in self.entries(account.value, account_label):
                 if key == "users":
                     users = self._users(item.value, item_label, name)
                 elif key == "jetstream":
-                    jetstream = self._account_jetstream(item.value, item_label)
+                    jetstream, limits = self._account_jetstream(item.value, item_label)
                     if jetstream:
                         self.origins[f"accounts.{name}.jetstream"] = Origin(item.key_position, True)
                 elif key == "default_permissions":  # opts.go parseAccounts
@@ -731,7 +737,8 @@ class _Builder:
                     self.ignore(item, item_label, _UNSUPPORTED_ACCOUNT)
             users = self._with_defaults(users, defaults)
             self._add_account(
-                AccountConfig(name, tuple(u for u, _ in users), jetstream, defaults), account.key_position
+                AccountConfig(name, tuple(u for u, _ in users), jetstream, defaults, limits),
+                account.key_position,
             )
             self.account_users.extend(users)
 
@@ -742,33 +749,39 @@ class _Builder:
             raise ConfigError.at(position, f"duplicate account {account.name!r} (first at {self.accounts[account.name][1]})")
         self.accounts[account.name] = (account, position)
 
-    def _account_jetstream(self, value: Value, label: str) -> bool:
+    def _account_jetstream(self, value: Value, label: str) -> tuple[bool, tuple[tuple[str, int | bool], ...]]:
         """An account's ``jetstream``: a boolean, ``enabled``/``disabled`` or a map of
-        limits (opts.go parseJetStreamForAccount). A map enables JetStream; jetraft
-        enforces no account limit, so a limit other than nats-server's "no limit"
-        default (``-1``; ``false`` for ``max_bytes_required``; ``system`` for
-        ``cluster_traffic``) is a ConfigError, as is an unknown key."""
+        limits (opts.go parseJetStreamForAccount); ``(enabled, limits)``. A map enables
+        JetStream. The limits jetraft enforces (:data:`_ACCOUNT_JETSTREAM_ENFORCED`) are
+        returned under their JSON names; any other limit with a value other than
+        nats-server's "no limit" default (``-1``; ``system`` for ``cluster_traffic``) is a
+        ConfigError, as is an unknown key or a value of the wrong kind."""
         data = _expect(value, label, "boolean", "string", "map")
         if isinstance(data, str):
-            return self._enabled_word(value, label)
-        if isinstance(data, dict):
-            for key, item, item_label in self.entries(value, label):
-                default = _ACCOUNT_JETSTREAM_LIMITS.get(key)
-                if default is None:
-                    if not item.value.used:
-                        raise ConfigError.at(item.key_position, f"unknown field {item_label!r}")
-                    continue
-                kind, no_limit = default
-                if item.value.kind != kind:
-                    _expect(item.value, item_label, kind)
-                if item.value.data not in no_limit:
-                    raise ConfigError.at(
-                        item.key_position,
-                        f"{item_label!r}: account JetStream limits are not supported by jetraft "
-                        f"(only {no_limit[0]!r}, no limit, is accepted)",
-                    )
-            return True
-        return data
+            return self._enabled_word(value, label), ()
+        if not isinstance(data, dict):
+            return data, ()
+        limits: dict[str, int | bool] = {}
+        for key, item, item_label in self.entries(value, label):
+            default = _ACCOUNT_JETSTREAM_LIMITS.get(key)
+            if default is None:
+                if not item.value.used:
+                    raise ConfigError.at(item.key_position, f"unknown field {item_label!r}")
+                continue
+            kind, no_limit = default
+            if item.value.kind != kind:
+                _expect(item.value, item_label, kind)
+            enforced = _ACCOUNT_JETSTREAM_ENFORCED.get(key)
+            if enforced is not None:
+                limits[enforced] = item.value.data
+            elif item.value.data not in no_limit:
+                raise ConfigError.at(
+                    item.key_position,
+                    f"{item_label!r}: this account JetStream limit is not supported by jetraft "
+                    f"(only {no_limit[0]!r}, no limit, is accepted; jetraft enforces "
+                    f"{', '.join(sorted(set(_ACCOUNT_JETSTREAM_ENFORCED.values())))})",
+                )
+        return True, tuple(limits.items())
 
     def _enabled_word(self, value: Value, label: str) -> bool:
         word = value.data.lower()
@@ -1087,6 +1100,18 @@ _ACCOUNT_JETSTREAM_LIMITS: dict[str, tuple[str, tuple[Any, ...]]] = {
     ),
     **dict.fromkeys("max_bytes_required max_stream_bytes max_bytes".split(), ("boolean", (False,))),
     "cluster_traffic": ("string", ("system", "")),
+}
+#: The account JetStream limits jetraft enforces, by their configuration names (opts.go
+#: parseJetStreamForAccount), to their JetStreamAccountLimits JSON names. The byte totals
+#: (``max_mem``, ``max_file``) need every server's usage of the account and
+#: ``max_ack_pending`` changes consumers' stored defaults: those are refused.
+_ACCOUNT_JETSTREAM_ENFORCED: dict[str, str] = {
+    "max_streams": "max_streams", "streams": "max_streams",
+    "max_consumers": "max_consumers", "consumers": "max_consumers",
+    "max_bytes_required": "max_bytes_required", "max_stream_bytes": "max_bytes_required",
+    "max_bytes": "max_bytes_required",
+    "mem_max_stream_bytes": "memory_max_stream_bytes", "memory_max_stream_bytes": "memory_max_stream_bytes",
+    "disk_max_stream_bytes": "storage_max_stream_bytes", "store_max_stream_bytes": "storage_max_stream_bytes",
 }
 
 

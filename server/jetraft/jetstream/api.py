@@ -32,7 +32,7 @@ from __future__ import annotations
 import secrets
 import shutil
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -155,7 +155,8 @@ class JetStreamAccount:
                  interest: Callable[[str], bool], server_version: str,
                  sync_always: bool = True, domain: str = "", server_name: str = "",
                  clustered: bool = False,
-                 advisory_interest: Callable[[str], bool] | None = None) -> None:
+                 advisory_interest: Callable[[str], bool] | None = None,
+                 limits: Mapping[str, int | bool] | None = None) -> None:
         self.name = name
         #: whether a subscription listens on an advisory subject; None: no advisories
         self.advisory_interest = advisory_interest
@@ -177,7 +178,8 @@ class JetStreamAccount:
         self._capture: SubjectIndex[str] = SubjectIndex()
         self.api_total = 0
         self.api_errors = 0
-        self.limits = AccountLimits()
+        #: the account's JetStream limits (the account's ``jetstream { ... }`` block)
+        self.limits = AccountLimits(**dict(limits or {}))
         self.base = layout.streams_dir(store_dir, name) if store_dir is not None else None
 
     # ------------------------------------------------------------------ recovery
@@ -793,6 +795,9 @@ class JetStreamAccount:
                                            self._capture if subjects is None else subjects,
                                            existing=lambda name: None, clustered=self.clustered,
                                            unloaded=self.unloaded)
+        if not self.clustered:      # a cluster's meta leader checks these with its own count
+            self.check_stream_count_limits(cfg, sum(1 for name in self.streams if name != cfg.name))
+            self.check_stream_bytes_limits(cfg)
         if cfg.storage == "file" and self.base is None:
             raise E.stream_create("jetstream has no store directory")
         return cfg
@@ -860,9 +865,64 @@ class JetStreamAccount:
         if entry.directory is not None:
             shutil.rmtree(entry.directory, ignore_errors=True)
 
+    # ------------------------------------------------------------------ account limits
+
+    def check_stream_count_limits(self, cfg: StreamConfig, others: int) -> None:
+        """The account's limits on creating stream ``cfg``, ``others`` the number of the
+        account's streams but one of that name (nats-server jetstream_api.go
+        jsNonClusteredStreamLimitsCheck, jetstream_cluster.go jsClusteredStreamLimitsCheck).
+        Raises JSApiError 10027 at ``max_streams``, then :meth:`check_stream_consumers_limit`'s."""
+        if self.limits.max_streams > 0 and others >= self.limits.max_streams:
+            raise E.maximum_streams_limit()
+        self.check_stream_consumers_limit(cfg)
+
+    def check_stream_consumers_limit(self, cfg: StreamConfig) -> None:
+        """A stream's ``max_consumers`` above the account's ``max_consumers`` (nats-server
+        jetstream.go checkLimits, on create and update). Raises JSApiError 10026."""
+        if 0 < self.limits.max_consumers < cfg.max_consumers:
+            raise E.maximum_consumers_limit()
+
+    def check_stream_bytes_limits(self, cfg: StreamConfig) -> None:
+        """The account's ``max_bytes_required`` and its largest stream (bytes) for the
+        stream's storage (nats-server stream.go checkStreamCfg, on create and update).
+        Raises JSApiError 10113 for a stream without ``max_bytes`` when one is required,
+        10122 for a ``max_bytes`` above the limit."""
+        lim = self.limits
+        largest = lim.memory_max_stream_bytes if cfg.storage == "memory" else lim.storage_max_stream_bytes
+        if lim.max_bytes_required and cfg.max_bytes <= 0:
+            raise E.api_error("JSStreamMaxBytesRequired")
+        if largest > 0 and cfg.max_bytes > largest:
+            raise E.api_error("JSStreamMaxStreamBytesExceeded")
+
+    def check_consumer_count_limit(self, entry: StreamEntry, name: str) -> None:
+        """The account's ``max_consumers`` on creating consumer ``name`` ("" for an
+        ephemeral not yet named) on ``entry``'s stream: an existing consumer is an update
+        and not counted (nats-server consumer.go addConsumerWithAssignment,
+        jetstream_cluster.go jsClusteredConsumerRequest). Raises JSApiError 10026."""
+        lim = self.limits.max_consumers
+        if lim > 0 and (not name or name not in entry.consumers) and len(entry.consumers) >= lim:
+            raise E.maximum_consumers_limit()
+
+    def consumer_limit_refusal(self, subject: str, payload: bytes) -> JSApiError | None:
+        """The refusal of a CONSUMER.CREATE request on ``subject`` by the account's
+        ``max_consumers`` (:meth:`check_consumer_count_limit`), or None (also when the
+        request fails another check: handling it answers that). A clustered stream's leader
+        asks this before proposing the request: the account's limits are this server's
+        configuration, so they are checked once, never as the replicas apply the log."""
+        try:
+            entry, cfg, action = self._consumer_request(subject.split("."), payload)
+            if action != "update":
+                self.check_consumer_count_limit(entry, cfg.durable_name or cfg.name)
+        except JSApiError as err:
+            return err if err.err_code == 10026 else None
+        return None
+
     def _api_stream_create(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
         cfg, exists = check_stream_create(payload, tokens[4], self._capture, existing=self._config_json,
                                           clustered=self.clustered, unloaded=self.unloaded)
+        if not self.clustered:      # a cluster's meta leader checks these before proposing
+            self.check_stream_count_limits(cfg, sum(1 for name in self.streams if name != cfg.name))
+            self.check_stream_bytes_limits(cfg)
         if exists:
             return {**self.stream_info(self.streams[cfg.name], now_ns), "did_create": True}
         if cfg.name in self.restoring:
@@ -901,6 +961,9 @@ class JetStreamAccount:
         try:
             cfg = check_stream_update(payload, tokens[4], lambda name: self._entry(name).stream.config,
                                       self._capture, clustered=self.clustered)
+            if not self.clustered:      # a cluster's meta leader checks these before proposing
+                self.check_stream_bytes_limits(cfg)
+                self.check_stream_consumers_limit(cfg)
         except Exception:
             if entry is not None:
                 self._add_capture(entry)
@@ -1122,6 +1185,8 @@ class JetStreamAccount:
         if action == "update":
             raise E.consumer_does_not_exist()
         check_new_consumer(entry.stream.config, self._consumer_configs(entry), name, cfg)
+        if not self.clustered:      # a clustered stream's leader checks it before proposing
+            self.check_consumer_count_limit(entry, name)
         if not name:
             name = new_consumer_name()
             cfg.name = name

@@ -145,7 +145,8 @@ EXPIRY_CHECK_NS = 250_000_000
 #: Nanoseconds the route to a restoring server may be down before the meta leader deletes
 #: the stream it was restoring (the backup's data was on that server alone).
 RESTORE_LOST_NS = 10_000_000_000
-#: Nanoseconds a RESTORE proposed by this meta leader holds its name before it is applied.
+#: Nanoseconds a RESTORE proposed by this meta leader holds its name before it is applied,
+#: and a STREAM.CREATE counts against the account's ``max_streams`` before it is applied.
 RESTORE_PROPOSED_NS = 5_000_000_000
 
 
@@ -257,6 +258,8 @@ class ClusterController:
         self.restores: set[Key] = set()
         #: on the meta leader: restores proposed and not applied yet -> when (ns)
         self._restore_proposed: dict[Key, int] = {}
+        #: streams this meta leader proposed to create, not applied yet (proposal time, ns)
+        self._create_proposed: dict[Key, int] = {}
         #: the meta group is replaying its snapshot and log at start-up: replicas are opened
         #: once, after it (:meth:`ensure_assigned`), from the state the replay ends in, so a
         #: stream the snapshot holds but the log deletes never gets its group opened again
@@ -637,6 +640,7 @@ class ClusterController:
         sa = change.assignment
         if kind in ("stream_added", "stream_updated", "stream_peers_changed"):
             self._restore_proposed.pop((sa.account, sa.name), None)
+            self._create_proposed.pop((sa.account, sa.name), None)
             now = self.meta.streams.get((sa.account, sa.name))
             if now is not None and now.group == sa.group and not self.replaying:
                 self._ensure_replica(sa, kind, change.old_peers)
@@ -1228,8 +1232,9 @@ class ClusterController:
                     f"$JS.ACK.{tokens[5]}.{tokens[6]}", "$JS.ACK."):
                 return False
             if kind in ("CONSUMER.CREATE", "CONSUMER.DURABLE"):
-                refusal = acc.consumer_create_refusal(subject, payload)
-                if refusal is not None:     # a setting jetraft does not act on: not proposed
+                refusal = acc.consumer_create_refusal(subject, payload) or \
+                    acc.consumer_limit_refusal(subject, payload)
+                if refusal is not None:     # a setting jetraft does not act on, or the account's limit: not proposed
                     self._error(acc.name, reply, rtype, refusal)
                     return True
             replica = self.view.replica(key)
@@ -1262,6 +1267,8 @@ class ClusterController:
         try:
             cfg = check_stream_update(payload, stream, current, self._account_subjects(acc.name, stream),
                                       clustered=True, meta_leader=True)
+            acc.check_stream_bytes_limits(cfg)
+            acc.check_stream_consumers_limit(cfg)
             self._check_placement_update(self.meta.streams[(acc.name, stream)], cfg)
         except E.JSApiError as err:
             return err
@@ -1440,6 +1447,10 @@ class ClusterController:
         cfg, exists = check_stream_create(payload, tokens[4], self._account_subjects(acc.name),
                                           existing=existing_config, clustered=True)
         key = (acc.name, cfg.name)
+        # the account's limits, in nats-server's order (jsClusteredStreamRequest): its
+        # checkStreamCfg, then jsClusteredStreamLimitsCheck
+        acc.check_stream_bytes_limits(cfg)
+        acc.check_stream_count_limits(cfg, self._other_streams(acc.name, cfg.name, now))
         if exists:
             existing = self.meta.streams[key]
             group = self.view.group(key)
@@ -1464,10 +1475,24 @@ class ClusterController:
                               group=group_name("S", acc.name, cfg.name, now, replicas=len(peers),
                                                storage=cfg.storage), peers=tuple(peers),
                               created_ns=now, reply=reply, client=request_info(headers))
+        if len(self._create_proposed) > 1024:
+            self._create_proposed.clear()
+        self._create_proposed[key] = now
         self._propose_meta(encode_assign_stream(sa), acc.name, reply, E.STREAM_CREATE_RESPONSE)
         self._emit("jetstream_stream_assigned", account=acc.name, stream=cfg.name,
                    group=sa.group, peers=list(sa.peers), replicas=cfg.num_replicas)
         return True
+
+    def _other_streams(self, account: str, name: str, now: int) -> int:
+        """How many streams ``account`` has but ``name``: its assignments and the creates
+        and restores this meta leader proposed in the last RESTORE_PROPOSED_NS, not applied
+        yet (nats-server counts its in-flight proposals too: streamAssignmentsOrInflightSeq)."""
+        names = {n for (a, n) in self.meta.streams if a == account}
+        for proposed in (self._create_proposed, self._restore_proposed):
+            names.update(n for (a, n), at in proposed.items()
+                         if a == account and now - at < RESTORE_PROPOSED_NS)
+        names.discard(name)
+        return len(names)
 
     def _restore_stream(self, acc: JetStreamAccount, stream: str, reply: str, payload: bytes,
                         now: int) -> bool:
@@ -1487,6 +1512,8 @@ class ClusterController:
             if cfg.storage == "memory":
                 raise E.api_error("JSStreamRestoreErrF", err="a memory stream cannot be restored "
                                   "in clustered mode: restore it with file storage")
+            acc.check_stream_bytes_limits(cfg)
+            acc.check_stream_count_limits(cfg, self._other_streams(acc.name, cfg.name, now))
             placement = cfg.placement
             try:
                 peers = select_peers(

@@ -198,7 +198,8 @@ class JetStreamService:
                 # a clustered replica's files are rebuilt from its RAFT log, never fsynced
                 sync_always=self.sync_always and not self.clustered, domain=cfg.domain or "",
                 server_name=server.server_name, clustered=self.clustered,
-                advisory_interest=self._listening_fn(name))
+                advisory_interest=self._listening_fn(name),
+                limits=dict(account.jetstream_limits) if (account := server.config.accounts.get(name)) else None)
         #: (account, reply, ids of the stores its call wrote, (account, stream) or None)
         self._queue: list[tuple[str, Reply, frozenset[int], tuple[str, str] | None]] = []
         self._queued = trio.Event()

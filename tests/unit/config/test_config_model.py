@@ -451,23 +451,49 @@ def test_accounts_with_users_and_jetstream():
     assert config.warnings == ()
 
 
+NOT_ENFORCED = "is accepted; jetraft enforces max_bytes_required, max_consumers, max_streams, memory_max_stream_bytes, storage_max_stream_bytes)"
+
+
 @pytest.mark.parametrize(
     ("limits", "message"),
     [
-        ("max_mem: 1G", "s.conf:1:28: 'accounts.A.jetstream.max_mem': account JetStream limits are not supported by jetraft "
-                        "(only -1, no limit, is accepted)"),
-        ("max_streams: 10", "s.conf:1:28: 'accounts.A.jetstream.max_streams': account JetStream limits are not supported "
-                            "by jetraft (only -1, no limit, is accepted)"),
-        ("max_bytes_required: true", "s.conf:1:28: 'accounts.A.jetstream.max_bytes_required': account JetStream limits "
-                                     "are not supported by jetraft (only False, no limit, is accepted)"),
-        ("cluster_traffic: owner", "s.conf:1:28: 'accounts.A.jetstream.cluster_traffic': account JetStream limits are "
-                                   "not supported by jetraft (only 'system', no limit, is accepted)"),
+        ("max_mem: 1G", "s.conf:1:28: 'accounts.A.jetstream.max_mem': this account JetStream limit is not supported "
+                        f"by jetraft (only -1, no limit, {NOT_ENFORCED}"),
+        ("max_file: 1G", "s.conf:1:28: 'accounts.A.jetstream.max_file': this account JetStream limit is not "
+                         f"supported by jetraft (only -1, no limit, {NOT_ENFORCED}"),
+        ("max_ack_pending: 10", "s.conf:1:28: 'accounts.A.jetstream.max_ack_pending': this account JetStream limit "
+                                f"is not supported by jetraft (only -1, no limit, {NOT_ENFORCED}"),
+        ("cluster_traffic: owner", "s.conf:1:28: 'accounts.A.jetstream.cluster_traffic': this account JetStream "
+                                   f"limit is not supported by jetraft (only 'system', no limit, {NOT_ENFORCED}"),
         ("max_mem: big", "s.conf:1:37: accounts.A.jetstream.max_mem: expected an integer, got a string ('big')"),
+        ("max_streams: '10'", "s.conf:1:41: accounts.A.jetstream.max_streams: expected an integer, got a string ('10')"),
+        ("max_bytes_required: 1", "s.conf:1:48: accounts.A.jetstream.max_bytes_required: expected a boolean, "
+                                  "got an integer (1)"),
         ("max_speed: -1", "s.conf:1:28: unknown field 'accounts.A.jetstream.max_speed'"),
     ],
 )
-def test_account_jetstream_limits_are_refused(limits: str, message: str):
+def test_account_jetstream_limits_not_enforced_are_refused(limits: str, message: str):
     assert str(error(f"accounts {{ A {{ jetstream {{ {limits} }} }} }}")) == message
+
+
+@pytest.mark.parametrize(
+    ("limits", "expected"),
+    [
+        ("max_streams: 10, max_consumers: 5", (("max_streams", 10), ("max_consumers", 5))),
+        ("streams: 2, consumers: 0", (("max_streams", 2), ("max_consumers", 0))),
+        ("max_bytes_required: true, mem_max_stream_bytes: 1K, disk_max_stream_bytes: 1M",
+         (("max_bytes_required", True), ("memory_max_stream_bytes", 1000),     # unquoted: powers of 10
+          ("storage_max_stream_bytes", 1000 * 1000))),
+        ("max_stream_bytes: true, memory_max_stream_bytes: 5, store_max_stream_bytes: 6",
+         (("max_bytes_required", True), ("memory_max_stream_bytes", 5), ("storage_max_stream_bytes", 6))),
+        ("max_bytes: false, max_mem: -1, max_file: -1, max_ack_pending: -1", (("max_bytes_required", False),)),
+    ],
+)
+def test_account_jetstream_limits_jetraft_enforces_are_read(limits: str, expected: tuple):
+    """opts.go parseJetStreamForAccount's names and aliases, under JetStreamAccountLimits' JSON names."""
+    config = cfg(f"accounts {{ A {{ jetstream {{ {limits} }} }} }}\njetstream {{}}")
+    assert config.accounts["A"].jetstream_limits == expected
+    assert config.jetstream_accounts() == ("A",)
 
 
 def test_accounts_as_a_list_of_names():

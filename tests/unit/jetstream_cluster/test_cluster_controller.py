@@ -15,7 +15,7 @@ import json
 
 import msgpack
 import pytest
-from controller_world import World
+from controller_world import T0, World
 
 from jetraft.jetstream import errors as E
 from jetraft.jetstream.api_subjects import peer_hash
@@ -24,12 +24,14 @@ from jetraft.jetstream.cluster import (
     EXPIRY_CHECK_NS,
     MAX_HOPS,
     META_GROUP,
+    RESTORE_PROPOSED_NS,
     ChangePeer,
     ClusterController,
     ForwardedRequest,
     StepDown,
 )
 from jetraft.jetstream.meta import encode_remove_server
+from jetraft.jetstream.model import AccountLimits
 from jetraft.jetstream.replicated import ACK, API, FLOW_CONTROL, PUBLISH, TICK, decode_entry
 
 R = "_INBOX.r"
@@ -821,3 +823,54 @@ def test_a_placement_update_is_taken_only_when_nothing_has_to_move(peers, placem
         assert "no suitable peers for placement" in reply["error"]["description"]
     else:
         assert reply == {"type": E.STREAM_UPDATE_RESPONSE, "error": error}
+
+
+# ------------------------------------------------------------------ the account's JetStream limits
+
+MAX_STREAMS = {"code": 400, "err_code": 10027, "description": "maximum number of streams reached"}
+MAX_CONSUMERS = {"code": 400, "err_code": 10026, "description": "maximum consumers limit reached"}
+
+
+def test_a_create_proposed_and_not_yet_applied_counts_against_max_streams():
+    """nats-server counts its in-flight proposals (streamAssignmentsOrInflightSeq): two creates
+    asked before the first is applied do not both pass a limit of one."""
+    w = cluster()
+    w.accounts["$G"].limits = AccountLimits(max_streams=1)
+    w.request("$JS.API.STREAM.CREATE.S", STREAM)
+    assert len(w.meta.proposals) == 1 and w.replies == []
+    w.request("$JS.API.STREAM.CREATE.T", {**STREAM, "name": "T", "subjects": ["t.>"]})
+    assert answer(w) == {"type": E.STREAM_CREATE_RESPONSE, "error": MAX_STREAMS}
+    assert len(w.meta.proposals) == 1
+    # the same create asked again (a client's timeout) is not a second stream
+    w.request("$JS.API.STREAM.CREATE.S", STREAM)
+    assert len(w.meta.proposals) == 2 and w.replies == []
+
+
+def test_a_proposed_create_stops_counting_once_applied_or_after_its_window():
+    w = cluster()
+    w.accounts["$G"].limits = AccountLimits(max_streams=2)
+    w.request("$JS.API.STREAM.CREATE.S", STREAM)
+    w.commit_meta()
+    # applied: counted once, as an assignment
+    w.request("$JS.API.STREAM.CREATE.T", {**STREAM, "name": "T", "subjects": ["t.>"]})
+    assert w.replies == [] and len(w.meta.proposals) == 1
+    # T's proposal never applied (a lost meta leadership): it holds no place after the window
+    w.meta.proposals.clear()
+    later = T0 + RESTORE_PROPOSED_NS + 1
+    w.request("$JS.API.STREAM.CREATE.U", {**STREAM, "name": "U", "subjects": ["u.>"]}, now=later)
+    assert w.replies == [] and len(w.meta.proposals) == 1
+
+
+def test_the_stream_leader_refuses_a_consumer_beyond_the_accounts_max_consumers_unproposed():
+    """The account's limits are the server's configuration: checked by the leader before it
+    proposes, never by the replicas as they apply the log."""
+    w = with_stream()
+    w.accounts["$G"].limits = AccountLimits(max_consumers=1)
+    w.request("$JS.API.CONSUMER.DURABLE.CREATE.S.d", {"stream_name": "S", "config": {
+        "durable_name": "d", "ack_policy": "explicit"}})
+    assert answer(w) == {"type": E.CONSUMER_CREATE_RESPONSE, "error": MAX_CONSUMERS}
+    assert w.groups[KEY].proposals == []
+    # the existing consumer's update is proposed
+    w.request("$JS.API.CONSUMER.DURABLE.CREATE.S.c", {**DURABLE, "config": {**DURABLE["config"],
+                                                                             "description": "x"}})
+    assert len(w.groups[KEY].proposals) == 1

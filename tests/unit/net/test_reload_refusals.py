@@ -68,3 +68,18 @@ def test_server_tags_are_fixed_in_a_jetstream_cluster_only():
 def test_every_reason_is_given_at_once():
     assert len(refusals("max_pending: 10MB\nlame_duck_duration: 30s",
                         "max_pending: 20MB\nlame_duck_duration: 60s")) == 2
+
+
+def test_account_jetstream_limits_need_a_restart():
+    """Limits are read when the account's JetStream starts: a reload that changes them would
+    be accepted and not acted on."""
+    assert refusals(JS + ACCOUNTS.format(a="{ max_streams: 2 }", b="enabled"),
+                    JS + ACCOUNTS.format(a="{ max_streams: 3 }", b="enabled")) == [
+        "config reload not supported for the JetStream limits of account A: "
+        "old={'max_streams': 2}, new={'max_streams': 3} (restart the server to change them)"]
+    assert refusals(JS + ACCOUNTS.format(a="enabled", b="enabled"),
+                    JS + ACCOUNTS.format(a="enabled", b="{ max_bytes_required: true }")) == [
+        "config reload not supported for the JetStream limits of account B: "
+        "old={}, new={'max_bytes_required': True} (restart the server to change them)"]
+    same = JS + ACCOUNTS.format(a="{ max_consumers: 4 }", b="enabled")
+    assert refusals(same, same) == []

@@ -1,0 +1,145 @@
+"""An account's JetStream limits (``accounts { A { jetstream { ... } } }``), as unmodified
+nats-py sees them, on jetraft and nats-server side by side: on one server, and in a
+three-server cluster where the meta leader and the streams' leaders enforce them.
+
+Enforced: ``max_streams`` (10027), ``max_consumers`` (10026: a stream's own
+``max_consumers`` above it, and a new consumer beyond it), ``max_bytes_required`` (10113),
+``mem_max_stream_bytes`` / ``disk_max_stream_bytes`` (10122), on stream create, update and
+consumer create, in nats-server's order (jetstream_api.go jsNonClusteredStreamLimitsCheck,
+jetstream_cluster.go jsClusteredStreamLimitsCheck and jsClusteredConsumerRequest, stream.go
+checkStreamCfg). ``$JS.API.INFO`` reports them. Every answer is compared as nats-server gives
+it; nothing is timed (a cluster's answers are asked again while it elects leaders).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import servers
+from cluster import Cluster, formed
+from compat_support import connect, run
+from js_support import wait_for
+
+#: The limits under test (unquoted sizes are powers of ten).
+LIMITS = ("max_streams: 2, max_consumers: 2, max_bytes_required: true, "
+          "mem_max_stream_bytes: 1000, disk_max_stream_bytes: 100000")
+ACCOUNTS = f"""
+accounts {{
+  A {{ users [ {{ user: a, password: a }} ], jetstream {{ {LIMITS} }} }}
+  $SYS {{ users [ {{ user: sys, password: sys }} ] }}
+}}
+"""
+#: nats-server's JetStreamAccountLimits for LIMITS.
+REPORTED = {"max_memory": -1, "max_storage": -1, "max_streams": 2, "max_consumers": 2,
+            "max_ack_pending": -1, "memory_max_stream_bytes": 1000,
+            "storage_max_stream_bytes": 100000, "max_bytes_required": True}
+
+
+def error(reply: dict) -> tuple[int, int, str] | None:
+    """(code, err_code, description) of an API reply, None for a success."""
+    e = reply.get("error")
+    return (e["code"], e["err_code"], e["description"]) if e else None
+
+
+MAX_BYTES_REQUIRED = (400, 10113, "account requires a stream config to have max bytes set")
+MAX_STREAM_BYTES = (400, 10122, "stream max bytes exceeds account limit max stream bytes")
+MAX_STREAMS = (400, 10027, "maximum number of streams reached")
+MAX_CONSUMERS = (400, 10026, "maximum consumers limit reached")
+
+
+def stream(name: str, **cfg) -> dict:
+    return {"name": name, "subjects": [f"{name.lower()}.>"], **cfg}
+
+
+async def scenario(url: str, replicas: int) -> None:
+    """The account's limits from create to update, asked through ``url``."""
+    nc = await connect(url, user="a", password="a")
+
+    async def api(subject: str, body: dict | None = None) -> dict:
+        async def ask() -> dict:
+            msg = await nc.request(subject, json.dumps(body).encode() if body is not None else b"", timeout=5)
+            return json.loads(msg.data)
+        # a cluster may answer 10008 (no meta or stream leader yet): asked again
+        return await wait_for(ask, lambda r: (r.get("error") or {}).get("err_code") != 10008, 30, subject)
+
+    def create(name: str, **cfg) -> dict:
+        return api(f"$JS.API.STREAM.CREATE.{name}", stream(name, num_replicas=replicas, **cfg))
+
+    try:
+        info = await api("$JS.API.INFO")
+        assert info["limits"] == REPORTED, info
+        # stream.go checkStreamCfg: max_bytes required, and at most the storage's limit
+        assert error(await create("S1")) == MAX_BYTES_REQUIRED
+        assert error(await create("S1", max_bytes=100001)) == MAX_STREAM_BYTES
+        assert error(await create("S1", max_bytes=1001, storage="memory")) == MAX_STREAM_BYTES
+        # jetstream.go checkLimits: a stream's max_consumers above the account's
+        assert error(await create("S1", max_bytes=1000, max_consumers=3)) == MAX_CONSUMERS
+        first = await create("S1", max_bytes=100000)
+        assert error(first) is None and first["did_create"] is True, first
+        assert error(await create("S2", max_bytes=1000, storage="memory")) is None
+        # the same create again is not a third stream; another is
+        assert error(await create("S1", max_bytes=100000)) is None
+        assert error(await create("S3", max_bytes=10)) == MAX_STREAMS
+        # updates keep to the same limits
+        update = "$JS.API.STREAM.UPDATE.S1"
+        assert error(await api(update, stream("S1", num_replicas=replicas))) == MAX_BYTES_REQUIRED
+        assert error(await api(update, stream("S1", num_replicas=replicas, max_bytes=200000))) == MAX_STREAM_BYTES
+        assert error(await api(update, stream("S1", num_replicas=replicas, max_bytes=500,
+                                              max_consumers=5))) == MAX_CONSUMERS
+        assert error(await api(update, stream("S1", num_replicas=replicas, max_bytes=500))) is None
+        # consumers: two on the stream, a third refused; an existing one is updated
+        for name in ("C1", "C2"):
+            reply = await api(f"$JS.API.CONSUMER.CREATE.S1.{name}",
+                              {"stream_name": "S1", "config": {"durable_name": name, "ack_policy": "explicit"}})
+            assert error(reply) is None, reply
+        assert error(await api("$JS.API.CONSUMER.CREATE.S1.C3", {
+            "stream_name": "S1", "config": {"durable_name": "C3", "ack_policy": "explicit"}})) == MAX_CONSUMERS
+        assert error(await api("$JS.API.CONSUMER.CREATE.S1", {
+            "stream_name": "S1", "config": {"ack_policy": "explicit"}})) == MAX_CONSUMERS
+        updated = await api("$JS.API.CONSUMER.CREATE.S1.C1", {
+            "stream_name": "S1", "config": {"durable_name": "C1", "ack_policy": "explicit",
+                                            "description": "updated"}})
+        assert error(updated) is None and updated["config"]["description"] == "updated", updated
+        # another stream's consumers are counted on their own (the limit is per stream)
+        assert error(await api("$JS.API.CONSUMER.CREATE.S2.C1", {
+            "stream_name": "S2", "config": {"durable_name": "C1", "ack_policy": "explicit"}})) is None
+        # a deleted consumer or stream frees its place
+        assert (await api("$JS.API.CONSUMER.DELETE.S1.C2"))["success"] is True
+        assert error(await api("$JS.API.CONSUMER.CREATE.S1.C3", {
+            "stream_name": "S1", "config": {"durable_name": "C3", "ack_policy": "explicit"}})) is None
+        assert (await api("$JS.API.STREAM.DELETE.S2"))["success"] is True
+        assert error(await create("S3", max_bytes=10)) is None
+    finally:
+        await nc.close()
+
+
+def test_account_limits_on_one_server(start_server, tmp_path):
+    server = start_server(ACCOUNTS + f'jetstream {{ store_dir: "{tmp_path / "js"}" }}\n')
+    run(lambda: scenario(server.url, 1), timeout=60)
+
+
+@pytest.fixture(scope="module", params=servers.KINDS)
+def cluster(request, tmp_path_factory):
+    """A formed three-server cluster of one kind with account A's limits."""
+    with formed(Cluster(request.param, tmp_path_factory.mktemp(f"acclimits-{request.param}"), 3,
+                        jetstream=True, extra=ACCOUNTS), request.session) as c:
+        yield c
+
+
+@pytest.mark.parametrize("replicas", [3, 1])
+def test_account_limits_in_a_cluster(cluster, replicas):
+    """The meta leader counts the account's streams, each stream's leader its consumers;
+    asked through a server that may lead neither. Each case deletes what it made."""
+    async def clean() -> None:
+        nc = await connect(cluster.servers["n1"].url, user="a", password="a")
+        try:
+            for name in ("S1", "S2", "S3"):
+                await nc.request(f"$JS.API.STREAM.DELETE.{name}", b"", timeout=10)
+        finally:
+            await nc.close()
+
+    try:
+        run(lambda: scenario(cluster.servers["n2"].url, replicas), timeout=120)
+    finally:
+        run(clean, timeout=60)

@@ -206,6 +206,43 @@ def test_account_info_without_jetstream_says_so(both, tmp_path):
         assert res.stderr == ""
 
 
+LIMITED = """
+accounts {
+  APP { jetstream { max_streams: 1, max_consumers: 1, max_bytes_required: true, disk_max_stream_bytes: 10M },
+        users [ { user: app, password: app } ] }
+}
+"""
+
+
+def test_account_limits_in_account_info_and_errors_with_what_to_do(start_server, tmp_path):
+    """An account with JetStream limits: account info shows them as the nats CLI does, and
+    each refusal is one line with the server's reason and what to do (exit status 1)."""
+    server = start_server(js_config(tmp_path / "store") + LIMITED)
+    app = ["-s", server.url, "--user", "app", "--password", "app"]
+    text = jetraft(tmp_path, *app, "account", "info").stdout
+    assert field(text, "Stream Requires Max Bytes Set") == ["true"], text
+    assert field(text, "Storage Per Stream") == ["9.5 MiB"], text
+    assert field(text, "Streams") == ["0", "0 of 1"], text
+    assert field(text, "Consumers") == ["0", "0 of 1"], text
+    refused = jetraft(tmp_path, *app, "stream", "add", "ORDERS", "--subjects", "orders.>", code=1)
+    assert_clean_error(refused.stderr, "account requires a stream config to have max bytes set (err_code 10113)",
+                       "give one with --max-bytes")
+    refused = jetraft(tmp_path, *app, "stream", "add", "ORDERS", "--subjects", "orders.>", "--max-bytes", "11M",
+                      code=1)
+    assert_clean_error(refused.stderr, "(err_code 10122)", "give a smaller --max-bytes")
+    jetraft(tmp_path, *app, "stream", "add", "ORDERS", "--subjects", "orders.>", "--max-bytes", "1M")
+    refused = jetraft(tmp_path, *app, "stream", "add", "OTHER", "--subjects", "other.>", "--max-bytes", "1M",
+                      code=1)
+    assert_clean_error(refused.stderr, "maximum number of streams reached (err_code 10027)",
+                       "remove one (jetraft stream rm)")
+    jetraft(tmp_path, *app, "consumer", "add", "ORDERS", "first", "--pull")
+    refused = jetraft(tmp_path, *app, "consumer", "add", "ORDERS", "second", "--pull", code=1)
+    assert_clean_error(refused.stderr, "maximum consumers limit reached (err_code 10026)",
+                       "remove one (jetraft consumer rm)")
+    text = jetraft(tmp_path, *app, "account", "info").stdout
+    assert field(text, "Streams") == ["1", "1 of 1"] and field(text, "Consumers") == ["1", "1 of 1"], text
+
+
 def ping_lines(text: str) -> list[tuple[str, str]]:
     """The (server name, rtt) of every answer line of ``server ping``."""
     return re.findall(r"^(\S+) +rtt=(\d[\d.]*(?:ns|µs|ms|s))$", text, re.M)

@@ -341,6 +341,11 @@ API_ADVICE = {
            "are up for a quorum): retry in a few seconds; if it lasts, check the servers "
            "(jetraft server report jetstream)",
     10014: "check the consumer's name (jetraft consumer ls STREAM)",
+    10026: "the stream or the account has as many consumers as its max_consumers allows: remove one "
+           "(jetraft consumer rm), or raise the stream's limit (jetraft stream edit) or the account's "
+           "(jetraft account info shows it)",
+    10027: "the account has as many streams as its max_streams allows: remove one (jetraft stream rm), "
+           "or raise the account's limit in the server's configuration (jetraft account info shows it)",
     10023: "the server's JetStream storage is full (its disk, or its max_file_store / max_memory_store): "
            "free space, lower the streams' limits, or raise the server's (jetraft server report jetstream)",
     10047: "the server's JetStream storage has no room for it (its disk, or its max_file_store / "
@@ -350,6 +355,9 @@ API_ADVICE = {
     10058: "a stream of that name exists with other settings: change it with jetraft stream edit, "
            "or pick another name",
     10059: "check the stream's name (jetraft stream ls)",
+    10113: "the account requires every stream to set a size limit: give one with --max-bytes",
+    10122: "the account caps a stream's size: give a smaller --max-bytes (jetraft account info shows "
+           "the limit as Storage / Memory Per Stream)",
     10075: "no other server can take this replica under the stream's placement: add a server that fits "
            "(tags, zone), or lower the stream's replicas",
 }

@@ -24,9 +24,16 @@ from js_support import wait_for
 #: The limits under test (unquoted sizes are powers of ten).
 LIMITS = ("max_streams: 2, max_consumers: 2, max_bytes_required: true, "
           "mem_max_stream_bytes: 1000, disk_max_stream_bytes: 100000")
+#: Accounts B's and C's byte limits: 10,000 bytes of memory streams, 20,000 of file streams.
+#: A cluster's servers learn an account's bytes from each other's reports, so the cases of
+#: different replicas use different accounts: a deleted stream's bytes still counted by a
+#: late report cannot touch the next case.
+BYTES = "max_mem: 10K, max_file: 20K"
 ACCOUNTS = f"""
 accounts {{
   A {{ users [ {{ user: a, password: a }} ], jetstream {{ {LIMITS} }} }}
+  B {{ users [ {{ user: b, password: b }} ], jetstream {{ {BYTES} }} }}
+  C {{ users [ {{ user: c, password: c }} ], jetstream {{ {BYTES} }} }}
   $SYS {{ users [ {{ user: sys, password: sys }} ] }}
 }}
 """
@@ -46,22 +53,31 @@ MAX_BYTES_REQUIRED = (400, 10113, "account requires a stream config to have max 
 MAX_STREAM_BYTES = (400, 10122, "stream max bytes exceeds account limit max stream bytes")
 MAX_STREAMS = (400, 10027, "maximum number of streams reached")
 MAX_CONSUMERS = (400, 10026, "maximum consumers limit reached")
+NO_MEMORY = (500, 10028, "insufficient memory resources available")
+NO_STORAGE = (500, 10047, "insufficient storage resources available")
+ACCOUNT_FULL = (400, 10002, "resource limits exceeded for account")
 
 
 def stream(name: str, **cfg) -> dict:
     return {"name": name, "subjects": [f"{name.lower()}.>"], **cfg}
 
 
+def asker(nc):
+    """``api(subject, body=None, headers=None)``: a JSON request's answer, asked again while a
+    cluster answers 10008 (no meta or stream leader yet)."""
+    async def api(subject: str, body: dict | bytes | None = None, headers: dict | None = None) -> dict:
+        raw = body if isinstance(body, bytes) else json.dumps(body).encode() if body is not None else b""
+
+        async def ask() -> dict:
+            return json.loads((await nc.request(subject, raw, timeout=5, headers=headers)).data)
+        return await wait_for(ask, lambda r: (r.get("error") or {}).get("err_code") != 10008, 30, subject)
+    return api
+
+
 async def scenario(url: str, replicas: int) -> None:
     """The account's limits from create to update, asked through ``url``."""
     nc = await connect(url, user="a", password="a")
-
-    async def api(subject: str, body: dict | None = None) -> dict:
-        async def ask() -> dict:
-            msg = await nc.request(subject, json.dumps(body).encode() if body is not None else b"", timeout=5)
-            return json.loads(msg.data)
-        # a cluster may answer 10008 (no meta or stream leader yet): asked again
-        return await wait_for(ask, lambda r: (r.get("error") or {}).get("err_code") != 10008, 30, subject)
+    api = asker(nc)
 
     def create(name: str, **cfg) -> dict:
         return api(f"$JS.API.STREAM.CREATE.{name}", stream(name, num_replicas=replicas, **cfg))
@@ -114,9 +130,64 @@ async def scenario(url: str, replicas: int) -> None:
         await nc.close()
 
 
+async def bytes_scenario(url: str, replicas: int, user: str = "b") -> None:
+    """Account B's max_mem and max_file: what its streams reserve when created or updated
+    (jetstream.go checkBytesLimits), then what its publishes store (wouldExceedLimits). A
+    stream's bytes count once per replica. In a cluster a stream's leader learns the other
+    servers' bytes from their reports: a publish is refused once they arrived, never before
+    the account's bytes reach the limit."""
+    nc = await connect(url, user=user, password=user)
+    api = asker(nc)
+
+    def create(name: str, **cfg) -> dict:
+        return api(f"$JS.API.STREAM.CREATE.{name}", stream(name, num_replicas=replicas, **cfg))
+
+    def update(name: str, **cfg) -> dict:
+        return api(f"$JS.API.STREAM.UPDATE.{name}", stream(name, num_replicas=replicas, **cfg))
+
+    def publish(n: int) -> dict:
+        return api("m.x", b"x" * 1000, headers={"Nats-Msg-Id": f"id-{n:04d}"})
+
+    try:
+        limits = (await api("$JS.API.INFO"))["limits"]
+        assert (limits["max_memory"], limits["max_storage"], limits["max_bytes_required"]) == (10000, 20000, False)
+        assert error(await create("BM", storage="memory", max_bytes=10000 // replicas + 1)) == NO_MEMORY
+        half = 20000 // replicas // 2
+        assert error(await create("F1", max_bytes=half)) is None
+        assert error(await create("F2", max_bytes=half)) is None
+        assert error(await create("F3")) == NO_STORAGE           # 1 byte per replica is over
+        assert error(await update("F1", max_bytes=half + 1)) == NO_STORAGE
+        assert error(await update("F1", max_bytes=half - 1)) is None
+        assert error(await create("F3", max_bytes=1)) is None
+        for name in ("F1", "F2", "F3"):
+            assert (await api(f"$JS.API.STREAM.DELETE.{name}"))["success"] is True
+        # publishes: a memory stream without max_bytes stores until the account is full
+        assert error(await create("M", storage="memory")) is None
+        assert error(await publish(1)) is None
+        size = (await api("$JS.API.STREAM.INFO.M"))["state"]["bytes"]      # one message, one replica
+        fits = 10000 // (size * replicas)
+        for n in range(2, fits + 1):
+            assert error(await publish(n)) is None, n
+        if replicas > 1:
+            # the last message again (nothing more is stored: a duplicate) until the stream's
+            # leader has the other servers' bytes; the limit is checked before duplicates
+            await wait_for(lambda: publish(fits), lambda r: error(r) == ACCOUNT_FULL, 20,
+                           "the account's bytes reported by every server")
+        assert error(await publish(fits + 1)) == ACCOUNT_FULL
+        state = (await api("$JS.API.STREAM.INFO.M"))["state"]
+        assert (state["messages"], state["bytes"]) == (fits, fits * size), state
+    finally:
+        await nc.close()
+
+
 def test_account_limits_on_one_server(start_server, tmp_path):
     server = start_server(ACCOUNTS + f'jetstream {{ store_dir: "{tmp_path / "js"}" }}\n')
     run(lambda: scenario(server.url, 1), timeout=60)
+
+
+def test_account_byte_limits_on_one_server(start_server, tmp_path):
+    server = start_server(ACCOUNTS + f'jetstream {{ store_dir: "{tmp_path / "js"}" }}\n')
+    run(lambda: bytes_scenario(server.url, 1), timeout=60)
 
 
 @pytest.fixture(scope="module", params=servers.KINDS)
@@ -131,15 +202,27 @@ def cluster(request, tmp_path_factory):
 def test_account_limits_in_a_cluster(cluster, replicas):
     """The meta leader counts the account's streams, each stream's leader its consumers;
     asked through a server that may lead neither. Each case deletes what it made."""
-    async def clean() -> None:
-        nc = await connect(cluster.servers["n1"].url, user="a", password="a")
-        try:
-            for name in ("S1", "S2", "S3"):
-                await nc.request(f"$JS.API.STREAM.DELETE.{name}", b"", timeout=10)
-        finally:
-            await nc.close()
-
     try:
         run(lambda: scenario(cluster.servers["n2"].url, replicas), timeout=120)
     finally:
-        run(clean, timeout=60)
+        run(lambda: clean(cluster, "a", ("S1", "S2", "S3")), timeout=60)
+
+
+@pytest.mark.parametrize("replicas", [3, 1])
+def test_account_byte_limits_in_a_cluster(cluster, replicas):
+    """max_mem / max_file over the whole cluster: an R3 stream's bytes count three times."""
+    user = "b" if replicas == 3 else "c"
+    try:
+        run(lambda: bytes_scenario(cluster.servers["n2"].url, replicas, user), timeout=120)
+    finally:
+        run(lambda: clean(cluster, user, ("F1", "F2", "F3", "M")), timeout=60)
+
+
+async def clean(c: Cluster, user: str, streams: tuple[str, ...]) -> None:
+    """Delete ``streams`` of ``user``'s account (those that are not there answer 10059)."""
+    nc = await connect(c.servers["n1"].url, user=user, password=user)
+    try:
+        for name in streams:
+            await nc.request(f"$JS.API.STREAM.DELETE.{name}", b"", timeout=10)
+    finally:
+        await nc.close()

@@ -110,10 +110,10 @@ class AccountConfig:
     users: tuple[UserConfig, ...] = ()
     jetstream: bool = False
     default_permissions: Permissions | None = None
-    #: The account's JetStream limits that differ from "no limit", as (name, value) pairs
-    #: named as nats-server's JetStreamAccountLimits JSON fields (``max_streams``,
-    #: ``max_consumers``, ``max_bytes_required``, ``memory_max_stream_bytes``,
-    #: ``storage_max_stream_bytes``), in the order written.
+    #: The account's JetStream limits as written, as (name, value) pairs named as
+    #: nats-server's JetStreamAccountLimits JSON fields (``max_memory``, ``max_storage``,
+    #: ``max_streams``, ``max_consumers``, ``max_bytes_required``,
+    #: ``memory_max_stream_bytes``, ``storage_max_stream_bytes``), in the order written.
     jetstream_limits: tuple[tuple[str, int | bool], ...] = ()
 
 
@@ -1102,10 +1102,11 @@ _ACCOUNT_JETSTREAM_LIMITS: dict[str, tuple[str, tuple[Any, ...]]] = {
     "cluster_traffic": ("string", ("system", "")),
 }
 #: The account JetStream limits jetraft enforces, by their configuration names (opts.go
-#: parseJetStreamForAccount), to their JetStreamAccountLimits JSON names. The byte totals
-#: (``max_mem``, ``max_file``) need every server's usage of the account and
-#: ``max_ack_pending`` changes consumers' stored defaults: those are refused.
+#: parseJetStreamForAccount), to their JetStreamAccountLimits JSON names.
+#: ``max_ack_pending`` would change consumers' stored defaults: it is refused.
 _ACCOUNT_JETSTREAM_ENFORCED: dict[str, str] = {
+    **dict.fromkeys("max_memory max_mem mem memory".split(), "max_memory"),
+    **dict.fromkeys("max_store max_file max_disk store disk".split(), "max_storage"),
     "max_streams": "max_streams", "streams": "max_streams",
     "max_consumers": "max_consumers", "consumers": "max_consumers",
     "max_bytes_required": "max_bytes_required", "max_stream_bytes": "max_bytes_required",

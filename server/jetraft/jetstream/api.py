@@ -32,7 +32,7 @@ from __future__ import annotations
 import secrets
 import shutil
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -255,6 +255,10 @@ class JetStreamAccount:
         if stream.config.no_ack:
             reply = None        # stream.go processJetStreamMsg: canRespond needs !NoAck
         try:
+            if not self.clustered:      # a clustered stream's leader checks before proposing
+                refusal = self.publish_limit_refusal(entry, subject, headers, data)
+                if refusal is not None:
+                    raise refusal
             ack = stream.publish(subject, headers, data, now_ns)
         except JSApiError as err:
             if not reply:
@@ -547,7 +551,7 @@ class JetStreamAccount:
         mem = file = 0
         for entry in self.streams.values():
             b = entry.stream.store.state().bytes
-            if entry.directory is None:
+            if entry.stream.config.storage == "memory":
                 mem += b
             else:
                 file += b
@@ -797,6 +801,7 @@ class JetStreamAccount:
                                            unloaded=self.unloaded)
         if not self.clustered:      # a cluster's meta leader checks these with its own count
             self.check_stream_count_limits(cfg, sum(1 for name in self.streams if name != cfg.name))
+            self.check_stream_reservation(cfg, self._stream_configs(), create=True)
             self.check_stream_bytes_limits(cfg)
         if cfg.storage == "file" and self.base is None:
             raise E.stream_create("jetstream has no store directory")
@@ -894,6 +899,46 @@ class JetStreamAccount:
         if largest > 0 and cfg.max_bytes > largest:
             raise E.api_error("JSStreamMaxStreamBytesExceeded")
 
+    def check_stream_reservation(self, cfg: StreamConfig, others: Iterable[StreamConfig], *,
+                                 create: bool) -> None:
+        """The account's ``max_mem`` / ``max_file`` (bytes) against what its streams
+        reserve: each other stream of ``cfg``'s storage with a ``max_bytes`` reserves it times
+        its replicas (nats-server jetstream_api.go tieredReservation, un-tiered), and ``cfg``
+        adds its own ``max_bytes`` times its replicas, 1 byte without one on a create
+        (jetstream.go checkBytesLimits; on update stream.go configUpdateCheck counts the new
+        ``max_bytes``). ``others``: the account's streams but ``cfg``'s. Raises JSApiError
+        10028 (memory) or 10047 (file)."""
+        memory = cfg.storage == "memory"
+        cap = self.limits.max_memory if memory else self.limits.max_storage
+        if cap < 0:
+            return
+        reserved = sum(o.max_bytes * max(1, o.num_replicas) for o in others
+                       if o.name != cfg.name and o.storage == cfg.storage and o.max_bytes > 0)
+        own = cfg.max_bytes if cfg.max_bytes > 0 else (1 if create else 0)
+        if reserved > cap or own * max(1, cfg.num_replicas) > cap - reserved:
+            raise E.memory_resources_exceeded() if memory else E.storage_resources_exceeded()
+
+    def byte_limited(self) -> bool:
+        """Whether the account has a ``max_mem`` or ``max_file``."""
+        return self.limits.max_memory >= 0 or self.limits.max_storage >= 0
+
+    def publish_limit_refusal(self, entry: StreamEntry, subject: str, headers: bytes | None,
+                              data: bytes, others: tuple[int, int] = (0, 0)) -> JSApiError | None:
+        """10002 when storing the message (its stored size times the stream's replicas)
+        would take the account's bytes of that storage past its ``max_mem`` / ``max_file``
+        (nats-server stream.go processJetStreamMsg and jetstream_cluster.go
+        processClusteredInboundMsg, jsAccount.wouldExceedLimits); None otherwise.
+        ``others``: (memory, file) bytes the cluster's other servers hold for the account."""
+        cfg = entry.stream.config
+        memory = cfg.storage == "memory"
+        cap = self.limits.max_memory if memory else self.limits.max_storage
+        if cap < 0:
+            return None
+        mem, file = self.usage()
+        used = (mem + others[0]) if memory else (file + others[1])
+        size = entry.stream.store.msg_size(subject, headers, data) * max(1, cfg.num_replicas)
+        return E.account_resources_exceeded() if used + size > cap else None
+
     def check_consumer_count_limit(self, entry: StreamEntry, name: str) -> None:
         """The account's ``max_consumers`` on creating consumer ``name`` ("" for an
         ephemeral not yet named) on ``entry``'s stream: an existing consumer is an update
@@ -922,6 +967,7 @@ class JetStreamAccount:
                                           clustered=self.clustered, unloaded=self.unloaded)
         if not self.clustered:      # a cluster's meta leader checks these before proposing
             self.check_stream_count_limits(cfg, sum(1 for name in self.streams if name != cfg.name))
+            self.check_stream_reservation(cfg, self._stream_configs(), create=True)
             self.check_stream_bytes_limits(cfg)
         if exists:
             return {**self.stream_info(self.streams[cfg.name], now_ns), "did_create": True}
@@ -934,6 +980,9 @@ class JetStreamAccount:
                          subjects=list(cfg.subjects), storage=cfg.storage, retention=cfg.retention)
         return ({**self.stream_info(entry, now_ns), "did_create": True},
                 self.advise(adv.stream_action, cfg.name, "create", now_ns))
+
+    def _stream_configs(self) -> list[StreamConfig]:
+        return [entry.stream.config for entry in self.streams.values()]
 
     def _config_json(self, name: str) -> dict[str, Any] | None:
         entry = self.streams.get(name)
@@ -964,6 +1013,7 @@ class JetStreamAccount:
             if not self.clustered:      # a cluster's meta leader checks these before proposing
                 self.check_stream_bytes_limits(cfg)
                 self.check_stream_consumers_limit(cfg)
+                self.check_stream_reservation(cfg, self._stream_configs(), create=False)
         except Exception:
             if entry is not None:
                 self._add_capture(entry)

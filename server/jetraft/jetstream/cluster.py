@@ -104,6 +104,7 @@ from jetraft.jetstream.requests import (
     request_info,
     str_field,
 )
+from jetraft.jetstream.usage import AccountUsage, decode_usage, encode_usage
 from jetraft.jetstream.validate import check_stream_create, check_stream_update
 from jetraft.jetstream.replicated import (
     ACK,
@@ -258,8 +259,11 @@ class ClusterController:
         self.restores: set[Key] = set()
         #: on the meta leader: restores proposed and not applied yet -> when (ns)
         self._restore_proposed: dict[Key, int] = {}
-        #: streams this meta leader proposed to create, not applied yet (proposal time, ns)
-        self._create_proposed: dict[Key, int] = {}
+        #: streams this meta leader proposed to create, not applied yet: (proposal time in
+        #: ns, the checked config)
+        self._create_proposed: dict[Key, tuple[int, StreamConfig]] = {}
+        #: the other servers' reports of what each account stores (max_mem / max_file)
+        self.usage = AccountUsage()
         #: the meta group is replaying its snapshot and log at start-up: replicas are opened
         #: once, after it (:meth:`ensure_assigned`), from the state the replay ends in, so a
         #: stream the snapshot holds but the log deletes never gets its group opened again
@@ -1077,6 +1081,14 @@ class ClusterController:
                 self._respond(account, reply, {"error": _restore_in_progress().to_json(),
                                                "stream": entry.name, "seq": 0})
             return True, self._take()
+        if acc.byte_limited():
+            refusal = acc.publish_limit_refusal(
+                entry, subject, headers, payload,
+                self.usage.others(account, (p for p in self._meta_peers() if p != self.me)))
+            if refusal is not None:
+                if reply:
+                    self._respond(account, reply, {"error": refusal.to_json(), "stream": entry.name, "seq": 0})
+                return True, self._take()
         data = encode_entry(PUBLISH, replica.next_ts(now_ns), self._push_interest(acc, entry.name),
                             subject, reply, headers, payload)
         refused = (Refusal(account, reply, None, entry.name),) if reply else ()
@@ -1097,6 +1109,29 @@ class ClusterController:
             data = encode_entry(FLOW_CONTROL, replica.next_ts(now), interest, subject)
         self._out.append(Propose(group.name, data))
         return True
+
+    # ------------------------------------------------------------------ account usage
+
+    def _meta_peers(self) -> tuple[str, ...]:
+        group = self.view.meta_group_view()
+        return tuple(group.peers) if group is not None else ()
+
+    def usage_report(self, mono_ns: int) -> bytes | None:
+        """This server's ``"jsusage"`` frame when one is due (:mod:`jetraft.jetstream.usage`,
+        AccountUsage.due): the stored bytes of each account with a ``max_mem`` or
+        ``max_file``; None when none has one or no report is due."""
+        usage = {name: acc.usage() for name, acc in self.accounts.items() if acc.byte_limited()}
+        if not usage or not self.usage.due(mono_ns, usage):
+            return None
+        return encode_usage(usage)
+
+    def usage_received(self, src: str, body: bytes) -> list[Any]:
+        """Server ``src``'s ``"jsusage"`` frame. A malformed one is reported and dropped."""
+        try:
+            self.usage.received(src, decode_usage(body, self.accounts))
+        except ValueError as exc:
+            return [Emit("config_warning", {"message": f"malformed jsusage frame from {src}: {exc}"})]
+        return []
 
     def forwarded(self, src: str, body: bytes, now_ns: int) -> tuple[bool, list[Any]]:
         """A ``"jsapi"`` frame from server ``src``: the request it carries, handled here. A
@@ -1269,6 +1304,7 @@ class ClusterController:
                                       clustered=True, meta_leader=True)
             acc.check_stream_bytes_limits(cfg)
             acc.check_stream_consumers_limit(cfg)
+            acc.check_stream_reservation(cfg, self._stream_configs(acc.name, self._now), create=False)
             self._check_placement_update(self.meta.streams[(acc.name, stream)], cfg)
         except E.JSApiError as err:
             return err
@@ -1451,6 +1487,7 @@ class ClusterController:
         # checkStreamCfg, then jsClusteredStreamLimitsCheck
         acc.check_stream_bytes_limits(cfg)
         acc.check_stream_count_limits(cfg, self._other_streams(acc.name, cfg.name, now))
+        acc.check_stream_reservation(cfg, self._stream_configs(acc.name, now), create=True)
         if exists:
             existing = self.meta.streams[key]
             group = self.view.group(key)
@@ -1477,7 +1514,7 @@ class ClusterController:
                               created_ns=now, reply=reply, client=request_info(headers))
         if len(self._create_proposed) > 1024:
             self._create_proposed.clear()
-        self._create_proposed[key] = now
+        self._create_proposed[key] = (now, cfg)
         self._propose_meta(encode_assign_stream(sa), acc.name, reply, E.STREAM_CREATE_RESPONSE)
         self._emit("jetstream_stream_assigned", account=acc.name, stream=cfg.name,
                    group=sa.group, peers=list(sa.peers), replicas=cfg.num_replicas)
@@ -1488,11 +1525,23 @@ class ClusterController:
         and restores this meta leader proposed in the last RESTORE_PROPOSED_NS, not applied
         yet (nats-server counts its in-flight proposals too: streamAssignmentsOrInflightSeq)."""
         names = {n for (a, n) in self.meta.streams if a == account}
-        for proposed in (self._create_proposed, self._restore_proposed):
-            names.update(n for (a, n), at in proposed.items()
-                         if a == account and now - at < RESTORE_PROPOSED_NS)
+        names.update(n for (a, n), (at, _cfg) in self._create_proposed.items()
+                     if a == account and now - at < RESTORE_PROPOSED_NS)
+        names.update(n for (a, n), at in self._restore_proposed.items()
+                     if a == account and now - at < RESTORE_PROPOSED_NS)
         names.discard(name)
         return len(names)
+
+    def _stream_configs(self, account: str, now: int) -> list[StreamConfig]:
+        """The configs of ``account``'s stream assignments and of the creates this meta
+        leader proposed in the last RESTORE_PROPOSED_NS, not applied yet (for the bytes
+        the account's streams reserve)."""
+        out = {n: StreamConfig.from_json(sa.config) for (a, n), sa in self.meta.streams.items()
+               if a == account}
+        for (a, n), (at, cfg) in self._create_proposed.items():
+            if a == account and n not in out and now - at < RESTORE_PROPOSED_NS:
+                out[n] = cfg
+        return list(out.values())
 
     def _restore_stream(self, acc: JetStreamAccount, stream: str, reply: str, payload: bytes,
                         now: int) -> bool:
@@ -1514,6 +1563,7 @@ class ClusterController:
                                   "in clustered mode: restore it with file storage")
             acc.check_stream_bytes_limits(cfg)
             acc.check_stream_count_limits(cfg, self._other_streams(acc.name, cfg.name, now))
+            acc.check_stream_reservation(cfg, self._stream_configs(acc.name, now), create=True)
             placement = cfg.placement
             try:
                 peers = select_peers(

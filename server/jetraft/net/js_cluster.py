@@ -190,6 +190,7 @@ class ClusterJetStream:
         self.routes.on_app("jsreply", self._on_reply)
         self.routes.on_app("jsmeta", self._on_meta_hello)
         self.routes.on_app("jsmetaop", self._on_meta_op)
+        self.routes.on_app("jsusage", self._on_usage)
         self._hello_sent: dict[str, float] = {}    # peer -> trio time the leader last told it
         self._tick_failures = 0
         #: the meta commit index when the meta group was opened (see _open_meta)
@@ -364,6 +365,21 @@ class ClusterJetStream:
             self.events.emit("jetstream_storage_failed", group=META_GROUP, op="marker",
                              error=str(exc), path=self._joining_marker)
 
+    def _report_usage(self) -> None:
+        """When an account has a ``max_mem`` or ``max_file``: tell each JetStream server
+        what this one stores of it, on a change (at most every 250 ms) and every second
+        (route APP frame ``"jsusage"``, :mod:`jetraft.jetstream.usage`). One small frame per
+        peer per report."""
+        frame = self.controller.usage_report(time.monotonic_ns())
+        if frame is None:
+            return
+        for name, peer in list(self.routes.peers.items()):
+            if peer.jetstream:
+                self.routes.send_app(name, "jsusage", frame)
+
+    def _on_usage(self, src: str, body: bytes) -> None:
+        self.execute(self.controller.usage_received(src, body))
+
     def _on_forwarded_api(self, src: str, body: bytes) -> None:
         _taken, actions = self.controller.forwarded(src, body, time.time_ns())
         self.execute(actions)
@@ -395,6 +411,7 @@ class ClusterJetStream:
             try:
                 self.execute(self.controller.tick(time.time_ns(), time.monotonic_ns()))
                 self._repeat_hellos()
+                self._report_usage()
             except Exception as exc:  # noqa: BLE001 - one pass fails, the next one runs
                 if self._tick_failures < TICK_FAILURES_REPORTED:
                     self._tick_failures += 1

@@ -550,7 +550,7 @@ class JetStreamAccount:
         """Bytes stored in (memory, file) streams."""
         mem = file = 0
         for entry in self.streams.values():
-            b = entry.stream.store.state().bytes
+            b = entry.stream.store.stored_bytes
             if entry.stream.config.storage == "memory":
                 mem += b
             else:

@@ -262,6 +262,8 @@ class ClusterController:
         #: streams this meta leader proposed to create, not applied yet: (proposal time in
         #: ns, the checked config)
         self._create_proposed: dict[Key, tuple[int, StreamConfig]] = {}
+        #: stream updates this meta leader proposed, not applied yet: (time in ns, new config)
+        self._update_proposed: dict[Key, tuple[int, StreamConfig]] = {}
         #: the other servers' reports of what each account stores (max_mem / max_file)
         self.usage = AccountUsage()
         #: the meta group is replaying its snapshot and log at start-up: replicas are opened
@@ -645,6 +647,7 @@ class ClusterController:
         if kind in ("stream_added", "stream_updated", "stream_peers_changed"):
             self._restore_proposed.pop((sa.account, sa.name), None)
             self._create_proposed.pop((sa.account, sa.name), None)
+            self._update_proposed.pop((sa.account, sa.name), None)
             now = self.meta.streams.get((sa.account, sa.name))
             if now is not None and now.group == sa.group and not self.replaying:
                 self._ensure_replica(sa, kind, change.old_peers)
@@ -1414,6 +1417,9 @@ class ClusterController:
                 if err is not None:
                     raise err
                 new = StreamConfig.decode(decode_request(payload, "StreamConfigRequest") or {}).checked()
+                if len(self._update_proposed) > 1024:
+                    self._update_proposed.clear()
+                self._update_proposed[(acc.name, tokens[4])] = (now, new)
                 self._propose_meta(encode_update_stream(acc.name, tokens[4], new.to_json()),
                                    acc.name, reply, rtype)
                 return self._stream_api(acc, tokens[4], tokens, kind, subject, reply, headers,
@@ -1533,13 +1539,18 @@ class ClusterController:
         return len(names)
 
     def _stream_configs(self, account: str, now: int) -> list[StreamConfig]:
-        """The configs of ``account``'s stream assignments and of the creates this meta
-        leader proposed in the last RESTORE_PROPOSED_NS, not applied yet (for the bytes
-        the account's streams reserve)."""
+        """The configs of ``account``'s stream assignments, with the creates and updates
+        this meta leader proposed in the last RESTORE_PROPOSED_NS and not applied yet (for
+        the bytes the account's streams reserve; nats-server counts its in-flight proposals
+        too). An update is answered by the stream's leader, which may be before the meta
+        group applied it here."""
         out = {n: StreamConfig.from_json(sa.config) for (a, n), sa in self.meta.streams.items()
                if a == account}
         for (a, n), (at, cfg) in self._create_proposed.items():
             if a == account and n not in out and now - at < RESTORE_PROPOSED_NS:
+                out[n] = cfg
+        for (a, n), (at, cfg) in self._update_proposed.items():
+            if a == account and n in out and now - at < RESTORE_PROPOSED_NS:
                 out[n] = cfg
         return list(out.values())
 

@@ -426,6 +426,12 @@ class _IndexedStore:
         self._fix_first()
         return n
 
+    @property
+    def stored_bytes(self) -> int:
+        """The bytes the stored messages count (``state().bytes``, without building the
+        state)."""
+        return self._bytes
+
     def state(self, *, with_deleted: bool = False,
               subjects_filter: str | None = None) -> StreamState:
         """The stream's state; ``deleted`` filled when ``with_deleted``, ``subjects`` when

@@ -874,3 +874,19 @@ def test_the_stream_leader_refuses_a_consumer_beyond_the_accounts_max_consumers_
     w.request("$JS.API.CONSUMER.DURABLE.CREATE.S.c", {**DURABLE, "config": {**DURABLE["config"],
                                                                              "description": "x"}})
     assert len(w.groups[KEY].proposals) == 1
+
+
+def test_an_update_proposed_and_not_yet_applied_counts_in_the_accounts_reservation():
+    """The stream's leader answers an update, possibly before the meta group applied it on
+    the meta leader: what the stream reserves from then on is the new max_bytes."""
+    w = cluster()
+    w.accounts["$G"].limits = AccountLimits(max_memory=1000)
+    w.assign("S", leader="n1", max_bytes=300)                         # 900 of 1000
+    w.request("$JS.API.STREAM.UPDATE.S", {**STREAM, "max_bytes": 100})
+    w.take_replies()
+    assert len(w.meta.proposals) == 1                                  # not applied
+    w.request("$JS.API.STREAM.CREATE.T", {**STREAM, "name": "T", "subjects": ["t.>"], "max_bytes": 200})
+    assert w.replies == [] and len(w.meta.proposals) == 2              # 300 + 600: proposed
+    w.request("$JS.API.STREAM.CREATE.U", {**STREAM, "name": "U", "subjects": ["u.>"], "max_bytes": 100})
+    assert answer(w) == {"type": E.STREAM_CREATE_RESPONSE, "error": {
+        "code": 500, "err_code": 10028, "description": "insufficient memory resources available"}}

@@ -190,7 +190,8 @@ class Cluster:
         """Start the servers (all by default) together, then wait until each is ready
         (TCP and /healthz). Some of them only (a restart): ready once listening
         (``/healthz?js-server-only=true``), as a restarted replica may take a while to be
-        current. Raises ServerStartError with the outputs when one is not."""
+        current. Raises ServerStartError with the outputs when one is not, after stopping
+        the servers this call started."""
         __tracebackhide__ = True
         started = [self._launch(n) for n in (names or list(self.members))]
         deadline = time.monotonic() + self.ready_timeout
@@ -198,6 +199,12 @@ class Cluster:
         for server in started:
             reason = servers._wait_ready(server, deadline, path)
             if reason is not None:
+                # the servers just started are stopped: a caller whose start failed has no
+                # cluster to stop, and they would run on beside the rest of the suite
+                for s in started:
+                    if s.alive():
+                        s.proc.kill()
+                        s.proc.wait(timeout=10)
                 raise ServerStartError(f"{self.kind} {server.config_path.stem} failed to start "
                                        f"({reason})\n{server.output()}")
         return self

@@ -1307,7 +1307,8 @@ class ClusterController:
                                       clustered=True, meta_leader=True)
             acc.check_stream_bytes_limits(cfg)
             acc.check_stream_consumers_limit(cfg)
-            acc.check_stream_reservation(cfg, self._stream_configs(acc.name, self._now), create=False)
+            if acc.byte_limited():
+                acc.check_stream_reservation(cfg, self._stream_configs(acc.name, self._now), create=False)
             self._check_placement_update(self.meta.streams[(acc.name, stream)], cfg)
         except E.JSApiError as err:
             return err
@@ -1493,7 +1494,8 @@ class ClusterController:
         # checkStreamCfg, then jsClusteredStreamLimitsCheck
         acc.check_stream_bytes_limits(cfg)
         acc.check_stream_count_limits(cfg, self._other_streams(acc.name, cfg.name, now))
-        acc.check_stream_reservation(cfg, self._stream_configs(acc.name, now), create=True)
+        if acc.byte_limited():
+            acc.check_stream_reservation(cfg, self._stream_configs(acc.name, now), create=True)
         if exists:
             existing = self.meta.streams[key]
             group = self.view.group(key)
@@ -1574,7 +1576,8 @@ class ClusterController:
                                   "in clustered mode: restore it with file storage")
             acc.check_stream_bytes_limits(cfg)
             acc.check_stream_count_limits(cfg, self._other_streams(acc.name, cfg.name, now))
-            acc.check_stream_reservation(cfg, self._stream_configs(acc.name, now), create=True)
+            if acc.byte_limited():
+                acc.check_stream_reservation(cfg, self._stream_configs(acc.name, now), create=True)
             placement = cfg.placement
             try:
                 peers = select_peers(

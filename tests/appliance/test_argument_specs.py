@@ -56,6 +56,7 @@ SECRET_MARKS = ("_password", "jetraft_server_accounts", "key_src", "tls_key_file
 #: Tasks that touch a secret without no_log, and why their output holds none.
 SHOWN_ON_PURPOSE = {
     "The secrets are set": "an assert whose message lists account/user names only",
+    "Account JetStream limits are numbers, sizes or booleans": "an assert whose message lists account.limit names only",
     "The configuration was refused (secrets masked)": "shows the server's words with every secret replaced",
     "TLS files newer than the running server's last start or reload": "prints file names (stat times)",
     "After the reload, the server is healthy and knows the meta leader: {{ __jetraft_server_reload_host }}": "a client key path",

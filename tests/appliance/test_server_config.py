@@ -257,3 +257,45 @@ def test_tls_off_or_client_certificates_required_are_accepted_by_both_servers(tm
         checked = subprocess.run([str(exe), "-t", "-c", str(tmp_path / "n1" / "jetraft.conf")],
                                  capture_output=True, text=True, timeout=60)
         assert checked.returncode == 0, f"{exe}: {checked.stdout}{checked.stderr}"
+
+
+def test_an_accounts_jetstream_limits_are_written_and_checked_by_the_server(tmp_path):
+    """jetstream as a map: each limit in the account's jetstream block, unquoted, and the
+    server's own check of the file accepts it."""
+    inv = write_inventory(tmp_path, jetraft_server_accounts={
+        "APP": {"jetstream": {"max_file": "100G", "max_mem": "1G", "max_streams": 20,
+                              "max_bytes_required": True},
+                "users": [{"user": "app", "password": APP_PASSWORD}]}})
+    result = deploy(inv)
+    assert result.returncode == 0, flat(result)[-3000:]
+    block = _block(_block(conf(tmp_path, "n1"), "APP"), "jetstream")
+    assert block.split("\n")[1:-1] == ["      max_bytes_required: true", "      max_file: 100G",
+                                       "      max_mem: 1G", "      max_streams: 20"], block
+
+
+@pytest.mark.parametrize(("limits", "named"), [
+    ({"max_file": '1G }\n  EVIL { jetstream: enabled'}, "APP.max_file"),
+    ({"max_file": "lots"}, "APP.max_file"),
+    ({"max_file": 1.5}, "APP.max_file"),
+    ({"max file": 1}, "APP.max file"),
+])
+def test_an_account_limit_that_is_not_a_number_size_or_boolean_is_refused_before_writing(tmp_path, limits, named):
+    inv = write_inventory(tmp_path, jetraft_server_accounts={
+        "APP": {"jetstream": limits, "users": [{"user": "app", "password": APP_PASSWORD}]}})
+    result = deploy(inv)
+    out = flat(result)
+    assert result.returncode != 0
+    assert "a JetStream limit must be a number, a size such as 100G or a boolean" in out, out[-2000:]
+    assert f"not so: {named}" in out, out[-2000:]
+    assert not (tmp_path / "n1" / "jetraft.conf").exists()
+    assert APP_PASSWORD not in out and SYS_PASSWORD not in out
+
+
+def test_an_account_limit_jetraft_does_not_enforce_is_refused_by_the_servers_check(tmp_path):
+    inv = write_inventory(tmp_path, jetraft_server_accounts={
+        "APP": {"jetstream": {"max_ack_pending": 10}, "users": [{"user": "app", "password": APP_PASSWORD}]}})
+    result = deploy(inv)
+    out = flat(result)
+    assert result.returncode != 0
+    assert "failed to validate" in out and "accounts.APP.jetstream.max_ack_pending" in out, out[-3000:]
+    assert APP_PASSWORD not in out and SYS_PASSWORD not in out

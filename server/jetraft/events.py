@@ -278,7 +278,8 @@ EVENTS: dict[str, EventSpec] = {
         "served, and the replica does not campaign until then.",
         {"group": "str", "account": "str", "stream": "str", "file": "block file name",
          "offset": "byte offset of the first bad byte (int)", "kind": "checksum_mismatch | torn_tail | "
-         "missing_block | short_block", "detail": "str"},
+         "missing_block | short_block | invalid_message (a record no publish could have stored: "
+         "jetstream/admission.py)", "detail": "str"},
     ),
     "raft_snapshot_installed": EventSpec(
         "info", "This server installed a snapshot sent by the leader (InstallSnapshot, Raft §7).",

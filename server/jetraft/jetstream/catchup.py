@@ -28,6 +28,7 @@ from typing import Any
 
 import msgpack
 
+from jetraft.protocol import bounded_msgpack
 from jetraft.raft.storage import fileio
 
 from . import store_format as fmt
@@ -36,6 +37,10 @@ __all__ = ["SNAPSHOT_VERSION", "Alignment", "BlockWriter", "Missing", "StreamSna
            "StreamSnapshotError", "align_store"]
 
 SNAPSHOT_VERSION = 1
+#: What a stream snapshot from a peer may hold: as a restore's header (the same replica
+#: state, jetstream/snapshot.py), and its block manifest.
+SNAPSHOT_LIMITS = bounded_msgpack.Limits(max_units=2_000_000, max_container=2_000_000,
+                                         max_str=1 << 20, max_bin=1 << 20, max_buffer=256 << 20)
 
 
 class StreamSnapshotError(ValueError):
@@ -69,10 +74,12 @@ class StreamSnapshot:
 
     @classmethod
     def decode(cls, data: bytes) -> StreamSnapshot:
-        """Raises :class:`StreamSnapshotError` naming what is wrong."""
+        """Decode ``data`` within :data:`SNAPSHOT_LIMITS` (a peer's bytes: see
+        :mod:`jetraft.protocol.bounded_msgpack`). Raises :class:`StreamSnapshotError` naming
+        what is wrong."""
         try:
-            m = msgpack.unpackb(data, raw=False, strict_map_key=True)
-        except Exception as exc:  # noqa: BLE001 - msgpack raises several types
+            m = bounded_msgpack.unpackb(data, SNAPSHOT_LIMITS, "stream snapshot")
+        except ValueError as exc:
             raise StreamSnapshotError(f"stream snapshot undecodable: {exc}") from None
         if not isinstance(m, dict):
             raise StreamSnapshotError("stream snapshot is not a map")

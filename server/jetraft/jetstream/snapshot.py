@@ -53,9 +53,12 @@ from typing import Any, BinaryIO
 
 import msgpack
 
+from jetraft.protocol.bounded_msgpack import DecodeBudgetExceeded, Limits
+from jetraft.protocol.bounded_msgpack import unpacker as bounded_unpacker
 from jetraft.protocol.subjects import is_valid_literal_subject
 
 from . import errors as E
+from .admission import MAX_SEQ, Admission, InadmissibleMessage, check_message
 from .replica_state import build_replica_state
 from .requests import bool_field, decode_request, int_field, str_field
 from .store import CorruptMessage, FileStore, MemoryStore
@@ -79,6 +82,14 @@ ACK_PREFIX = "$JS.SNAPSHOT.ACK."
 RESTORE_PREFIX = "$JS.SNAPSHOT.RESTORE."
 #: Largest msgpack object a restore decodes (a message is at most max_payload, 64 MiB max).
 _MAX_OBJECT = 80 * 1024 * 1024
+#: Values the header (stream and consumer state) may hold, as counted by
+#: :mod:`jetraft.protocol.bounded_msgpack` (a message record costs 13).
+HEADER_MAX_VALUES = 2_000_000
+#: What a restore decodes at most: one header or record (see HEADER_MAX_VALUES).
+RESTORE_LIMITS = Limits(max_units=HEADER_MAX_VALUES, max_container=HEADER_MAX_VALUES,
+                        max_str=1 << 20, max_bin=_MAX_OBJECT, max_buffer=_MAX_OBJECT)
+_HEADER_KEYS = frozenset({"format", "version", "store", "replica"})
+_END_KEYS = frozenset({"end", "messages", "last_seq"})
 
 
 class SnapshotDataError(ValueError):
@@ -237,23 +248,31 @@ def _uint(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
 
-def build_restored_store(path: str, msgs_dir: str | None, *, max_bytes: int = 0) -> RestoreResult:
+def build_restored_store(path: str, msgs_dir: str | None, *, max_bytes: int = 0,
+                         admission: Admission = Admission()) -> RestoreResult:
     """Check the snapshot data in file ``path`` and write its messages into a new store:
     a FileStore in ``msgs_dir`` (made durable and closed), or a MemoryStore when
     ``msgs_dir`` is None (returned in the result). Blocking: run it in a worker thread.
 
+    The data is decoded one value at a time within :data:`RESTORE_LIMITS` (the header at
+    most :data:`HEADER_MAX_VALUES` values, see :mod:`jetraft.protocol.bounded_msgpack`),
+    so memory stays bounded whatever the data holds. Every message passes
+    :func:`jetraft.jetstream.admission.check_message` with ``admission`` (the subject and
+    size limits of the restoring server and stream) before it is stored. Header and end
+    record must have exactly their keys (fail closed).
+
     ``max_bytes`` (> 0): refuse data whose messages take more (the stream's or the account's
     storage limit). Raises :class:`SnapshotDataError` for data that is truncated, corrupt,
-    not jetraft's, or out of order (``msgs_dir`` is then removed), OSError on a write
-    failure (likewise)."""
+    not jetraft's, out of order, over a limit, or holding a message that no publish could
+    have stored (``msgs_dir`` is then removed), OSError on a write failure (likewise)."""
     size = os.path.getsize(path)
     _verify_digest(path, size)
     store: Any = None
     try:
         with open(path, "rb") as f:
             f.seek(len(MAGIC))
-            unpacker = msgpack.Unpacker(_Bounded(f, size - DIGEST_BYTES - len(MAGIC)), raw=False,
-                                        max_buffer_size=_MAX_OBJECT, strict_map_key=True)
+            unpacker, budget = bounded_unpacker(_Bounded(f, size - DIGEST_BYTES - len(MAGIC)),
+                                                RESTORE_LIMITS, "snapshot header")
             try:
                 header = next(unpacker)
             except StopIteration:
@@ -263,11 +282,18 @@ def build_restored_store(path: str, msgs_dir: str | None, *, max_bytes: int = 0)
             if header.get("version") != VERSION:
                 raise SnapshotDataError(f"snapshot format version {header.get('version')!r} "
                                         f"is not supported (expected {VERSION})")
+            unknown = sorted(set(header) - _HEADER_KEYS)
+            if unknown:
+                raise SnapshotDataError(f"snapshot header has an unknown key {unknown[0][:40]!r}")
             st, replica = header.get("store"), header.get("replica")
             if not (isinstance(st, list) and len(st) == 4 and all(_uint(x) for x in st)
                     and isinstance(replica, dict)):
                 raise SnapshotDataError("snapshot header is malformed")
             first_seq, last_seq = st[0], st[1]
+            if last_seq > MAX_SEQ or first_seq > last_seq + 1:
+                raise SnapshotDataError(f"snapshot header's sequences {first_seq}..{last_seq} "
+                                        "are out of range")
+            del header
             if msgs_dir is None:
                 store = MemoryStore()
             else:
@@ -275,7 +301,13 @@ def build_restored_store(path: str, msgs_dir: str | None, *, max_bytes: int = 0)
                 store = FileStore(msgs_dir, sync=GroupCommit())
             count = 0
             end = None
-            for obj in unpacker:
+            budget.what = "snapshot message record"
+            while True:
+                budget.reset()
+                try:
+                    obj = next(unpacker)
+                except StopIteration:
+                    break
                 if isinstance(obj, dict):
                     end = obj
                     break
@@ -286,14 +318,21 @@ def build_restored_store(path: str, msgs_dir: str | None, *, max_bytes: int = 0)
                 seq = obj[0]
                 if seq <= store.state().last_seq or seq > last_seq or seq < first_seq:
                     raise SnapshotDataError(f"snapshot message sequence {seq} is out of order")
-                store.store_at(seq, obj[1], obj[2], obj[3], obj[4])
+                try:
+                    check_message(seq, obj[1], obj[2] or None, obj[3], obj[4], admission)
+                except InadmissibleMessage as exc:
+                    raise SnapshotDataError(f"snapshot {exc}") from None
+                store.store_at(seq, obj[1], obj[2] or None, obj[3], obj[4])
                 count += 1
-                if max_bytes > 0 and store.state().bytes > max_bytes:
+                if max_bytes > 0 and store.stored_bytes > max_bytes:
                     raise SnapshotDataError(f"restored messages exceed the limit of {max_bytes} bytes")
             if end is None or end.get("end") is not True:
                 raise SnapshotDataError("snapshot data is truncated (no end record)")
+            if set(end) != _END_KEYS:
+                raise SnapshotDataError("snapshot end record is malformed")
             if end.get("messages") != count or end.get("last_seq") != last_seq:
                 raise SnapshotDataError("snapshot end record does not match its messages")
+            budget.reset()
             if any(True for _ in unpacker):
                 raise SnapshotDataError("snapshot data has bytes after its end record")
             store.finish_restore(first_seq, last_seq)
@@ -305,8 +344,8 @@ def build_restored_store(path: str, msgs_dir: str | None, *, max_bytes: int = 0)
                                  state.bytes, store if msgs_dir is None else None)
     except (msgpack.UnpackException, ValueError, TypeError) as exc:
         _discard(store, msgs_dir)
-        if isinstance(exc, SnapshotDataError):
-            raise
+        if isinstance(exc, (SnapshotDataError, DecodeBudgetExceeded)):
+            raise SnapshotDataError(str(exc)) from None
         raise SnapshotDataError(f"snapshot data is malformed: {exc}") from None
     except BaseException:
         _discard(store, msgs_dir)

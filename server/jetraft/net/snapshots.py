@@ -57,6 +57,7 @@ import trio
 
 from jetraft.jetstream import errors as E
 from jetraft.jetstream import layout
+from jetraft.jetstream.admission import Admission
 from jetraft.jetstream.outbound import Outbound
 from jetraft.jetstream.requests import ERROR_EXTRAS, json_bytes
 from jetraft.jetstream.snapshot import (
@@ -75,7 +76,8 @@ from jetraft.jetstream.store import FileStore
 if TYPE_CHECKING:
     from jetraft.jetstream.api import JetStreamAccount
 
-__all__ = ["ACK_TIMEOUT_S", "IDLE_TIMEOUT_S", "SPOOL_SLACK", "StreamTransfers"]
+__all__ = ["ACK_TIMEOUT_S", "IDLE_TIMEOUT_S", "MAX_RESTORES", "MAX_RESTORES_PER_ACCOUNT",
+           "SPOOL_SLACK", "StreamTransfers"]
 
 #: Seconds without a chunk ack before a snapshot ends (nats-server snapshotAckTimeout).
 ACK_TIMEOUT_S = 5.0
@@ -85,6 +87,10 @@ INTEREST_WAIT_S = 2.0
 IDLE_TIMEOUT_S = 5.0
 #: Bytes a restore's spool may hold beyond its storage limit (the snapshot's own records).
 SPOOL_SLACK = 1 << 20
+#: Restores receiving data at once, per account and per server (each holds a spool file);
+#: one more is refused with 10062 naming the limit.
+MAX_RESTORES_PER_ACCOUNT = 8
+MAX_RESTORES = 32
 #: Messages checked per step of a ``jsck`` check (between them the loop runs).
 _CHECK_BATCH = 2000
 SPOOL_DIR = "restore-tmp"
@@ -104,9 +110,12 @@ class _Restore:
     stream: str
     cfg: Any
     path: str
-    fd: int
     limit: int
     spool_limit: int
+    #: what each restored message must pass (jetstream/admission.py)
+    admission: Admission = field(default_factory=Admission)
+    #: the spool file, open from the first chunk on (-1 before and after)
+    fd: int = -1
     size: int = 0
     #: clustered: the stream's key (account, name), its restorer being this server
     key: tuple[str, str] | None = None
@@ -130,6 +139,10 @@ class StreamTransfers:
         self._nursery: trio.Nursery | None = None
         self._snapshots: dict[str, _Snapshot] = {}
         self._restores: dict[str, _Restore] = {}
+        #: bytes in the spool files of every restore receiving data, and their bound (set
+        #: when the first of them starts: see _open_restore)
+        self._spooled = 0
+        self._spool_cap = 0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Remove what restores cut short by a stop or a crash left in the spool directory,
@@ -354,6 +367,19 @@ class StreamTransfers:
 
     def _open_restore(self, acc: JetStreamAccount, stream: str, cfg: Any, reply: str, *,
                       key: tuple[str, str] | None = None) -> None:
+        """Start receiving a restore's data. Bounded per account and per server
+        (:data:`MAX_RESTORES_PER_ACCOUNT`, :data:`MAX_RESTORES`: 10062 naming the limit), and
+        so are the spool files: each is opened at its first chunk (a restore that sends
+        nothing holds no descriptor) and all of them together may hold at most what the
+        first of them found: ``max_file_store`` or half the free space of the store's file
+        system. Raises JSApiError (10062, 10072)."""
+        pending = [r for r in self._restores.values() if r.account == acc.name]
+        if len(pending) >= MAX_RESTORES_PER_ACCOUNT:
+            raise E.api_error("JSStreamRestoreErrF", err=f"too many restores in progress in the "
+                              f"account (at most {MAX_RESTORES_PER_ACCOUNT})")
+        if len(self._restores) >= MAX_RESTORES:
+            raise E.api_error("JSStreamRestoreErrF", err=f"too many restores in progress on the "
+                              f"server (at most {MAX_RESTORES})")
         limit = acc.restore_limit(cfg)
         jcfg = self.service.config
         server_limit = jcfg.max_memory_store if cfg.storage == "memory" else jcfg.max_file_store
@@ -364,13 +390,22 @@ class StreamTransfers:
             limit = min(limit, left) if limit else left
         try:
             os.makedirs(spool_dir, exist_ok=True)
-            if not limit:
-                limit = shutil.disk_usage(spool_dir).free // 2
+            if not limit or not self._restores:
+                free = shutil.disk_usage(spool_dir).free // 2
+                limit = limit or free
+                if not self._restores:
+                    self._spool_cap = min(free, jcfg.max_file_store) if jcfg.max_file_store else free
             fd, path = tempfile.mkstemp(prefix=f"{stream}.", suffix=".spool", dir=spool_dir)
+            os.close(fd)
         except OSError:
             raise E.api_error("JSTempStorageFailedErr") from None
+        conf = self.server.config
+        max_msg = conf.max_payload
+        if cfg.max_msg_size > 0:
+            max_msg = min(max_msg, cfg.max_msg_size)
         subject = f"{RESTORE_PREFIX}{stream}.{secrets.token_hex(11)}"
-        r = _Restore(acc.name, stream, cfg, path, fd, limit, limit + SPOOL_SLACK, key=key,
+        r = _Restore(acc.name, stream, cfg, path, limit, limit + SPOOL_SLACK,
+                     Admission(max_subject=conf.max_control_line, max_msg=max_msg), key=key,
                      last_active=trio.current_time())
         self._restores[subject] = r
         acc.restoring.add(stream)
@@ -395,8 +430,7 @@ class StreamTransfers:
             except FrameError as exc:
                 self._end(r, reply, E.api_error("JSStreamRestoreErrF", err=str(exc)))
                 return
-            os.close(r.fd)
-            r.fd = -1
+            self._close_spool(r)
             r.final_reply = reply
             r.ended = True
             r.done.set()
@@ -406,12 +440,16 @@ class StreamTransfers:
         except FrameError as exc:
             self._end(r, reply, E.api_error("JSStreamRestoreErrF", err=str(exc)))
             return
-        if r.size + len(raw) > r.spool_limit:
+        if r.size + len(raw) > r.spool_limit or self._spooled + len(raw) > self._spool_cap:
             self._end(r, reply, E.api_error("JSStreamRestoreErrF",
                                             err=E.storage_resources_exceeded().description))
             return
-        os.write(r.fd, raw)
-        r.size += len(raw)
+        if raw:
+            if r.fd < 0:
+                r.fd = os.open(r.path, os.O_WRONLY | os.O_APPEND)
+            os.write(r.fd, raw)
+            r.size += len(raw)
+            self._spooled += len(raw)
         self._send(r.account, reply, data=b"")
 
     def _end(self, r: _Restore, reply: str | None, err: E.JSApiError | None) -> None:
@@ -426,14 +464,21 @@ class StreamTransfers:
     def _discard(self, r: _Restore) -> None:
         """Remove restore ``r``'s spool file and what was built of it (at a stop)."""
         self._close_spool(r)
+        self._release_spool(r)
         _remove_spool(r.path)
 
     async def _discard_off_loop(self, r: _Restore) -> None:
         """:meth:`_discard` with the removal in a worker thread (a spool and a half-built
         store may be as large as the restore): even when the task is being cancelled."""
         self._close_spool(r)
+        self._release_spool(r)
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(_remove_spool, r.path)
+
+    def _release_spool(self, r: _Restore) -> None:
+        """The bytes of ``r``'s spool no longer count against the server's bound."""
+        self._spooled = max(0, self._spooled - r.size)
+        r.size = 0
 
     @staticmethod
     def _close_spool(r: _Restore) -> None:
@@ -494,7 +539,8 @@ class StreamTransfers:
         tmp = r.path + ".d"
         try:
             result = await trio.to_thread.run_sync(
-                lambda: build_restored_store(r.path, layout.msgs_dir(tmp), max_bytes=r.limit))
+                lambda: build_restored_store(r.path, layout.msgs_dir(tmp), max_bytes=r.limit,
+                                             admission=r.admission))
         except (SnapshotDataError, OSError) as exc:
             self._send(acc.name, r.final_reply,
                        E.error_response(rtype, E.api_error("JSStreamRestoreErrF", err=str(exc))))
@@ -512,7 +558,7 @@ class StreamTransfers:
         msgs = layout.msgs_dir(tmp) if file_backed else None
         try:
             result = await trio.to_thread.run_sync(
-                lambda: build_restored_store(r.path, msgs, max_bytes=r.limit))
+                lambda: build_restored_store(r.path, msgs, max_bytes=r.limit, admission=r.admission))
         except SnapshotDataError as exc:
             return E.error_response(rtype, E.api_error("JSStreamRestoreErrF", err=str(exc)))
         except OSError as exc:

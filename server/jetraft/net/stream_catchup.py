@@ -51,6 +51,7 @@ from jetraft.jetstream import store_format as fmt
 from jetraft.jetstream.catchup import Alignment, BlockWriter, Missing, StreamSnapshotError, align_store
 from jetraft.jetstream.replicated import StoreDamaged, StoreMismatch
 from jetraft.jetstream.store import FileStore
+from jetraft.protocol import bounded_msgpack
 from jetraft.raft.types import Snapshot
 
 if TYPE_CHECKING:
@@ -61,6 +62,10 @@ __all__ = ["CHUNK_BYTES", "REQUEST_TIMEOUT_S", "WINDOW", "StreamCatchup"]
 
 #: Bytes asked for per request (the peer reads at most this much per request).
 CHUNK_BYTES = 256 * 1024
+#: What one catch-up frame may hold: a block chunk or a stream snapshot (``"d"``, bytes) and
+#: a few small fields (jetraft.protocol.bounded_msgpack).
+FRAME_LIMITS = bounded_msgpack.Limits(max_units=4096, max_container=1024, max_str=64 * 1024,
+                                      max_bin=256 << 20, max_buffer=(256 << 20) + (1 << 20))
 #: Requests of one catch-up outstanding at once.
 WINDOW = 8
 #: Seconds before an unanswered request is sent again (to another peer when there is one).
@@ -415,9 +420,11 @@ class StreamCatchup:
 
     @staticmethod
     def _decode(body: bytes) -> dict | None:
+        """A catch-up frame decoded within :data:`FRAME_LIMITS`, or None when it is malformed
+        or over them."""
         try:
-            m = msgpack.unpackb(body, raw=False, strict_map_key=True)
-        except Exception:  # noqa: BLE001 - msgpack raises several types
+            m = bounded_msgpack.unpackb(body, FRAME_LIMITS, "catch-up frame")
+        except ValueError:
             return None
         if not isinstance(m, dict) or not isinstance(m.get("g"), str) or m.get("k") not in ("blk", "snap", "done", "hold"):
             return None

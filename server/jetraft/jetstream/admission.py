@@ -4,7 +4,10 @@ by any door other than a client's publish.
 The doors: a stream restore (``$JS.API.STREAM.RESTORE``, :func:`jetraft.jetstream.snapshot.
 build_restored_store`), and a file store opened over block files (a restart, and the
 blocks a replica fetched from a peer in a catch-up, ``jetstream/catchup.py``: both go
-through ``FileStore`` recovery in ``jetstream/store.py``). A publish is checked by the
+through ``FileStore`` recovery in ``jetstream/store.py``), and a publish entry of a stream's
+RAFT log as a replica applies it (``jetstream/replicated.py`` ``decode_entry``: the subject
+rule and the timestamp range, so that no peer's entry can carry what the leader's protocol
+parser would have refused; a refused entry is skipped alike on every replica). A publish is checked by the
 protocol parser (the subject is one token of a ``PUB``/``HPUB`` line) and by
 ``Stream.publish`` (sizes); what arrives by the other doors was never parsed, so it is
 checked here with the same rules, and refused as a whole (a restore) or treated as a

@@ -43,6 +43,7 @@ import msgpack
 from jetraft.raft.types import Entry, EntryType
 
 from .api import JetStreamAccount, Reply
+from .admission import MAX_TS, subject_problem
 from .catchup import StreamSnapshot, StreamSnapshotError
 from .store import FileStore
 
@@ -83,6 +84,13 @@ def decode_entry(data: bytes) -> list[Any]:
     if kind in (PUBLISH, API) and (item[5] is not None and not isinstance(item[5], bytes)
                                    or not isinstance(item[6], bytes)):
         raise EntryError(f"stream entry {kind!r}: headers/data must be bytes")
+    if kind == PUBLISH:     # the checks of a publish's subject (jetstream/admission.py)
+        problem = subject_problem(item[3])
+        if problem is None and item[4]:
+            problem = subject_problem(item[4])
+        if problem is not None or ts > MAX_TS:
+            raise EntryError(f"stream entry 'P': subject or reply {problem}" if problem
+                             else f"stream entry 'P': timestamp {ts} is out of range")
     if kind == ACK and not isinstance(item[5], bytes):
         raise EntryError("stream entry 'K': payload must be bytes")
     if kind == TICK and not isinstance(item[3], bool):

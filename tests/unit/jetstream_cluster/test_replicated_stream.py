@@ -180,6 +180,12 @@ def test_next_ts_strictly_increases_past_applied_entries(trio_of_replicas):
     msgpack.packb(["P", 1, [], "orders.a", 5, None, b""]),
     msgpack.packb(["P", 1, [], "orders.a", None, "text", b""]),
     msgpack.packb(["T", 1, [], "yes"]),
+    # what no publish could carry (jetstream/admission.py): a subject or reply that would
+    # forge protocol lines when delivered, a timestamp past the store's range
+    msgpack.packb(["P", 1, [], "orders.a\r\nMSG x 1 1", None, None, b""]),
+    msgpack.packb(["P", 1, [], "orders..a", None, None, b""]),
+    msgpack.packb(["P", 1, [], "orders.a", "_INBOX.x 1\r\n", None, b""]),
+    msgpack.packb(["P", 1 << 63, [], "orders.a", None, None, b""]),
 ])
 def test_malformed_entries_are_refused(data):
     with pytest.raises(EntryError):

@@ -8,8 +8,14 @@ by default) on ``$O.B.C.<nuid>``, checked against a SHA-256 digest when read bac
 Files are streamed: ``put`` hands nats-py the open file, which reads one chunk at a time;
 ``get`` writes each chunk as it arrives to a temporary file beside the target, renamed
 over it once the digest matched, so a failed download never leaves half a file. ``get``
-refuses to replace an existing file unless ``-f`` (or a yes on a terminal). Names, flags and
-layouts are natscli's; ``--json`` prints the stream info (bucket) or the object info.
+refuses to replace an existing file unless ``-f`` (or a yes on a terminal). Without
+``--output`` the file is the stored name's last part, in the current directory and nowhere
+else; a stored name that gives no safe file name there (empty, ``.``, ``..``, control
+characters, or metadata that names another object) is refused with one line asking for
+``--output`` (:func:`default_file_name`), as the metadata is whatever was published to the
+bucket's ``$O.B.M.`` subject. Names, flags and layouts are natscli's; ``--json`` prints the
+stream info (bucket) or the object info. Text output shows control characters of stored
+names and descriptions escaped (:func:`shown`), never raw on a terminal.
 
 ``seal`` makes a bucket read-only for good (the stream's ``sealed``; nats-py
 ``ObjectStore.seal``); ``edit`` changes a bucket's description, TTL, size limit, replicas,
@@ -30,6 +36,7 @@ import re
 import sys
 import tempfile
 import time
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +132,48 @@ async def object_info(store: ObjectStore, bucket: str, name: str) -> api.ObjectI
     return info
 
 
+def shown(text: str | None) -> str:
+    """Stored text for a terminal: control characters (and lone surrogates, which cannot be
+    printed) as ``\\xNN``/``\\uNNNN`` escapes, so metadata cannot move the cursor, retitle
+    the window or forge lines; other text unchanged."""
+    if not text:
+        return text or ""
+    return "".join(ascii(c)[1:-1] if unicodedata.category(c) in ("Cc", "Cs") else c for c in text)
+
+
+#: Both separators: a name stored by a Windows client may use either.
+NAME_SEPARATORS = re.compile(r"[/\\]")
+#: The longest file name (in bytes) Linux and macOS file systems take.
+NAME_MAX = 255
+
+
+def default_file_name(info: api.ObjectInfo, bucket: str, name: str) -> str:
+    """The file ``object get`` writes without --output: the last part of the object's stored
+    name (natscli's filepath.Base), to be created in the current directory only.
+
+    The stored name comes from metadata anyone allowed to publish to the bucket can write,
+    so it is checked, and a CliError asking for --output names what is wrong: it must be the
+    name asked for (the metadata subject is derived from the name, so any other is forged),
+    hold no control character, and leave a last part that is neither empty, ``.`` nor ``..``.
+    """
+    stored = info.name if isinstance(info.name, str) else ""
+    advice = f"give --output FILE to say where to write object {bucket} > {shown(name)}"
+    if stored != name:
+        raise CliError(f"the metadata of object {bucket} > {shown(name)} names another object, "
+                       f"'{shown(stored)}' (it was not written by an object store client): {advice}")
+    if any(unicodedata.category(c) in ("Cc", "Cs") for c in stored):
+        raise CliError(f"object name '{shown(stored)}' holds control characters, which make no file name: "
+                       f"{advice}")
+    base = NAME_SEPARATORS.split(stored)[-1]
+    if base in ("", ".", ".."):
+        raise CliError(f"object name '{shown(stored)}' ends in {('nothing' if not base else repr(base))}, "
+                       f"which makes no file name: {advice}")
+    if len(base.encode()) > NAME_MAX:
+        raise CliError(f"object name '{shown(stored[:40])}...' ends in {len(base.encode()):,} bytes, too long "
+                       f"for a file name (at most {NAME_MAX}): {advice}")
+    return base
+
+
 def bucket_page(info: api.StreamInfo, bucket: str) -> str:
     """``object info BUCKET`` as natscli's showBucketInfo lays it out."""
     cfg, state = info.config, info.state
@@ -164,7 +213,7 @@ def object_page(info: api.ObjectInfo) -> str:
     """``object info BUCKET NAME`` as natscli's showObjectInfo lays it out."""
     rows: list[tuple[str, str]] = []
     if info.description:
-        rows.append(("Description", info.description))
+        rows.append(("Description", shown(info.description)))
     rows.append(("Size", format_bytes(info.size)))
     rows.append(("Modification Time", format_time(info.mtime) if info.mtime else "unknown"))
     rows.append(("Chunks", f"{info.chunks or 0:,}"))
@@ -173,9 +222,9 @@ def object_page(info: api.ObjectInfo) -> str:
         rows.append(("Deleted", "true"))
     for key, value in (info.headers or {}).items():
         for item in value if isinstance(value, list) else [value]:
-            rows.append(("Headers", f"{key}: {item}"))
+            rows.append(("Headers", f"{shown(key)}: {shown(str(item))}"))
     width = max([LABEL_WIDTH] + [len(label) + 1 for label, _ in rows])
-    lines = [f"Object information for {info.bucket} > {info.name}", ""]
+    lines = [f"Object information for {shown(info.bucket)} > {shown(info.name)}", ""]
     lines += [f"{label:>{width}}: {value}" for label, value in rows]
     return "\n".join(lines) + "\n"
 
@@ -297,14 +346,20 @@ def object_get(opts: Options, bucket: str, name: str, output: str | None, force:
     async def body(session: Session) -> None:
         store = await load_store(session, bucket)
         info = await object_info(store, bucket, name)
-        target = Path(output or os.path.basename(info.name) or name).absolute()
+        if output:
+            target = Path(output).absolute()
+        else:
+            target = Path.cwd() / default_file_name(info, bucket, name)
+        if target.is_dir():
+            raise CliError(f"{target} is a directory: give --output a file path")
         if target.exists() and not force:
             if not sys.stdin.isatty():
                 raise CliError(f"{target} exists: give -f to replace it, or --output to write elsewhere")
             confirm(force, f"Replace existing target file {target}")
         start = time.monotonic()
         try:
-            fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+            prefix = os.fsdecode(os.fsencode(target.name)[:200])     # the temporary name fits NAME_MAX too
+            fd, temp = tempfile.mkstemp(prefix=f".{prefix}.", dir=target.parent)
         except OSError as exc:
             raise CliError(f"cannot write in {target.parent}: {exc.strerror or exc} "
                            "(give --output a path in a writable directory)") from None
@@ -319,7 +374,11 @@ def object_get(opts: Options, bucket: str, name: str, output: str | None, force:
             if written != (info.size or 0):
                 raise CliError(f"wrote {format_bytes(written)}, expected {format_bytes(info.size)}: "
                                "the object changed while reading; get it again")
-            os.replace(temp, target)
+            try:
+                os.replace(temp, target)
+            except OSError as exc:
+                raise CliError(f"cannot write {target}: {exc.strerror or exc} "
+                               "(give --output a path in a writable directory)") from None
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(temp)
@@ -352,11 +411,11 @@ def object_ls(opts: Options, bucket: str | None, names: bool) -> None:
                 session.output_json([c.name for c in contents] if names else contents)
             elif names:
                 for c in contents:
-                    session.echo(c.name)
+                    session.echo(shown(c.name))
             elif not contents:
                 session.echo("No entries found")
             else:
-                rows = [(c.name, format_bytes(c.size), format_time(c.mtime)) for c in contents]
+                rows = [(shown(c.name), format_bytes(c.size), format_time(c.mtime)) for c in contents]
                 print_table("Bucket Contents", ["Name", "Size", "Time"], rows, right=(1,))
             return
         found = sorted(await bucket_streams(session, "OBJ_"), key=lambda s: s.get("state", {}).get("bytes", 0))
@@ -437,8 +496,9 @@ def watch_line(info: api.ObjectInfo, when: object) -> str:
     server stored the metadata."""
     head = f"[{format_time(when)}]"
     if info.deleted:
-        return f"{head} DEL {info.bucket} > {info.name}"
-    return f"{head} PUT {info.bucket} > {info.name}: {format_bytes(info.size)} bytes in {info.chunks or 0:,} chunks"
+        return f"{head} DEL {shown(info.bucket)} > {shown(info.name)}"
+    return (f"{head} PUT {shown(info.bucket)} > {shown(info.name)}: {format_bytes(info.size)} bytes in "
+            f"{info.chunks or 0:,} chunks")
 
 
 @object_.command("watch")

@@ -98,7 +98,7 @@ ACK_PREFIX = "$JS.ACK."
 FC_PREFIX = "$JS.FC."
 NAMES_LIMIT = 1024          # nats-server JSApiNamesLimit
 LIST_LIMIT = 256            # nats-server JSApiListLimit
-SUBJECTS_LIMIT = 100_000    # nats-server JSMaxSubjectDetails
+SUBJECTS_LIMIT = 100_000    # nats-server JSMaxSubjectDetails: subjects per STREAM.INFO page
 _NAME_CHARS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
@@ -173,7 +173,10 @@ class JetStreamAccount:
         #: Streams found on disk but not loaded by :meth:`recover` (name -> why); their
         #: files are kept, and STREAM.CREATE of the same name is refused.
         self.unloaded: dict[str, str] = {}
-        #: Streams being restored (net/snapshots.py): their names are in use.
+        #: Streams being restored (net/snapshots.py): their names are in use. Nothing else of
+        #: them counts against the account's limits until they are attached (as nats-server
+        #: on one server, whose restores started together all start): the account's limits
+        #: are checked again then, with their bytes (:meth:`restore_attach_check`).
         self.restoring: set[str] = set()
         self._capture: SubjectIndex[str] = SubjectIndex()
         self.api_total = 0
@@ -807,18 +810,34 @@ class JetStreamAccount:
             raise E.stream_create("jetstream has no store directory")
         return cfg
 
-    def restore_limit(self, cfg: StreamConfig) -> int:
-        """The bytes a restore of ``cfg`` may store (0: no limit of the stream's or the
-        account's): the smallest of its ``max_bytes`` and what the account's storage limit
-        leaves."""
+    def restore_limit(self, cfg: StreamConfig, *, account: bool = True,
+                      server_limit: int | None = None) -> int:
+        """The bytes a restore of ``cfg`` may store (0: no limit): the smallest of its
+        ``max_bytes``, what the account's storage limit for ``cfg``'s storage leaves
+        (``account``: its spool is bounded so; its stream, once built, is checked against
+        the account's limits by :meth:`restore_attach_check`) and what ``server_limit`` (the
+        server's ``max_file_store`` / ``max_memory_store``, None or 0: none) leaves after the
+        account's bytes. A limit with nothing left counts as 1 byte (no room, never "no
+        limit")."""
         limits = []
         if cfg.max_bytes > 0:
             limits.append(cfg.max_bytes)
         mem, file = self.usage()
+        used = mem if cfg.storage == "memory" else file
         acct = self.limits.max_memory if cfg.storage == "memory" else self.limits.max_storage
-        if acct is not None and acct >= 0:
-            limits.append(max(0, acct - (mem if cfg.storage == "memory" else file)))
+        if account and acct is not None and acct >= 0:
+            limits.append(max(1, acct - used))
+        if server_limit:
+            limits.append(max(1, server_limit - used))
         return min(limits) if limits else 0
+
+    def restore_attach_check(self, cfg: StreamConfig, restored: int) -> None:
+        """On a single server: the account's limits on adding the stream a restore of ``cfg``
+        built, its store holding ``restored`` bytes, against the account's streams now
+        (those attached since the restore started included): :meth:`check_restored_limits`,
+        with ``max_streams`` checked again. Raises JSApiError 10028 / 10047 / 10027."""
+        self.check_restored_limits(cfg, restored, self._stream_configs(), self.usage(),
+                                   streams=sum(1 for name in self.streams if name != cfg.name))
 
     def attach_restored(self, cfg: StreamConfig, result: RestoreResult, sdir: str | None,
                         store: Any, now_ns: int) -> dict[str, Any]:
@@ -827,11 +846,14 @@ class JetStreamAccount:
         snapshot's consumers and stream state (``result.replica``) are restored with the
         request's config in place of the snapshot's; the stream's creation time is now (as
         nats-server's restore). Returns the ``stream_create_response``
-        body (the stream's info). Raises JSApiError 10062 when the snapshot's state does
-        not apply, 10065 when its subjects overlap a stream created meanwhile (nothing is
-        then added)."""
+        body (the stream's info). Raises JSApiError 10130 when a stream of its name was
+        added meanwhile, 10028 / 10047 / 10027 when the account's limits have no room for
+        it now (:meth:`restore_attach_check` with ``result.bytes``), 10062 when the
+        snapshot's state does not apply, 10065 when its subjects overlap a stream created
+        meanwhile (nothing is then added)."""
         if cfg.name in self.streams:
             raise E.api_error("JSStreamNameExistRestoreFailedErr")
+        self.restore_attach_check(cfg, result.bytes)
         if filters_overlap(cfg.subjects, self._capture):
             raise E.subjects_overlap()
         replica = dict(result.replica)
@@ -900,23 +922,49 @@ class JetStreamAccount:
             raise E.api_error("JSStreamMaxStreamBytesExceeded")
 
     def check_stream_reservation(self, cfg: StreamConfig, others: Iterable[StreamConfig], *,
-                                 create: bool) -> None:
+                                 create: bool, own: int | None = None) -> None:
         """The account's ``max_mem`` / ``max_file`` (bytes) against what its streams
         reserve: each other stream of ``cfg``'s storage with a ``max_bytes`` reserves it times
         its replicas (nats-server jetstream_api.go tieredReservation, un-tiered), and ``cfg``
         adds its own ``max_bytes`` times its replicas, 1 byte without one on a create
         (jetstream.go checkBytesLimits; on update stream.go configUpdateCheck counts the new
-        ``max_bytes``). ``others``: the account's streams but ``cfg``'s. Raises JSApiError
-        10028 (memory) or 10047 (file)."""
+        ``max_bytes``), or ``own`` bytes when given (a restore: see
+        :meth:`check_restored_limits`). ``others``: the account's streams but ``cfg``'s.
+        Raises JSApiError 10028 (memory) or 10047 (file)."""
         memory = cfg.storage == "memory"
         cap = self.limits.max_memory if memory else self.limits.max_storage
         if cap < 0:
             return
         reserved = sum(o.max_bytes * max(1, o.num_replicas) for o in others
                        if o.name != cfg.name and o.storage == cfg.storage and o.max_bytes > 0)
-        own = cfg.max_bytes if cfg.max_bytes > 0 else (1 if create else 0)
+        if own is None:
+            own = cfg.max_bytes if cfg.max_bytes > 0 else (1 if create else 0)
         if reserved > cap or own * max(1, cfg.num_replicas) > cap - reserved:
             raise E.memory_resources_exceeded() if memory else E.storage_resources_exceeded()
+
+    def check_restored_limits(self, cfg: StreamConfig, restored: int, others: Iterable[StreamConfig],
+                              used: tuple[int, int], *, streams: int | None = None) -> None:
+        """The account's limits on adding the stream a restore of ``cfg`` built, its store
+        (one replica) holding ``restored`` bytes, as nats-server checks them once the backup's
+        size is known (stream_backup.go RestoreStreamV2, on the stream's leader in a cluster):
+        first what the streams reserve, ``cfg``'s own reservation being the larger of its
+        ``max_bytes`` and ``restored`` times its replicas (:meth:`check_stream_reservation`,
+        ``others`` the account's streams; jetstream.go checkAllLimits), then the bytes the
+        account stores, ``used`` = (memory, file) over every server, with ``restored`` added
+        once (checkUsageLimits). Then, when ``streams`` (the number of the account's
+        streams but ``cfg``'s) is given, ``max_streams`` again: nats-server counts the
+        account's streams only when a restore starts, so that restores started together on
+        one server all attach past it; jetraft refuses the one that would go past it (a
+        cluster counts a restore as a stream assignment from its start on). Raises
+        JSApiError 10028 (memory) or 10047 (file), then 10027."""
+        memory = cfg.storage == "memory"
+        cap = self.limits.max_memory if memory else self.limits.max_storage
+        if cap >= 0:
+            self.check_stream_reservation(cfg, others, create=True, own=max(cfg.max_bytes, restored, 0))
+            if (used[0] if memory else used[1]) + restored > cap:
+                raise E.memory_resources_exceeded() if memory else E.storage_resources_exceeded()
+        if streams is not None and self.limits.max_streams > 0 and streams >= self.limits.max_streams:
+            raise E.maximum_streams_limit()
 
     def byte_limited(self) -> bool:
         """Whether the account has a ``max_mem`` or ``max_file``."""
@@ -1034,13 +1082,15 @@ class JetStreamAccount:
                        {"deleted_details": "bool", "subjects_filter": "string", "offset": "int"})
         entry = self._entry(tokens[4])
         sf = str_field(req, "subjects_filter", "JSApiStreamInfoRequest") or None
+        offset = max(int_field(req, "offset", "JSApiStreamInfoRequest", "int"), 0)
+        # deleted: the lowest store.MAX_DELETED_DETAILS only; subjects: one sorted page of
+        # SUBJECTS_LIMIT from offset (Stream.info)
         info = self.stream_info(entry, now_ns, subjects_filter=sf,
-                                 deleted_details=bool(req.get("deleted_details")))
-        # nats-server adds paging fields (meaningful with subjects_filter) and, even on a
-        # single server, cluster.leader (its own name).
-        subjects = info.get("state", {}).get("subjects") or {}
-        out = {"total": len(subjects) if sf else 0, "offset": 0,
-               "limit": SUBJECTS_LIMIT if sf else 0}
+                                deleted_details=bool(req.get("deleted_details")),
+                                subjects_offset=offset, subjects_limit=SUBJECTS_LIMIT)
+        # nats-server adds paging fields (set with subjects_filter when a subject matches,
+        # else 0) and, even on a single server, cluster.leader (its own name).
+        out = {key: info.pop(key, 0) for key in ("total", "offset", "limit")}
         info.pop("cluster", None)
         out.update(info)
         cluster = {"leader": self.server_name} if self.server_name else None
@@ -1310,7 +1360,8 @@ class JetStreamAccount:
         """Interest retention: remove messages no remaining consumer needs."""
         store = entry.stream.store
         st = store.state()
-        for seq in range(st.first_seq, st.last_seq + 1):
+        # the stored sequences, never every one of a gap (a restore may leave one of 10^12)
+        for seq in list(store.stored_seqs(st.first_seq, st.last_seq)):
             if not any(c.needs_ack(seq) for c in entry.consumers.values()):
                 store.remove(seq)
 

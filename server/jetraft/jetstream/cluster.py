@@ -855,6 +855,30 @@ class ClusterController:
             self._propose_once(encode_restore_state(key[0], key[1], phase), via_leader=True)
         return self._take()
 
+    def restore_limits_check(self, key: Key, restored: int, now_ns: int) -> None:
+        """On the restorer of stream ``key``, its backup built into a store of ``restored``
+        bytes (one replica), before it is put in place: the account's ``max_mem`` /
+        ``max_file`` against what the account's stream assignments reserve and what its
+        streams store over the cluster (this server's bytes and the others' last usage
+        reports: :mod:`jetraft.jetstream.usage`), as nats-server's stream leader checks a
+        restore (stream_backup.go RestoreStreamV2; :meth:`JetStreamAccount.check_restored_limits`).
+        ``max_streams`` was held when the meta leader assigned the restore (a stream
+        assignment from then on). Raises JSApiError 10028 / 10047 (the caller has the
+        stream deleted, see :meth:`restore_failed`), 10062 when the stream's assignment is
+        gone."""
+        self._now = now_ns
+        acc = self.accounts.get(key[0])
+        sa = self.meta.streams.get(key)
+        if acc is None or sa is None:
+            raise E.api_error("JSStreamRestoreErrF", err="the stream was deleted during the restore")
+        if not acc.byte_limited():
+            return
+        mem, file = acc.usage()
+        others_mem, others_file = self.usage.others(key[0], (p for p in self._meta_peers() if p != self.me))
+        acc.check_restored_limits(StreamConfig.from_json(sa.config), restored,
+                                  self._stream_configs(key[0], now_ns),
+                                  (mem + others_mem, file + others_file))
+
     def restore_answer(self, key: Key, reply: str, now_ns: int) -> list[Any]:
         """The restore of stream ``key`` is done: its info (at ``now_ns``) answers the
         client's last chunk (``stream_create_response``), and the stream's create advisory

@@ -366,7 +366,7 @@ class Consumer:
             pass
         self._npc_stale = True
         last = store.state().last_seq
-        for seq in range(start, last + 1):
+        for seq in store.stored_seqs(start, last):     # never every sequence of a gap
             try:
                 sm = store.load(seq)
             except (MessageNotFound, CorruptMessage):

@@ -50,6 +50,7 @@ from __future__ import annotations
 import bisect
 import os
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from jetraft.protocol.subjects import subject_matches
@@ -57,10 +58,12 @@ from jetraft.raft.storage import fileio
 from jetraft.raft.storage.sync import GroupCommit, StorageError, SyncFailed, SyncFile, storage_error
 
 from . import store_format as fmt
+from .admission import MAX_SEQ, MAX_TS, subject_problem
 from .store_index import Segment, SeqIndex
 
-__all__ = ["CorruptMessage", "FileStore", "MemoryStore", "MessageNotFound", "StoredMessage",
-           "StreamState", "StorageError", "msg_size"]
+__all__ = ["MAX_DELETED_DETAILS", "MAX_SUBJECT_DETAILS", "CorruptMessage", "FileStore",
+           "MemoryStore", "MessageNotFound", "StoredMessage", "StreamState", "StorageError",
+           "msg_size"]
 
 DEFAULT_BLOCK_BYTES = 8 << 20
 
@@ -91,8 +94,11 @@ class StreamState:
 
     ``bytes`` by :func:`msg_size`; ``*_ts`` ns since the epoch (``first_ts`` 0 when empty);
     ``num_deleted`` the sequences in [first_seq, last_seq] holding no message (lost ones
-    included); ``deleted`` those sequences, filled only when asked; ``subjects`` message
-    count per subject, filled only when asked; ``lost`` sequences lost to corruption.
+    included), always the true count; ``deleted`` the lowest :data:`MAX_DELETED_DETAILS`
+    of those sequences, ascending, filled only when asked (partial when shorter than
+    ``num_deleted``); ``subjects`` message count per subject, filled only when asked (one
+    page of them: see ``subjects_total``); ``subjects_total`` how many subjects matched
+    the filter asked for (0 when none was); ``lost`` sequences lost to corruption.
     """
 
     messages: int
@@ -106,6 +112,7 @@ class StreamState:
     deleted: list[int] = field(default_factory=list)
     subjects: dict[str, int] = field(default_factory=dict)
     lost: list[int] = field(default_factory=list)
+    subjects_total: int = 0
 
 
 def msg_size(subject: str, headers: bytes | None, data: bytes) -> int:
@@ -125,6 +132,18 @@ def _is_literal(subject: str) -> bool:
 
 #: Below this many sequences, num_pending walks the range instead of the subjects.
 _WALK_RANGE = 2048
+
+#: The most deleted sequences ``state(with_deleted=True)`` lists (STREAM.INFO
+#: ``deleted_details``): the lowest ones, ascending, while ``num_deleted`` stays the true
+#: count, so a client sees the list is partial when it is shorter. nats-server lists every
+#: one (server/filestore.go ``State``), which for a stream restored with a gap of 10**8
+#: sequences is gigabytes of memory and reply; jetraft takes nats-server's limit on subject
+#: details (server/jetstream_api.go ``JSMaxSubjectDetails``) instead: at most about 2 MB of
+#: JSON and a few ms of work on the event loop.
+MAX_DELETED_DETAILS = 100_000
+#: Subjects per page of ``state(subjects_filter=...)`` unless asked otherwise (nats-server
+#: server/jetstream_api.go ``JSMaxSubjectDetails``).
+MAX_SUBJECT_DETAILS = 100_000
 
 
 class _IndexedStore:
@@ -432,28 +451,72 @@ class _IndexedStore:
         state)."""
         return self._bytes
 
-    def state(self, *, with_deleted: bool = False,
-              subjects_filter: str | None = None) -> StreamState:
-        """The stream's state; ``deleted`` filled when ``with_deleted``, ``subjects`` when
-        ``subjects_filter`` is given (">" for all)."""
+    def state(self, *, with_deleted: bool = False, subjects_filter: str | None = None,
+              subjects_offset: int = 0,
+              subjects_limit: int = MAX_SUBJECT_DETAILS) -> StreamState:
+        """The stream's state. Without details it costs O(1) plus the lost sequences.
+
+        ``with_deleted``: ``deleted`` lists the lowest :data:`MAX_DELETED_DETAILS` deleted
+        sequences, ascending (``num_deleted`` is the true count); built from
+        :meth:`deleted_runs`, so it costs O(cap + index segments), never O(size of a gap).
+        ``subjects_filter`` (">" for all): ``subjects`` is one page of
+        :meth:`subjects_page` (``subjects_offset``, ``subjects_limit``) and
+        ``subjects_total`` the number of matching subjects."""
         self._check_open()
         n = len(self._index)
         first, last = self._first, self._last
+        num_deleted = (last - first + 1 - n) if n else 0
         st = StreamState(messages=n, bytes=self._bytes, first_seq=first,
                          first_ts=self._index.ts_of(first) if n else 0, last_seq=last,
                          last_ts=self._last_ts, num_subjects=len(self._index.by_subject),
-                         num_deleted=(last - first + 1 - n) if n else 0,
-                         lost=sorted(self._lost))
-        if with_deleted and n:
-            st.deleted = self._index.missing(first, last)
+                         num_deleted=num_deleted, lost=sorted(self._lost))
+        if with_deleted and num_deleted > 0:
+            # a limit of num_deleted also stops the search once every one is found
+            st.deleted = self._index.missing(first, last,
+                                             limit=min(num_deleted, MAX_DELETED_DETAILS))
         if subjects_filter is not None:
-            st.subjects = self.subjects_state(subjects_filter)
+            st.subjects_total, st.subjects = self.subjects_page(
+                subjects_filter, subjects_offset, subjects_limit)
         return st
+
+    def deleted_runs(self) -> Iterator[tuple[int, int]]:
+        """The deleted sequences (in [first_seq, last_seq], holding no message, lost ones
+        included) as ascending ``(first, last)`` runs, both inclusive, as long as
+        possible. One step per index segment and per run, never one per sequence: a gap of
+        10**12 sequences is one run (:meth:`SeqIndex.missing_runs
+        <jetraft.jetstream.store_index.SeqIndex.missing_runs>`). Empty for an empty store.
+        Do not change the store while iterating."""
+        if not len(self._index):
+            return iter(())
+        return self._index.missing_runs(self._first, self._last)
+
+    def stored_seqs(self, start: int, stop: int, *,
+                    descending: bool = False) -> Iterator[int]:
+        """The sequences in ``start .. stop`` (inclusive) that hold a message, ascending (or
+        descending), without reading any message. One step per index segment and per
+        sequence yielded, never one per sequence of a gap. Do not change the store while
+        iterating."""
+        if descending:
+            return self._index.seqs_descending(start, stop)
+        return self._index.seqs(start, stop)
 
     def subjects_state(self, subject_filter: str) -> dict[str, int]:
         """Message count per subject matching the filter ("" or ">" for all)."""
         by_subject = self._index.by_subject
         return {s: len(by_subject[s]) for s in self._matching_subjects(subject_filter)}
+
+    def subjects_page(self, subject_filter: str, offset: int = 0,
+                      limit: int = MAX_SUBJECT_DETAILS) -> tuple[int, dict[str, int]]:
+        """``(total, page)``: how many subjects match the filter ("" or ">" for all) and the
+        message counts of at most ``limit`` of them, from the ``offset``-th (0-based, a
+        negative one counts as 0) in sorted order; ``{}`` past the end. As nats-server
+        server/jetstream_api.go ``jsStreamInfoRequest`` pages ``SubjectsTotals``: finding
+        and sorting the matching subjects is O(subjects log subjects), the page
+        O(``limit``)."""
+        by_subject = self._index.by_subject
+        names = sorted(self._matching_subjects(subject_filter))
+        offset = max(offset, 0)
+        return len(names), {s: len(by_subject[s]) for s in names[offset:offset + limit]}
 
     def close(self) -> None:
         """Release resources. Does not sync: call :meth:`sync` first to keep writes."""
@@ -631,7 +694,9 @@ class FileStore(_IndexedStore):
         n = len(ix.subj) if ix is not None else 0
         if ix is None or not n or ix.block_size != len(buf) or ix.block_crc != blk.crc \
                 or ix.base != blk.start or self._last != ix.base - 1 \
-                or fmt.BLOCK_HEADER_SIZE + sum(ix.rsz) != len(buf):
+                or fmt.BLOCK_HEADER_SIZE + sum(ix.rsz) != len(buf) \
+                or any(subject_problem(name) is not None for name in ix.names) \
+                or ix.base + n - 1 > MAX_SEQ:
             self._remove_index_file(idx_name)
             return False
         empty = not self._index.count
@@ -715,6 +780,8 @@ class FileStore(_IndexedStore):
                 hc = crc32(mv[off + 4:off + 36])
                 if hc != hcrc or crc32(mv[off + hsize:end], hc) != crc:
                     break
+                if seq > MAX_SEQ or ts > MAX_TS:
+                    break               # _replay reports it (jetstream/admission.py)
                 if rtype != msg or seq <= last or seq != seg_end:
                     self._end_run(blk, seg, live, nbytes, last, last_ts)
                     live = nbytes = 0
@@ -742,6 +809,8 @@ class FileStore(_IndexedStore):
                     got = names.get(raw)
                     if got is None:
                         subject = raw.decode("utf-8", "surrogateescape")
+                        if subject_problem(subject) is not None:
+                            break       # _replay reports it (jetstream/admission.py)
                         got = names[raw] = (seg.local_id(subject), index.seqs_of(subject))
                     sid, lst = got
                     prev_raw, prev_len, prev_sid, prev_list = raw, slen, sid, lst
@@ -784,6 +853,10 @@ class FileStore(_IndexedStore):
             hidden = range(self._last + 1, rec.seq)
             if 0 < len(hidden) <= rec.gap // fmt.HEADER_SIZE:
                 self._lost.update(hidden)
+        if rec.seq > MAX_SEQ:
+            self._report(name, rec.off, "invalid_message", self._last + 1,
+                         f"record sequence {rec.seq} is out of range; ignored")
+            return
         if rec.rtype == fmt.REC_MSG:
             if rec.seq <= self._last:
                 self._report(name, rec.off, "checksum_mismatch", rec.seq,
@@ -795,6 +868,16 @@ class FileStore(_IndexedStore):
                 return
             a = rec.off + fmt.HEADER_SIZE
             subject = buf[a:a + rec.subject_len].decode("utf-8", "surrogateescape")
+            problem = subject_problem(subject)
+            if problem is not None or rec.ts > MAX_TS:
+                # what no publish could have stored (a forged or foreign block): lost, never
+                # served; a replica fetches it again from a peer
+                self._report(name, rec.off, "invalid_message", rec.seq,
+                             f"subject {subject[:60]!r} {problem}" if problem
+                             else f"timestamp {rec.ts} is out of range")
+                self._lost.add(rec.seq)
+                self._last = rec.seq
+                return
             self._add(rec.seq, subject, self._size_of(rec), rec.ts, blk, rec.off, rec.size)
             blk.live += 1
         elif rec.rtype == fmt.REC_TOMBSTONE:

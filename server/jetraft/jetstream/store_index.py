@@ -22,9 +22,13 @@ per-block index too (``filestore.go msgBlock``).
 
 Slots of a sequence that was never stored (a skipped or lost sequence) are padded in place
 when the gap is short; a longer gap starts a new segment, so a hostile ``purge`` to a huge
-sequence costs nothing. A segment whose messages are all gone is dropped (the last one is
-kept for appending). Per-subject sequence lists are ``array('q')``; removing the first one
-is a memmove, as it was with lists.
+sequence costs nothing. Nothing walks such a gap either: the missing sequences come as
+runs (:meth:`SeqIndex.missing_runs`: a gap between segments is one run, runs of empty slots
+inside a segment are found by ``bytearray.find``), and stored sequences are found segment
+by segment (:meth:`SeqIndex.seqs`, :meth:`SeqIndex.seqs_descending`,
+:meth:`SeqIndex.first_from`). A segment whose messages are all gone is dropped (the last
+one is kept for appending). Per-subject sequence lists are ``array('q')``; removing the
+first one is a memmove, as it was with lists.
 """
 
 from __future__ import annotations
@@ -254,14 +258,96 @@ class SeqIndex:
                 yield base + i
                 i = present.find(1, i + 1, hi)
 
-    def missing(self, start: int, stop: int) -> list[int]:
-        """The sequences in ``start .. stop`` that are not stored, ascending."""
+    def seqs_descending(self, start: int, stop: int) -> Iterator[int]:
+        """The stored sequences in ``start .. stop`` (inclusive), descending. Costs one step
+        per segment and per sequence yielded, never one per sequence of a gap. Do not
+        change the index while iterating."""
+        if start > stop:
+            return
+        segs = self.segs
+        for k in range(bisect.bisect_right(self.bases, stop) - 1, -1, -1):
+            seg = segs[k]
+            base = seg.base
+            if seg.end <= start:
+                return
+            if not seg.live:
+                continue
+            present = seg.present
+            lo = max(start - base, 0)
+            i = present.rfind(1, lo, min(stop - base + 1, len(present)))
+            while i >= 0:
+                yield base + i
+                i = present.rfind(1, lo, i)
+
+    def _missing_pieces(self, start: int, stop: int) -> Iterator[tuple[int, int]]:
+        """:meth:`missing_runs` before adjacent runs are joined."""
+        nxt = start             # the lowest sequence not accounted for yet
+        segs = self.segs
+        for k in range(max(bisect.bisect_right(self.bases, start) - 1, 0), len(segs)):
+            seg = segs[k]
+            base = seg.base
+            if base > stop:
+                break
+            end = seg.end
+            if end <= nxt:
+                continue
+            if base > nxt:      # between two segments: one run, whatever its length
+                yield nxt, base - 1
+                nxt = base
+            hi = min(stop + 1, end) - base
+            present = seg.present
+            if seg.live < len(present):     # some slot is empty: find the empty runs
+                i = nxt - base
+                while i < hi:
+                    j = present.find(0, i, hi)
+                    if j < 0:
+                        break
+                    e = present.find(1, j, hi)
+                    if e < 0:
+                        e = hi
+                    yield base + j, base + e - 1
+                    i = e
+            nxt = base + hi
+        if nxt <= stop:
+            yield nxt, stop
+
+    def missing_runs(self, start: int, stop: int) -> Iterator[tuple[int, int]]:
+        """The sequences in ``start .. stop`` that are not stored, as ascending ``(first,
+        last)`` runs (both inclusive, as long as possible: two runs never touch).
+
+        A gap between two segments is one run however long it is (a purge or restore to a
+        huge sequence, see the module docstring); inside a segment, runs of padded or
+        removed slots are found with ``bytearray.find`` over its ``present`` bytes, and a
+        segment with no empty slot is passed over without looking at them. So the cost is
+        one step per segment and per run yielded, never one per missing sequence: stop
+        iterating early to bound it. Do not change the index while iterating."""
+        if start > stop:
+            return
+        first = last = None
+        for a, b in self._missing_pieces(start, stop):
+            if last is not None and a == last + 1:
+                last = b
+                continue
+            if last is not None:
+                yield first, last
+            first, last = a, b
+        if last is not None:
+            yield first, last
+
+    def missing(self, start: int, stop: int, limit: int | None = None) -> list[int]:
+        """The sequences in ``start .. stop`` that are not stored, ascending: the lowest
+        ``limit`` of them (all when ``limit`` is None: only for a range known to be short).
+        Built from :meth:`missing_runs`, so it costs O(``limit`` + segments), never
+        O(size of a gap)."""
         out: list[int] = []
-        nxt = start
-        for s in self.seqs(start, stop):
-            out.extend(range(nxt, s))
-            nxt = s + 1
-        out.extend(range(nxt, stop + 1))
+        room = limit
+        for a, b in self.missing_runs(start, stop):
+            if room is not None:
+                if room <= 0:
+                    break
+                b = min(b, a + room - 1)
+                room -= b - a + 1
+            out.extend(range(a, b + 1))
         return out
 
     # --- removing ------------------------------------------------------------------------

@@ -50,7 +50,7 @@ from jetraft.protocol.headers import get_header
 
 from . import errors as E
 from .model import LostStreamData, StreamConfig, StreamInfo, StreamState, format_time
-from .store import CorruptMessage, MessageNotFound, StoredMessage
+from .store import MAX_SUBJECT_DETAILS, CorruptMessage, MessageNotFound, StoredMessage
 
 __all__ = ["Stream", "parse_message_ttl"]
 
@@ -159,7 +159,8 @@ class Stream:
         if window <= 0 or st.messages == 0:
             return
         found: list[tuple[str, int, int]] = []
-        for seq in range(st.last_seq, st.first_seq - 1, -1):
+        # the stored sequences only: a gap of 10**12 (a restore) is not walked
+        for seq in self.store.stored_seqs(st.first_seq, st.last_seq, descending=True):
             try:
                 sm = self.store.load(seq)
             except (MessageNotFound, CorruptMessage):
@@ -451,11 +452,22 @@ class Stream:
         return {"success": True}
 
     def info(self, now_ns: int, *, subjects_filter: str | None = None,
-             deleted_details: bool = False, consumer_count: int = 0) -> dict[str, Any]:
+             deleted_details: bool = False, consumer_count: int = 0, subjects_offset: int = 0,
+             subjects_limit: int = MAX_SUBJECT_DETAILS) -> dict[str, Any]:
         """STREAM.INFO body (without ``type``): ``{"config", "created", "state", "ts"}`` plus
-        ``domain`` when set. ``state.subjects`` when ``subjects_filter`` is given,
-        ``state.deleted`` when ``deleted_details``; ``ts`` is ``now_ns``."""
-        st = self.store.state(with_deleted=deleted_details, subjects_filter=subjects_filter)
+        ``domain`` when set; ``ts`` is ``now_ns``.
+
+        ``deleted_details``: ``state.deleted`` lists the lowest
+        :data:`~jetraft.jetstream.store.MAX_DELETED_DETAILS` (100,000) deleted sequences,
+        ascending; ``state.num_deleted`` stays the true count, so a shorter list is partial
+        (nats-server lists them all). ``subjects_filter``: ``state.subjects`` is the page of
+        at most ``subjects_limit`` matching subjects from the ``subjects_offset``-th in
+        sorted order, and the body starts with nats-server's paging fields ``"total"``
+        (matching subjects), ``"offset"`` (as asked, negative as 0) and ``"limit"``
+        (``subjects_limit``), all 0 when no subject matches (nats-server
+        server/jetstream_api.go ``jsStreamInfoRequest``)."""
+        st = self.store.state(with_deleted=deleted_details, subjects_filter=subjects_filter,
+                              subjects_offset=subjects_offset, subjects_limit=subjects_limit)
         state = StreamState(
             messages=st.messages, bytes=st.bytes, first_seq=st.first_seq if st.last_seq else 0,
             first_ts=st.first_ts if st.messages else None, last_seq=st.last_seq,
@@ -464,8 +476,14 @@ class Stream:
             deleted=st.deleted or None,
             lost=LostStreamData(msgs=list(st.lost)) if st.lost else None,
             consumer_count=consumer_count)
-        return StreamInfo(config=self.config, created=self.created_ns, state=state,
+        info = StreamInfo(config=self.config, created=self.created_ns, state=state,
                           domain=self.domain, ts=now_ns).to_json()
+        if subjects_filter is None:
+            return info
+        total = st.subjects_total
+        paging = {"total": total, "offset": max(subjects_offset, 0) if total else 0,
+                  "limit": subjects_limit if total else 0}
+        return {**paging, **info}
 
 
 def message_json(sm: StoredMessage, *, with_headers: bool = True) -> dict[str, Any]:

@@ -970,11 +970,15 @@ class ClusterJetStream:
            answered with the stream's info.
 
         nats-server does the same with sa.Restore, processStreamRestore and the leader's
-        snapshot and catch-up (jetstream_cluster.go). Raises JSApiError 10062 when the
-        stream's leadership or assignment changes meanwhile or a step times out (the
-        caller deletes the stream); StorageError/OSError when the store cannot be written."""
+        snapshot and catch-up (jetstream_cluster.go). Before step 1 the account's limits are
+        checked with the stream's bytes (``result.bytes``: ``restore_limits_check`` of the
+        controller). Raises JSApiError 10028 / 10047 when the account's ``max_mem`` /
+        ``max_file`` has no room for it, 10062 when the stream's leadership or assignment
+        changes meanwhile or a step times out (the caller deletes the stream in every
+        case); StorageError/OSError when the store cannot be written."""
         name = key[1]
         sa, group, replica = self._restoring(key)
+        self.controller.restore_limits_check(key, result.bytes, time.time_ns())
         if acc.base is None:
             raise E.stream_create("jetstream has no store directory")
         sdir = layout.stream_dir(acc.base, name)

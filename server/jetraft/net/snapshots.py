@@ -537,9 +537,12 @@ class StreamTransfers:
         whether the restore succeeded; its failure is answered here."""
         rtype = E.STREAM_CREATE_RESPONSE
         tmp = r.path + ".d"
+        # the stream's max_bytes and the server's store limit bound the build; the account's
+        # limits are checked with the built stream's bytes (install_restore: 10047/10028)
+        limit = acc.restore_limit(r.cfg, account=False, server_limit=self.service.config.max_file_store)
         try:
             result = await trio.to_thread.run_sync(
-                lambda: build_restored_store(r.path, layout.msgs_dir(tmp), max_bytes=r.limit,
+                lambda: build_restored_store(r.path, layout.msgs_dir(tmp), max_bytes=limit,
                                              admission=r.admission))
         except (SnapshotDataError, OSError) as exc:
             self._send(acc.name, r.final_reply,
@@ -556,13 +559,20 @@ class StreamTransfers:
         file_backed = cfg.storage == "file"
         tmp = r.path + ".d"
         msgs = layout.msgs_dir(tmp) if file_backed else None
+        # the stream's max_bytes and the server's store limit bound the build (10062); the
+        # account's limits are checked with the built stream's bytes (10047/10028/10027, as
+        # nats-server answers once the backup's size is known), against its streams now
+        jcfg = self.service.config
+        limit = acc.restore_limit(cfg, account=False, server_limit=jcfg.max_file_store
+                                  if file_backed else jcfg.max_memory_store)
         try:
             result = await trio.to_thread.run_sync(
-                lambda: build_restored_store(r.path, msgs, max_bytes=r.limit, admission=r.admission))
+                lambda: build_restored_store(r.path, msgs, max_bytes=limit, admission=r.admission))
         except SnapshotDataError as exc:
             return E.error_response(rtype, E.api_error("JSStreamRestoreErrF", err=str(exc)))
         except OSError as exc:
             return E.error_response(rtype, E.api_error("JSStreamRestoreErrF", err=str(exc)))
+        acc.restore_attach_check(cfg, result.bytes)     # again when attached, after the awaits
         if not file_backed:
             return acc.attach_restored(cfg, result, None, result.store, time.time_ns())
         assert acc.base is not None

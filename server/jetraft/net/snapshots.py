@@ -19,11 +19,15 @@ The protocol and the data format are in :mod:`jetraft.jetstream.snapshot`. Here:
   file system), plus :data:`SPOOL_SLACK` for the snapshot's own records; a chunk past that is answered with error 10062 (``restore
   failed: insufficient storage resources available``) and the restore ends. The empty
   message that ends the data starts the restore: the file is checked (digest, records) and
-  the stream's files are written in a worker thread, in a directory of their own that is
+  the stream's files are written in a worker thread (every message checked by
+  ``jetstream/admission.py``, the data decoded within a budget), in a directory of their own that is
   moved into place only once complete, then the stream and its consumers are added on the
   event loop. A client that sends nothing for :data:`IDLE_TIMEOUT_S` (5 s, nats-server's
   ``activityInterval``) ends its restore. Whatever ends a restore early removes its
-  temporary files; nothing of the stream is left behind.
+  temporary files; nothing of the stream is left behind. At most
+  :data:`MAX_RESTORES_PER_ACCOUNT` and :data:`MAX_RESTORES` restores receive data at once;
+  the account's limits are checked again when the stream is attached (``attach_restored``,
+  ``install_restore``), with the bytes restored.
 
 Fault isolation: an exception in a snapshot or restore task ends that transfer alone (a
 ``500`` end message or a 10062/10064 answer, and ``api_request_failed``); it never reaches

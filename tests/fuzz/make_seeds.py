@@ -5,7 +5,11 @@ writes them, every route frame kind, RAFT batches, the $JS.API requests of
 tests/compat/test_compat_js_bad_input.py (ERROR_CASES), the stream and consumer configs the
 compat tests create, pull and DIRECT.GET requests, and the server configuration blocks of
 the specification (tests/unit/config/seeds) plus small configurations for each piece of
-the syntax. The output is deterministic; existing files are left alone.
+the syntax; for the store's doors, real stream snapshots (SnapshotWriter, a replica's
+StreamReplica.snapshot), forged ones, and catch-up frame scripts. The store targets' crash
+reproducers (decode bombs included, zlib-compressed in the targets' zlib modes) are written
+to tests/fuzz/crashes/<target>/ too. The output is deterministic; existing files are left
+alone.
 
 Usage, from the project root (the test helpers it imports are on PYTHONPATH, as the
 Makefile's TEST_HELPERS and pyproject.toml's pytest pythonpath put them)::
@@ -22,7 +26,7 @@ import json
 import sys
 from collections.abc import Iterable
 
-from fuzz_support import CORPUS, frame
+from fuzz_support import CORPUS, CRASHES, frame
 
 CONNECT = (b'CONNECT {"verbose":false,"pedantic":false,"tls_required":false,"name":"seed",'
            b'"lang":"python3","version":"2.16.0","protocol":1,"echo":true,"headers":true,'
@@ -293,6 +297,303 @@ def nats_config_seeds() -> Iterable[bytes]:
         yield text.encode()
 
 
+# --- the doors into the store: restores, stream snapshots, catch-up frames ------------------
+
+T0 = 1_800_000_000_000_000_000
+
+
+def _snapshot_data() -> list[bytes]:
+    """Real stream snapshot data (jetstream/snapshot.py SnapshotWriter) of tests/fuzz/
+    js_account.py's streams: S (memory; consumer C with a delivery pending, then without
+    consumers; then with message 2 deleted) and F (file)."""
+    import shutil
+    import tempfile
+
+    import js_account
+    from jetraft.jetstream.snapshot import SnapshotWriter
+
+    directory = tempfile.mkdtemp(prefix="jetraft-seeds-")
+    acc = js_account.new_account(directory)
+    try:
+        acc.handle_api("$JS.API.CONSUMER.MSG.NEXT.S.C", "_INBOX.n", None, b'{"batch":1}', T0 + 10)
+        out = []
+        for name, no_consumers, delete in (("S", False, False), ("S", True, False), ("F", False, False),
+                                           ("S", False, True)):
+            if delete:
+                acc.handle_api("$JS.API.STREAM.MSG.DELETE.S", "_INBOX.d", None, b'{"seq":2}', T0 + 20)
+            entry = acc.streams[name]
+            writer = SnapshotWriter(entry.stream, entry.consumers, no_consumers=no_consumers)
+            data = bytearray()
+            while chunk := writer.read(1024):
+                data += chunk
+            out.append(bytes(data))
+        return out
+    finally:
+        js_account.close_account(acc, directory)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _snap_header(first: int, last: int, messages: int = 0, nbytes: int = 0, replica: dict | None = None,
+                 **extra) -> bytes:
+    import msgpack
+
+    return msgpack.packb({"format": "jetraft-stream-snapshot", "version": 1,
+                          "store": [first, last, messages, nbytes],
+                          "replica": {} if replica is None else replica, **extra}, use_bin_type=True)
+
+
+def snapshot_payload(first: int, last: int, records: list, end: dict | None = None, **extra) -> bytes:
+    """Snapshot data without its digest: MAGIC, a header, ``records`` (lists or raw msgpack
+    bytes), the end record (by default the matching one)."""
+    import msgpack
+
+    from jetraft.jetstream.snapshot import MAGIC
+
+    body = [MAGIC, _snap_header(first, last, len(records), **extra)]
+    body += [r if isinstance(r, bytes) else msgpack.packb(r, use_bin_type=True) for r in records]
+    end = {"end": True, "messages": len(records), "last_seq": last} if end is None else end
+    return b"".join(body) + msgpack.packb(end, use_bin_type=True)
+
+
+def empty_arrays(n: int) -> bytes:
+    """msgpack: an array of ``n`` empty arrays (1 byte each on the wire, a list object each
+    once decoded)."""
+    return b"\xdd" + n.to_bytes(4, "big") + b"\x90" * n
+
+
+#: Empty arrays in a decode bomb: 12 MB of msgpack, about 1 GB of Python lists.
+BOMB_VALUES = 12_000_000
+
+
+def restore_bomb_payloads() -> dict[str, bytes]:
+    """Snapshot data (without the digest) that decodes to ~1 GB: what each holds."""
+    import msgpack
+
+    from jetraft.jetstream.snapshot import MAGIC
+
+    end = msgpack.packb({"end": True, "messages": 0, "last_seq": 0}, use_bin_type=True)
+    header = _snap_header(1, 0)
+    unknown_key = b"\x85" + header[1:] + msgpack.packb("x") + empty_arrays(BOMB_VALUES)
+    return {
+        "header-unknown-key-12M-empty-arrays": MAGIC + unknown_key + end,
+        "record-of-12M-empty-arrays": MAGIC + header + empty_arrays(BOMB_VALUES) + end,
+        "after-end-12M-empty-arrays": MAGIC + header + end + empty_arrays(BOMB_VALUES),
+    }
+
+
+def restore_wire(payload: bytes, digest: bool = True) -> bytes:
+    """Restore data as a client sends it: ``payload`` and its SHA-256, Snappy-framed."""
+    import io
+
+    from jetraft.jetstream.snapshot_frames import FramedReader
+
+    if digest:
+        payload += hashlib.sha256(payload).digest()
+    return FramedReader(io.BytesIO(payload)).read(1 << 62)
+
+
+WIRE, PAYLOAD, UNSUMMED, ZLIB, LIMIT = 0, 1, 2, 3, 4     # restore_data options
+
+
+def restore_data_seeds() -> Iterable[bytes]:
+    import zlib
+
+    from jetraft.jetstream.snapshot_frames import S2_IDENTIFIER, STREAM_IDENTIFIER
+
+    for data in _snapshot_data():
+        payload = data[:-32]
+        yield frame(restore_wire(payload, digest=True))
+        yield frame(restore_wire(payload, digest=True), (10, 0, 3, 200), flags=WIRE)
+        yield frame(payload, flags=PAYLOAD)
+        yield frame(payload, (7, 60), flags=PAYLOAD | LIMIT)
+        yield frame(data, flags=UNSUMMED)
+        yield frame(zlib.compress(payload, 9), flags=ZLIB)
+    hdr = b"NATS/1.0\r\nNats-Msg-Id: a\r\n\r\n"
+    forged = [
+        snapshot_payload(1, 0, []),                                        # an empty stream
+        snapshot_payload(50, 49, []),                                      # emptied at 49
+        snapshot_payload(1, 3, [[1, "s.a", None, b"x", T0], [3, "s.b", hdr, b"y", T0 + 1]]),
+        snapshot_payload(5, 1000, [[5, "s.*", None, b"", 0], [999, "s.>.x", None, b"z" * 100, T0]]),
+        snapshot_payload(1, 2, [[2, "s.a", None, b"x", T0], [1, "s.a", None, b"x", T0]]),  # out of order
+        snapshot_payload(1, 2, [[1, "s.a", None, b"x", T0]], end={"end": True, "messages": 2, "last_seq": 2}),
+        snapshot_payload(1, 1, [[1, "s.a", None, b"x" * 5000, T0]]),       # over the limit
+        snapshot_payload(1, 1, [], version=2),
+    ]
+    for payload in forged:
+        yield frame(payload, flags=PAYLOAD)
+        yield frame(payload, flags=PAYLOAD | LIMIT)
+    yield frame(S2_IDENTIFIER + b"\x00" * 20)
+    yield frame(STREAM_IDENTIFIER)
+    yield frame(b"")
+    yield frame(restore_wire(forged[2])[:-5])
+    yield frame(STREAM_IDENTIFIER + b"\x00\x05\x00\x00\x00\x00\x00\x00\x61")    # a bad CRC
+
+
+def restore_data_reproducers() -> dict[str, bytes]:
+    """Inputs that crashed restore_data before the fixes: name -> input (crashes/<name>)."""
+    import zlib
+
+    out = {
+        "restore-message-unchecked--subject-with-crlf.bin":
+            snapshot_payload(1, 1, [[1, "s.a\r\nMSG forged 1 2", None, b"x", T0]]),
+        "restore-message-unchecked--empty-subject.bin": snapshot_payload(1, 1, [[1, "", None, b"x", T0]]),
+        "restore-message-unchecked--empty-token.bin": snapshot_payload(1, 1, [[1, "s..a", None, b"x", T0]]),
+        "restore-message-unchecked--headers-not-a-header-block.bin":
+            snapshot_payload(1, 1, [[1, "s.a", b"HTTP/1.1 200\r\n", b"x", T0]]),
+        "restore-seq-overflow--sequence-2-64-1.bin":
+            snapshot_payload(1, (1 << 64) - 1, [[(1 << 64) - 1, "s.a", None, b"x", T0]]),
+        "restore-seq-overflow--timestamp-2-64-1.bin": snapshot_payload(1, 1, [[1, "s.a", None, b"x", (1 << 64) - 1]]),
+        "restore-gap-stall--sequence-gap-2-62.bin":
+            snapshot_payload(1, 1 << 62, [[1, "s.a", None, b"x", T0], [1 << 62, "s.a", None, b"x", T0]]),
+    }
+    out = {name: frame(payload, flags=PAYLOAD) for name, payload in out.items()}
+    for what, payload in restore_bomb_payloads().items():
+        out[f"restore-decode-bomb--{what}.bin"] = frame(zlib.compress(payload, 9), flags=ZLIB)
+    return out
+
+
+def _replica_snapshot() -> bytes:
+    """The snapshot of tests/fuzz/js_replica.py's source replica (the blocks each
+    stream_snapshot input starts from)."""
+    import shutil
+    import tempfile
+
+    import js_replica
+
+    directory = tempfile.mkdtemp(prefix="jetraft-seeds-")
+    try:
+        acc, _, data = js_replica.source(directory)
+        acc.close()
+        return data
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def stream_snapshot_seeds() -> Iterable[bytes]:
+    import zlib
+
+    import msgpack
+
+    data = _replica_snapshot()
+    for flags in (0, 2, 4, 6, 8, 12, 16, 18):
+        yield bytes([flags]) + data
+    yield b"\x01" + zlib.compress(data, 9)
+    snap = msgpack.unpackb(data)
+    state, replica = snap["state"], snap["state"]["replica"]
+
+    def variant(**changes) -> bytes:
+        return b"\x00" + msgpack.packb({**snap, **changes}, use_bin_type=True)
+
+    yield variant(store=[snap["store"][0], snap["store"][1], snap["store"][2] + 1, snap["store"][3]])
+    yield variant(blocks=snap["blocks"][1:])
+    yield variant(blocks=[])
+    yield variant(blocks=snap["blocks"] + [[10_000, 64]])
+    yield variant(state={**state, "config": {**state["config"], "storage": "memory"}})
+    yield variant(state={**state, "config": {**state["config"], "max_age": -1}})
+    yield variant(state={**state, "replica": {**replica, "consumers": []}})
+    yield variant(state={**state, "replica": {**replica, "version": 2}})
+    consumer = replica["consumers"][0]
+    yield variant(state={**state, "replica": {**replica, "consumers": [
+        consumer, {**consumer, "name": "D", "config": {**consumer["config"], "durable_name": "D"}}]}})
+    yield variant(state={**state, "replica": {**replica, "consumers": [
+        {**consumer, "state": {**consumer["state"], "pending": [[1, 1, T0], [1, 2, T0]]}}]}})
+    yield variant(stream="OTHER")
+    for bad in (b"\xc1", msgpack.packb([1, 2]), msgpack.packb({"v": 2}),
+                msgpack.packb({"v": 1, "stream": "ORDERS", "last_ts": 0, "block_bytes": 100,
+                               "blocks": [[5, 20], [2, 20]], "store": [1, 0, 0, 0], "state": {}})):
+        yield b"\x00" + bad
+
+
+def stream_snapshot_reproducers() -> dict[str, bytes]:
+    """Inputs that crashed stream_snapshot before the fixes."""
+    import zlib
+
+    import msgpack
+
+    data = _replica_snapshot()
+    n = len(msgpack.unpackb(data))
+    bomb = bytes([0x80 | (n + 1)]) + data[1:] + msgpack.packb("x") + empty_arrays(BOMB_VALUES)
+    snap = msgpack.unpackb(data)
+
+    def named(name: str) -> bytes:
+        state = {**snap["state"], "config": {**snap["state"]["config"], "name": name}}
+        return b"\x00" + msgpack.packb({**snap, "state": state}, use_bin_type=True)
+
+    return {"snapshot-decode-bomb--unknown-key-12M-empty-arrays.bin": b"\x01" + zlib.compress(bomb, 9),
+            "snapshot-config-unchecked--config-names-another-stream.bin": named("OTHER"),
+            "snapshot-config-unchecked--config-name-with-nul.bin": named("ORD\x00ERS")}
+
+
+def _record(kind: int, body: bytes, src: int = 0) -> bytes:
+    """One catchup_frames record: kind (and src), length, body."""
+    return bytes([kind | src << 3]) + len(body).to_bytes(2, "big") + body
+
+
+CU_GROUP = "S-R3F-fuzz"              # catchup_frames.GROUP
+CU_ADOPT, CU_SMALL, CU_ZLIB = 1, 8, 16  # catchup_frames flags
+CU_ALL, CU_HALF, CU_ABSENT = 2, 4, 6  # ... what is missing (bits 1-2)
+
+
+def catchup_frames_seeds() -> Iterable[bytes]:
+    import msgpack
+
+    def p(**m) -> bytes:
+        return msgpack.packb({"g": CU_GROUP, **m}, use_bin_type=True)
+
+    requests = [p(k="blk", b=1, o=0, n=1000, a=7), p(k="blk", b=1, o=1900, n=1000),
+                p(k="blk", b=19, o=16, n=10 * (1 << 20)), p(k="blk", b=10_000, o=0, n=100),
+                p(k="blk", b=2, o=0, n=100), p(k="blk", b=1, o=0), p(k="blk", b=1, o=0, n=True),
+                p(k="snap"), p(k="hold", a=5), p(k="done"),
+                msgpack.packb({"g": "S-R3F-other", "k": "blk", "b": 1, "o": 0, "n": 10}),
+                b"\xc1", b"", msgpack.packb([1, 2]), msgpack.packb({"g": 5, "k": "blk"}),
+                p(k="rm -rf"), p(k="blk", b=-1, o=0), p(k="blk", b=1, o=True), p(k="blk", b="1", o=0)]
+    for src in range(4):
+        yield b"\x00" + b"".join(_record(0, r, src) for r in requests[:10])
+    yield b"\x00" + b"".join(_record(0, r) for r in requests[10:])
+    answers = [p(k="blk", b=1, o=0, s="ok", d=b"x" * 10), p(k="blk", b=1, o=0, s="gone"),
+               p(k="snap", s="busy"), b"\xc1", msgpack.packb({"s": "ok"})]
+    yield b"\x00" + b"".join(_record(1, a, 1) for a in answers)
+    real = _record(3, msgpack.packb({}))
+    for flags in (0, CU_ALL, CU_HALF, CU_ABSENT, CU_SMALL, CU_ALL | CU_SMALL, CU_ADOPT, CU_ABSENT | CU_ADOPT):
+        yield bytes([flags]) + real
+    yield bytes([CU_SMALL]) + _record(4, b"") + _record(5, b"") + real + _record(3, msgpack.packb({"s": "busy"}))
+    yield bytes([CU_SMALL]) + _record(3, msgpack.packb({"s": "behind"})) + _record(3, msgpack.packb({"s": "gone"}))
+    yield bytes([CU_ALL]) + b"".join(_record(2, a) for a in answers)
+    yield b"\x00" + _record(3, msgpack.packb({"d": b"short"})) + _record(3, msgpack.packb({"o": 5}))
+    yield b"\x00" + _record(6, requests[0], 1) + _record(7, answers[0], 1) + _record(6, requests[7], 2) + real
+    yield bytes([CU_ADOPT]) + real + _record(3, msgpack.packb({"i": 3})) + real
+    yield bytes([CU_ADOPT]) + real + _record(3, msgpack.packb({"s": "busy"})) + _record(4, b"") + real
+    yield bytes([CU_ADOPT]) + real + _record(3, msgpack.packb({"d": b"\xc1", "l": ["n4"]}))
+
+
+def catchup_frames_reproducers() -> dict[str, bytes]:
+    """Inputs that crash catchup_frames before the fixes: malformed answers a fetching
+    replica gets from its peers."""
+    import msgpack
+
+    real = _record(3, msgpack.packb({}))
+    adopt = {"no-index": None, "index-not-a-number": {"i": "9"}, "peers-not-a-list": {"p": 5},
+             "data-not-bytes": {"d": 5}, "peers-not-names": {"p": [1, 2]}, "term-not-a-number": {"t": "x"}}
+    out = {}
+    for what, patch in adopt.items():
+        answer = (_record(2, msgpack.packb({"g": CU_GROUP, "k": "snap", "s": "ok"})) if patch is None
+                  else _record(3, msgpack.packb(patch)))
+        out[f"catchup-answer-unchecked--snap-{what}.bin"] = bytes([CU_ADOPT]) + real + answer
+    out["catchup-answer-unchecked--snap-answer-with-list-offset.bin"] = b"\x00" + _record(
+        2, msgpack.packb({"g": CU_GROUP, "k": "snap", "s": "ok", "b": [1], "o": 0}))
+    import zlib
+
+    def bomb(**fields) -> bytes:
+        head = msgpack.packb({"g": CU_GROUP, **fields}, use_bin_type=True)
+        return zlib.compress(bytes([head[0] + 1]) + head[1:] + msgpack.packb("x") + empty_arrays(BOMB_VALUES), 9)
+
+    out["catchup-decode-bomb--request-12M-empty-arrays.bin"] = bytes([CU_ZLIB]) + _record(
+        0, bomb(k="blk", b=1, o=0, n=100), 1)
+    out["catchup-decode-bomb--data-frame-12M-empty-arrays.bin"] = bytes([CU_ZLIB]) + _record(
+        1, bomb(k="blk", b=1, o=0, s="ok"), 1)
+    return out
+
+
 SEEDS = {
     "client_parser": client_parser_seeds,
     "route_frames": route_frames_seeds,
@@ -303,6 +604,16 @@ SEEDS = {
     "js_direct_get": js_direct_get_seeds,
     "js_api": js_api_seeds,
     "nats_config": nats_config_seeds,
+    "restore_data": restore_data_seeds,
+    "stream_snapshot": stream_snapshot_seeds,
+    "catchup_frames": catchup_frames_seeds,
+}
+
+#: target -> the crash reproducers it generates (written to crashes/<target>/ if absent).
+REPRODUCERS = {
+    "restore_data": restore_data_reproducers,
+    "stream_snapshot": stream_snapshot_reproducers,
+    "catchup_frames": catchup_frames_reproducers,
 }
 
 
@@ -319,12 +630,27 @@ def write(target: str) -> int:
     return new
 
 
+def write_reproducers(target: str) -> int:
+    """Write ``target``'s generated crash reproducers; return how many files were new."""
+    directory = CRASHES / target
+    new = 0
+    for name, data in REPRODUCERS.get(target, dict)().items():
+        path = directory / name
+        if not path.exists():
+            directory.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            new += 1
+    return new
+
+
 def main(argv: list[str]) -> int:
     for target in argv or list(SEEDS):
         if target not in SEEDS:
             print(f"unknown target {target!r}; known: {', '.join(SEEDS)}", file=sys.stderr)
             return 2
         print(f"{target}: {write(target)} new seed(s) in {CORPUS / target}")
+        if target in REPRODUCERS:
+            print(f"{target}: {write_reproducers(target)} new reproducer(s) in {CRASHES / target}")
     return 0
 
 

@@ -5,7 +5,10 @@ For each target, ``python tests/fuzz/<target>.py`` runs libFuzzer (atheris) for
 (tests/fuzz/corpus/<target>, never written) and writing new inputs to
 build/fuzz/corpus/<target>, crash inputs to build/fuzz/artifacts/<target>/ and its output
 to build/fuzz/logs/<target>.log. Targets run one after another, each killed if it outlives
-its time by ``--grace`` seconds. The JetStream targets keep their stores in a scratch
+its time by ``--grace`` seconds. libFuzzer's ``-rss_limit_mb`` is 2048, except for the
+targets of the store's doors (``RSS_BOUNDED``), held to twice an idle server's resident
+memory (fuzz_support.RSS_LIMIT_MB); those targets also hold each input to 100 ms
+(fuzz_support.bounded). The JetStream targets keep their stores in a scratch
 directory (on /dev/shm when there is one) removed after each target.
 
 By default the known crash classes (tests/fuzz/fuzz_support.py KNOWN_CRASHES) are
@@ -41,7 +44,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 BUILD = ROOT / "build" / "fuzz"
 
-from fuzz_support import CORPUS, IGNORE_KNOWN_ENV  # noqa: E402  (tests/fuzz is on sys.path)
+from fuzz_support import CORPUS, IGNORE_KNOWN_ENV, RSS_LIMIT_MB  # noqa: E402  (tests/fuzz is on sys.path)
 
 #: Every target, in the order they run: tests/fuzz/<name>.py.
 TARGETS = (
@@ -54,7 +57,13 @@ TARGETS = (
     "js_direct_get",
     "js_api",
     "nats_config",
+    "restore_data",
+    "stream_snapshot",
+    "catchup_frames",
 )
+#: Targets held to the memory rule: libFuzzer's -rss_limit_mb is fuzz_support.RSS_LIMIT_MB
+#: (twice an idle server's resident memory) instead of 2048.
+RSS_BOUNDED = ("restore_data", "stream_snapshot", "catchup_frames")
 
 SCRATCH_ENV = "JETRAFT_FUZZ_SCRATCH"  # js_account.SCRATCH_ENV (that module imports jetraft)
 
@@ -116,6 +125,22 @@ def _scratch_parent() -> str | None:
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
 
 
+def rss_limit_mb(target: str) -> int:
+    """libFuzzer's -rss_limit_mb for ``target``: RSS_LIMIT_MB for RSS_BOUNDED, else 2048."""
+    return RSS_LIMIT_MB if target in RSS_BOUNDED else 2048
+
+
+def target_env(target: str, env: dict[str, str]) -> dict[str, str]:
+    """``env`` for running ``target``. An RSS_BOUNDED target gets glibc's mmap threshold
+    fixed at its default, 128 KiB (``MALLOC_MMAP_THRESHOLD_``): glibc otherwise raises it
+    as big blocks are freed, and then keeps the memory of an input's big transient buffers
+    in its heap, which over a run took the process from about 65 MB to over 90 MB, near
+    the limit, without any input holding it."""
+    if target in RSS_BOUNDED:
+        env = dict(env, MALLOC_MMAP_THRESHOLD_="131072")
+    return env
+
+
 def fuzz(target: str, seconds: int, *, strict: bool, grace: int, extra: list[str]) -> Result:
     """Run one target for ``seconds``; return its Result (its log in build/fuzz/logs)."""
     work = BUILD / "corpus" / target
@@ -125,12 +150,12 @@ def fuzz(target: str, seconds: int, *, strict: bool, grace: int, extra: list[str
         d.mkdir(parents=True, exist_ok=True)
     log = logs / f"{target}.log"
     scratch = tempfile.mkdtemp(prefix=f"jetraft-fuzz-{target}-", dir=_scratch_parent())
-    env = dict(os.environ, **{SCRATCH_ENV: scratch})
+    env = target_env(target, dict(os.environ, **{SCRATCH_ENV: scratch}))
     env.pop(IGNORE_KNOWN_ENV, None)
     if not strict:
         env[IGNORE_KNOWN_ENV] = "1"
     cmd = [sys.executable, str(HERE / f"{target}.py"), f"-max_total_time={seconds}",
-           "-print_final_stats=1", "-timeout=30", "-rss_limit_mb=2048",
+           "-print_final_stats=1", "-timeout=30", f"-rss_limit_mb={rss_limit_mb(target)}",
            f"-artifact_prefix={artifacts}/", *extra, str(work), str(CORPUS / target)]
     start = time.monotonic()
     timed_out = False
@@ -155,7 +180,7 @@ def fuzz(target: str, seconds: int, *, strict: bool, grace: int, extra: list[str
 def merge(target: str) -> str:
     """Minimise build/fuzz/corpus/<target> into the checked-in corpus; return libFuzzer's
     summary line. Strict: crashing inputs are left out."""
-    env = dict(os.environ)
+    env = target_env(target, dict(os.environ))
     env.pop(IGNORE_KNOWN_ENV, None)
     scratch = tempfile.mkdtemp(prefix=f"jetraft-fuzz-{target}-", dir=_scratch_parent())
     env[SCRATCH_ENV] = scratch

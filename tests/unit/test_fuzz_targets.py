@@ -56,6 +56,9 @@ RUNS = {
     "js_direct_get": 25_000,
     "js_api": 400,
     "nats_config": 3_000,
+    "restore_data": 1_200,
+    "stream_snapshot": 800,
+    "catchup_frames": 600,
 }
 SEED = 20_240_601
 MAX_SECONDS = 15          # the bound of each seeded run (-max_total_time)
@@ -166,11 +169,12 @@ def test_seeded_fuzz_run(name, tmp_path, scratch):
     """
     new_inputs = tmp_path / "new"
     new_inputs.mkdir()
-    env = dict(os.environ, PYTHONHASHSEED="0")
+    env = _run.target_env(name, dict(os.environ, PYTHONHASHSEED="0"))
     env[IGNORE_KNOWN_ENV] = "1"
     env[SCRATCH_ENV] = scratch
     cmd = [sys.executable, str(FUZZ / f"{name}.py"), f"-runs={RUNS[name]}", f"-seed={SEED}",
            f"-max_total_time={MAX_SECONDS}", "-timeout=10", "-print_final_stats=1",
+           f"-rss_limit_mb={_run.rss_limit_mb(name)}",
            f"-artifact_prefix={tmp_path}/", str(new_inputs), str(CORPUS / name)]
     proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace",
                           env=env, timeout=MAX_SECONDS + 60)
@@ -184,6 +188,18 @@ def test_seeded_fuzz_run(name, tmp_path, scratch):
     if result.known:
         pytest.xfail("; ".join(f"known crash {k}: {_BY_NAME[k].symptom}" for k in result.known)
                      + f" (hit and tolerated in {result.execs} runs; no other crash)")
+
+
+def test_restore_data_decode_bomb_on_the_wire():
+    """The brief's decode bomb as a client sends it, too big to check in: snapshot data whose
+    header holds 12 million empty msgpack arrays in an unknown key, a few hundred KB once
+    Snappy-framed (restore_data's ``wire`` mode, in one chunk)."""
+    import make_seeds
+
+    payload = make_seeds.restore_bomb_payloads()["header-unknown-key-12M-empty-arrays"]
+    wire = make_seeds.restore_wire(payload)
+    assert len(wire) < 1 << 20            # one chunk of at most max_payload
+    _run_input(_target("restore_data").TestOneInput, frame(wire), "12M empty arrays on the wire")
 
 
 def test_chunks_reads_back_what_frame_wrote():

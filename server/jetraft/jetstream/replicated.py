@@ -293,6 +293,11 @@ class StreamReplica:
             if store is not None:
                 store.close()
             raise StreamSnapshotError("stream snapshot: state lacks config/created_ns/replica")
+        if config.get("name") != self.name:
+            if store is not None:
+                store.close()
+            raise StreamSnapshotError(f"stream snapshot: its config names {config.get('name')!r}, "
+                                      f"not {self.name!r}")
         try:
             entry = self.account.create_replica(config, created, keep_files=True, store=store)
         except Exception:

@@ -104,6 +104,14 @@ class _Impossible(Exception):
     """No peer holds a block the snapshot needs any more."""
 
 
+def _nat(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def _names(x: Any) -> bool:
+    return isinstance(x, list) and all(isinstance(n, str) and n for n in x)
+
+
 class StreamCatchup:
     """Completes restored stream snapshots on this server and serves peers' catch-ups
     (see the module docstring). ``cluster``: the server's ClusterJetStream (its replicas,
@@ -428,8 +436,15 @@ class StreamCatchup:
             return None
         if not isinstance(m, dict) or not isinstance(m.get("g"), str) or m.get("k") not in ("blk", "snap", "done", "hold"):
             return None
-        if m["k"] == "blk" and not all(isinstance(m.get(f), int) and not isinstance(m.get(f), bool)
-                                       and m[f] >= 0 for f in ("b", "o")):
+        if m["k"] == "blk" and not all(_nat(m.get(f)) for f in ("b", "o")):
+            return None
+        if any(f in m and m[f] is not None and not _nat(m[f]) for f in ("b", "o", "n", "a", "r")):
+            return None
+        if "s" in m and not isinstance(m["s"], str) or "d" in m and not isinstance(m["d"], bytes):
+            return None
+        if m["k"] == "snap" and m.get("s") == "ok" and not (
+                _nat(m.get("i")) and _nat(m.get("t")) and isinstance(m.get("d"), bytes)
+                and _names(m.get("p")) and (m.get("l") is None or _names(m["l"]))):
             return None
         return m
 

@@ -41,7 +41,9 @@ SUITE = "bookworm"
 #: What the roles need on a host, installed in the base so that the hosts need no route to
 #: any package mirror (the roles still ask apt for them: a no-op there).
 PACKAGES = ("systemd-sysv", "dbus", "openssh-server", "python3", "python3-venv",
-            "python3-apt", "python3-packaging", "iproute2", "xfsprogs", "nftables", "procps")
+            "python3-apt", "python3-packaging", "iproute2", "xfsprogs", "nftables", "procps",
+            # the fault campaign's power-loss layer (lab/powerloss.py) mounts FUSE
+            "fuse3")
 DISK_BYTES = 1 << 30          # each host's sparse data disk file: 1 GiB
 RECIPE_VERSION = "1"          # bump when base preparation changes: a new cache key
 #: Where the role's unit has jetraft write its JSON event log (jetraft_server_log_file).
@@ -472,7 +474,7 @@ class NspawnLab:
         argv = ["systemd-nspawn", "--boot", "--register=no", "--keep-unit",
                 f"--machine={h.name}", f"--hostname={h.name}",
                 "--directory", str(base), f"--overlay={base}:{host_dir / 'upper'}:/",
-                f"--network-bridge={BRIDGE}", f"--bind={disk}",
+                f"--network-bridge={BRIDGE}", f"--bind={disk}", "--bind=/dev/fuse",
                 "--console=read-only", "--resolv-conf=off", "--timezone=off",
                 "--link-journal=no"]
         cgroups = [root / CGROUP_NAME / h.name for root in CGROUP_ROOTS]

@@ -28,6 +28,14 @@ def run_playbook(name: str, inventory: Path, *tags: str, env: dict[str, str] | N
     return subprocess.run(cmd, cwd=ROOT, env=base, capture_output=True, text=True, timeout=600)
 
 
+def run_lab(state_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    """``python -m lab ARGS`` from the project root with its state in ``state_dir`` (a lab of
+    the test's own, never the machine's), 200 columns wide."""
+    env = {**os.environ, "JETRAFT_LAB_STATE": str(state_dir), "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "lab", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
 def flat(result: subprocess.CompletedProcess) -> str:
     """stdout and stderr with all whitespace runs made single spaces (messages wrap)."""
     return " ".join((result.stdout + result.stderr).split())

@@ -7,13 +7,11 @@ import os
 import subprocess
 import sys
 
-from playbook import ROOT
+from playbook import run_lab
 
 
 def lab(tmp_path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "JETRAFT_LAB_STATE": str(tmp_path / "state"), "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "lab", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=60)
+    return run_lab(tmp_path / "state", *args)
 
 
 def test_an_unknown_host_is_named_with_the_known_ones(tmp_path):

@@ -3,9 +3,7 @@ zone does not exist or the lab is not up (state in a directory of the test's own
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 
 from playbook import run_lab
 

@@ -6,8 +6,9 @@ STAMP  := $(VENV)/.jetraft-installed
 
 .PHONY: setup check test bench fuzz lab lab-deps clean wheelhouse
 
-# Debian packages the lab needs on this machine (systemd-nspawn, debootstrap, ...).
-LAB_DEBS := debootstrap systemd-container xfsprogs openssh-client iproute2 vagrant vagrant-libvirt
+# Debian packages the lab needs on this machine (systemd-nspawn, debootstrap, ...; fuse3 for
+# lab/powerloss.py and its tests).
+LAB_DEBS := debootstrap systemd-container xfsprogs openssh-client iproute2 vagrant vagrant-libvirt fuse3
 
 setup: $(STAMP)
 

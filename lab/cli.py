@@ -198,3 +198,41 @@ def run_command(keep: bool, no_drills: bool, suite: str) -> None:
 
     if not run(keep=keep, drills=not no_drills, suite=suite).ok:
         sys.exit(1)
+
+
+@main.command()
+@click.option("--runs", type=click.IntRange(1, 1000), default=1, show_default=True,
+              help="How many runs; run k (from 0) uses seed SEED + k.")
+@click.option("--minutes", type=click.FloatRange(0.5, 120), default=5.0, show_default=True,
+              help="Minutes of workload and faults per run (recovery, read-back and "
+                   "validation come on top).")
+@click.option("--seed", type=int, default=1, show_default=True,
+              help="The first run's seed: the same seed draws the same schedule of faults "
+                   "on every flavour.")
+@click.option("--flavour", type=click.Choice(["jetraft", "nats-server", "nats-server-always"]),
+              default="jetraft", show_default=True,
+              help="The servers deployed: jetraft, or the real nats-server as the control "
+                   "(its default sync_interval, or sync_interval: always).")
+@click.option("--kinds", default=None,
+              help="Only these kinds of fault, comma-separated (default: every kind but "
+                   "membership).")
+@click.option("--every-kind", is_flag=True,
+              help="Put every kind of fault in each run at least once.")
+@click.option("-i", "--inventory", type=click.Path(exists=True, path_type=Path), default=None,
+              help="Run on this inventory's cluster as it is (default: a fresh nspawn lab "
+                   "per run).")
+def campaign(runs: int, minutes: float, seed: int, flavour: str, kinds: str | None,
+             every_kind: bool, inventory: Path | None) -> None:
+    """The fault campaign: per run, deploy, run the queue and KV workloads under a schedule
+    of faults drawn from the seed, heal, read back, validate; a table per run and in total,
+    and lab/artifacts/campaign-<stamp>/summary.json."""
+    from lab.campaign import Campaign, CampaignError
+
+    try:
+        results = Campaign(runs=runs, minutes=minutes, seed=seed, flavour=flavour,
+                           inventory=inventory, every_kind=every_kind,
+                           kinds=set(kinds.split(",")) if kinds else None).run()
+    except CampaignError as exc:
+        raise LabError(str(exc)) from exc
+    if not all(r.valid for r in results):
+        sys.exit(1)

@@ -1,0 +1,113 @@
+"""The fault campaign's driver without a lab: its command line, the workloads' history lines
+and outcome rules, and how a run's figures come out of jetraft-validate's report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import nats.errors
+import nats.js.errors
+import pytest
+
+from lab.campaign import RunResult, anomaly_ns, apply_report, first_fault_before, result_table
+from lab.workloads import History, outcome
+from playbook import run_lab
+
+
+def lab(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    return run_lab(tmp_path / "state", *args)
+
+
+def test_the_campaign_command_names_its_options_and_flavours(tmp_path):
+    result = lab(tmp_path, "campaign", "--help")
+    assert result.returncode == 0, result.stderr
+    text = " ".join(result.stdout.split())
+    for option in ("--runs", "--minutes", "--seed", "--flavour", "--every-kind", "--inventory"):
+        assert option in text
+    assert "jetraft|nats-server|nats-server-always" in text
+
+
+def test_an_unknown_flavour_is_refused_before_anything_runs(tmp_path):
+    result = lab(tmp_path, "campaign", "--flavour", "etcd")
+    assert result.returncode == 2
+    assert "'etcd' is not one of 'jetraft', 'nats-server', 'nats-server-always'" in " ".join(
+        result.stderr.split())
+    assert not (tmp_path / "state").exists()
+
+
+def test_a_history_line_has_every_field_of_the_operation_map(tmp_path):
+    history = History(tmp_path / "history" / "queue.jsonl", "run-1", "queue")
+    p = history.new_process()
+    history.record(p, "invoke", "publish", value=7, node="jr-a1")
+    history.record(p, "ok", "publish", value=7, revision=3, node="jr-a1")
+    q = history.new_process()
+    history.close()
+    lines = [json.loads(line) for line in (tmp_path / "history" / "queue.jsonl").read_text().splitlines()]
+    assert [(e["process"], e["type"], e["value"], e["revision"]) for e in lines] == [
+        (0, "invoke", 7, None), (0, "ok", 7, 3)]
+    assert q == 1
+    assert set(lines[0]) == {"run", "workload", "process", "type", "f", "key", "value", "revision",
+                             "expect", "node", "time_ns", "wall_ns", "error"}
+    assert lines[0]["time_ns"] <= lines[1]["time_ns"]
+    assert history.counts == {"invoke": 1, "ok": 1, "fail": 0, "info": 0}
+
+
+@pytest.mark.parametrize("exc, expected", [
+    (nats.js.errors.APIError(code=400, err_code=10071, description="wrong last sequence"), "fail"),
+    (nats.errors.NoRespondersError(), "fail"),
+    (nats.errors.TimeoutError(), "info"),
+    (nats.js.errors.ServiceUnavailableError(code=503), "info"),
+    (ConnectionResetError("reset by peer"), "info"),
+])
+def test_only_an_answer_that_says_not_done_is_a_failure(exc, expected):
+    assert outcome(exc) == expected
+
+
+def _report(**checks) -> dict:
+    return {"checks": {name: {"valid": True, "count": 0, "examples": [], "details": {}}
+                       for name in ("election_safety", "term_monotonic", "log_matching",
+                                    "leader_completeness")} | checks}
+
+
+def test_a_clean_report_makes_a_valid_run():
+    result = RunResult(1, "jetraft", 5, 3.0, "d", "replay")
+    apply_report(result, _report(
+        queue={"valid": True, "count": 0, "examples": [],
+               "details": {"lost": {"prefix": 0, "middle": 0, "postfix": 0}, "unexpected": 0,
+                           "duplicated": 0, "recovered": 4}},
+        node_divergence={"valid": True, "count": 0, "examples": [], "details": {}},
+        linearizable={"valid": True, "count": 0, "examples": [], "details": {}}))
+    assert result.valid and result.raft is True and result.recovered == 4
+    assert result.divergent == 0 and result.linearizable is True
+
+
+def test_a_lost_message_makes_the_run_invalid_and_names_the_fault_before_it():
+    result = RunResult(1, "jetraft", 5, 3.0, "d", "replay")
+    report = _report(queue={"valid": False, "count": 1,
+                            "examples": [{"value": 17, "wall_ns": 2_500}],
+                            "details": {"lost": {"prefix": 0, "middle": 1, "postfix": 0},
+                                        "unexpected": 0, "duplicated": 0}},
+                     linearizable={"valid": True, "count": 0, "examples": [], "details": {}})
+    apply_report(result, report)
+    assert not result.valid and result.lost_total == 1 and result.validation is False
+    faults = [{"kind": "kill", "applied_ns": 1_000}, {"kind": "power-loss", "applied_ns": 2_000},
+              {"kind": "pause", "applied_ns": 3_000}]
+    assert first_fault_before(faults, anomaly_ns(report))["kind"] == "power-loss"
+    assert first_fault_before(faults, None) is None
+
+
+def test_an_unknown_linearizability_verdict_is_not_a_pass():
+    result = RunResult(1, "jetraft", 5, 3.0, "d", "replay")
+    apply_report(result, _report(linearizable={"valid": "unknown", "count": 0, "examples": [],
+                                               "details": {}}))
+    assert result.linearizable == "unknown" and not result.valid
+
+
+def test_the_table_totals_the_runs():
+    runs = [RunResult(i, "jetraft", i, 3.0, "d", "r", attempted=10 * i, acknowledged=9 * i,
+                      linearizable=True, raft=True, validation=True) for i in (1, 2)]
+    table = result_table(runs, "campaign", total=True)
+    assert table.row_count == 3
+    cells = [list(column.cells) for column in table.columns]
+    assert cells[4][-1] == "30" and cells[5][-1] == "27"

@@ -569,7 +569,9 @@ class CampaignNemesis:
                 f"systemctl kill --signal=SIGKILL {self.powerloss_unit}",
                 f"systemctl kill --signal=SIGKILL {self.unit}",
                 f"systemctl stop {self.unit} {self.powerloss_unit} || exit 1",
-                f"umount -l {shlex.quote(self.store_dir)} 2>/dev/null || true"]
+                # only the layer's own mount: the store's disk stays mounted beneath it
+                f"findmnt -n -o FSTYPE {shlex.quote(self.store_dir)} | tail -n 1 | grep -q '^fuse'"
+                f" && umount -l {shlex.quote(self.store_dir)}; true"]
 
     # -- apply / heal --
 

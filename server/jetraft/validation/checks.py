@@ -44,13 +44,24 @@ What is checked, and where the property comes from:
 - ``ledger`` — every acknowledged publish is in the drained stream exactly once, at the
   sequence its acknowledgement gave, and the stream holds nothing never attempted
   (Jepsen's lost / duplicated / unexpected).
+
+A fault campaign's run (one with ``history/*.jsonl``) has four checks more, absent from
+any other run's report:
+
+- ``queue`` — Jepsen's set checker on the queue workload: lost (prefix / middle /
+  postfix), unexpected, duplicated, misplaced, recovered (:mod:`~jetraft.validation.queueset`);
+- ``node_divergence`` — each replica's own copy against the acknowledged values, the other
+  copies and the drain (:mod:`~jetraft.validation.queueset`);
+- ``linearizable`` — each KV key's history against a register with revisions (Wing & Gong
+  1993, Lowe 2017, Porcupine; :mod:`~jetraft.validation.linearizable`, on Spark by
+  :mod:`~jetraft.validation.kvcheck`);
+- ``stale_reads`` — gets that returned a revision older than a write completed before them.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark import StorageLevel
@@ -58,27 +69,11 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from jetraft.events import SCHEMA_VERSION, rfc3339_ns
+from jetraft.validation import kvcheck, linearizable, queueset
 from jetraft.validation.load import CORRUPT_APPLIED, UNKNOWN_VERSION_APPLIED, Inputs
+from jetraft.validation.result import UNKNOWN, CheckResult
 
 META_GROUP = "_meta_"
-UNKNOWN = "unknown"
-
-
-@dataclass
-class CheckResult:
-    """One check's verdict: ``valid`` is True, False or "unknown"."""
-
-    name: str
-    valid: bool | str
-    count: int = 0
-    examples: list[dict[str, Any]] = field(default_factory=list)
-    details: dict[str, Any] = field(default_factory=dict)
-    doc: str = ""
-    seconds: float = 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"valid": self.valid, "count": self.count, "examples": self.examples,
-                "details": self.details, "doc": self.doc, "seconds": self.seconds}
 
 
 def _rows(df: DataFrame, limit: int) -> list[dict[str, Any]]:
@@ -692,9 +687,25 @@ def check_ledger(inp: Inputs, limit: int) -> CheckResult:
 
 
 def run_all(inp: Inputs, limit: int = 10, skew_ns: int = 0, progress=lambda name: None,
-            catchup_limit_s: float = CATCHUP_LIMIT_S, completed=lambda result: None) -> list[CheckResult]:
-    """Every check, in the order of the module docstring; ``progress(name)`` before each,
-    ``completed(result)`` (a :class:`CheckResult`) after each."""
+            catchup_limit_s: float = CATCHUP_LIMIT_S, completed=lambda result: None,
+            search_steps: int = linearizable.MAX_STEPS,
+            search_seconds: float = linearizable.MAX_SECONDS) -> list[CheckResult]:
+    """Every check, in the order of the module docstring (the campaign's four only when the
+    run has histories); ``progress(name)`` before each, ``completed(result)`` (a
+    :class:`CheckResult`) after each. ``search_steps`` / ``search_seconds``: the bound of
+    the linearizability search per key."""
+    kv: list[CheckResult] = []
+
+    def kv_checks() -> list[CheckResult]:        # linearizable and stale_reads: one pass
+        if not kv:
+            kv.extend(kvcheck.check_kv(inp.history, limit, search_steps, search_seconds))
+        return kv
+    campaign = [
+        ("queue", lambda: queueset.check_queue(inp.history, limit)),
+        ("node_divergence", lambda: queueset.check_node_divergence(inp.history, limit)),
+        ("linearizable", lambda: kv_checks()[0]),
+        ("stale_reads", lambda: kv_checks()[1]),
+    ] if inp.history is not None else []
     steps = [
         ("input", lambda: check_input(inp, limit)),
         ("topology", lambda: check_topology(inp, limit)),
@@ -706,6 +717,7 @@ def run_all(inp: Inputs, limit: int = 10, skew_ns: int = 0, progress=lambda name
         ("replication", lambda: check_replication(inp, limit)),
         ("stream_catchup", lambda: check_stream_catchup(inp, limit, catchup_limit_s)),
         ("ledger", lambda: check_ledger(inp, limit)),
+        *campaign,
     ]
     out = []
     for name, fn in steps:

@@ -72,6 +72,29 @@ GUIDES: dict[str, Guide] = {
         "stream holds a message never published (unexpected): data a client was promised is "
         "not what the stream holds",
         "no <drill>.ledger.jsonl and <drill>.stream.jsonl in the run: run the drills to decide it"),
+    "queue": Guide(
+        "a publish the stream acknowledged was never read back (lost: in the prefix, middle or "
+        "postfix of the run), was read at another sequence than acknowledged (misplaced), is "
+        "twice in the stream (duplicated), or a value never published was read (unexpected): "
+        "the queue did not keep what it promised its clients",
+        "history/queue.jsonl holds no publish: the campaign's queue workload did not run"),
+    "node_divergence": Guide(
+        "a replica's own copy of the stream lacks an acknowledged message, or the replicas hold "
+        "different messages at one sequence, or one differs from what the stream served: the "
+        "replicas diverged (split-brain), and which copy a reader sees depends on the leader",
+        "history/queue.jsonl holds no read-node line: no replica's own copy was read"),
+    "linearizable": Guide(
+        "no order of a key's operations, each at an instant between its invocation and its "
+        "completion, explains what the clients saw: the KV bucket answered as no single copy "
+        "of the key could have (a stale or lost write, two creates that both won, an update "
+        "accepted on a wrong revision, a revision going back)",
+        "history/kv.jsonl holds no operation, or the search of some key reached its bound "
+        "before deciding (see unknown_keys and bound; an unknown verdict is not a pass)"),
+    "stale_reads": Guide(
+        "a get returned an older revision of a key than a write that had already completed "
+        "before the get began: a reader saw the past, as a server answering from a stale copy "
+        "(a deposed leader, a lagging follower) does",
+        "history/kv.jsonl holds no successful get"),
 }
 
 
@@ -307,6 +330,52 @@ def _ledger(e, names, hosts):
             f"raft_became_leader, raft_applied.")
 
 
+def _when(ns) -> str:
+    return rfc3339_ns(ns) if isinstance(ns, int) and ns > 10**17 else "-"
+
+
+def _queue(e, names, hosts):
+    value, problem = e.get("value"), e.get("problem")
+    where = (f"acknowledged at sequence {e.get('ack_seq')} at {_when(e.get('ack_wall_ns'))}"
+             if e.get("ack_seq") is not None else f"publish outcome {e.get('outcome') or 'none'}")
+    read = f"read at {cell(e.get('read_seqs'))}" if e.get("read_seqs") else "never read"
+    epoch = f" ({e.get('epoch')})" if e.get("epoch") else ""
+    return (f"{problem}{epoch} value {value}: its lines in history/queue.jsonl (\"value\": {value}; "
+            f"process {e.get('process')}, connected to {e.get('node') or '-'}, {where}; {read}); then "
+            f"the CAMPAIGN stream's group in logs/*/events*.jsonl around that time: raft_became_leader, "
+            f"raft_applied, stream_catchup_*, stream_store_damaged.")
+
+
+def _divergence(e, names, hosts):
+    if e.get("problem") == "lost on node":
+        node = e.get("node")
+        return (f"{node}'s own copy lacks value {e.get('value')} (acknowledged at sequence "
+                f"{e.get('ack_seq')} at {_when(e.get('ack_wall_ns'))}): the read-node lines of {node} "
+                f"in history/queue.jsonl, then {_logs(node, hosts)} after that time: "
+                f"raft_snapshot_installed, stream_catchup_*, stream_store_damaged, server_starting.")
+    return (f"Sequence {e.get('seq')} ({cell(e.get('kinds'))}): the nodes hold {cell(e.get('copies'))}, the "
+            f"drain {cell(e.get('drained'))}; the read-node and drain lines of history/queue.jsonl at "
+            f"\"revision\": {e.get('seq')}, then the CAMPAIGN stream's raft_applied at that index in "
+            f"logs/*/events*.jsonl.")
+
+
+def _linearizable(e, names, hosts):
+    return (f"Key {e.get('key')}: its first {e.get('prefix_ops')} operations in history/kv.jsonl are "
+            f"already not linearizable, up to the {e.get('f')} of process {e.get('process')} on "
+            f"{e.get('node') or '-'} (value {e.get('value')}, revision {e.get('revision')}) invoked at "
+            f"{_when(e.get('invoke_wall_ns'))}: report.md's counterexample table lists them; then the "
+            f"KV bucket's stream group (KV_campaign) in logs/*/events*.jsonl around that time.")
+
+
+def _stale(e, names, hosts):
+    return (f"Key {e.get('key')}: a get by process {e.get('process')} on {e.get('node') or '-'} invoked at "
+            f"{_when(e.get('invoke_wall_ns'))} returned revision {e.get('revision')}, after a "
+            f"{e.get('write_f')} at revision {e.get('write_revision')} (process {e.get('write_process')} on "
+            f"{e.get('write_node') or '-'}) had completed at {_when(e.get('write_complete_wall_ns'))}: "
+            f"history/kv.jsonl, then {_logs(e.get('node'), hosts)}: was that server a deposed leader or "
+            f"a lagging replica of the KV bucket's stream then (raft_became_follower, raft_replica_lagging)?")
+
+
 def _generic(e, names, hosts):
     return "report.json holds every offending example of this check in full."
 
@@ -314,4 +383,5 @@ def _generic(e, names, hosts):
 _STEPS = {"input": _input, "topology": _topology, "election_safety": _election,
           "term_monotonic": _term, "log_matching": _matching, "leader_completeness": _completeness,
           "availability": _availability, "replication": _replication, "stream_catchup": _catchup,
-          "ledger": _ledger}
+          "ledger": _ledger, "queue": _queue, "node_divergence": _divergence,
+          "linearizable": _linearizable, "stale_reads": _stale}

@@ -32,7 +32,8 @@ console = Console(stderr=True)
 
 def spark_session(master: str | None, driver_memory: str):
     """A SparkSession for the job: UTC session time, few shuffle partitions on a local
-    master, no UI. Under spark-submit (PYSPARK_GATEWAY_PORT set), its master is kept."""
+    master, whose Python workers run this interpreter (unless PYSPARK_PYTHON says
+    otherwise), no UI. Under spark-submit (PYSPARK_GATEWAY_PORT set), its master is kept."""
     from pyspark.sql import SparkSession
 
     builder = (SparkSession.builder.appName("jetraft-validate")
@@ -44,8 +45,10 @@ def spark_session(master: str | None, driver_memory: str):
         master = master or "local[*]"
         builder = builder.master(master)
     if master and master.startswith("local"):
-        # a local master stays on the loopback interface
+        # a local master stays on the loopback interface; its Python workers (the KV
+        # checks' per-key search) run this interpreter, which imports jetraft
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         builder = (builder.config("spark.driver.host", "127.0.0.1")
                    .config("spark.driver.bindAddress", "127.0.0.1").config("spark.sql.shuffle.partitions", str(max(4, 2 * (os.cpu_count() or 2))))
                    .config("spark.driver.memory", driver_memory))
@@ -124,11 +127,13 @@ def main(run: str, out: Path | None, master: str | None, driver_memory: str, exa
     """Validate a jetraft run from its own logs: RAFT safety (one leader per term, terms
     never going back, one entry per index, leader completeness), the topology, availability
     through each drill's faults, replicas current, stream catch-ups finished, and the
-    acknowledged-message ledger.
+    acknowledged-message ledger. A fault campaign's run (with history/*.jsonl) is also
+    checked as Jepsen would: the queue's lost, duplicated and unexpected values, each
+    replica's own copy, each KV key's linearizability and stale reads.
 
     RUN is a run directory (lab/artifacts/<run>: logs/<host>/events*.jsonl, drills.json,
-    *.ledger.jsonl, *.stream.jsonl, topology.json), locally or at any URI Spark reads, or
-    a path or glob of .jsonl event logs.
+    *.ledger.jsonl, *.stream.jsonl, topology.json, history/*.jsonl), locally or at any URI
+    Spark reads, or a path or glob of .jsonl event logs.
 
     It prints what it reads, Spark's start, and each check as it ends; then each check's
     verdict and, for an invalid one, what it means, its first offending examples and where

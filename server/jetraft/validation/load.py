@@ -9,6 +9,7 @@ A run directory (``lab/artifacts/<run>``, written by ``python -m lab run``) hold
     drills.json                  each drill's summary and fault timeline (lab/drills.py)
     <drill>.ledger.jsonl         every publish attempt of a drill
     <drill>.stream.jsonl         the drill's stream as read back after healing
+    history/<workload>.jsonl     a fault campaign's histories (jetraft.validation.history)
 
 The run directory may be a local path, a glob, or any URI Spark reads (``hdfs://``,
 ``s3a://`` with the usual Spark configuration). A path ending in ``.jsonl`` is read as
@@ -27,6 +28,7 @@ from pyspark.sql import functions as F
 
 from jetraft.events import SCHEMA_VERSION
 from jetraft.validation import schema, survey
+from jetraft.validation.history import read as read_history
 
 
 class InputError(Exception):
@@ -46,8 +48,8 @@ class Inputs:
     """The DataFrames of one run. ``events`` (every event but ``raft_applied``, and every
     line that is not JSON, in ``_corrupt_record``) and ``per_index`` always exist; the
     others are None when the run has no such file (a deploy without drills has no
-    ledgers). ``applied`` re-reads the event logs: only for the few examples of a
-    violation."""
+    ledgers; a run that is not a fault campaign's has no ``history``). ``applied`` re-reads
+    the event logs: only for the few examples of a violation."""
 
     path: str
     events_path: str
@@ -57,10 +59,13 @@ class Inputs:
     drain: DataFrame | None
     drills: DataFrame | None
     topology: DataFrame | None
+    history: DataFrame | None = None
 
     def unpersist(self) -> None:
         self.events.unpersist()
         self.per_index.unpersist()
+        if self.history is not None:
+            self.history.unpersist()
 
     def applied(self) -> DataFrame:
         """Every applied entry: server, group, index, term, hash, ns (re-read)."""
@@ -171,4 +176,5 @@ def read(spark: SparkSession, path: str) -> Inputs:
         drain=_read(spark, schema.DRAIN, f"{base}/*.stream.jsonl"),
         drills=_read(spark, schema.DRILL, f"{base}/drills.json", multiline=True),
         topology=_read(spark, schema.TOPOLOGY, f"{base}/topology.json"),
+        history=read_history(spark, base),
     )

@@ -1,6 +1,7 @@
 """The validation's outputs: ``report.json`` (the verdict, each check's {valid, count,
-examples, details}), ``report.md`` (the same for people) and ``timeline.png`` (the leader of
-each RAFT group over time, the drills' faults shaded)."""
+examples, details}), ``report.md`` (the same for people, with a fault campaign's queue,
+replica and KV tables and its counterexamples) and ``timeline.png`` (the leader of each RAFT
+group over time, the drills' faults shaded)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from jetraft.events import rfc3339_ns
 from jetraft.validation import guide
 from jetraft.validation.checks import META_GROUP, CheckResult
 
@@ -72,6 +74,7 @@ def write_markdown(path: Path, doc: dict, timeline: str | None) -> None:
     lines += _section("Meta group membership", ("time", "server", "change", "log index", "logged by"),
                       [(m["ts"], m["server"], m["change"], m["index"], m["seen_by"]) for m in membership])
     lines += _catchup_sections(doc["checks"].get("stream_catchup", {}).get("details", {}), names)
+    lines += campaign_sections(doc["checks"])
     for name, c in doc["checks"].items():
         lines += _check_section(name, c, names, hosts)
     path.write_text("\n".join(lines) + "\n")
@@ -117,7 +120,8 @@ _SHORT_CHANGE = {"added": "+voter", "added as a learner": "+learner", "removed":
                  "came back with another store": "new store", "refused as a removed member": "refused"}
 
 #: Details shown as their own tables in report.md, not again in their check's JSON.
-_TABLES = frozenset({"faults", "catchups", "damaged_stores", "membership", "hosts"})
+_TABLES = frozenset({"faults", "catchups", "damaged_stores", "membership", "hosts", "lost_on_node_epochs",
+                     "keys", "counterexamples", "per_key", "pairing_examples"})
 
 
 def _catchup_sections(details: dict, names: dict | None = None) -> list[str]:
@@ -142,6 +146,74 @@ def _catchup_sections(details: dict, names: dict | None = None) -> list[str]:
     lines += _section("Damaged stores", ("time", "server", "stream", "drill", "RAFT group", "file", "offset", "kind"),
                       [(d["ts"], d["server"], d["stream"], guide.stream_and_drill(d["group"], names)[1],
                         d["group"], d["file"], d["offset"], d["kind"]) for d in damaged])
+    return lines
+
+
+def campaign_sections(checks: dict) -> list[str]:
+    """report.md's fault campaign tables, from the checks' details: the queue's figures
+    (lost prefix / middle / postfix...), each node's losses and the divergent sequences,
+    each KV key's verdict, and each non-linearizable key's counterexample (its operations,
+    times in ms from the first one listed). Nothing for a run without histories."""
+    lines: list[str] = []
+    queue = checks.get("queue", {}).get("details")
+    if queue:
+        lost = queue.get("lost") or {}
+        lines += ["", "## Fault campaign: queue", "",
+                  f"{queue['attempted']} publishes attempted, {queue['acknowledged']} acknowledged "
+                  f"({queue['failed']} failed, {queue['unknown']} of unknown outcome); {queue['read']} values "
+                  f"read ({queue['consumed']} consumed, {queue['drained']} drained).", "",
+                  "| lost prefix | lost middle | lost postfix | unexpected | duplicated | misplaced | recovered "
+                  "| recovered after an error |", "|---|---|---|---|---|---|---|---|",
+                  f"| {lost.get('prefix', 0)} | {lost.get('middle', 0)} | {lost.get('postfix', 0)} | "
+                  f"{queue['unexpected']} | {queue['duplicated']} | {queue['misplaced']} | {queue['recovered']} | "
+                  f"{queue['recovered_after_fail']} |"]
+    nodes = checks.get("node_divergence", {}).get("details")
+    if nodes and nodes.get("nodes"):
+        epochs = nodes.get("lost_on_node_epochs") or {}
+        lines += _section("Fault campaign: each replica's own copy",
+                          ("node", "acknowledged values missing", "prefix", "middle", "postfix"),
+                          [(n, nodes["lost_on_node"].get(n, 0), epochs.get(n, {}).get("prefix", 0),
+                            epochs.get(n, {}).get("middle", 0), epochs.get(n, {}).get("postfix", 0))
+                           for n in nodes["nodes"]])
+        kinds = ", ".join(f"{k} {v}" for k, v in (nodes.get("divergent_kinds") or {}).items())
+        lines += ["", f"Divergent sequences: {nodes.get('divergent', 0)}" + (f" ({kinds})." if kinds else ".")]
+    lin = checks.get("linearizable", {}).get("details")
+    stale = (checks.get("stale_reads", {}).get("details") or {}).get("per_key") or {}
+    if lin and lin.get("keys"):
+        lines += _section("Fault campaign: KV keys",
+                          ("key", "linearizable", "operations", "ok", "fail", "info", "search steps", "seconds",
+                           "stale reads"),
+                          [(k, _mark(r["valid"]) + (f" (bound: {r['bound']})" if r.get("bound") else ""), r["ops"],
+                            r["ok"], r["fail"], r["info"], r["steps"], r["seconds"], stale.get(k, 0))
+                           for k, r in lin["keys"].items()])
+    for key, c in ((lin or {}).get("counterexamples") or {}).items():
+        lines += _counterexample(key, c)
+    return lines
+
+
+def _counterexample(key: str, c: dict) -> list[str]:
+    ops = c["ops"]
+    if not ops:
+        return []
+    start = ops[0]["invoke_ns"]
+    first_wall = ops[0].get("invoke_wall_ns")
+    when = f" at {rfc3339_ns(first_wall)}" if isinstance(first_wall, int) else ""
+    omitted = f"; the {c['omitted']} before them are in history/kv.jsonl" if c.get("omitted") else ""
+    lines = ["", f"## Counterexample: key {_text(key)}", "",
+             f"The first {c['prefix_ops']} operations of key {_text(key)} (up to a completion, in completion "
+             f"order) are already not linearizable: no order of them, each at an instant between its "
+             f"invocation and completion, gives these results. The last {len(ops)} are listed{omitted}; "
+             f"times in ms from the first listed invocation{when}. An operation still running when the "
+             f"prefix ends is listed as info.", "",
+             "| # | process | node | f | value | expect | outcome | revision | invoked (ms) | completed (ms) | |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for i, op in enumerate(ops, 1):
+        done = op.get("complete_ns")
+        lines.append(f"| {i} | {_text(op['process'])} | {_text(op['node'])} | {op['f']} | {_text(op['value'])} | "
+                     f"{_text(op['expect'])} | {op['type']} | {_text(op['revision'])} | "
+                     f"{(op['invoke_ns'] - start) / 1e6:.3f} | "
+                     f"{'-' if done is None else f'{(done - start) / 1e6:.3f}'} | "
+                     f"{'not linearizable from here' if op.get('failed') else ''} |")
     return lines
 
 

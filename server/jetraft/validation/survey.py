@@ -28,8 +28,9 @@ class NoEventLog(Exception):
 @dataclass
 class Survey:
     """A local run's files: the event logs (paths), their total size in bytes and the
-    hosts they come from; the drills' ledgers and drained streams (counts), and whether
-    drills.json and topology.json are there."""
+    hosts they come from; the drills' ledgers and drained streams (counts), whether
+    drills.json and topology.json are there, and a fault campaign's histories
+    (``history/*.jsonl``: their names)."""
 
     run: str
     event_logs: list[str]
@@ -40,14 +41,18 @@ class Survey:
     drills: bool = False
     topology: bool = False
     missing: list[str] = field(default_factory=list)
+    histories: list[str] = field(default_factory=list)
 
     def line(self) -> str:
-        """``reading RUN: 5 event logs (8.3 MB) from 5 hosts, 6 ledgers, drills.json, topology.json``."""
+        """``reading RUN: 5 event logs (8.3 MB) from 5 hosts, 6 ledgers, drills.json, topology.json``
+        (and ``, histories kv, queue`` for a fault campaign's run)."""
         parts = [f"{_count(len(self.event_logs), 'event log')} ({self.bytes / 1e6:.1f} MB) "
                  f"from {_count(len(self.hosts), 'host')}",
                  _count(self.ledgers, "ledger")]
         parts += [name for name, there in (("drills.json", self.drills), ("topology.json", self.topology))
                   if there]
+        if self.histories:
+            parts.append(f"histories {', '.join(self.histories)}")
         text = f"reading {self.run}: {', '.join(parts)}"
         if self.missing:
             text += f" (no {', no '.join(self.missing)})"
@@ -106,6 +111,8 @@ def survey(run: str) -> Survey | None:
         out.drained = len(glob.glob(os.path.join(root, "*.stream.jsonl")))
         out.drills = os.path.isfile(os.path.join(root, "drills.json"))
         out.topology = os.path.isfile(os.path.join(root, "topology.json"))
+        out.histories = sorted(os.path.basename(p)[:-len(".jsonl")]
+                               for p in glob.glob(os.path.join(root, "history", "*.jsonl")))
         out.missing = [name for name, there in (("drills.json", out.drills),
                                                 ("topology.json", out.topology)) if not there]
     return out

@@ -244,6 +244,9 @@ class ClusterController:
         #: of an established group (:meth:`meta_hello`), and whether one said we were removed
         self._join: tuple[str, ...] | None = None
         self._refused_by: str | None = None
+        #: a server whose meta state records a store for this one said so while its group
+        #: had no leader: the group exists, so wait for its leader, never bootstrap
+        self._group_exists_by: str | None = None
         #: joined an established group as a new member (or one that lost its store): no
         #: vote and no replica until the meta state records this server's store id
         self.join_fresh = False
@@ -323,6 +326,10 @@ class ClusterController:
             self._refuse(src, hello)
             return self._take()
         got = join_peers(self.me, self.store_id, hello)
+        if got is None and hello.your_store is not None and self._group_exists_by is None:
+            # its meta state records our store, so the group committed entries: it is
+            # electing a leader (perhaps the one this server was before it lost its store)
+            self._group_exists_by = src
         if got is not None and self._join is None:
             self._join, self.join_fresh = got
             self._emit("jetstream_meta_joining", by=src, leader=hello.leader, term=hello.term,
@@ -490,6 +497,8 @@ class ClusterController:
             return
         if self._refused_by is not None:    # removed: stay out until added again
             return
+        if self._group_exists_by is not None:  # an established group without a leader yet
+            return
         # Every route is up (one of them may be ourselves), then a quiet moment: the seed
         # configuration names every server, and discovery brings the rest meanwhile.
         if not self.view.routes_settled():
@@ -497,6 +506,11 @@ class ClusterController:
         if mono_ns - (self._last_peer_change_ns or mono_ns) < BOOTSTRAP_SETTLE_NS:
             return
         js_peers = sorted(n for n, p in self.view.route_peers().items() if p.jetstream)
+        # and every JetStream server connected has said what its meta group is (hellos
+        # are sent on connect and repeated): a hello that comes late must not find this
+        # server already in a group of its own
+        if any(n != self.me and n not in self.peer_stores for n in js_peers):
+            return
         self._out.append(OpenMeta(tuple(sorted({self.me, *js_peers}))))
 
     def _reconcile_peers(self, group: GroupView, sa: StreamAssignment) -> None:

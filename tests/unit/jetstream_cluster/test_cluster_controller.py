@@ -31,6 +31,7 @@ from jetraft.jetstream.cluster import (
     StepDown,
 )
 from jetraft.jetstream.meta import encode_remove_server
+from jetraft.jetstream.meta_members import MetaHello
 from jetraft.jetstream.model import AccountLimits
 from jetraft.jetstream.replicated import ACK, API, FLOW_CONTROL, PUBLISH, TICK, decode_entry
 
@@ -676,7 +677,11 @@ def test_the_meta_group_is_bootstrapped_once_the_routes_are_settled_and_quiet():
     w.c.peer_changed("n3", True, 10 * BOOTSTRAP_SETTLE_NS)
     w.tick(mono=11 * BOOTSTRAP_SETTLE_NS - 1)
     assert w.opened_meta == []                      # not quiet long enough
+    w.run(w.c.meta_hello("n2", MetaHello((), (), None, 0, store="s2")))
     w.tick(mono=11 * BOOTSTRAP_SETTLE_NS)
+    assert w.opened_meta == []                      # n3 has not said what its group is
+    w.run(w.c.meta_hello("n3", MetaHello((), (), None, 0, store="s3")))
+    w.tick(mono=11 * BOOTSTRAP_SETTLE_NS + 1)
     assert w.opened_meta == [("n1", "n2", "n3")]    # the JetStream servers only
 
 

@@ -146,10 +146,47 @@ def test_a_removed_server_opens_nothing_and_says_why():
 
 def test_a_forming_group_does_not_stop_the_bootstrap():
     w = World(FIVE)
-    w.run(w.c.meta_hello("n2", MetaHello(("n1", "n2", "n3", "n4", "n5"), (), None, 0)))
+    w.run(w.c.meta_hello("n2", MetaHello(("n1", "n2", "n3", "n4", "n5"), (), None, 0, store="s2")))
+    for name in ("n3", "n4", "n5"):
+        w.run(w.c.meta_hello(name, MetaHello((), (), None, 0, store=f"s-{name}")))
     w.tick(mono=1)
     w.tick(mono=10 * 10**9)
     assert w.opened_meta == [("n1", "n2", "n3", "n4", "n5")]
+
+
+def test_no_bootstrap_before_every_server_said_what_its_group_is():
+    """A hello held up (a busy peer, a lost frame) must not find this server already in a
+    group of its own once the routes are quiet: it waits for the repeated hello."""
+    w = World(FIVE)
+    for name in ("n2", "n3", "n4"):
+        w.run(w.c.meta_hello(name, MetaHello((), (), None, 0, store=f"s-{name}")))
+    w.tick(mono=1)
+    w.tick(mono=10 * 10**9)
+    assert w.opened_meta == []
+    w.run(w.c.meta_hello("n5", MetaHello(("n2", "n3", "n4", "n5"), (), "n5", 3, store="s-n5")))
+    w.tick(mono=10 * 10**9 + 1)
+    assert w.opened_meta == [("n2", "n3", "n4", "n5")]      # the group n5 leads: joined
+
+
+def test_a_server_that_lost_its_store_waits_for_the_leader_of_a_group_that_is_electing():
+    """Its old meta leader was this server itself: the others are electing when it starts
+    again with an empty store. Their meta state records its old store, so the group exists;
+    bootstrapping a group of its own would let it vote with an empty log. It waits, and
+    joins as a new member (store lost) once a leader says how."""
+    w = World(FIVE)
+    w.c.store_id = "NEW"
+    electing = MetaHello(("n1", "n2", "n3", "n4", "n5"), (), None, 7, store="s", your_store="OLD")
+    for name in ("n2", "n3", "n4", "n5"):
+        w.run(w.c.meta_hello(name, electing))
+    w.tick(mono=1)
+    w.tick(mono=10 * 10**9)
+    assert w.opened_meta == []
+    w.run(w.c.meta_hello("n3", MetaHello(("n1", "n2", "n3", "n4", "n5"), (), "n3", 8, store="s",
+                                          your_store="OLD")))
+    w.tick(mono=10 * 10**9 + 1)
+    assert w.opened_meta == [("n2", "n3", "n4", "n5")] and w.c.join_fresh
+    (joining,) = [f for e, f in w.events.lines if e == "jetstream_meta_joining"]
+    assert joining["store_lost"] is True
 
 
 def test_a_server_removed_while_down_closes_its_old_meta_group():

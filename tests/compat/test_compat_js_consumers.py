@@ -50,9 +50,17 @@ def seqs(msgs: list[Msg]) -> list[int]:
 
 
 async def no_more(psub, timeout: float = 0.5) -> None:
-    """Assert a pull subscription gets nothing within ``timeout`` (a server-side expiry)."""
+    """Assert a pull subscription gets nothing within ``timeout`` (a server-side expiry), then
+    wait until the server has expired that pull request: nats-py gives up at ``timeout`` after
+    sending it, the server a little later (``timeout`` after receiving it), and a message
+    published in between is rightly delivered to the abandoned request."""
     with pytest.raises(nats.errors.TimeoutError):
         await psub.fetch(1, timeout=timeout)
+    await poll(lambda: _none_waiting(psub), 5, "the abandoned pull request to expire")
+
+
+async def _none_waiting(psub) -> bool:
+    return (await psub.consumer_info()).num_waiting == 0
 
 
 async def durable_pull(s: Session, name: str, **config):

@@ -130,6 +130,32 @@ def rss_limit_mb(target: str) -> int:
     return RSS_LIMIT_MB if target in RSS_BOUNDED else 2048
 
 
+def fresh_rss(cmd: list[str]) -> list[str]:
+    """``cmd`` started through a shell that forks it. Linux carries a process's peak resident
+    memory (getrusage's ``ru_maxrss``, what libFuzzer's ``-rss_limit_mb`` reads) across exec
+    from the process that forked or vforked it, so a target started straight from a large
+    parent (a pytest worker late in a full run: 235 MB) starts above its 108 MB limit and is
+    reported out of memory before its first input. Forked from the shell, its peak starts
+    from the shell's few MB. The shell exits with the target's status; stop both with
+    ``os.killpg`` (start them with ``start_new_session=True``)."""
+    return ["/bin/sh", "-c", '"$@" & wait $!', "fuzz-target", *cmd]
+
+
+def run_target(cmd: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """Run a target's libFuzzer command (through :func:`fresh_rss`), capturing its output as
+    text; after ``timeout`` seconds the target and its shell are killed and
+    ``subprocess.TimeoutExpired`` is raised."""
+    proc = subprocess.Popen(fresh_rss(cmd), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, errors="replace", env=env, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def target_env(target: str, env: dict[str, str]) -> dict[str, str]:
     """``env`` for running ``target``. An RSS_BOUNDED target gets glibc's mmap threshold
     fixed at its default, 128 KiB (``MALLOC_MMAP_THRESHOLD_``): glibc otherwise raises it
@@ -161,7 +187,7 @@ def fuzz(target: str, seconds: int, *, strict: bool, grace: int, extra: list[str
     timed_out = False
     try:
         with open(log, "wb") as out:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            proc = subprocess.Popen(fresh_rss(cmd), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                     cwd=ROOT, env=env, start_new_session=True)
             try:
                 proc.wait(timeout=seconds + grace)

@@ -16,7 +16,6 @@ import base64
 import importlib.util
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -26,7 +25,7 @@ import pytest
 from jetraft.config import parser as config_parser
 
 # tests/fuzz (pyproject.toml's pythonpath)
-from fuzz_support import CORPUS, CRASHES, IGNORE_KNOWN_ENV, KNOWN_CRASHES, chunks, frame, known_crash
+from fuzz_support import CORPUS, CRASHES, IGNORE_KNOWN_ENV, KNOWN_CRASHES, RSS_LIMIT_MB, chunks, frame, known_crash
 
 FUZZ = Path(__file__).resolve().parent.parent / "fuzz"
 
@@ -176,8 +175,7 @@ def test_seeded_fuzz_run(name, tmp_path, scratch):
            f"-max_total_time={MAX_SECONDS}", "-timeout=10", "-print_final_stats=1",
            f"-rss_limit_mb={_run.rss_limit_mb(name)}",
            f"-artifact_prefix={tmp_path}/", str(new_inputs), str(CORPUS / name)]
-    proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace",
-                          env=env, timeout=MAX_SECONDS + 60)
+    proc = _run.run_target(cmd, env, timeout=MAX_SECONDS + 60)
     result = parse_output(name, proc.stderr + proc.stdout, proc.returncode)
     if result.crashed:
         if result.artifact:
@@ -188,6 +186,17 @@ def test_seeded_fuzz_run(name, tmp_path, scratch):
     if result.known:
         pytest.xfail("; ".join(f"known crash {k}: {_BY_NAME[k].symptom}" for k in result.known)
                      + f" (hit and tolerated in {result.execs} runs; no other crash)")
+
+
+def test_a_target_starts_without_its_parents_peak_memory():
+    """A target's libFuzzer measures its own peak RSS, not the peak of the process that
+    started it (a pytest worker late in a run is far above RSS_LIMIT_MB)."""
+    held = bytearray(4 * RSS_LIMIT_MB * 1024 * 1024)
+    held[::4096] = b"\x01" * len(held[::4096])  # resident, not only reserved
+    probe = "import resource; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)"
+    proc = _run.run_target([sys.executable, "-c", probe], dict(os.environ), timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout) < RSS_LIMIT_MB, (proc.stdout, len(held))
 
 
 def test_restore_data_decode_bomb_on_the_wire():

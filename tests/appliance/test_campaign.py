@@ -104,6 +104,26 @@ def test_an_unknown_linearizability_verdict_is_not_a_pass():
     assert result.linearizable == "unknown" and not result.valid
 
 
+def test_a_run_without_event_logs_has_no_raft_verdict_and_is_judged_on_its_histories():
+    """nats-server writes no event log: jetraft-validate reports its RAFT checks unknown for
+    that reason; the run's RAFT column is "-" and it is valid when its histories are."""
+    from jetraft.validation.checks import NO_EVENT_LOG
+
+    unknown = {"valid": "unknown", "count": 0, "examples": [], "details": {"reason": NO_EVENT_LOG}}
+    result = RunResult(1, "nats-server", 5, 3.0, "d", "replay")
+    apply_report(result, _report(
+        election_safety=unknown, term_monotonic=unknown, log_matching=unknown,
+        leader_completeness=unknown,
+        queue={"valid": True, "count": 0, "examples": [],
+               "details": {"lost": {"prefix": 0, "middle": 0, "postfix": 0}}},
+        linearizable={"valid": True, "count": 0, "examples": [], "details": {}}))
+    assert result.raft is None and result.validation is True and result.valid
+    result = RunResult(1, "jetraft", 5, 3.0, "d", "replay")
+    apply_report(result, _report(election_safety={**unknown, "details": {}},
+                                 linearizable={"valid": True, "count": 0, "examples": [], "details": {}}))
+    assert result.raft == "unknown" and not result.valid
+
+
 def test_the_table_totals_the_runs():
     runs = [RunResult(i, "jetraft", i, 3.0, "d", "r", attempted=10 * i, acknowledged=9 * i,
                       linearizable=True, raft=True, validation=True) for i in (1, 2)]

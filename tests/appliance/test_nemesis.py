@@ -487,6 +487,19 @@ def test_a_server_that_does_not_come_back_after_a_corruption_is_recorded(tmp_pat
     assert record.applied_ns is not None
 
 
+def test_a_class_the_host_does_not_hold_falls_back_to_the_next_it_holds(tmp_path):
+    """A stream group that never took a snapshot has no snapshot file: the damage goes to
+    the next class in FILE_CLASSES order the host holds, and the record says both."""
+    files = _jetraft_store(tmp_path)
+    for rel in [r for r in files if r.endswith("/snapshot")]:
+        (tmp_path / rel).unlink()
+    fault = Fault("truncate", ("jr-a1",), 5.0, 10.0, {"file_class": "snapshot", "seed": 4})
+    record = asyncio.run(nemesis(RecordingRunner(), store_dir=str(tmp_path)).apply(fault))
+    assert record.skipped is None
+    assert (record.detail["drawn_class"], record.detail["file_class"]) == ("snapshot", "stream-block")
+    assert file_class(str(Path(record.detail["file"]).relative_to(tmp_path)), "jetraft") == "stream-block"
+
+
 def test_a_corruption_with_no_file_of_the_class_is_skipped_and_says_so(tmp_path):
     runner = RecordingRunner()
     fault = Fault("chunk-copy", ("jr-a1",), 5.0, 10.0, {"file_class": "snapshot", "seed": 1})

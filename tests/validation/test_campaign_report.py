@@ -146,3 +146,31 @@ def test_a_key_whose_search_reaches_its_bound_is_unknown_and_not_a_failure(spark
     assert lin.details["keys"]["x"]["bound"] == "steps" and lin.details["keys"]["k0"]["valid"] is True
     assert stale.valid is True and stale.details["gets"] > 0
     assert report.verdict([lin, stale]) is True
+
+
+def test_a_campaign_run_without_event_logs_is_judged_on_its_histories(tmp_path, jetraft_validate):
+    """nats-server, the campaign's control, writes no event log: its runs are checked on
+    their histories alone, every other check unknown and saying why, and a lost value
+    still makes the run invalid."""
+    queue, lost = queue_losing_one()
+    synthetic_history.write(tmp_path, queue, "queue")
+    synthetic_history.write(tmp_path, synthetic_history.kv_history(3, 60, clients=4, seed=2), "kv")
+    code, stderr, doc = jetraft_validate(tmp_path)
+    assert code == 1, stderr[-3000:]
+    assert "no event log (servers that write none, such as nats-server" in stderr.splitlines()[0]
+    assert list(doc["checks"]) == BEFORE + CAMPAIGN
+    for name in BEFORE:
+        check = doc["checks"][name]
+        assert check["valid"] == "unknown" and "no event log" in check["details"]["reason"], name
+    assert (doc["checks"]["queue"]["valid"], doc["checks"]["queue"]["count"]) == (False, 1)
+    assert doc["checks"]["queue"]["examples"][0]["value"] == lost
+    assert doc["checks"]["linearizable"]["valid"] is True
+    md = (tmp_path / "report.md").read_text()
+    assert md.startswith("# jetraft validation: INVALID") and "## Fault campaign: queue" in md
+
+
+def test_a_run_with_neither_event_logs_nor_histories_is_refused(tmp_path, jetraft_validate):
+    (tmp_path / "notes.txt").write_text("nothing to validate")
+    code, stderr, doc = jetraft_validate(tmp_path)
+    assert code == 2 and doc is None
+    assert "holds no logs/<host>/events.jsonl" in stderr

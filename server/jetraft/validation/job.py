@@ -78,9 +78,15 @@ def validate(spark, source: str, out: Path, *, limit: int = 10, skew_ns: int = 0
         results = checks.run_all(inp, limit=limit, skew_ns=skew_ns, progress=lambda name: None,
                                  catchup_limit_s=checks.CATCHUP_LIMIT_S if catchup_limit_s is None
                                  else catchup_limit_s, completed=completed)
+        out.mkdir(parents=True, exist_ok=True)
+        if inp.history_only:
+            progress("writing report.json and report.md...")
+            doc = report.write_json(out / "report.json", source, results, time.monotonic() - started,
+                                    read_s)
+            report.write_markdown(out / "report.md", doc, None)
+            return doc
         progress("writing report.json, report.md and timeline.png...")
         names = checks.group_names(inp)
-        out.mkdir(parents=True, exist_ok=True)
         doc = report.write_json(out / "report.json", source, results, time.monotonic() - started,
                                 read_s, groups=names)
         elections = [r.asDict() for r in inp.events.where(F.col("event") == "raft_became_leader")

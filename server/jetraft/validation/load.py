@@ -53,17 +53,24 @@ class Inputs:
 
     path: str
     events_path: str
-    events: DataFrame
-    per_index: DataFrame
+    events: DataFrame | None
+    per_index: DataFrame | None
     ledger: DataFrame | None
     drain: DataFrame | None
     drills: DataFrame | None
     topology: DataFrame | None
     history: DataFrame | None = None
 
+    @property
+    def history_only(self) -> bool:
+        """No event log, only a fault campaign's histories (servers that write no event log,
+        such as nats-server): ``events`` and ``per_index`` are None."""
+        return self.events is None
+
     def unpersist(self) -> None:
-        self.events.unpersist()
-        self.per_index.unpersist()
+        if self.events is not None:
+            self.events.unpersist()
+            self.per_index.unpersist()
         if self.history is not None:
             self.history.unpersist()
 
@@ -141,13 +148,18 @@ def read(spark: SparkSession, path: str) -> Inputs:
     """Read the run at ``path`` in two passes over the event logs: the raft_applied lines
     (most of a log) reduced to one row per (group, index), and every other line parsed
     whole (a text filter picks them without parsing the rest). Both are kept (memory, then
-    disk) for the checks. Raises InputError when no event log is found."""
+    disk) for the checks. A fault campaign's run without any event log (its servers write
+    none: nats-server) is read for its histories alone (:attr:`Inputs.history_only`).
+    Raises InputError when there is neither an event log nor a history."""
     base = path.rstrip("/")
     events_path = survey.events_glob(path)
     try:
         lines = spark.read.text(events_path)
     except AnalysisException as exc:
         if "PATH_NOT_FOUND" in str(exc) or "Path does not exist" in str(exc):
+            history = None if base.endswith(".jsonl") else read_history(spark, base)
+            if history is not None:         # servers that write no event log: nats-server
+                return Inputs(path, events_path, None, None, None, None, None, None, history=history)
             raise InputError(f"no event log at {events_path} ({survey.COLLECT_HINT})") from None
         raise
     parsed = F.from_json(F.col("value"), schema.EVENT, {"mode": "PERMISSIVE"})

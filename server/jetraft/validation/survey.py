@@ -46,6 +46,10 @@ class Survey:
     def line(self) -> str:
         """``reading RUN: 5 event logs (8.3 MB) from 5 hosts, 6 ledgers, drills.json, topology.json``
         (and ``, histories kv, queue`` for a fault campaign's run)."""
+        if not self.event_logs:
+            return (f"reading {self.run}: no event log (servers that write none, such as "
+                    f"nats-server: only the histories are checked), histories "
+                    f"{', '.join(self.histories)}")
         parts = [f"{_count(len(self.event_logs), 'event log')} ({self.bytes / 1e6:.1f} MB) "
                  f"from {_count(len(self.hosts), 'host')}",
                  _count(self.ledgers, "ledger")]
@@ -100,6 +104,8 @@ def survey(run: str) -> Survey | None:
             raise NoEventLog(f"{where}: {root} is empty ({COLLECT_HINT})")
         logs = sorted(p for p in glob.glob(pattern) if os.path.isfile(p))
         if not logs:
+            if _histories(root):        # a campaign run on servers that write no event log
+                return _history_only(run, root)
             raise NoEventLog(f"{where}: {root} holds no logs/<host>/events.jsonl ({COLLECT_HINT})")
     size = sum(os.path.getsize(p) for p in logs)
     if size == 0:
@@ -111,8 +117,19 @@ def survey(run: str) -> Survey | None:
         out.drained = len(glob.glob(os.path.join(root, "*.stream.jsonl")))
         out.drills = os.path.isfile(os.path.join(root, "drills.json"))
         out.topology = os.path.isfile(os.path.join(root, "topology.json"))
-        out.histories = sorted(os.path.basename(p)[:-len(".jsonl")]
-                               for p in glob.glob(os.path.join(root, "history", "*.jsonl")))
+        out.histories = _histories(root)
         out.missing = [name for name, there in (("drills.json", out.drills),
                                                 ("topology.json", out.topology)) if not there]
     return out
+
+
+def _histories(root: str) -> list[str]:
+    """The names of the fault campaign's histories in ``root`` (``history/<name>.jsonl``)."""
+    return sorted(os.path.basename(p)[:-len(".jsonl")]
+                  for p in glob.glob(os.path.join(root, "history", "*.jsonl")))
+
+
+def _history_only(run: str, root: str) -> Survey:
+    """A campaign run whose servers wrote no event log (nats-server, the campaign's
+    control): its histories alone are checked."""
+    return Survey(run, [], 0, [], histories=_histories(root), missing=["event log"])

@@ -40,6 +40,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lab import topology
+from lab.schedule import MEMBERSHIP
 
 BIN = Path(sys.executable).parent
 FLAVOURS: dict[str, dict[str, str]] = {
@@ -200,6 +201,7 @@ class Campaign:
 
         log = run_dir / "deploy.log"
         inventory = self.inventory
+        lab = None
         if inventory is None:
             from lab.nspawn import NspawnLab
             lab = NspawnLab(progress=lambda m: self.console.print(f"[bold]lab:[/] {m}"))
@@ -218,8 +220,13 @@ class Campaign:
                                                           indent=2))
         self.console.print(f"schedule: {len(schedule)} faults from seed {result.seed} "
                            f"({', '.join(sorted({f.kind for f in schedule}))})")
+        from lab.membership import PlaybookMembership
+        membership = PlaybookMembership(inventory, run_dir, flavour=self.flavour,
+                                        machines=lab,
+                                        extra=extra, progress=self._progress(result))
         exercise = Exercise(target, schedule, run_dir, seed=result.seed, minutes=self.minutes,
-                            flavour=self.flavour, progress=self._progress(result))
+                            flavour=self.flavour, progress=self._progress(result),
+                            membership=membership)
         asyncio.run(exercise.run())
         result.faults = exercise.records
         result.attempted, result.acknowledged = exercise.attempted, exercise.acknowledged
@@ -299,8 +306,10 @@ class Exercise:
     """The workloads and the nemesis of one run, on asyncio (nats-py)."""
 
     def __init__(self, target, schedule, run_dir: Path, *, seed: int, minutes: float,
-                 flavour: str, progress: Callable[[str], None]):
+                 flavour: str, progress: Callable[[str], None], membership=None):
         self.target, self.schedule, self.run_dir = target, schedule, run_dir
+        #: lab/membership.py's PlaybookMembership (None: membership faults are skipped)
+        self.membership = membership
         self.seed, self.minutes, self.flavour, self.progress = seed, minutes, flavour, progress
         self.records: list[dict[str, Any]] = []
         self.attempted = self.acknowledged = self.kv_ok = 0
@@ -316,7 +325,14 @@ class Exercise:
         # node): the run's one corruption host always holds a replica to damage
         queue = QueueWorkload(self.target, qh, replicas=min(5, len(self.target.servers)))
         kv = KVWorkload(self.target, kh, seed=self.seed)
-        nemesis = CampaignNemesis(self.target, flavour=self.flavour.split("-always")[0])
+        nemesis = CampaignNemesis(self.target, flavour=self.flavour.split("-always")[0],
+                                  membership=self.membership)
+        if self.membership is not None:
+            from lab.drills import Target
+
+            async def reconnect(inventory: Path) -> None:
+                await nemesis.reconnect(Target.from_inventory(inventory))
+            self.membership.on_new_hosts = reconnect
         try:
             self.progress("workloads: the queue stream, its consumers and the KV bucket")
             await queue.setup()
@@ -367,25 +383,52 @@ class Exercise:
                           f"{int(total_s) // 60:02d}:{int(total_s) % 60:02d}  faults: {faults}  "
                           f"acks: {queue.acknowledged} queue, {kv.ok} kv")
 
-        for at, _, action, fault in steps + [(total_s, 2, "end", None)]:
-            while time.monotonic() - started < at:
+        # a membership change runs its playbooks for minutes: in the background, so that
+        # the faults composed into its window are applied and healed on time
+        changes: dict[Any, asyncio.Task] = {}
+
+        async def tick_until(done: Callable[[], bool]) -> None:
+            nonlocal last_report
+            while not done():
                 if time.monotonic() - last_report >= 1.0:
                     report()
                     last_report = time.monotonic()
-                await asyncio.sleep(min(0.2, max(0.0, at - (time.monotonic() - started))))
-            if action == "apply":
-                record = await nemesis.apply(fault)
-                in_force.append(fault)
-                self.records.append(_record_dict(record))
-                self.progress(f"applied {fault.kind} on {', '.join(fault.targets) or '-'}"
-                              + (f" (skipped: {record.skipped})" if record.skipped else ""))
-            elif action == "heal":
-                record = await nemesis.heal(fault)
-                if fault in in_force:
-                    in_force.remove(fault)
-                self._merge(_record_dict(record))
-                self.progress(f"healed {fault.kind} on {', '.join(fault.targets) or '-'}")
-        report()
+                await asyncio.sleep(0.2)
+
+        def applied(fault, record) -> None:
+            self.records.append(_record_dict(record))
+            self.progress(f"applied {fault.kind} on {', '.join(fault.targets) or '-'}"
+                          + (f" (skipped: {record.skipped})" if record.skipped else "")
+                          + (f" (failed: {record.detail['failed'][:200]})"
+                             if record.detail.get("failed") else ""))
+        try:
+            for at, _, action, fault in steps + [(total_s, 2, "end", None)]:
+                await tick_until(lambda at=at: time.monotonic() - started >= at)
+                if action == "apply" and fault.kind == MEMBERSHIP:
+                    self.progress(f"applying {fault.kind} ({fault.param('action')}) on "
+                                  f"{', '.join(fault.targets) or '-'}")
+                    changes[fault] = asyncio.create_task(nemesis.apply(fault))
+                    in_force.append(fault)
+                elif action == "apply":
+                    record = await nemesis.apply(fault)
+                    in_force.append(fault)
+                    applied(fault, record)
+                elif action == "heal":
+                    if fault in changes:            # the change ends when its playbooks do
+                        await tick_until(changes[fault].done)
+                        applied(fault, changes.pop(fault).result())
+                    await self._heal(nemesis, fault, in_force)
+            report()
+        finally:
+            for task in changes.values():
+                task.cancel()
+
+    async def _heal(self, nemesis, fault, in_force: list) -> None:
+        record = await nemesis.heal(fault)
+        if fault in in_force:
+            in_force.remove(fault)
+        self._merge(_record_dict(record))
+        self.progress(f"healed {fault.kind} on {', '.join(fault.targets) or '-'}")
 
     async def _node_copies(self, queue) -> None:
         """Each replica's own copy of the queue stream, read on its host (``read-node``

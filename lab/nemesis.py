@@ -612,7 +612,12 @@ class CampaignNemesis:
             if self.membership is None:
                 record.skipped = "membership changes need the campaign's playbook runner"
             else:
-                record.detail.update(await self.membership(fault))
+                try:
+                    detail = dict(await self.membership(fault))
+                except NemesisError as exc:     # a playbook that refused or failed: a finding
+                    detail = {"failed": str(exc)[-2000:]}
+                record.skipped = detail.pop("skipped", None)
+                record.detail.update(detail)
         else:
             raise NemesisError(f"no fault of kind {kind!r}")
         if record.skipped is None:
@@ -734,6 +739,17 @@ class CampaignNemesis:
             record.detail = {"error": f"{type(exc).__name__}: {exc}"}
         record.healed_ns = self.clock()
         return record
+
+    async def reconnect(self, target: Target | None = None) -> None:
+        """New SSH connections to every host (``target``: the inventory as it is now), after
+        a host was replaced by a new machine with a new host key. A runner given to the
+        constructor is kept as it is."""
+        if target is not None:
+            self.target = target
+        if isinstance(self.runner, PyinfraRunner):
+            old = self.runner
+            self.runner = await asyncio.to_thread(PyinfraRunner, self.target)
+            old.close()
 
     def close(self) -> None:
         self.runner.close()

@@ -9,7 +9,8 @@ The shape is Jepsen's (jepsen-io/nats): after a quiet start, fault windows of 5-
 alternate with quiet windows of 10-20 s in which the cluster may recover, and the last
 30 s of a run are quiet. A window holds one fault, or two composed on purpose: a kill
 during a partition (Jepsen's part-kill) or pauses plus a kill of another server
-(pause-kill); both faults of a composition carry ``composed`` in their params. A flapping
+(pause-kill), or a membership change with one other server cut off in its middle
+(membership-part); both faults of a composition carry ``composed`` in their params. A flapping
 partition is the same cut applied and healed every ``flap_s`` seconds: one
 :class:`Fault` per time it is in place.
 
@@ -79,6 +80,9 @@ MEMBERSHIP_ACTIONS: tuple[str, ...] = ("peer-remove-readd", "replace-host", "sca
 #: Compositions: two faults in one window, on purpose.
 PART_KILL = "part-kill"
 PAUSE_KILL = "pause-kill"
+#: A membership change with a partition of another server in the middle of it (Jepsen's
+#: membership changes under partitions: nats-server issue 7545).
+MEMBERSHIP_PART = "membership-part"
 
 #: Window lengths in seconds (inclusive bounds).
 FAULT_WINDOW_S = (5, 25)
@@ -175,6 +179,8 @@ def _steps(kinds: frozenset[str]) -> list[str]:
         steps.append(PART_KILL)
     if {PAUSE, KILL} <= kinds:
         steps.append(PAUSE_KILL)
+    if {MEMBERSHIP, PARTITION} <= kinds:
+        steps.append(MEMBERSHIP_PART)
     return steps
 
 
@@ -187,15 +193,18 @@ def _required(kinds: frozenset[str]) -> list[str]:
     if {PARTITION, KILL} <= kinds:
         steps.discard(PARTITION)
         steps.add(PART_KILL)
+    if {MEMBERSHIP, PARTITION} <= kinds:
+        steps.discard(MEMBERSHIP)
+        steps.add(MEMBERSHIP_PART)
     return sorted(steps)
 
 
 def _min_window(step: str) -> int:
-    return (MEMBERSHIP_WINDOW_S if step == MEMBERSHIP else FAULT_WINDOW_S)[0] * _DS
+    return (MEMBERSHIP_WINDOW_S if step in (MEMBERSHIP, MEMBERSHIP_PART) else FAULT_WINDOW_S)[0] * _DS
 
 
 def _max_window(step: str) -> int:
-    return (MEMBERSHIP_WINDOW_S if step == MEMBERSHIP else FAULT_WINDOW_S)[1] * _DS
+    return (MEMBERSHIP_WINDOW_S if step in (MEMBERSHIP, MEMBERSHIP_PART) else FAULT_WINDOW_S)[1] * _DS
 
 
 def _need(steps: list[str]) -> int:
@@ -307,7 +316,7 @@ def _faults(rng: random.Random, step: str, start: int, end: int, cluster: _Clust
         delay = rng.randint(20, 200)
         params.update(delay_ms=delay, jitter_ms=rng.randint(0, delay // 2))
         return [_fault(step, targets, start, end, params)]
-    if step == MEMBERSHIP:
+    if step in (MEMBERSHIP, MEMBERSHIP_PART):
         action = rng.choice(MEMBERSHIP_ACTIONS)
         if action in ("peer-remove-readd", "replace-host"):
             targets: tuple[str, ...] = (rng.choice(cluster.names),)
@@ -315,7 +324,17 @@ def _faults(rng: random.Random, step: str, start: int, end: int, cluster: _Clust
             targets = cluster.names
         else:
             targets = ()
-        return [_fault(step, targets, start, end, {"action": action})]
+        params: dict[str, Any] = {"action": action}
+        if step == MEMBERSHIP:
+            return [_fault(MEMBERSHIP, targets, start, end, params)]
+        # one server cut off in the middle of the change: never the one being replaced
+        params["composed"] = MEMBERSHIP_PART
+        others = [n for n in cluster.names if not (len(targets) == 1 and n in targets)]
+        cut_start = start + rng.randint(10 * _DS, (end - start) // 3)
+        cut_end = cut_start + rng.randint(FAULT_WINDOW_S[0] * _DS, FAULT_WINDOW_S[1] * _DS)
+        return [_fault(MEMBERSHIP, targets, start, end, params),
+                _fault(PARTITION, (rng.choice(others),), cut_start, min(cut_end, end),
+                       {"shape": "one", "composed": MEMBERSHIP_PART})]
     raise ScheduleError(f"no step {step!r}")       # unreachable: steps come from KINDS
 
 

@@ -99,6 +99,8 @@ def check_invariants(faults: list[Fault], minutes: float, servers, kinds) -> Non
             assert 120 - 1e-9 <= f.end_s - f.start_s <= 240 + 1e-9
         elif f.param("flap_s") is not None:
             assert f.end_s - f.start_s == pytest.approx(f.param("flap_s"))
+        elif f.param("composed") == "membership-part":
+            assert 0 < f.end_s - f.start_s <= 25 + 1e-9, f    # cut short by the window's end
         elif f.param("composed") is None or f.kind != "kill":
             assert 5 - 1e-9 <= f.end_s - f.start_s <= 25 + 1e-9, f
     # the faults that touch files hit one host, the same all run long
@@ -111,6 +113,13 @@ def check_invariants(faults: list[Fault], minutes: float, servers, kinds) -> Non
                 continue
             composed = a.param("composed")
             assert composed is not None and composed == b.param("composed"), (a, b)
+            if composed == "membership-part":
+                change, cut = (a, b) if a.kind == MEMBERSHIP else (b, a)
+                assert (change.kind, cut.kind, cut.param("shape")) == (MEMBERSHIP, "partition", "one")
+                assert change.start_s < cut.start_s < cut.end_s <= change.end_s
+                if change.param("action") in ("replace-host", "peer-remove-readd"):
+                    assert not set(cut.targets) & set(change.targets), "the replaced host cut off"
+                continue
             outer, kill = (a, b) if b.kind == "kill" else (b, a)
             assert kill.kind == "kill"
             assert outer.start_s < kill.start_s < kill.end_s < outer.end_s
@@ -174,6 +183,19 @@ def test_membership_is_drawn_only_when_asked_for():
     assert not [f for s in range(20) for f in draw(s, 10, LAB) if f.kind == MEMBERSHIP]
     alone = draw(5, 10, LAB, kinds={MEMBERSHIP})
     assert alone and {f.kind for f in alone} == {MEMBERSHIP}
+
+
+def test_a_membership_change_under_a_partition_when_both_are_asked_for():
+    """Jepsen's membership changes under partitions (nats-server issue 7545): with both
+    kinds, each change has one other server cut off in its middle."""
+    faults = draw(3, 6, LAB, kinds={MEMBERSHIP, "partition"}, every_kind=True)
+    changes = [f for f in faults if f.kind == MEMBERSHIP]
+    assert changes and all(f.param("composed") == "membership-part" for f in changes)
+    for change in changes:
+        cuts = [f for f in faults if f.kind == "partition" and f.param("composed") == "membership-part"
+                and change.start_s < f.start_s < change.end_s]
+        assert len(cuts) == 1 and not (len(change.targets) == 1 and cuts[0].targets == change.targets)
+    check_invariants(faults, 6, LAB, {MEMBERSHIP, "partition"})
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))

@@ -1,0 +1,150 @@
+"""The fault campaign's membership changes: the appliance's own playbooks, run while the
+workloads go on and other faults (a partition composed into the window) are in force.
+
+Jepsen changed nats-server's membership through its API under partitions and lost data
+(nats-server issue 7545). Here a change is what an operator of the appliance does, with
+the playbooks the README documents, as lab/day_two.py's drills run them:
+
+- ``replace-host``: the target host is power-cut, a new machine of the same name, zone and
+  address put in its place (empty disk, new host key: the provider's ``replace``), then
+  ``playbooks/replace_host.yml`` makes it a server again (a new member: the meta leader
+  removes its old identity, records its new store, adds it as a learner and promotes it)
+  and ``lab/powerloss.yml`` puts the power-loss layer under its new store. Needs a provider
+  that makes machines (the nspawn lab), so it is skipped on ``--inventory``.
+- ``rolling-upgrade``: ``playbooks/upgrade.yml`` rolls a wheelhouse of jetraft at a new
+  version over every server, one at a time, each handing its leaderships over first.
+  jetraft only: the nats-server flavours have one nats-server version in the wheelhouse.
+- ``peer-remove-readd`` and ``scale-up-down`` are skipped, saying why: jetraft keeps a
+  server removed with ``$JS.API.SERVER.REMOVE`` out for good (a removed name comes back only
+  as a new machine under a new name, which ``replace-host`` covers), and the appliance has
+  no playbook that scales a cluster down.
+
+Each change returns the detail the fault's record keeps (playbook, seconds, log), or
+``{"skipped": reason}``; a playbook that fails raises
+:class:`~lab.nemesis.NemesisError` naming its log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Protocol
+
+import jetraft
+from lab.day_two import next_wheelhouse
+from lab.nemesis import NemesisError
+from lab.schedule import Fault
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+#: A playbook that has not ended within this many seconds is stopped and the change fails.
+PLAYBOOK_DEADLINE_S = 1800.0
+#: Why the actions that are not built are skipped (the fault's record says it).
+NOT_BUILT = {
+    "peer-remove-readd": "jetraft keeps a server removed with $JS.API.SERVER.REMOVE out for "
+                         "good; a removed name comes back only as a new machine under a new "
+                         "name (replace-host covers a new member)",
+    "scale-up-down": "the appliance has no playbook that scales a cluster down",
+}
+
+
+class Machines(Protocol):
+    """What a provider does to machines (lab/nspawn.py's NspawnLab)."""
+
+    def replace(self, name: str, keep_event_log: Path | None = None) -> Path: ...
+
+
+class PlaybookMembership:
+    """``await membership(fault) -> detail``: the campaign's membership changes on
+    ``inventory``. ``machines``: the provider (None on an inventory of real hosts);
+    ``run_dir``: where the playbooks' logs go (``membership-<action>.log``) and where an
+    old machine's event log is kept (``logs/<host>/events.replaced-<ns>.jsonl``, which
+    jetraft-validate reads beside the new machine's); ``await on_new_hosts(inventory)``
+    after a host was replaced (the nemesis reconnects to it)."""
+
+    def __init__(self, inventory: Path, run_dir: Path, *, flavour: str,
+                 machines: Machines | None = None, extra: dict[str, str] | None = None,
+                 progress: Callable[[str], None] = lambda text: None,
+                 on_new_hosts: Callable[[Path], Awaitable[None]] | None = None):
+        self.inventory, self.run_dir, self.flavour = inventory, run_dir, flavour
+        self.machines, self.extra, self.progress = machines, dict(extra or {}), progress
+        self.on_new_hosts = on_new_hosts
+        self._upgrades = 0
+
+    async def __call__(self, fault: Fault) -> dict[str, Any]:
+        action = fault.param("action")
+        if action in NOT_BUILT:
+            return {"skipped": NOT_BUILT[action]}
+        if action == "replace-host":
+            return await self._replace(fault)
+        if action == "rolling-upgrade":
+            return await self._upgrade()
+        raise NemesisError(f"membership: no action {action!r}")
+
+    async def _replace(self, fault: Fault) -> dict[str, Any]:
+        if self.machines is None:
+            return {"skipped": "replacing a host needs a provider that makes machines "
+                               "(the nspawn lab); not on --inventory"}
+        if len(fault.targets) != 1:
+            raise NemesisError(f"replace-host replaces one host, not {len(fault.targets)}")
+        name = fault.targets[0]
+        kept = self.run_dir / "logs" / name / f"events.replaced-{time.time_ns()}.jsonl"
+        self.progress(f"membership: {name} power-cut and replaced by a new machine")
+        self.inventory = await asyncio.to_thread(self.machines.replace, name, kept)
+        if self.on_new_hosts is not None:
+            await self.on_new_hosts(self.inventory)
+        seconds = await self.playbook("replace-host", "playbooks/replace_host.yml",
+                                      {"jetraft_replace_host": name})
+        seconds += await self.playbook("replace-host", "lab/powerloss.yml", {}, limit=name)
+        return {"action": "replace-host", "playbook": "playbooks/replace_host.yml",
+                "seconds": round(seconds, 1), "log": "membership-replace-host.log"}
+
+    async def _upgrade(self) -> dict[str, Any]:
+        if self.flavour != "jetraft":
+            return {"skipped": "the nats-server flavours have one nats-server version in "
+                               "the wheelhouse"}
+        self._upgrades += 1
+        version = f"{jetraft.__version__}.post{self._upgrades}"
+        wheelhouse = await asyncio.to_thread(next_wheelhouse, ROOT / "build" / "wheelhouse",
+                                             self.run_dir / f"wheelhouse-{version}", version)
+        self.progress(f"membership: rolling upgrade to jetraft {version}")
+        seconds = await self.playbook("rolling-upgrade", "playbooks/upgrade.yml",
+                                      {"jetraft_server_wheelhouse": str(wheelhouse)})
+        return {"action": "rolling-upgrade", "playbook": "playbooks/upgrade.yml",
+                "version": version, "seconds": round(seconds, 1),
+                "log": "membership-rolling-upgrade.log"}
+
+    async def playbook(self, action: str, playbook: str, extra: dict[str, str],
+                       limit: str | None = None) -> float:
+        """Run ``playbook`` on the inventory with the campaign's and ``extra`` variables,
+        its output appended to ``membership-<action>.log``; its seconds. NemesisError
+        (with the log's last lines) when it fails or outlives PLAYBOOK_DEADLINE_S."""
+        log = self.run_dir / f"membership-{action}.log"
+        argv = [str(BIN / "ansible-playbook"), "-i", str(self.inventory), playbook,
+                "-e", json.dumps({**self.extra, **extra})]
+        if limit:
+            argv += ["--limit", limit]
+        env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+               "ANSIBLE_FORCE_COLOR": "0", "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+        started = time.monotonic()
+        with log.open("a") as out:
+            out.write(f"$ {' '.join(argv)}\n")
+            out.flush()
+            proc = await asyncio.create_subprocess_exec(*argv, cwd=ROOT, env=env, stdout=out,
+                                                        stderr=subprocess.STDOUT)
+            try:
+                code = await asyncio.wait_for(proc.wait(), PLAYBOOK_DEADLINE_S)
+            except asyncio.TimeoutError:
+                proc.kill()
+                await proc.wait()
+                raise NemesisError(f"{playbook} did not end within {PLAYBOOK_DEADLINE_S:.0f} s "
+                                   f"(see {log})") from None
+        if code != 0:
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
+            raise NemesisError(f"{playbook} failed (exit {code}, see {log}):\n{tail}")
+        return time.monotonic() - started

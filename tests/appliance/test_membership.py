@@ -1,0 +1,118 @@
+"""lab/membership.py: the campaign's membership changes through the appliance's playbooks.
+
+The playbooks themselves run in the lab (the day-two drills and the campaign); here, what
+each action does in order, what it skips and why, and what a failing playbook leaves in
+the fault's record."""
+
+from __future__ import annotations
+
+import asyncio
+import stat
+from pathlib import Path
+
+import pytest
+
+import lab.membership as membership
+from lab.membership import NOT_BUILT, PlaybookMembership
+from lab.nemesis import CampaignNemesis, NemesisError
+from lab.schedule import Fault
+
+from test_nemesis import RecordingRunner, fake_target
+
+
+class FakeMachines:
+    def __init__(self, inventory: Path):
+        self.inventory, self.replaced = inventory, []
+
+    def replace(self, name: str, keep_event_log: Path | None = None) -> Path:
+        self.replaced.append((name, keep_event_log))
+        return self.inventory
+
+
+def recording(m: PlaybookMembership) -> list:
+    calls = []
+
+    async def playbook(action, playbook, extra, limit=None):
+        calls.append((action, playbook, extra, limit))
+        return 2.5
+    m.playbook = playbook
+    return calls
+
+
+def change(action: str, targets=("jr-b2",)) -> Fault:
+    return Fault("membership", targets, 10.0, 200.0, {"action": action})
+
+
+@pytest.mark.parametrize("action", sorted(NOT_BUILT))
+def test_the_actions_not_built_are_skipped_saying_why(tmp_path, action):
+    m = PlaybookMembership(tmp_path / "hosts.yml", tmp_path, flavour="jetraft")
+    assert asyncio.run(m(change(action))) == {"skipped": NOT_BUILT[action]}
+
+
+def test_replace_host_replaces_the_machine_reconnects_then_runs_the_playbooks(tmp_path):
+    machines = FakeMachines(tmp_path / "new-hosts.yml")
+    reconnected = []
+
+    async def on_new_hosts(inventory):
+        reconnected.append(inventory)
+    m = PlaybookMembership(tmp_path / "hosts.yml", tmp_path, flavour="jetraft", machines=machines,
+                           extra={"jetraft_server_flavour": "jetraft"}, on_new_hosts=on_new_hosts)
+    calls = recording(m)
+    detail = asyncio.run(m(change("replace-host")))
+    [(name, kept)] = machines.replaced
+    assert name == "jr-b2" and kept.parent == tmp_path / "logs" / "jr-b2"
+    assert kept.name.startswith("events.replaced-") and kept.name.endswith(".jsonl")
+    assert reconnected == [tmp_path / "new-hosts.yml"] and m.inventory == tmp_path / "new-hosts.yml"
+    assert calls == [("replace-host", "playbooks/replace_host.yml", {"jetraft_replace_host": "jr-b2"}, None),
+                     ("replace-host", "lab/powerloss.yml", {}, "jr-b2")]
+    assert detail == {"action": "replace-host", "playbook": "playbooks/replace_host.yml", "seconds": 5.0,
+                      "log": "membership-replace-host.log"}
+
+
+def test_replace_host_needs_machines_and_one_target(tmp_path):
+    m = PlaybookMembership(tmp_path / "hosts.yml", tmp_path, flavour="jetraft")
+    assert "needs a provider that makes machines" in asyncio.run(m(change("replace-host")))["skipped"]
+    m = PlaybookMembership(tmp_path / "hosts.yml", tmp_path, flavour="jetraft",
+                           machines=FakeMachines(tmp_path))
+    with pytest.raises(NemesisError, match="replaces one host, not 2"):
+        asyncio.run(m(change("replace-host", ("jr-a1", "jr-a2"))))
+
+
+def test_a_rolling_upgrade_of_nats_server_is_skipped(tmp_path):
+    m = PlaybookMembership(tmp_path / "hosts.yml", tmp_path, flavour="nats-server")
+    calls = recording(m)
+    assert "one nats-server version" in asyncio.run(m(change("rolling-upgrade")))["skipped"]
+    assert calls == []
+
+
+def test_a_failing_playbook_names_its_log_and_its_last_lines(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "ansible-playbook"
+    script.write_text("#!/bin/sh\necho \"PLAY RECAP $*\"\necho 'fatal: [jr-b2]: FAILED!'\nexit 2\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setattr(membership, "BIN", bin_dir)
+    m = PlaybookMembership(tmp_path / "hosts.yml", tmp_path, flavour="jetraft",
+                           extra={"jetraft_server_flavour": "jetraft"})
+    with pytest.raises(NemesisError) as failed:
+        asyncio.run(m.playbook("replace-host", "playbooks/replace_host.yml", {"jetraft_replace_host": "x"},
+                               limit="x"))
+    text = str(failed.value)
+    assert "playbooks/replace_host.yml failed (exit 2" in text and "membership-replace-host.log" in text
+    assert "fatal: [jr-b2]: FAILED!" in text and "--limit x" in text
+    log = (tmp_path / "membership-replace-host.log").read_text()
+    assert log.startswith("$ ") and '"jetraft_replace_host": "x"' in log
+
+
+def test_the_nemesis_records_a_skipped_or_failed_change_and_goes_on(tmp_path):
+    async def skipped(fault):
+        return {"skipped": "not here"}
+
+    async def failing(fault):
+        raise NemesisError("playbooks/upgrade.yml failed (exit 2)")
+    for runner, expected in ((skipped, ("not here", None)),
+                             (failing, (None, "playbooks/upgrade.yml failed (exit 2)"))):
+        nemesis = CampaignNemesis(fake_target(), runner=RecordingRunner(), membership=runner)
+        record = asyncio.run(nemesis.apply(change("rolling-upgrade")))
+        assert (record.skipped, record.detail.get("failed")) == expected
+        assert (record.applied_ns is None) == (expected[0] is not None)

@@ -38,6 +38,35 @@ BIN = Path(sys.executable).parent
 PLAYBOOK_DEADLINE_S = 1800.0
 
 
+async def run_playbook(playbook: str, inventory: Path, args: list[str], log_file: Path, *,
+                       append: bool = False, error: type[DrillError] = DrillError) -> float:
+    """``ansible-playbook -i INVENTORY PLAYBOOK ARGS`` from the project's root with its
+    ansible.cfg, the output into ``log_file`` (after a ``$ command`` line when ``append``).
+    Returns its seconds; ``error`` naming the playbook, the log and its last lines when it
+    fails, or when it outlives PLAYBOOK_DEADLINE_S (it is killed)."""
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_FORCE_COLOR": "0", "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    argv = [str(BIN / "ansible-playbook"), "-i", str(inventory), playbook, *args]
+    started = time.monotonic()
+    with log_file.open("a" if append else "w") as out:
+        if append:
+            out.write(f"$ {' '.join(argv)}\n")
+            out.flush()
+        proc = await asyncio.create_subprocess_exec(*argv, cwd=ROOT, env=env, stdout=out,
+                                                    stderr=subprocess.STDOUT)
+        try:
+            code = await asyncio.wait_for(proc.wait(), PLAYBOOK_DEADLINE_S)
+        except asyncio.TimeoutError:
+            proc.kill()
+            await proc.wait()
+            raise error(f"{playbook} did not end within {PLAYBOOK_DEADLINE_S:.0f} s "
+                        f"(see {log_file})") from None
+    if code != 0:
+        tail = "\n".join(log_file.read_text(errors="replace").splitlines()[-25:])
+        raise error(f"{playbook} failed (exit {code}, see {log_file}):\n{tail}")
+    return time.monotonic() - started
+
+
 class Machines(Protocol):
     """What a provider does to machines (lab/nspawn.py's NspawnLab)."""
 
@@ -100,26 +129,9 @@ class DayTwo(Drills):
         ``<drill>.ansible.log``. Returns its seconds; DrillError when it fails (the last
         lines of its output in the message)."""
         log_file = self.artifacts / f"{drill}.ansible.log"
-        env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-               "ANSIBLE_FORCE_COLOR": "0", "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-        argv = [str(BIN / "ansible-playbook"), "-i", str(self.inventory), f"playbooks/{name}.yml",
-                *extra]
-        self.log(f"drill {drill}: {' '.join(argv[1:])}")
-        started = time.monotonic()
-        with log_file.open("w") as out:
-            proc = await asyncio.create_subprocess_exec(*argv, cwd=ROOT, env=env, stdout=out,
-                                                        stderr=subprocess.STDOUT)
-            try:
-                code = await asyncio.wait_for(proc.wait(), PLAYBOOK_DEADLINE_S)
-            except asyncio.TimeoutError:
-                proc.kill()
-                await proc.wait()
-                raise DrillError(f"{name}.yml did not end within {PLAYBOOK_DEADLINE_S:.0f} s "
-                                 f"(see {log_file})") from None
-        seconds = time.monotonic() - started
-        if code != 0:
-            tail = "\n".join(log_file.read_text().splitlines()[-25:])
-            raise DrillError(f"{name}.yml failed (exit {code}, see {log_file}):\n{tail}")
+        playbook = f"playbooks/{name}.yml"
+        self.log(f"drill {drill}: -i {self.inventory} {playbook} {' '.join(extra)}")
+        seconds = await run_playbook(playbook, self.inventory, list(extra), log_file)
         self.log(f"drill {drill}: {name}.yml passed in {seconds:.1f} s")
         return seconds
 

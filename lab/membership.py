@@ -28,22 +28,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Protocol
 
 import jetraft
-from lab.day_two import next_wheelhouse
+from lab.day_two import next_wheelhouse, run_playbook
 from lab.nemesis import NemesisError
 from lab.schedule import Fault
 
 ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
-#: A playbook that has not ended within this many seconds is stopped and the change fails.
-PLAYBOOK_DEADLINE_S = 1800.0
 #: Why the actions that are not built are skipped (the fault's record says it).
 NOT_BUILT = {
     "peer-remove-readd": "jetraft keeps a server removed with $JS.API.SERVER.REMOVE out for "
@@ -123,28 +117,9 @@ class PlaybookMembership:
                        limit: str | None = None) -> float:
         """Run ``playbook`` on the inventory with the campaign's and ``extra`` variables,
         its output appended to ``membership-<action>.log``; its seconds. NemesisError
-        (with the log's last lines) when it fails or outlives PLAYBOOK_DEADLINE_S."""
+        (with the log's last lines) when it fails or outlives day_two.PLAYBOOK_DEADLINE_S."""
         log = self.run_dir / f"membership-{action}.log"
-        argv = [str(BIN / "ansible-playbook"), "-i", str(self.inventory), playbook,
-                "-e", json.dumps({**self.extra, **extra})]
+        args = ["-e", json.dumps({**self.extra, **extra})]
         if limit:
-            argv += ["--limit", limit]
-        env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-               "ANSIBLE_FORCE_COLOR": "0", "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-        started = time.monotonic()
-        with log.open("a") as out:
-            out.write(f"$ {' '.join(argv)}\n")
-            out.flush()
-            proc = await asyncio.create_subprocess_exec(*argv, cwd=ROOT, env=env, stdout=out,
-                                                        stderr=subprocess.STDOUT)
-            try:
-                code = await asyncio.wait_for(proc.wait(), PLAYBOOK_DEADLINE_S)
-            except asyncio.TimeoutError:
-                proc.kill()
-                await proc.wait()
-                raise NemesisError(f"{playbook} did not end within {PLAYBOOK_DEADLINE_S:.0f} s "
-                                   f"(see {log})") from None
-        if code != 0:
-            tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
-            raise NemesisError(f"{playbook} failed (exit {code}, see {log}):\n{tail}")
-        return time.monotonic() - started
+            args += ["--limit", limit]
+        return await run_playbook(playbook, self.inventory, args, log, append=True, error=NemesisError)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import lab.membership as membership
+import lab.day_two as day_two
 from lab.membership import NOT_BUILT, PlaybookMembership
 from lab.nemesis import CampaignNemesis, NemesisError
 from lab.schedule import Fault
@@ -91,7 +91,7 @@ def test_a_failing_playbook_names_its_log_and_its_last_lines(tmp_path, monkeypat
     script = bin_dir / "ansible-playbook"
     script.write_text("#!/bin/sh\necho \"PLAY RECAP $*\"\necho 'fatal: [jr-b2]: FAILED!'\nexit 2\n")
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setattr(membership, "BIN", bin_dir)
+    monkeypatch.setattr(day_two, "BIN", bin_dir)
     m = PlaybookMembership(tmp_path / "hosts.yml", tmp_path, flavour="jetraft",
                            extra={"jetraft_server_flavour": "jetraft"})
     with pytest.raises(NemesisError) as failed:

@@ -14,10 +14,12 @@ the playbooks the README documents, as lab/day_two.py's drills run them:
 - ``rolling-upgrade``: ``playbooks/upgrade.yml`` rolls a wheelhouse of jetraft at a new
   version over every server, one at a time, each handing its leaderships over first.
   jetraft only: the nats-server flavours have one nats-server version in the wheelhouse.
-- ``peer-remove-readd`` and ``scale-up-down`` are skipped, saying why: jetraft keeps a
-  server removed with ``$JS.API.SERVER.REMOVE`` out for good (a removed name comes back only
-  as a new machine under a new name, which ``replace-host`` covers), and the appliance has
-  no playbook that scales a cluster down.
+- ``peer-remove-readd``: ``playbooks/rejoin_host.yml`` removes the target's server from the
+  meta group and its streams (``$JS.API.SERVER.REMOVE`` while it runs), stops it, empties
+  its store and starts it again: a removed server with a new store is a new member, taken
+  in as any new server. Works on any inventory.
+- ``scale-up-down`` is skipped, saying why: the appliance has no playbook that scales a
+  cluster down.
 
 Each change returns the detail the fault's record keeps (playbook, seconds, log), or
 ``{"skipped": reason}``; a playbook that fails raises
@@ -40,9 +42,6 @@ from lab.schedule import Fault
 ROOT = Path(__file__).resolve().parents[1]
 #: Why the actions that are not built are skipped (the fault's record says it).
 NOT_BUILT = {
-    "peer-remove-readd": "jetraft keeps a server removed with $JS.API.SERVER.REMOVE out for "
-                         "good; a removed name comes back only as a new machine under a new "
-                         "name (replace-host covers a new member)",
     "scale-up-down": "the appliance has no playbook that scales a cluster down",
 }
 
@@ -78,6 +77,8 @@ class PlaybookMembership:
             return await self._replace(fault)
         if action == "rolling-upgrade":
             return await self._upgrade()
+        if action == "peer-remove-readd":
+            return await self._rejoin(fault)
         raise NemesisError(f"membership: no action {action!r}")
 
     async def _replace(self, fault: Fault) -> dict[str, Any]:
@@ -97,6 +98,16 @@ class PlaybookMembership:
         seconds += await self.playbook("replace-host", "lab/powerloss.yml", {}, limit=name)
         return {"action": "replace-host", "playbook": "playbooks/replace_host.yml",
                 "seconds": round(seconds, 1), "log": "membership-replace-host.log"}
+
+    async def _rejoin(self, fault: Fault) -> dict[str, Any]:
+        if len(fault.targets) != 1:
+            raise NemesisError(f"peer-remove-readd rejoins one host, not {len(fault.targets)}")
+        name = fault.targets[0]
+        self.progress(f"membership: {name} removed, its store emptied, added again")
+        seconds = await self.playbook("peer-remove-readd", "playbooks/rejoin_host.yml",
+                                      {"jetraft_rejoin_host": name})
+        return {"action": "peer-remove-readd", "playbook": "playbooks/rejoin_host.yml",
+                "seconds": round(seconds, 1), "log": "membership-peer-remove-readd.log"}
 
     async def _upgrade(self) -> dict[str, Any]:
         if self.flavour != "jetraft":

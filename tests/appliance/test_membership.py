@@ -78,6 +78,19 @@ def test_replace_host_needs_machines_and_one_target(tmp_path):
         asyncio.run(m(change("replace-host", ("jr-a1", "jr-a2"))))
 
 
+@pytest.mark.parametrize("flavour", ["jetraft", "nats-server"])
+def test_peer_remove_readd_runs_rejoin_host_on_any_inventory(tmp_path, flavour):
+    m = PlaybookMembership(tmp_path / "hosts.yml", tmp_path, flavour=flavour)
+    calls = recording(m)
+    detail = asyncio.run(m(change("peer-remove-readd")))
+    assert calls == [("peer-remove-readd", "playbooks/rejoin_host.yml",
+                      {"jetraft_rejoin_host": "jr-b2"}, None)]
+    assert detail == {"action": "peer-remove-readd", "playbook": "playbooks/rejoin_host.yml",
+                      "seconds": 2.5, "log": "membership-peer-remove-readd.log"}
+    with pytest.raises(NemesisError, match="rejoins one host, not 2"):
+        asyncio.run(m(change("peer-remove-readd", ("jr-a1", "jr-a2"))))
+
+
 def test_a_rolling_upgrade_of_nats_server_is_skipped(tmp_path):
     m = PlaybookMembership(tmp_path / "hosts.yml", tmp_path, flavour="nats-server")
     calls = recording(m)

@@ -4,7 +4,8 @@ Five jetraft servers in zones a/a/b/b/c form the cluster (their configurations n
 other only, as before the cluster grew). Two new servers, which list every route, join
 while an application publishes: each is added as a learner, then promoted to a voter once
 it has caught up, and nothing acknowledged is lost. A server removed with SERVER.REMOVE
-that comes back is refused and says so in its event log; placement never picks it.
+that comes back is refused and says so in its event log; placement never picks it; started
+again with an empty store it joins as a new server.
 """
 
 from __future__ import annotations
@@ -156,6 +157,17 @@ def test_a_removed_server_that_comes_back_is_refused(grown, tmp_path):
             assert "n6" not in [si.cluster.leader, *(r.name for r in si.cluster.replicas)]
         await nc.close()
     run(placed)
+
+    # added again the way README says: stopped, its store emptied, started; a new server
+    import shutil
+    c.stop_one("n6")
+    shutil.rmtree(c.store_dir("n6"))
+    c.start(["n6"])
+    wait_size(c, 6, 60)
+    # it joined after it was refused: by then the group had recorded its new store
+    joining = events_named(c, "n6", "jetstream_meta_joining")
+    refused = events_named(c, "n6", "jetstream_meta_refused")
+    assert joining and joining[-1]["ts"] > refused[-1]["ts"], (joining, refused)
 
 
 @pytest.mark.parametrize("zone", ["b", "c"])

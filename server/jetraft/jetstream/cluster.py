@@ -344,7 +344,8 @@ class ClusterController:
             self._join = None
             self._emit("jetstream_meta_refused", by=src, leader=hello.leader,
                        reason="this server was removed from the meta group "
-                              "($JS.API.SERVER.REMOVE); it is not a member until added again")
+                              "($JS.API.SERVER.REMOVE); started again with an empty store "
+                              "it joins as a new server")
 
     def tick(self, now_ns: int, mono_ns: int) -> list[Any]:
         """Time passed (``now_ns`` wall clock, ``mono_ns`` monotonic): bootstrap the meta

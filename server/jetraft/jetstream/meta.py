@@ -41,7 +41,8 @@ machine under the same name): recording the new id vacates its replica slots in 
 stream and consumer (its peers drop it: ``stream_peers_changed``), because its old
 replicas' data and RAFT votes are gone; the leader then fills the vacant slots with
 ``add_stream_peer`` under the usual placement rules, and the server joins again as a new
-member. A stream does not get a new replica on the server whose slot was vacated until the
+member. A server removed with ``remove_server`` whose new id is recorded is no longer
+removed: the identity that was removed is gone with its store. A stream does not get a new replica on the server whose slot was vacated until the
 stream's leader has seen the old replica's removal from its RAFT group committed
 (``clear_vacated``): the old identity must not be taken for the new one.
 
@@ -677,6 +678,8 @@ class MetaState:
         changes = [MetaChange("member_store", server=server)]
         if old is None:
             return changes
+        # a removed server back with another store is a new server (meta_members)
+        self.removed_servers.discard(server)
         # the server lost its store: its replicas are gone, their slots vacant (an R1
         # stream keeps its only peer: its data went with the store, it starts empty there)
         for sa in self.streams_on(server):

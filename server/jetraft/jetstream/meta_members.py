@@ -11,6 +11,13 @@ CONFIG_CHANGE entries (thesis §4.1), never by the routes a configuration file n
   an election timeout) is **promoted** to a voter.
 - A learner that was removed is dropped again; a member that comes back with another
   store leaves and joins again (below).
+- A server removed with ``$JS.API.SERVER.REMOVE`` stays out as long as it runs with the
+  store it had: its log may lack what the group committed since, and its vote must not
+  count. Started again with an empty store (wiped, or a new machine under the name), it
+  is a new server: the leader records its new store, which takes it off the removed
+  list, and adds it as a learner. A server removed before its store was recorded stays
+  out (nothing tells its identities apart). nats-server lets a removed peer back after
+  five minutes whatever its log holds (server/raft.go ``peerRemoveTimeout``).
 
 The meta leader takes one step per tick (:func:`membership_step`); the RAFT core refuses a
 second change while one is uncommitted, and the next tick asks again.
@@ -123,7 +130,9 @@ def membership_step(*, voters: Iterable[str], learners: Iterable[str],
     - ``"remove"``: a learner that was removed, or a member (voter or learner) whose store
       is not the recorded one (it lost its store: its old identity leaves the group);
     - ``"record"``: a member whose store is not recorded yet, or a server that is no member
-      whose store is not the recorded one (propose ``member_store``);
+      whose store is not the recorded one (propose ``member_store``); for a removed server
+      only when a store was recorded for it and it now runs with another (recording the
+      new store re-admits it, :meth:`jetraft.jetstream.meta.MetaState.apply`);
     - ``"promote"``: a learner ``current`` says is caught up;
     - ``"add_learner"``: a server that is no member, was not removed, and whose store is
       recorded.
@@ -144,7 +153,14 @@ def membership_step(*, voters: Iterable[str], learners: Iterable[str],
         if current(name):
             return "promote", name
     for name in sorted(candidates):
-        if name in voters or name in learners or name in removed or not candidates[name]:
+        if name in voters or name in learners or not candidates[name]:
+            continue
+        if name in removed:
+            # the identity that was removed stays out; the same name with another store
+            # (wiped, or a new machine) is a new server: recording it re-admits it
+            known = recorded.get(name)
+            if known is not None and candidates[name] != known:
+                return "record", name
             continue
         return ("add_learner" if recorded.get(name) == candidates[name] else "record"), name
     return None

@@ -70,6 +70,7 @@ class Group:
     current: set[str] | None = None
     learners: tuple[str, ...] = ()
     config_settled: bool = True
+    term: int = 1
 
     @property
     def is_leader(self) -> bool:

@@ -55,6 +55,17 @@ def test_step_store_identities():
     assert step(candidates={**base, "n7": "s7"}, recorded=base) == ("record", "n7")
 
 
+def test_step_a_removed_server_comes_back_only_with_another_store():
+    base = {"n1": "s1", "n2": "s2", "n3": "s3", "n4": "s4"}
+    # removed and back with the store it had: it stays out
+    assert step(candidates=base, recorded=base, removed={"n4"}) is None
+    # back with a wiped store: a new identity, recorded (which re-admits it), then added
+    assert step(candidates={**base, "n4": "NEW"}, recorded=base, removed={"n4"}) == ("record", "n4")
+    # removed before its store was ever recorded: no way to tell, it stays out
+    assert step(candidates={**base, "n4": "NEW"}, recorded={"n1": "s1", "n2": "s2", "n3": "s3"},
+                removed={"n4"}) is None
+
+
 def test_hello_round_trip_and_hostile_frames():
     h = MetaHello(("n1", "n2", "n3"), ("n4",), "n1", 7, removed=True, store="ab", your_store="cd")
     assert decode_hello(encode_hello(h)) == h
@@ -113,6 +124,33 @@ def test_followers_and_removed_servers_change_nothing():
     w.c.meta.apply(encode_remove_server("n6"))
     w.tick(mono=10**9)
     assert not [c for c in w.peer_changes if c.peer == "n6"]
+
+
+def test_a_removed_server_with_a_wiped_store_is_readmitted_as_a_new_member():
+    w = meta_world()
+    w.c.meta.stores["n6"] = "s-n6"
+    w.c.meta.apply(encode_remove_server("n6"))
+    assert w.c.hello("n6").removed
+    w.tick(mono=10**9)
+    w.commit_meta()
+    assert "n6" in w.c.meta.removed_servers                # the same store: it stays out
+    w.c.peer_stores["n6"] = "WIPED"                        # the operator wiped its store
+    w.tick(mono=2 * 10**9)
+    w.commit_meta()                                        # member_store n6 = WIPED
+    assert w.c.meta.stores["n6"] == "WIPED" and "n6" not in w.c.meta.removed_servers
+    assert not w.c.hello("n6").removed
+    w.tick(mono=3 * 10**9)
+    assert ChangePeer(META_GROUP, "add_learner", "n6") in w.peer_changes
+
+
+def test_a_refused_server_joins_once_the_group_readmits_it():
+    w = World(FIVE)
+    w.run(w.c.meta_hello("n2", MetaHello(("n2", "n3", "n4"), (), "n2", 4, removed=True)))
+    w.tick(mono=10 * 10**9)
+    assert w.opened_meta == []
+    w.run(w.c.meta_hello("n2", MetaHello(("n2", "n3", "n4"), (), "n2", 5)))
+    w.tick(mono=11 * 10**9)
+    assert w.opened_meta == [("n2", "n3", "n4")] and w.c.join_fresh
 
 
 def test_placement_never_picks_a_server_that_is_no_voter():

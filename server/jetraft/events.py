@@ -232,6 +232,12 @@ EVENTS: dict[str, EventSpec] = {
          "index": "this server's last log index (int)", "peers": "list of peer ids",
          "leader": "str or null", "zone": "str or null"},
     ),
+    "raft_group_files_deleted": EventSpec(
+        "info", "The files of a group this server holds on disk but never opened since it started "
+        "were removed: the meta group's state, caught up with its leader, no longer assigns it the "
+        "group's stream (deleted, or this server removed from it, while it was down).",
+        {"group": "str"},
+    ),
     "raft_group_failed": EventSpec(
         "error", "Driving one RAFT group raised an exception that is not a storage failure (a "
         "fault in its node or state machine): that group stopped on this server for good (it "

@@ -340,6 +340,62 @@ def test_a_deleted_stream_gets_no_raft_group_again_after_a_restart(cluster):
     run(scenario)
 
 
+def test_a_server_removed_from_a_stream_while_down_opens_no_replica_of_it_at_restart(cluster):
+    """A replica's server is stopped and peer-removed from the stream meanwhile. At its
+    restart its own meta log still assigns it the stream (the removal is not in it, or its
+    persisted commit index is behind): it must not open the replica from that stale state
+    (a voter of an old configuration, perhaps with an empty log after a deleted group),
+    but wait until the meta leader brought it up to date."""
+    async def scenario():
+        nc = await connect(cluster)
+        js = nc.jetstream(timeout=5)
+        await create(js, name="MOVED", subjects=["moved.>"], num_replicas=3)
+        await until(lambda: all_current(js, "MOVED", 3), 30, "MOVED current")
+        si = await js.stream_info("MOVED")
+        group, victim = si.cluster.raft_group, si.cluster.replicas[0].name
+        await nc.close()
+        cluster.stop_one(victim)
+        nc = await connect(cluster, [n for n in cluster.servers if n != victim])
+        js = nc.jetstream(timeout=5)
+        deadline = time.monotonic() + 30
+        while True:  # 10008: no meta leader just now; nothing done
+            reply = json.loads((await nc.request("$JS.API.STREAM.PEER.REMOVE.MOVED",
+                                                 json.dumps({"peer": victim}).encode(), timeout=10)).data)
+            if reply.get("error", {}).get("err_code") != 10008 or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
+        assert reply.get("success") is True, reply
+
+        async def replaced():
+            try:
+                now = await js.stream_info("MOVED")
+            except Exception:  # noqa: BLE001
+                return False
+            return victim not in members(now) and len(members(now)) == 3 \
+                and all(r.current for r in now.cluster.replicas)
+        await until(replaced, 30, "a replacement replica, current")
+        await nc.close()
+        cluster.start([victim])
+        cluster.wait_formed(timeout=30)
+        nc = await connect(cluster)
+        await until(lambda: all_current(nc.jetstream(timeout=5), "MOVED", 3), 30,
+                    "replicas current after the restart")
+        await nc.close()
+        events = cluster.events(victim)
+        start = max(i for i, e in enumerate(events) if e["event"] == "server_starting")
+        again = [e for e in events[start:] if e.get("group") == group
+                 and e["event"] != "raft_group_files_deleted"]
+        assert again == [], again[:5]
+        # and its copy, which the meta state no longer assigns it, is gone from its disk
+        deadline = time.monotonic() + 30
+        while (gone := [e for e in cluster.events(victim)[start:]
+                        if e["event"] == "raft_group_files_deleted" and e["group"] == group]) == []:
+            assert time.monotonic() < deadline, "the removed replica's files were kept"
+            await asyncio.sleep(0.1)
+        assert not (cluster.store_dir(victim) / "jetstream" / "APP" / "streams" / "MOVED").exists()
+    run(scenario)
+
+
 def test_peer_remove_re_replicates_in_the_same_zone(cluster):
     async def scenario():
         nc = await connect(cluster)

@@ -199,7 +199,8 @@ def test_a_replaced_machines_log_is_read_and_its_successor_starts_its_terms_anew
     """A host whose machine was replaced (a new store, a new RAFT identity) has two event
     logs: the old machine's (events.replaced-*.jsonl) and the new one's. Both are read; the
     new one's terms start again from 0 without a term_monotonic violation, while the same
-    decrease within one log is one."""
+    decrease within one log is one, unless the server deleted its replica of the group in
+    between (``raft_group_closed`` with ``deleted``)."""
     root = tmp_path / "run"
     synthetic.generate(root, events=2000, groups=2, seed=11)
     logs = root / "logs" / "n5"
@@ -221,6 +222,15 @@ def test_a_replaced_machines_log_is_read_and_its_successor_starts_its_terms_anew
     (logs / "events.jsonl").write_text("\n".join(old) + "\n" + later + "\n")
     doc = validate(spark, str(root), root / "one-log")
     assert doc["checks"]["term_monotonic"]["valid"] is False
+
+    # the server's replica of the group was deleted in between (removed from the stream,
+    # placed there again later): a new member of the group, with a new log
+    closed = json.dumps({"ts": last["ts"][:19] + ".999999998Z", "v": last["v"], "server_name": "n5",
+                         "level": "info", "event": "raft_group_closed", "group": group,
+                         "deleted": True, "index": 0, "peers": [], "leader": None, "zone": "c"})
+    (logs / "events.jsonl").write_text("\n".join(old) + "\n" + closed + "\n" + later + "\n")
+    doc = validate(spark, str(root), root / "deleted-between")
+    assert doc["checks"]["term_monotonic"]["valid"] is True
 
 
 #: A path in the run directory that each check's next steps point to.

@@ -672,7 +672,7 @@ class ClusterController:
             # a follower's replica may not have applied its last consumer deletes yet
             led = entry is not None and self._led(sa.account, sa.name)
             consumers = list(entry.consumers) if led else []
-            self._drop_replica((sa.account, sa.name), delete=True)
+            self._drop_replica((sa.account, sa.name), delete=True, group=sa.group)
             answer = self._meta_answer("delete", sa.account, sa.name, {"success": True})
             if answer and acc is not None:      # the server that answers the delete announces it
                 self._out.extend(answer)
@@ -773,10 +773,10 @@ class ClusterController:
                 if peers_changed else [])
         self._out.append(OpenReplica(sa, bootstrap, campaign, tuple(then)))
 
-    def _drop_replica(self, key: Key, *, delete: bool) -> None:
+    def _drop_replica(self, key: Key, *, delete: bool, group: str | None = None) -> None:
         self._leaving.discard(key)
         self._set_leader_interest(key, False)
-        self._out.append(CloseReplica(key, delete))
+        self._out.append(CloseReplica(key, delete, group))
 
     def _store_replaced(self) -> None:
         self._emit("jetstream_meta_store_replaced", store=self.meta.stores.get(self.me),

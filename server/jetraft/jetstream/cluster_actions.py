@@ -172,10 +172,12 @@ class OpenReplica:
 @dataclass(frozen=True, slots=True)
 class CloseReplica:
     """Close this server's replica of stream ``key`` and its RAFT group; ``delete``: remove
-    its files too."""
+    its files too, also those of a replica that is not open (found on disk at start-up,
+    its RAFT group ``group`` never opened since)."""
 
     key: Key
     delete: bool
+    group: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

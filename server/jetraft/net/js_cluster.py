@@ -104,6 +104,9 @@ class ClusterService(Protocol):
 RECONCILE_S = 0.1
 #: Seconds between two hellos to the same JetStream server.
 HELLO_REPEAT_S = 1.0
+#: Seconds a server opening its meta group waits to hear from a meta leader before it
+#: opens the replicas its own log assigns it (see ClusterJetStream._maybe_end_meta_replay).
+META_REPLAY_LEADER_WAIT_S = 10.0
 #: How many failed controller passes are reported (each with its traceback) per start.
 TICK_FAILURES_REPORTED = 20
 #: The file under ``<store_dir>/jetstream`` holding this server's store id.
@@ -193,8 +196,12 @@ class ClusterJetStream:
         self.routes.on_app("jsusage", self._on_usage)
         self._hello_sent: dict[str, float] = {}    # peer -> trio time the leader last told it
         self._tick_failures = 0
-        #: the meta commit index when the meta group was opened (see _open_meta)
+        #: the meta index the replay at start-up reaches before replicas open (see
+        #: _maybe_end_meta_replay); whether a meta leader was heard since the group opened,
+        #: and the trio time after which the replay ends without one
         self.meta_replay_to = 0
+        self._replay_leader_seen = False
+        self._replay_deadline = 0.0
         self.routes.on_peer_change(self._on_peer_change)
         for acc in service.accounts.values():
             acc.cluster_info = self._cluster_info_fn(acc.name)
@@ -409,6 +416,7 @@ class ClusterJetStream:
         while True:
             await trio.sleep(RECONCILE_S)
             try:
+                self.maybe_end_meta_replay()
                 self.execute(self.controller.tick(time.time_ns(), time.monotonic_ns()))
                 self._repeat_hellos()
                 self._report_usage()
@@ -450,7 +458,7 @@ class ClusterJetStream:
             elif kind is OpenReplica:
                 self._open_replica(action)
             elif kind is CloseReplica:
-                self._close_replica(action.key, delete=action.delete)
+                self._close_replica(action.key, delete=action.delete, group_name=action.group)
             elif kind is ChangePeer:
                 self._change_peer(action)
             elif kind is StepDown:
@@ -554,18 +562,50 @@ class ClusterJetStream:
         # the entries committed before this start are replayed first (see
         # ClusterController.replaying); the replicas are opened once they are
         self.meta_replay_to = self.meta_group.commit_index
-        if self.meta_group.applied_index >= self.meta_replay_to:
-            self.end_meta_replay()
+        self._replay_leader_seen = False
+        self._replay_deadline = trio.current_time() + META_REPLAY_LEADER_WAIT_S
+        self.maybe_end_meta_replay()
         if failure is not None:
             self._storage_resumed(failure)
         self.events.emit("jetstream_enabled", store_dir=self.service.store_dir,
                          accounts=sorted(self.service.accounts), sync="raft")
+
+    def maybe_end_meta_replay(self) -> None:
+        """End the replay of the meta log at start-up once the meta group applied what the
+        cluster had committed: the replicas then open from the state it ended in.
+
+        The commit index this server persisted can lag what it had learned was committed
+        (the hard state is not rewritten on every commit; a power cut drops what was not
+        fsynced), and a server that was down missed what was committed meanwhile: a replica
+        opened from that state could be one of a stream it was removed from, a voter of an
+        old configuration, with an empty log when its group was deleted here (Raft §4.1:
+        a server must not act in a configuration it has left). So the replay goes on to
+        the commit index the meta leader tells this server in its first AppendEntries (or,
+        on the leader, to the end of its log, which its first entry commits), and ends
+        without a leader only after ``META_REPLAY_LEADER_WAIT_S`` (a server cut off from the
+        meta group's majority still opens its replicas)."""
+        group = self.meta_group
+        if group is None or not self.controller.replaying:
+            return
+        if not self._replay_leader_seen:
+            if group.is_leader:
+                self._replay_leader_seen = True
+                self.meta_replay_to = max(self.meta_replay_to, group.node.last_index)
+            elif group.leader is not None:
+                self._replay_leader_seen = True
+                self.meta_replay_to = max(self.meta_replay_to, group.commit_index)
+            elif trio.current_time() < self._replay_deadline:
+                return
+        if group.applied_index >= self.meta_replay_to:
+            self.end_meta_replay()
 
     def end_meta_replay(self) -> None:
         """The meta group applied what was committed before this start: open the replicas
         the state it ended in assigns to this server."""
         if self.controller.replaying:
             self.execute(self.controller.end_replay(time.time_ns()))
+            if self._replay_leader_seen:
+                self._delete_unassigned()
 
     def _to_meta_leader(self, data: bytes) -> None:
         """Propose meta entry ``data`` here when leading the meta group, else ask the
@@ -636,7 +676,7 @@ class ClusterJetStream:
             group.campaign()       # a brand-new group: the first peer need not wait a timeout
         self.execute(list(action.then))
 
-    def _close_replica(self, key: Key, *, delete: bool) -> None:
+    def _close_replica(self, key: Key, *, delete: bool, group_name: str | None = None) -> None:
         self.catchup.stop(key)
         replica = self.replicas.pop(key, None)
         group = self.groups.pop(key, None)
@@ -646,6 +686,52 @@ class ClusterJetStream:
         if replica is not None and acc is not None:
             acc.delete_replica(key[1])
             self.events.emit("jetstream_stream_deleted", account=key[0], stream=key[1])
+        elif replica is None and group is None and delete:
+            self._delete_unopened(key, group_name)
+
+    def _delete_unopened(self, key: Key, group_name: str | None) -> None:
+        """Remove the files of a replica found on disk at start-up and never opened since
+        (its stream deleted, or this server removed from it, while it was down): its RAFT
+        group's log (``group_name``, when known) and its stream directory."""
+        if group_name is not None:
+            self.host.delete_group_files(group_name)
+        acc = self.service.accounts.get(key[0])
+        if acc is None or acc.base is None or key in self.replicas:
+            return
+        sdir = layout.stream_dir(acc.base, key[1])
+        if os.path.isdir(sdir):
+            shutil.rmtree(sdir, ignore_errors=True)
+            fd = os.open(acc.base, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                fileio.fsync_dir(fd, acc.base)
+            finally:
+                os.close(fd)
+            self.events.emit("jetstream_stream_deleted", account=key[0], stream=key[1])
+
+    def _delete_unassigned(self) -> None:
+        """Once the replay at start-up reached the meta leader's commit index: the files of
+        every stream replica and RAFT group on disk that the meta state does not assign to
+        this server and that is not open go (nats-server removes a stream it finds deleted
+        or moved away in the same way, jetstream_cluster.go processStreamRemoval)."""
+        me = self.controller.me
+        mine = {sa.group: (sa.account, sa.name) for sa in self.controller.meta.streams.values()
+                if me in sa.peers}
+        others = {sa.group: (sa.account, sa.name) for sa in self.controller.meta.streams.values()
+                  if me not in sa.peers}
+        keys = set(mine.values())
+        for name in self.host.logs.groups():
+            if name == META_GROUP or name in mine or name in self.host.groups:
+                continue
+            if name in others and others[name] in self.replicas:
+                continue
+            self.host.delete_group_files(name)
+        for acc in self.service.accounts.values():
+            if acc.base is None or not os.path.isdir(acc.base):
+                continue
+            for stream in sorted(os.listdir(acc.base)):
+                key = (acc.name, stream)
+                if key not in keys and key not in self.replicas:
+                    self._delete_unopened(key, None)
 
     def _problem_fn(self, sa: StreamAssignment):
         def problem(detail: str) -> None:
@@ -1118,8 +1204,8 @@ class _MetaMachine:
                                          consumer=None, path=META_GROUP,
                                          detail=f"meta entry {e.index} rejected: {exc}")
         self.cluster.meta_applied(changes)
-        if entries and entries[-1].index >= self.cluster.meta_replay_to:
-            self.cluster.end_meta_replay()
+        if entries:
+            self.cluster.maybe_end_meta_replay()
 
     def snapshot(self) -> bytes:
         self.cluster.meta_snapshot_ns = time.time_ns()

@@ -72,6 +72,7 @@ from jetraft.net.raft_group import CURRENT_LAG, RaftGroup, SnapshotPolicy, State
 from jetraft.raft.wire import decode_batch, encode_batch
 from jetraft.raft.node import RaftNode
 from jetraft.raft.storage import GroupCommit, GroupLog, LogDirectory, StorageError, SyncFailed
+from jetraft.raft.storage.directory import group_dir_name
 from jetraft.raft.storage.fileio import errno_name
 from jetraft.raft.storage.sync import storage_error
 from jetraft.raft.types import Config, Entry, Message, MessageType, Ready
@@ -269,6 +270,17 @@ class RaftHost:
         if delete:
             shutil.rmtree(g.log.directory, ignore_errors=True)
             self.sync.fsync_dir_now(self.logs.root)
+
+    def delete_group_files(self, group: str) -> None:
+        """Remove the files of ``group``, which this host does not run (a replica found on
+        disk and never opened); the removal is made durable. Unknown or running: no-op."""
+        if group in self.groups:
+            return
+        path = os.path.join(self.logs.root, group_dir_name(group))
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+            self.sync.fsync_dir_now(self.logs.root)
+            self._emit("raft_group_files_deleted", {"group": group})
 
     # -- transport -----------------------------------------------------------------------
 

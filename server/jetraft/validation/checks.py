@@ -17,7 +17,9 @@ What is checked, and where the property comes from:
 - ``election_safety`` — at most one leader per (group, term) (Raft §5.2, Figure 3).
 - ``term_monotonic`` — on each server, a group's term never decreases (Raft §5.1; the
   term is persisted before it is used); per event log, so a machine that replaced a
-  server with a new store (a new RAFT identity) starts anew.
+  server with a new store (a new RAFT identity) starts anew, and per life of a replica (one
+  the server deleted, ``raft_group_closed`` with ``deleted``, and was given again is a new
+  member of the group; ``raft_group_files_deleted`` likewise).
 - ``log_matching`` — for each (group, index) applied on several servers (or again after a
   restart), one term and one entry hash: Log Matching and State Machine Safety (Raft §5.3,
   §5.4.3), from ``raft_applied`` events; and each snapshot's last entry
@@ -234,16 +236,27 @@ def check_election_safety(inp: Inputs, limit: int) -> CheckResult:
 
 def check_term_monotonic(inp: Inputs, limit: int) -> CheckResult:
     doc = ("on each server, a group's term never decreases (Raft §5.1); a machine that replaced "
-           "a server (its own event log, a new store) starts its terms anew")
+           "a server (its own event log, a new store) starts its terms anew, and so does a "
+           "replica the server deleted and was given again")
     # every raft_* event's term is the node's current term, but a snapshot's (the term of
     # the last entry it covers)
+    deleted = (((F.col("event") == "raft_group_closed") & F.coalesce(F.col("deleted"), F.lit(False)))
+               | (F.col("event") == "raft_group_files_deleted"))
     ev = (inp.events.where(F.col("event").startswith("raft_") & F.col("group").isNotNull()
-                           & F.col("term").isNotNull()
-                           & ~F.col("event").isin("raft_snapshot_taken", "raft_snapshot_installed"))
-          .select("server_name", "source", "group", "term", "ns", "ts", "event"))
+                           & ((F.col("term").isNotNull()
+                               & ~F.col("event").isin("raft_snapshot_taken", "raft_snapshot_installed"))
+                              | deleted))
+          .select("server_name", "source", "group", "term", "ns", "ts", "event",
+                  deleted.cast("int").alias("deleted_close")))
     # one event log per machine: restarts on a kept store stay in one log, a new machine
-    # (a new RAFT identity, lab/day_two.py) writes another
-    w = Window.partitionBy("server_name", "source", "group").orderBy("ns", "term")
+    # (a new RAFT identity, lab/day_two.py) writes another; and a replica the server
+    # deleted (removed from the group's configuration) and was given again later is a new
+    # member of the group with a new log (Raft §4.1)
+    life = Window.partitionBy("server_name", "source", "group").orderBy("ns") \
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    ev = (ev.withColumn("life", F.sum("deleted_close").over(life))
+          .where(F.col("deleted_close") == 0))
+    w = Window.partitionBy("server_name", "source", "group", "life").orderBy("ns", "term")
     bad = (ev.withColumn("term_before", F.lag("term").over(w))
            .withColumn("event_before", F.lag("event").over(w))
            .where(F.col("term") < F.col("term_before"))

@@ -208,6 +208,12 @@ class Campaign:
             self.console.print("lab: a fresh lab for this run")
             inventory = lab.up()
         extra = dict(FLAVOURS[self.flavour])
+        if lab is None:
+            # a cluster this run did not build: an earlier run's power-loss layer comes off
+            # first, so that site.yml finds each store on its own disk
+            self.console.print("deploy: an earlier run's power-loss layer taken away")
+            _playbook(run_dir, inventory, "lab/powerloss.yml", {**extra, "powerloss_state": "absent"},
+                      log)
         self.console.print(f"deploy: site.yml ({self.flavour}); output in {log.name}")
         _playbook(run_dir, inventory, "site.yml", extra, log)
         self.console.print("deploy: the power-loss layer under every store (lab/powerloss.yml)")
@@ -316,14 +322,17 @@ class Exercise:
 
     async def run(self) -> None:
         from lab.nemesis import CampaignNemesis
+        from lab.schedule import FILE_KINDS
         from lab.workloads import History, KVWorkload, QueueWorkload
 
         run = self.run_dir.name
         qh = History(self.run_dir / "history" / "queue.jsonl", run, "queue")
         kh = History(self.run_dir / "history" / "kv.jsonl", run, "kv")
-        # the queue stream on every server (at most R5, as Jepsen's streams span every
-        # node): the run's one corruption host always holds a replica to damage
-        queue = QueueWorkload(self.target, qh, replicas=min(5, len(self.target.servers)))
+        # the queue stream R3 (a unique zone tag allows no more over three zones), with a
+        # replica on the run's one corruption host, so the damage hits its files
+        queue = QueueWorkload(self.target, qh, replicas=3)
+        corrupted = sorted({f.targets[0] for f in self.schedule
+                            if f.kind in FILE_KINDS and f.targets})
         kv = KVWorkload(self.target, kh, seed=self.seed)
         nemesis = CampaignNemesis(self.target, flavour=self.flavour.split("-always")[0],
                                   membership=self.membership)
@@ -335,7 +344,7 @@ class Exercise:
             self.membership.on_new_hosts = reconnect
         try:
             self.progress("workloads: the queue stream, its consumers and the KV bucket")
-            await queue.setup()
+            await queue.setup(replica_on=corrupted[0] if corrupted else None)
             await kv.setup()
             await queue.start()
             await kv.start()

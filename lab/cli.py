@@ -191,12 +191,17 @@ def drill_table(results) -> Table:
 @main.command(name="run")
 @click.option("--keep", is_flag=True, help="Leave the lab up at the end.")
 @click.option("--no-drills", is_flag=True, help="Skip the (destructive) drills.")
+@click.option("--campaign-minutes", type=click.FloatRange(0, 120), default=3.0, show_default=True,
+              help="Minutes of the short fault campaign at the end (every kind of fault "
+                   "once; 0: none). Its seed is JETRAFT_CAMPAIGN_SEED, else 1.")
 @_suite_option
-def run_command(keep: bool, no_drills: bool, suite: str) -> None:
-    """The main job end to end: lab up, site.yml twice, testinfra, drills, logs, summary."""
+def run_command(keep: bool, no_drills: bool, campaign_minutes: float, suite: str) -> None:
+    """The main job end to end: lab up, site.yml twice, testinfra, drills, logs,
+    validation, a short fault campaign, summary."""
     from lab.run import run
 
-    if not run(keep=keep, drills=not no_drills, suite=suite).ok:
+    if not run(keep=keep, drills=not no_drills, suite=suite,
+               campaign_minutes=campaign_minutes).ok:
         sys.exit(1)
 
 

@@ -78,10 +78,20 @@ def _recap(output: str) -> dict[str, dict[str, int]]:
     return out
 
 
+#: The main job's short fault campaign: minutes of faults, and the seed of its schedule
+#: (JETRAFT_CAMPAIGN_SEED overrides it, to explore another schedule).
+CAMPAIGN_MINUTES = 3.0
+CAMPAIGN_SEED = 1
+
+
 def run(*, keep: bool = False, drills: bool = True, console: Console | None = None,
-        suite: str = topology.DEFAULT_LAB_SUITE) -> Summary:
+        suite: str = topology.DEFAULT_LAB_SUITE, campaign_minutes: float = CAMPAIGN_MINUTES,
+        campaign_seed: int | None = None) -> Summary:
     """Run the main job on a lab of ``suite`` (topology.LAB_SUITES); returns its Summary
-    (``ok`` false if a step failed)."""
+    (``ok`` false if a step failed). ``campaign_minutes``: the short fault campaign on the
+    lab's cluster at the end (every kind of fault once; 0: none)."""
+    if campaign_seed is None:
+        campaign_seed = int(os.environ.get("JETRAFT_CAMPAIGN_SEED", CAMPAIGN_SEED))
     console = console or Console(width=max(Console().width, 120))
     run_id = time.strftime("%Y%m%d-%H%M%S")
     run_dir = topology.ARTIFACTS_DIR / run_id
@@ -136,6 +146,9 @@ def run(*, keep: bool = False, drills: bool = True, console: Console | None = No
         step("collect logs", lambda: _stream(playbook + ["playbooks/collect_logs.yml"], env)
              and str((run_dir / "logs").relative_to(topology.ROOT)))
         step("validation", lambda: _validate(run_dir, summary))
+        if campaign_minutes:
+            step(f"fault campaign ({campaign_minutes:g} min, every kind, seed {campaign_seed})",
+                 lambda: _campaign(campaign_minutes, campaign_seed, run_dir))
     except (StepFailed, Exception) as exc:        # the summary names the failing step
         summary.steps[-1].detail = str(exc)
     finally:
@@ -150,6 +163,24 @@ def run(*, keep: bool = False, drills: bool = True, console: Console | None = No
              "drills": summary.drills, "validation": summary.validation}, indent=2))
         _print(console, summary, run_dir)
     return summary
+
+
+def _campaign(minutes: float, seed: int, run_dir: Path) -> str:
+    """One campaign run on jetraft, on a fresh lab of its own (the drills' lab is replaced:
+    five hosts, deployed with site.yml), every kind of fault but membership at least once;
+    its directory and verdict, its summary copied to ``run_dir/campaign.json``. StepFailed
+    when the run is not valid (its table says why; the command that replays it is in its
+    summary.json)."""
+    argv = [str(BIN / "python"), "-m", "lab", "campaign", "--runs", "1", "--minutes", f"{minutes:g}",
+            "--seed", str(seed), "--every-kind"]
+    output = _stream(argv)
+    found = re.findall(r"summary: (\S+summary\.json)", output)
+    summary = json.loads((topology.ROOT / found[-1]).read_text()) if found else {}
+    (run_dir / "campaign.json").write_text(json.dumps(summary, indent=2))
+    total = summary.get("total", {})
+    return (f"{found[-1] if found else 'no summary'}: {total.get('faults', 0)} faults, "
+            f"{total.get('acknowledged', 0)} acknowledged, {total.get('lost', 0)} lost, "
+            f"{total.get('valid', 0)}/{total.get('runs', 0)} valid")
 
 
 def _lab_up(lab: NspawnLab) -> str:

@@ -145,6 +145,14 @@ async def _retry(what, action, deadline_s: float = 120.0):
             await asyncio.sleep(0.5)
 
 
+async def _absent(deletion) -> None:
+    """Await ``deletion`` (a stream's or bucket's); one that is not there is absent too."""
+    try:
+        await deletion
+    except nats.js.errors.NotFoundError:
+        pass
+
+
 class QueueWorkload:
     """Unique integers published to an R``replicas`` stream by ``publishers`` clients,
     consumed during the run by a push and a pull consumer (both acknowledging), drained
@@ -160,12 +168,17 @@ class QueueWorkload:
         self._tasks: list[asyncio.Task] = []
         self._clients: list[_Client] = []
 
-    async def setup(self) -> None:
+    async def setup(self, replica_on: str | None = None) -> None:
         """Create the stream and its two durable consumers (retried while the cluster
-        elects its leaders)."""
+        elects its leaders). ``replica_on``: a server that must hold a replica (the run's
+        corruption host; see :meth:`place_replica_on`)."""
         client = await self._client(0)
         config = StreamConfig(name=QUEUE_STREAM, subjects=[QUEUE_SUBJECT],
                               num_replicas=self.replicas)
+        # a run's history starts from an empty stream: an earlier run's on the same cluster
+        # (--inventory) goes first
+        await _retry(f"an earlier run's stream {QUEUE_STREAM} deleted",
+                     lambda: _absent(client.js.delete_stream(QUEUE_STREAM)))
 
         async def create():
             try:
@@ -180,6 +193,50 @@ class QueueWorkload:
                     cfg.deliver_subject = "campaign.push"
                 await client.js.add_consumer(QUEUE_STREAM, cfg)
         await _retry(f"stream {QUEUE_STREAM} and its consumers created", create)
+        if replica_on is not None:
+            await self.place_replica_on(client, replica_on)
+
+    async def place_replica_on(self, client: _Client, server: str, attempts: int = 4) -> list[str]:
+        """Make ``server`` one of the stream's peers: while it is not, the peer in its zone
+        is removed (``$JS.API.STREAM.PEER.REMOVE``, nats-server's and jetraft's alike) and
+        the stream placed again; a unique zone tag keeps the replacement in that zone, so
+        in a zone of two servers it is ``server``. Returns the peers; RuntimeError when
+        ``server`` is not one after ``attempts`` removals."""
+        zones = {s.name: s.zone for s in self.target.servers}
+
+        async def peers() -> list[str]:
+            async def current():
+                info = await client.js.stream_info(QUEUE_STREAM)
+                cluster = info.cluster
+                replicas = cluster.replicas or [] if cluster else []
+                if cluster is None or not cluster.leader or len(replicas) != self.replicas - 1 \
+                        or not all(r.current for r in replicas):
+                    raise RuntimeError(f"stream {QUEUE_STREAM} not yet whole")
+                return [cluster.leader, *(r.name for r in replicas)]
+            return await _retry(f"stream {QUEUE_STREAM} whole", current)
+
+        names = await peers()
+        for _ in range(attempts):
+            if server in names:
+                return names
+            same_zone = [n for n in names if zones.get(n) == zones.get(server)]
+            if not same_zone:
+                raise RuntimeError(f"no peer of {QUEUE_STREAM} in {server}'s zone: {names}")
+            msg = await client.nc.request(f"$JS.API.STREAM.PEER.REMOVE.{QUEUE_STREAM}",
+                                          json.dumps({"peer": same_zone[0]}).encode(),
+                                          timeout=OP_TIMEOUT_S)
+            reply = json.loads(msg.data)
+            if not reply.get("success"):
+                raise RuntimeError(f"peer-remove {same_zone[0]} from {QUEUE_STREAM}: {reply}")
+            deadline = time.monotonic() + 60
+            while (names := await peers()) and same_zone[0] in names:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{same_zone[0]} still a peer of {QUEUE_STREAM}: {names}")
+                await asyncio.sleep(0.5)
+        if server not in names:
+            raise RuntimeError(f"{server} is no peer of {QUEUE_STREAM} after {attempts} "
+                               f"placements: {names}")
+        return names
 
     async def _client(self, first: int) -> _Client:
         client = _Client(self.target, first)
@@ -335,6 +392,9 @@ class KVWorkload:
         client = _Client(self.target, 0)
         await _retry("a client connected", client.connect, deadline_s=60)
         self._clients.append(client)
+        # every key's history starts from no value: an earlier run's bucket goes first
+        await _retry(f"an earlier run's KV bucket {KV_BUCKET} deleted",
+                     lambda: _absent(client.js.delete_key_value(KV_BUCKET)))
 
         async def create():
             try:

@@ -354,6 +354,13 @@ def test_a_server_removed_from_a_stream_while_down_opens_no_replica_of_it_at_res
         si = await js.stream_info("MOVED")
         group, victim = si.cluster.raft_group, si.cluster.replicas[0].name
         await nc.close()
+        # the victim holds its replica (a server restarted by an earlier test may still be
+        # catching up when the stream is created)
+        deadline = time.monotonic() + 30
+        while not [e for e in cluster.events(victim)
+                   if e["event"] == "raft_applied" and e.get("group") == group]:
+            assert time.monotonic() < deadline, f"{victim} never applied an entry of MOVED"
+            await asyncio.sleep(0.1)
         cluster.stop_one(victim)
         nc = await connect(cluster, [n for n in cluster.servers if n != victim])
         js = nc.jetstream(timeout=5)

@@ -184,6 +184,11 @@ class Nemesis:
         from pyinfra.api import Config, Inventory, State
         from pyinfra.api.connect import connect_all
 
+        # pyinfra keeps the host keys it read from a known_hosts file for the life of the
+        # process: a new lab or a replaced host (new host keys, same file) would be refused
+        # as a changed key, so the file is read again at each connect
+        from pyinfra.connectors.sshuserclient.client import get_host_keys
+        getattr(get_host_keys, "cache", {}).clear()
         data = {"ssh_user": self.target.ssh_user}
         if self.target.ssh_key:
             data["ssh_key"] = self.target.ssh_key

@@ -680,3 +680,21 @@ def test_the_ssh_runner_starts_every_hosts_command_before_waiting_for_any():
     assert {entry[2] for entry in log if entry[0] == "exec"} == {"sh -c cut"}
     assert [r.ok for r in results] == [n != "jr-b1" for n in NAMES]
     assert results[0].stdout == "jr-a1 out" and results[2].stderr == "boom"
+
+
+def test_each_connect_reads_the_known_hosts_file_again(tmp_path):
+    """pyinfra keeps the host keys it read for the life of the process; a campaign's second
+    fresh lab (or a replaced host) has new keys in the same file, so every connect forgets
+    what was read before (here to a host with no SSH server: the connect fails, saying so)."""
+    from pyinfra.connectors.sshuserclient.client import get_host_keys
+
+    from lab.drills import DrillError, Nemesis, Server, Target
+    known = str(tmp_path / "known_hosts")
+    stale = f"{(known,)}{{}}"
+    get_host_keys.cache[stale] = "the first lab's keys"
+    target = Target(servers=[Server("n1", "127.0.0.1", "a")], ssh_user="root", ssh_key=None,
+                    known_hosts=known, app_user="app", app_password="x")
+    from pyinfra.api.exceptions import PyinfraError
+    with pytest.raises((DrillError, PyinfraError)):
+        Nemesis(target)
+    assert stale not in get_host_keys.cache

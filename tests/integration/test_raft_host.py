@@ -336,6 +336,76 @@ async def test_a_restarted_host_recovers_its_groups_and_state(nursery, tmp_path)
     assert_same_state(cl)
 
 
+class ReadLog:
+    """What the ``serve`` and ``refuse`` of RaftGroup.read saw: the state machine's items
+    when served, or that the read was refused."""
+
+    def __init__(self, sm: ListSM) -> None:
+        self.sm = sm
+        self.served: list[list[bytes]] = []
+        self.refused = 0
+
+    def serve(self) -> None:
+        self.served.append(list(self.sm.items))
+
+    def refuse(self) -> None:
+        self.refused += 1
+
+
+async def test_a_read_is_served_once_confirmed_with_every_write_committed_before_it(cluster):
+    cl = cluster
+    leaders = await elect_all(cl)
+    g = GROUPS[0]
+    group = cl.hosts[leaders[g]].groups[g]
+    for k in range(5):
+        group.propose(f"w{k}".encode())
+    reads = ReadLog(cl.sms[leaders[g], g])
+    group.read(reads.serve, reads.refuse)
+    assert reads.served == [], "a read is served from a later pass, once confirmed"
+    await until(lambda: reads.served, 3.0, "the read served")
+    assert reads.served[0][-5:] == [f"w{k}".encode() for k in range(5)] and reads.refused == 0
+    follower = next(h for h in HOSTS if h != leaders[g])
+    with pytest.raises(NotLeaderError):
+        cl.hosts[follower].groups[g].read(reads.serve, reads.refuse)
+
+
+async def test_a_leader_cut_off_from_its_peers_serves_no_read_and_refuses_it_when_it_steps_down(cluster):
+    """The other side elects a leader and commits writes while the old one still thinks it
+    leads: a read there must not be served from its older state (ReadIndex, thesis §6.4)."""
+    cl = cluster
+    leaders = await elect_all(cl)
+    g = next(g for g in GROUPS if leaders[g] == "a")
+    await propose_all(cl, "before", 2)
+    cl.net.cut.add("a")
+    reads = ReadLog(cl.sms["a", g])
+    cl.hosts["a"].groups[g].read(reads.serve, reads.refuse)
+    await led_within(cl, ("b", "c"))
+    await propose_all(cl, "during", 2, among=("b", "c"))
+    await until(lambda: reads.refused == 1, 5.0, "the cut-off leader refuses the read once it steps down")
+    assert reads.served == []
+    cl.net.cut.discard("a")
+
+
+async def test_reads_waiting_are_bounded_and_refused_when_the_group_closes(cluster, monkeypatch):
+    monkeypatch.setattr("jetraft.net.raft_group.MAX_READS", 3)
+    cl = cluster
+    leaders = await elect_all(cl)
+    g = GROUPS[0]
+    leader = cl.hosts[leaders[g]]
+    for other in HOSTS:
+        if other != leaders[g]:
+            cl.net.cut.add(other)      # no heartbeat round completes: reads wait
+    reads = ReadLog(cl.sms[leaders[g], g])
+    for _ in range(3):
+        leader.groups[g].read(reads.serve, reads.refuse)
+    with pytest.raises(ProposalDroppedError):
+        leader.groups[g].read(reads.serve, reads.refuse)
+    assert leader.groups[g].reads_waiting == 3
+    leader.close_group(g)
+    assert reads.refused == 3 and reads.served == []
+    cl.net.cut.clear()
+
+
 async def test_a_pass_sends_each_peer_at_most_one_early_and_one_late_batch_with_every_groups_heartbeats(cluster):
     # A pass sends the leader's AppendEntries and heartbeats before its fsync (early) and the
     # rest, such as the responses of groups it follows, after it (late): at most two sends

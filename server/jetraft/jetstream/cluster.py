@@ -63,6 +63,7 @@ from jetraft.jetstream.cluster_actions import (
     OpenMeta,
     OpenReplica,
     Propose,
+    Read,
     Refusal,
     RemoveServer,
     RoutePeerView,
@@ -125,7 +126,7 @@ from jetraft.raft.types import Entry, EntryType
 __all__ = [
     "META_GROUP", "ChangePeer", "CloseMeta", "CloseReplica", "ClusterController", "ClusterView", "Emit",
     "Forward", "ForwardedRequest", "GroupView", "Key", "OpenMeta", "OpenReplica", "Propose",
-    "Refusal", "RemoveServer", "RoutePeerView", "Send", "SetInterest", "StartRestore", "StepDown",
+    "Read", "Refusal", "RemoveServer", "RoutePeerView", "Send", "SetInterest", "StartRestore", "StepDown",
     "ToMetaLeader",
     "decode_forward",
     "decode_reply_frame", "encode_reply_frame", "zone_of",
@@ -179,6 +180,13 @@ LEADER_API_SUBJECTS = (
 #: API requests about one stream that change it: replicated as an "A" entry.
 _STREAM_WRITES = {"STREAM.PURGE", "STREAM.MSG.DELETE", "CONSUMER.CREATE", "CONSUMER.DURABLE",
                   "CONSUMER.DELETE", "CONSUMER.MSG", "STREAM.UPDATE"}
+
+#: API requests about one stream that only read it: its leader answers them once a
+#: ReadIndex round confirms it still leads and its state holds every acknowledged write
+#: (:class:`~jetraft.jetstream.cluster_actions.Read`).
+_STREAM_READS = {"STREAM.INFO", "STREAM.MSG.GET", "CONSUMER.INFO", "CONSUMER.NAMES", "CONSUMER.LIST",
+                 "DIRECT.GET"}
+
 
 def _restore_in_progress() -> E.JSApiError:
     """What a stream being restored answers a publish or a change (10194, as nats-server's
@@ -1269,8 +1277,9 @@ class ClusterController:
                                      rtype, via_meta)
             if leader is None:
                 self._error(acc.name, reply, rtype, E.cluster_not_available())
-            else:
-                self._error(acc.name, reply, rtype, E.stream_not_found())
+            elif reply:     # "not found" once the meta group confirms it (ReadIndex)
+                self._out.append(Read(META_GROUP, acc.name, subject, reply, headers, payload,
+                                      (Refusal(acc.name, reply, rtype),)))
             return True
         group = self.view.group(key)
         if group is None or not group.is_leader:
@@ -1324,12 +1333,59 @@ class ClusterController:
             refused = () if kind == "CONSUMER.MSG" else (Refusal(acc.name, reply, rtype),)
             self._out.append(Propose(group.name, data, refused))
             return True
+        if kind in _STREAM_READS:
+            if kind == "DIRECT.GET":
+                entry = acc.streams.get(stream)
+                if entry is None or not entry.stream.config.allow_direct:
+                    return False    # no-responders, as from nats-server
+            if not reply:
+                return True         # nothing to answer, as nats-server
+            # a status or a message answers a direct get: no JSON body when refused
+            refused = () if kind == "DIRECT.GET" else (Refusal(acc.name, reply, rtype),)
+            self._out.append(Read(group.name, acc.name, subject, reply, headers, payload, refused))
+            return True
         out = acc.handle_api(subject, reply, headers, payload, now)
         if out is None:
             return False
         for r in out:
             self._send(acc.name, r.out)
         return True
+
+    def serve_read(self, read: Read, now_ns: int) -> list[Any]:
+        """The stream group confirmed ``read`` (see :class:`Read`): answer it from this
+        server's state now. A stream gone meanwhile is answered as the account answers it
+        (stream not found); a direct get of a stream that no longer allows it, not at all."""
+        self._now = now_ns
+        acc = self.accounts.get(read.account)
+        if acc is None:
+            return self._take()
+        if read.group == META_GROUP:
+            self._serve_meta_read(acc, read, now_ns)
+            return self._take()
+        for r in acc.handle_api(read.subject, read.reply, read.headers, read.payload, now_ns) or ():
+            self._send(acc.name, r.out)
+        return self._take()
+
+    def _serve_meta_read(self, acc: JetStreamAccount, read: Read, now: int) -> None:
+        """A read the meta group confirmed: NAMES, LIST or account INFO from the
+        assignments; a request about a stream that was not assigned when it came is
+        "stream not found" if it still is not, and taken up as usual if it now is."""
+        tokens = read.subject.split(".")
+        kind = api_kind(tokens)
+        rtype = response_type(tokens)
+        try:
+            if kind in ("STREAM.NAMES", "STREAM.LIST") or read.subject == "$JS.API.INFO":
+                body = self._meta_read(acc, kind, read.subject, read.payload, now)
+                self._respond(acc.name, read.reply, {"type": rtype, **body})
+                return
+            stream = stream_of(tokens)
+            if stream is None or (acc.name, stream) not in self.meta.streams:
+                raise E.stream_not_found()
+        except E.JSApiError as err:
+            self._error(acc.name, read.reply, rtype, err)
+            return
+        self._stream_api(acc, stream, tokens, kind, read.subject, read.reply, read.headers,
+                         read.payload, 0)
 
     def _check_update(self, acc: JetStreamAccount, stream: str, payload: bytes) -> E.JSApiError | None:
         """The meta leader's checks of STREAM.UPDATE that need the whole cluster's view
@@ -1467,8 +1523,10 @@ class ClusterController:
             if kind == "STREAM.PEER":
                 return self._peer_remove(acc, tokens[5] if len(tokens) > 5 else "", reply, payload, rtype)
             if kind in ("STREAM.NAMES", "STREAM.LIST") or subject == "$JS.API.INFO":
-                body = self._meta_read(acc, kind, subject, payload, now)
-                self._respond(acc.name, reply, {"type": rtype, **body})
+                # answered from the assignments once the meta group confirms this server
+                # still leads it with every assignment acknowledged before (ReadIndex)
+                self._out.append(Read(META_GROUP, acc.name, subject, reply, headers, payload,
+                                      (Refusal(acc.name, reply, rtype),)))
                 return True
         except E.JSApiError as err:
             self._error(acc.name, reply, rtype, err)

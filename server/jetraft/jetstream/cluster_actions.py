@@ -22,7 +22,7 @@ from jetraft.jetstream.replicated import StreamReplica
 
 __all__ = [
     "ChangePeer", "CloseMeta", "CloseReplica", "ToMetaLeader", "ClusterView", "Emit", "Forward", "ForwardedRequest",
-    "GroupView", "Key", "OpenMeta", "OpenReplica", "Propose", "Refusal", "RemoveServer", "RoutePeerView",
+    "GroupView", "Key", "OpenMeta", "OpenReplica", "Propose", "Read", "Refusal", "RemoveServer", "RoutePeerView",
     "Send", "SetInterest", "StepDown", "decode_forward", "decode_reply_frame",
     "encode_reply_frame",
 ]
@@ -131,6 +131,27 @@ class Propose:
     data: bytes
     refused: tuple[Any, ...] = ()
     abandon: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """Answer the read-only API request on ``subject`` (STREAM.INFO, STREAM.MSG.GET,
+    DIRECT.GET, CONSUMER.INFO/NAMES/LIST) of the stream led through RAFT group ``group``
+    once its leader has confirmed with a heartbeat round that it still leads and has
+    applied every entry committed when the request came (ReadIndex, Raft thesis §6.4):
+    the glue then calls :meth:`ClusterController.serve_read`. A new leader confirms only
+    after its own term's first entry is committed, a deposed one never, so no read is
+    answered from a state older than an acknowledged write. When the group refuses the
+    read (no longer the leader, too many reads waiting) or loses its leadership first,
+    ``refused`` is carried out instead."""
+
+    group: str
+    account: str
+    subject: str
+    reply: str | None
+    headers: bytes | None
+    payload: bytes
+    refused: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

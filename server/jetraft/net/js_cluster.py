@@ -30,7 +30,7 @@ import os
 import shutil
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
@@ -51,6 +51,7 @@ from jetraft.jetstream.cluster import (
     OpenMeta,
     OpenReplica,
     Propose,
+    Read,
     Refusal,
     RemoveServer,
     RoutePeerView,
@@ -445,6 +446,8 @@ class ClusterJetStream:
                     self.execute(list(action.refused))
                     if action.abandon:
                         return
+            elif kind is Read:
+                self._read(action)
             elif kind is Forward:
                 if not self.routes.send_app(action.server, "jsapi", action.frame):
                     self.execute(list(action.unreachable))
@@ -504,6 +507,32 @@ class ClusterJetStream:
             if action.group == META_GROUP:
                 return False    # no longer the meta leader: the new one decides
             raise
+
+    def _read(self, action: Read) -> None:
+        """Hand ``action`` to its group as a ReadIndex read (RaftGroup.read); the refusal
+        at once when the group cannot take it. What serving or refusing it raises is that
+        request's failure alone (``api_request_failed``)."""
+        group = self._group_named(action.group)
+
+        def isolated(step: Callable[[], list[Any]]) -> Callable[[], None]:
+            def run() -> None:
+                try:
+                    self.execute(step())
+                except Exception as exc:  # noqa: BLE001 - one request's failure, not the group's
+                    self.events.emit("api_request_failed", account=action.account,
+                                     subject=action.subject, error=repr(exc),
+                                     traceback="".join(traceback.format_exception(exc)))
+            return run
+
+        serve = isolated(lambda: self.controller.serve_read(action, time.time_ns()))
+        refuse = isolated(lambda: list(action.refused))
+        if group is None:
+            refuse()
+            return
+        try:
+            group.read(serve, refuse)
+        except RaftError:       # not the leader any more, closed, too many reads waiting
+            refuse()
 
     def _change_peer(self, action: ChangePeer) -> None:
         group = self._group_named(action.group)

@@ -17,8 +17,10 @@ each replica's state (:meth:`~RaftGroup.track_replicas`).
 
 from __future__ import annotations
 
+import os
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -39,13 +41,18 @@ from jetraft.raft.types import (
     Snapshot,
 )
 
-__all__ = ["BACKLOG_BATCH", "CURRENT_LAG", "GroupHost", "RaftGroup", "SnapshotPolicy", "StateMachine"]
+__all__ = ["BACKLOG_BATCH", "CURRENT_LAG", "MAX_READS", "GroupHost", "RaftGroup", "SnapshotPolicy",
+           "StateMachine"]
 
 #: A follower at most this many entries behind the leader's last index is "current".
 CURRENT_LAG = 32
 
 #: Entries a group applies from its own log per pass after its state machine held them back.
 BACKLOG_BATCH = 4096
+
+#: Reads (:meth:`RaftGroup.read`) a group's leader holds at once, waiting for their read
+#: index or for the state machine to reach it; more are refused.
+MAX_READS = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +176,12 @@ class RaftGroup:
         self._catchup: dict[str, tuple[int, int]] = {}
         #: On the leader: peers that said they completed a snapshot (:meth:`catchup_done`).
         self.caught_up: set[str] = set()
+        # ReadIndex reads (see :meth:`read`): context -> (term, serve, refuse) until the
+        # node confirms them, then (read index, serve) in the order confirmed until applied
+        self._read_prefix = os.urandom(8)
+        self._read_seq = 0
+        self._reads: dict[bytes, tuple[int, Callable[[], None], Callable[[], None]]] = {}
+        self._reads_confirmed: list[tuple[int, Callable[[], None], Callable[[], None]]] = []
 
     # -- state ---------------------------------------------------------------------------
 
@@ -230,6 +243,71 @@ class RaftGroup:
         node.propose(data)
         self.host.touch(self)
         return node.last_index
+
+    def read(self, serve: Callable[[], None], refuse: Callable[[], None]) -> None:
+        """A linearizable read (ReadIndex, Raft thesis §6.4): call ``serve`` from a later
+        pass of the host once this server, as the group's leader, confirmed with a
+        heartbeat round that it still led after the call, and applied every entry
+        committed at the call. A new leader confirms only once an entry of its own term is
+        committed (Raft §8), a deposed one never; ``refuse`` is called instead when the
+        node loses leadership (or a term passes) before it confirms. A read confirmed is
+        served even if leadership is lost afterwards (it was current when confirmed).
+        Raises NotLeaderError on a follower, ProposalDroppedError after close or with
+        :data:`MAX_READS` reads waiting."""
+        node = self._live()
+        if node.role is not Role.LEADER:
+            raise NotLeaderError(node.leader)
+        if len(self._reads) + len(self._reads_confirmed) >= MAX_READS:
+            raise ProposalDroppedError(f"{MAX_READS} reads are waiting")
+        self._read_seq += 1
+        ctx = self._read_prefix + self._read_seq.to_bytes(8, "big")
+        node.read_index(ctx)
+        self._reads[ctx] = (node.term, serve, refuse)
+        self.host.touch(self)
+
+    @property
+    def reads_waiting(self) -> int:
+        """Reads taken by :meth:`read` and not yet served or refused."""
+        return len(self._reads) + len(self._reads_confirmed)
+
+    def _confirm_reads(self, rd: Ready) -> None:
+        """Take the read states of ``rd`` (reads the node confirmed) and serve each one
+        the state machine has reached, in the order confirmed."""
+        reads = self._reads
+        for rs in rd.read_states:
+            got = reads.pop(rs.context, None)
+            if got is not None:
+                self._reads_confirmed.append((rs.index, got[1], got[2]))
+        self._serve_reads()
+
+    def _serve_reads(self) -> None:
+        confirmed = self._reads_confirmed
+        if not confirmed or confirmed[0][0] > self._applied or self.holding:
+            return
+        n = 0
+        while n < len(confirmed) and confirmed[n][0] <= self._applied:
+            n += 1
+        due, self._reads_confirmed = confirmed[:n], confirmed[n:]
+        for _index, serve, _refuse in due:
+            serve()
+
+    def drop_reads(self) -> None:
+        """Refuse every read waiting (the group stopped or closed on this server)."""
+        waiting = [r for _t, _s, r in self._reads.values()] + [r for _i, _s, r in self._reads_confirmed]
+        self._reads.clear()
+        self._reads_confirmed = []
+        for refuse in waiting:
+            refuse()
+
+    def _refuse_lost_reads(self) -> None:
+        """Refuse the reads the node will not confirm: it no longer leads, or leads in a
+        later term (the node dropped them when its term or role changed)."""
+        node = self.node
+        term = node.term if node.role is Role.LEADER else -1
+        lost = [ctx for ctx, (t, _s, _r) in self._reads.items() if t != term]
+        for ctx in lost:
+            _t, _serve, refuse = self._reads.pop(ctx)
+            refuse()
 
     def step_down(self, to: str | None = None) -> str | None:
         """Hand leadership to ``to``, or to the most up-to-date peer heard from within an
@@ -431,9 +509,10 @@ class RaftGroup:
             ents = []
         if ents:
             self._apply_entries(ents)
-        elif snap is None:
-            return
-        self._wake_waiters()
+        if rd.read_states or self._reads_confirmed:
+            self._confirm_reads(rd)
+        if ents or snap is not None:
+            self._wake_waiters()
 
     def backlog_due(self) -> bool:
         """Whether :meth:`apply_backlog` has work now."""
@@ -459,6 +538,7 @@ class RaftGroup:
         if ents:
             self._apply_entries(ents)
             self._wake_waiters()
+            self._serve_reads()
         if self._applied >= commit:
             self._backlog = False
         else:
@@ -611,6 +691,8 @@ class RaftGroup:
         """Report a change of leader, or a new term of a known leader, to the state
         machine (after the pass applied what it could)."""
         node = self.node
+        if self._reads:
+            self._refuse_lost_reads()
         leader, term = node.leader, node.term
         if leader == self.host.server_name and self._applied_term != term:
             # A new leader is reported once it applied its own term's first entry (the empty
@@ -635,7 +717,10 @@ class RaftGroup:
 
     def forget_leader(self) -> None:
         """The group stopped on this server: if a leader was reported to the state machine,
-        report none (an exception of ``leader_changed`` is ignored: the group is stopped)."""
+        report none (an exception of ``leader_changed`` is ignored: the group is stopped).
+        Reads waiting are refused."""
+        if self._reads or self._reads_confirmed:
+            self.drop_reads()
         if self._seen[0] is None:
             return
         term = self.node.term
@@ -656,8 +741,10 @@ class RaftGroup:
 
     def mark_closed(self) -> None:
         """The host no longer hosts the group: requests raise, waiters in
-        :meth:`wait_applied` get trio.ClosedResourceError."""
+        :meth:`wait_applied` get trio.ClosedResourceError; reads waiting are refused."""
         self.closed = True
+        if self._reads or self._reads_confirmed:
+            self.drop_reads()
         ev, self._applied_event = self._applied_event, None
         if ev is not None:
             ev.set()

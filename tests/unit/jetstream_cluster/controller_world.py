@@ -30,6 +30,7 @@ from jetraft.jetstream.cluster import (
     OpenMeta,
     OpenReplica,
     Propose,
+    Read,
     Refusal,
     RemoveServer,
     Send,
@@ -131,6 +132,10 @@ class World:
         self.meta_closed = 0
         self.to_meta_leader: list[bytes] = []
         self.step_down_to: str | None = "n2"
+        #: ReadIndex reads (Read actions) the groups took and have not confirmed; with
+        #: ``reads_confirm_at_once`` each is confirmed (served) as soon as it is taken
+        self.reads: list[Read] = []
+        self.reads_confirm_at_once = True
         self._now = T0
         self.c = ClusterController(server_name=ME, cluster_name="c1",
                                    server_tags=servers.get(ME, ()), unique_tag=unique_tag,
@@ -227,14 +232,20 @@ class World:
                 self.sent.append(a.out)
                 self.sent_via.append(a.via)
             elif t is Propose:
-                group = self.meta if a.group == META_GROUP else next(
-                    (g for g in self.groups.values() if g.name == a.group), None)
-                if group is None or group.refuse or not group.is_leader:
+                group = self._taking(a.group)
+                if group is None:
                     self.run(list(a.refused))
                     if a.abandon:
                         return
                 else:
                     group.proposals.append(a.data)
+            elif t is Read:
+                if self._taking(a.group) is None:
+                    self.run(list(a.refused))
+                elif self.reads_confirm_at_once:
+                    self.run(self.c.serve_read(a, self._now))
+                else:
+                    self.reads.append(a)
             elif t is Forward:
                 if a.server in self.unreachable or a.server not in self.peers:
                     self.run(list(a.unreachable))
@@ -315,6 +326,21 @@ class World:
         start = replica.applied_index + 1
         replica.apply([Entry(term=replica.term, index=start + i, type=EntryType.NORMAL, data=d)
                        for i, d in enumerate(props)])
+
+    def _taking(self, name: str) -> Group | None:
+        """The group named ``name`` if it takes a proposal or a read now (this server leads
+        it and it does not refuse), else None."""
+        group = self.meta if name == META_GROUP else next(
+            (g for g in self.groups.values() if g.name == name), None)
+        if group is None or group.refuse or not group.is_leader:
+            return None
+        return group
+
+    def confirm_reads(self) -> None:
+        """The groups confirmed the reads waiting (ReadIndex): the controller serves them."""
+        reads, self.reads = self.reads, []
+        for a in reads:
+            self.run(self.c.serve_read(a, self._now))
 
     def take_replies(self) -> list[tuple[str, Any]]:
         """The replies so far (forgotten here, with their raw messages and ``via``)."""

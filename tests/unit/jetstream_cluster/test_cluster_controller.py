@@ -315,6 +315,47 @@ def test_stream_names_and_list_come_from_the_assignments_at_once():
     assert (t["config"]["name"], t["state"]["messages"], t["cluster"]) == ("T", 0, {"name": "c1"})
 
 
+@pytest.mark.parametrize(("subject", "streams"), [
+    ("$JS.API.STREAM.NAMES", lambda body: body["streams"]),
+    ("$JS.API.STREAM.LIST", lambda body: [s["config"]["name"] for s in body["streams"]]),
+    ("$JS.API.INFO", lambda body: body["streams"]),
+], ids=["NAMES", "LIST", "INFO"])
+def test_the_meta_leader_answers_a_read_once_the_meta_group_confirms_it_leads(subject, streams):
+    """A meta leader cut off while another was elected must not list what it holds: an
+    assignment made since is in the answer once confirmed (ReadIndex on the meta group)."""
+    w = with_stream()
+    w.reads_confirm_at_once = False
+    w.request(subject)
+    assert w.replies == []
+    (read,) = w.reads
+    assert read.group == META_GROUP
+    w.assign("T", subjects=("t.>",), peers=("n2", "n3", "n4"))
+    w.confirm_reads()
+    assert streams(answer(w)) in (["S", "T"], 2)
+
+
+def test_a_meta_read_the_meta_group_refuses_gets_10008():
+    w = with_stream()
+    w.meta.refuse = True
+    w.request("$JS.API.STREAM.NAMES")
+    body = answer(w)
+    assert (body["type"], body["error"]) == (E.STREAM_NAMES_RESPONSE, UNAVAILABLE)
+
+
+def test_a_stream_assigned_while_its_not_found_waited_for_confirmation_is_taken_up():
+    """"stream not found" is said only once the meta group confirms: a stream assigned
+    meanwhile is answered by its leader."""
+    w = cluster()
+    w.reads_confirm_at_once = False
+    w.request("$JS.API.STREAM.INFO.S")
+    assert w.replies == [] and [r.group for r in w.reads] == [META_GROUP]
+    w.assign("S", leader="n1")
+    w.reads_confirm_at_once = True
+    w.confirm_reads()
+    info = answer(w)
+    assert (info["type"], info["config"]["name"]) == (E.STREAM_INFO_RESPONSE, "S")
+
+
 def test_account_info_counts_every_assigned_stream():
     w = with_stream()
     w.assign("T", subjects=("t.>",), peers=("n2", "n3", "n4"))
@@ -476,6 +517,56 @@ def test_on_the_stream_leader_reads_are_answered_at_once_and_writes_once_applied
         assert (stepdown.group, stepdown.kind, stepdown.reply) == (w.groups[KEY].name, kind, R)
         assert answer(w) == {"type": rtype, "success": True}
     assert w.forwards == []
+
+
+READS = [p for p in STREAM_API if p.values[2] == "read"]
+
+
+@pytest.mark.parametrize(("subject", "body", "does", "rtype"), READS)
+def test_on_the_stream_leader_a_read_waits_until_its_group_confirms_the_leadership(subject, body, does,
+                                                                                  rtype):
+    """ReadIndex (Raft thesis §6.4): a leader that just took over, or that a partition cut
+    off while another was elected, must not answer from its own state before its group
+    confirmed it still leads and it applied what was committed. Nothing is proposed."""
+    w = with_stream()
+    w.reads_confirm_at_once = False
+    assert w.request(subject, body) is True
+    assert w.replies == [] and w.groups[KEY].proposals == []
+    (read,) = w.reads
+    assert (read.group, read.subject, read.reply) == (w.groups[KEY].name, subject, R)
+    w.confirm_reads()
+    check_answer(answer(w), rtype)
+
+
+def test_a_read_answers_the_state_its_group_confirmed_not_the_state_it_arrived_at():
+    """A message applied between the read's arrival and its confirmation is in the answer."""
+    w = with_stream()
+    w.reads_confirm_at_once = False
+    w.request("$JS.API.STREAM.INFO.S")
+    w.request("s.a", b"second")
+    w.apply(KEY)
+    w.take_replies()
+    w.confirm_reads()
+    assert answer(w)["state"]["messages"] == 2
+
+
+@pytest.mark.parametrize(("subject", "body", "does", "rtype"), READS)
+def test_a_read_the_stream_group_refuses_gets_10008_or_no_responders(subject, body, does, rtype):
+    w = with_stream()
+    w.groups[KEY].refuse = True
+    taken = w.request(subject, body)
+    if subject.startswith("$JS.API.DIRECT.GET."):   # a status or a message: nothing sent
+        assert taken is True and w.replies == []
+    else:
+        check_refused(w, taken, subject, rtype, UNAVAILABLE)
+
+
+def test_a_direct_get_of_a_stream_without_allow_direct_is_not_taken():
+    w = cluster()
+    w.assign("S", leader="n1")
+    w.reads_confirm_at_once = False
+    assert w.request("$JS.API.DIRECT.GET.S", {"seq": 1}) is False
+    assert w.reads == [] and w.replies == []
 
 
 @pytest.mark.parametrize(("subject", "rtype"), [

@@ -46,7 +46,7 @@ check: setup
 # --dist loadfile keeps each file on one worker: a module's cluster or server pair, and the
 # Spark session of tests/validation, start once.
 test: setup lab-deps wheelhouse
-	$(BIN)/python -m pytest $(XDIST) --dist loadfile
+	$(BIN)/python -m pytest $(XDIST) --dist loadfile --durations=25
 	$(BIN)/python -m lab run
 
 # The test helpers the bench scripts import by name (tests/servers.py, tests/cluster.py,

@@ -545,6 +545,22 @@ class RaftGroup:
             self.host.touch(self)
 
     def _apply_entries(self, ents: list[Entry]) -> None:
+        node = self.node
+        term = node.term
+        if node.role is Role.LEADER and self._applied_term != term and ents[-1].term == term:
+            # This leader's own term starts in this batch: apply up to its first entry (the
+            # empty entry of Raft §8), report the leadership, then apply the rest, so that
+            # what this leader proposed is answered even when it commits in the same pass.
+            k = next(i for i, e in enumerate(ents) if e.term == term) + 1
+            if k < len(ents):
+                self._apply_run(ents[:k])
+                self.check_leader()
+                if self.closed or self.failed is not None:     # by its state machine
+                    return
+                ents = ents[k:]
+        self._apply_run(ents)
+
+    def _apply_run(self, ents: list[Entry]) -> None:
         self.sm.apply(ents)
         if self.host.wants_event("raft_applied"):
             self._applied_event_log(ents)

@@ -268,6 +268,11 @@ class ClusterController:
         self._mono = 0
         #: streams whose restore this server runs (see :class:`StartRestore`)
         self.restores: set[Key] = set()
+        #: Restores whose bytes :meth:`restore_limits_check` admitted and that are not yet
+        #: attached here (:meth:`restore_attached`): key -> (memory storage, bytes); counted
+        #: against the account's limits, so two restores ending together cannot both fit
+        #: in room for one.
+        self._installing: dict[Key, tuple[bool, int]] = {}
         #: on the meta leader: restores proposed and not applied yet -> when (ns)
         self._restore_proposed: dict[Key, int] = {}
         #: streams this meta leader proposed to create, not applied yet: (proposal time in
@@ -896,11 +901,23 @@ class ClusterController:
             raise E.api_error("JSStreamRestoreErrF", err="the stream was deleted during the restore")
         if not acc.byte_limited():
             return
+        cfg = StreamConfig.from_json(sa.config)
         mem, file = acc.usage()
         others_mem, others_file = self.usage.others(key[0], (p for p in self._meta_peers() if p != self.me))
-        acc.check_restored_limits(StreamConfig.from_json(sa.config), restored,
-                                  self._stream_configs(key[0], now_ns),
+        for other, (memory, size) in self._installing.items():
+            if other[0] == key[0] and other != key:
+                if memory:
+                    mem += size
+                else:
+                    file += size
+        acc.check_restored_limits(cfg, restored, self._stream_configs(key[0], now_ns),
                                   (mem + others_mem, file + others_file))
+        self._installing[key] = (cfg.storage == "memory", restored)
+
+    def restore_attached(self, key: Key) -> None:
+        """The restore of ``key`` that :meth:`restore_limits_check` admitted is attached
+        (its stream's bytes count in the account's usage now) or abandoned."""
+        self._installing.pop(key, None)
 
     def restore_answer(self, key: Key, reply: str, now_ns: int) -> list[Any]:
         """The restore of stream ``key`` is done: its info (at ``now_ns``) answers the

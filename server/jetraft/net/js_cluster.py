@@ -1094,38 +1094,11 @@ class ClusterJetStream:
         name = key[1]
         sa, group, replica = self._restoring(key)
         self.controller.restore_limits_check(key, result.bytes, time.time_ns())
-        if acc.base is None:
-            raise E.stream_create("jetstream has no store directory")
-        sdir = layout.stream_dir(acc.base, name)
-        acc.detach_replica(name)
-
-        def swap() -> None:
-            shutil.rmtree(sdir, ignore_errors=True)
-            parent = os.path.dirname(sdir)
-            os.makedirs(parent, exist_ok=True)
-            os.rename(built, sdir)
-            fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                fileio.fsync_dir(fd, parent)
-            finally:
-                os.close(fd)
-
-        store = None
         try:
-            await trio.to_thread.run_sync(swap)
-            store = await trio.to_thread.run_sync(lambda: acc.open_replica_store(name))
-            sa, group, replica = self._restoring(key)
-            acc.create_replica(sa.config, sa.created_ns, keep_files=True, store=store)
-        except BaseException:
-            # no stream over the restored files: they go, and a replica still open gets
-            # its empty stream back (the stream's deletion follows)
-            if store is not None:
-                store.close()
-            with trio.CancelScope(shield=True):     # as large as the restore: off the loop
-                await trio.to_thread.run_sync(shutil.rmtree, sdir, True)
-            if self.replicas.get(key) is replica and acc.streams.get(name) is None:
-                replica.start_empty()
-            raise
+            await self._attach_restored(acc, key, built)
+        finally:
+            self.controller.restore_attached(key)
+        sa, group, replica = self._restoring(key)
         state = dict(result.replica)
         state["stream"] = {**(state.get("stream") or {}), "config": sa.config,
                            "created_ns": sa.created_ns}
@@ -1173,6 +1146,44 @@ class ClusterJetStream:
         self.execute(ctl.restore_answer(key, reply, time.time_ns()))
 
     # ------------------------------------------------------------------ lame duck
+
+    async def _attach_restored(self, acc: JetStreamAccount, key: Key, built: str) -> None:
+        """Step 1 of :meth:`install_restore`: the built directory in place of the replica's
+        (fsynced into its parent), the store opened over it, the stream attached."""
+        name = key[1]
+        _sa, _group, replica = self._restoring(key)     # raises 10062 when no longer ours
+        if acc.base is None:
+            raise E.stream_create("jetstream has no store directory")
+        sdir = layout.stream_dir(acc.base, name)
+        acc.detach_replica(name)
+
+        def swap() -> None:
+            shutil.rmtree(sdir, ignore_errors=True)
+            parent = os.path.dirname(sdir)
+            os.makedirs(parent, exist_ok=True)
+            os.rename(built, sdir)
+            fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                fileio.fsync_dir(fd, parent)
+            finally:
+                os.close(fd)
+
+        store = None
+        try:
+            await trio.to_thread.run_sync(swap)
+            store = await trio.to_thread.run_sync(lambda: acc.open_replica_store(name))
+            sa, _group, replica = self._restoring(key)
+            acc.create_replica(sa.config, sa.created_ns, keep_files=True, store=store)
+        except BaseException:
+            # no stream over the restored files: they go, and a replica still open gets
+            # its empty stream back (the stream's deletion follows)
+            if store is not None:
+                store.close()
+            with trio.CancelScope(shield=True):     # as large as the restore: off the loop
+                await trio.to_thread.run_sync(shutil.rmtree, sdir, True)
+            if self.replicas.get(key) is replica and acc.streams.get(name) is None:
+                replica.start_empty()
+            raise
 
     def leaderships(self) -> list[str]:
         """The RAFT groups this server leads and could hand over (more than one peer)."""

@@ -1162,11 +1162,7 @@ class ClusterJetStream:
             parent = os.path.dirname(sdir)
             os.makedirs(parent, exist_ok=True)
             os.rename(built, sdir)
-            fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                fileio.fsync_dir(fd, parent)
-            finally:
-                os.close(fd)
+            fileio.sync_directory(parent)
 
         store = None
         try:

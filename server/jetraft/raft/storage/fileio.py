@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 __all__ = ["DIR_MODE", "FILE_MODE", "Fault", "errno_name", "fdatasync", "fsync_dir", "ftruncate", "inject",
-           "make_dirs", "open_file", "pwrite", "pwrite_all", "replace", "unlink"]
+           "make_dirs", "open_file", "pwrite", "pwrite_all", "replace", "sync_directory", "unlink"]
 
 #: Mode of every store directory jetraft creates: owner only (nats-server
 #: server/filestore.go defaultDirPerms). The process umask can only narrow it.
@@ -136,6 +136,16 @@ def fsync_dir(fd: int, path: str) -> None:
     """``os.fsync`` of the directory open as ``fd``."""
     _check("fsync", path)
     os.fsync(fd)
+
+
+def sync_directory(path: str) -> None:
+    """Open the directory ``path``, :func:`fsync_dir` it and close it (its created, renamed
+    and removed entries are durable after). Raises OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fsync_dir(fd, path)
+    finally:
+        os.close(fd)
 
 
 def unlink(path: str) -> None:

@@ -825,11 +825,7 @@ class GroupLog:
                 files.append((hs.fd, hs.path))
             for fd, path in files:
                 fileio.fdatasync(fd, path)
-            dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                fileio.fsync_dir(dfd, d)
-            finally:
-                os.close(dfd)
+            fileio.sync_directory(d)
             for fd, _path in files:
                 _drop_cache(fd)
         except OSError as exc:

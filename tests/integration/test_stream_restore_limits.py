@@ -94,6 +94,21 @@ async def backups(nc, count: int, messages: int, first: int = 0) -> list[tuple[d
     return out
 
 
+async def send_chunk(nc, deliver: str, chunk: bytes):
+    """Send one chunk of a restore and return its ack. A cluster may answer the restore's
+    start before the deliver subject's interest has reached the client's server (nats-server
+    subscribes on the restorer): no-responders means nobody received the chunk, so it is
+    sent again until the interest arrives (10 s at most)."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            return await nc.request(deliver, chunk, timeout=10)
+        except nats.errors.NoRespondersError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.05)
+
+
 async def restore_together(nc, restores: list[tuple[dict, dict, bytes]]) -> list[tuple[str, dict | None]]:
     """Start a restore of each (config, state, data), send their data a chunk of each in turn,
     then end them all at once (a restore left waiting for its end while another's end is
@@ -113,7 +128,7 @@ async def restore_together(nc, restores: list[tuple[dict, dict, bytes]]) -> list
         for i, (_config, _state, data) in enumerate(restores):
             if outcomes[i] is not None or offset >= len(data):
                 continue
-            ack = await nc.request(delivers[i], data[offset:offset + CHUNK], timeout=10)
+            ack = await send_chunk(nc, delivers[i], data[offset:offset + CHUNK])
             if ack.data:
                 outcomes[i] = ("chunk", json.loads(ack.data).get("error"))
     ending = [i for i in range(len(restores)) if outcomes[i] is None]

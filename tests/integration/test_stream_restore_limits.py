@@ -86,7 +86,7 @@ async def backups(nc, count: int, messages: int, first: int = 0) -> list[tuple[d
         created = await api(nc, f"$JS.API.STREAM.CREATE.{name}", {"name": name, "subjects": [f"r{i}.>"]})
         assert "error" not in created, created
         for _ in range(messages):
-            ack = json.loads((await nc.request(f"r{i}.x", os.urandom(PAYLOAD), timeout=10)).data)
+            ack = json.loads((await heard(nc, f"r{i}.x", os.urandom(PAYLOAD))).data)
             assert "error" not in ack, ack
         resp, data, _status, _chunks = await snapshot(nc, name)
         assert "error" not in resp and resp["state"]["messages"] == messages, resp
@@ -94,15 +94,15 @@ async def backups(nc, count: int, messages: int, first: int = 0) -> list[tuple[d
     return out
 
 
-async def send_chunk(nc, deliver: str, chunk: bytes):
-    """Send one chunk of a restore and return its ack. A cluster may answer the restore's
-    start before the deliver subject's interest has reached the client's server (nats-server
-    subscribes on the restorer): no-responders means nobody received the chunk, so it is
-    sent again until the interest arrives (10 s at most)."""
+async def heard(nc, subject: str, data: bytes):
+    """``nc.request(subject, data)``, sent again on no-responders for at most 10 s. A cluster
+    may answer a stream's create or a restore's start before the interest on the stream's
+    subjects (or the restore's deliver subject) has crossed the route to the client's server
+    (nats-server subscribes on the stream's leader): no-responders means nobody received it."""
     deadline = time.monotonic() + 10
     while True:
         try:
-            return await nc.request(deliver, chunk, timeout=10)
+            return await nc.request(subject, data, timeout=10)
         except nats.errors.NoRespondersError:
             if time.monotonic() > deadline:
                 raise
@@ -128,7 +128,7 @@ async def restore_together(nc, restores: list[tuple[dict, dict, bytes]]) -> list
         for i, (_config, _state, data) in enumerate(restores):
             if outcomes[i] is not None or offset >= len(data):
                 continue
-            ack = await send_chunk(nc, delivers[i], data[offset:offset + CHUNK])
+            ack = await heard(nc, delivers[i], data[offset:offset + CHUNK])
             if ack.data:
                 outcomes[i] = ("chunk", json.loads(ack.data).get("error"))
     ending = [i for i in range(len(restores)) if outcomes[i] is None]
@@ -271,7 +271,7 @@ def test_a_clustered_restore_counts_its_bytes_once_per_replica(cluster):
         created = await api(src, "$JS.API.STREAM.CREATE.T3", {"name": "T3", "subjects": ["t3.>"]})
         assert "error" not in created, created
         for _ in range(40):
-            await src.request("t3.x", os.urandom(PAYLOAD), timeout=10)
+            await heard(src, "t3.x", os.urandom(PAYLOAD))
         resp, data, _status, _chunks = await snapshot(src, "T3")
         outcome = await restore_together(lim, [(dict(resp["config"], num_replicas=3), resp["state"], data)])
         assert outcome == [("end", NO_STORAGE)], outcome

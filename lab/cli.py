@@ -136,6 +136,16 @@ def add(hosts: tuple[str, ...]) -> None:
 
 
 @main.command()
+@click.argument("hosts", nargs=-1, required=True)
+def retire(hosts: tuple[str, ...]) -> None:
+    """Move spare hosts (jr-a3, jr-c2) from their zone groups to the inventory's group
+    jetraft_retired; then `ansible-playbook playbooks/scale_down.yml` takes their servers out
+    of the cluster (the machines stay up until `lab down`)."""
+    inventory = _lab().retire(list(hosts))
+    console.print(f"lab: retired {', '.join(hosts)}; inventory {inventory.relative_to(topology.ROOT)}")
+
+
+@main.command()
 @click.argument("host")
 def replace(host: str) -> None:
     """Power-cut HOST and boot a new machine in its place (same name, zone and address; an

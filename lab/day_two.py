@@ -5,7 +5,9 @@
 - ``replace_host``: a server's host is power-cut and replaced by a new machine of the same
   name and zone with an empty disk (the provider's ``replace``), then
   playbooks/replace_host.yml makes it a server again;
-- ``scale``: new machines (the provider's ``add``) join through playbooks/scale.yml.
+- ``scale``: new machines (the provider's ``add``) join through playbooks/scale.yml;
+- ``scale_in``: hosts moved to the inventory's group ``jetraft_retired`` (the provider's
+  ``retire``) leave through playbooks/scale_down.yml.
 
 Each drill publishes to an R3 stream (one replica per zone) throughout, as lab/drills.py's
 do, runs the playbook as an operator would (``ansible-playbook -i <inventory>``, its
@@ -75,6 +77,8 @@ class Machines(Protocol):
     def replace(self, name: str, keep_event_log: Path | None = None) -> Path: ...
 
     def add(self, names: list[str]) -> Path: ...
+
+    def retire(self, names: list[str]) -> Path: ...
 
 
 def next_wheelhouse(wheelhouse: Path, dest: Path, version: str) -> Path:
@@ -220,6 +224,24 @@ class DayTwo(Drills):
             return time.time_ns()
         return await self._around(f"scale-{len(self.target.servers)}-to-"
                                   f"{len(self.target.servers) + len(names)}", [], change)
+
+    async def scale_in(self, names: list[str]) -> DrillResult:
+        """The hosts ``names`` retired (the provider's ``retire``: out of their zone groups,
+        into ``jetraft_retired``) while publishing, then playbooks/scale_down.yml: the
+        servers that stay hold every stream, each current, and the retired ones are stopped."""
+        if self.machines is None:
+            raise DrillError("scaling in needs the provider that made the machines")
+        unknown = sorted(set(names) - {s.name for s in self.target.servers})
+        if unknown:
+            raise DrillError(f"no server {', '.join(unknown)} in the inventory")
+        loop = asyncio.get_running_loop()
+        count = len(self.target.servers)
+
+        async def change(result: DrillResult, work) -> int:
+            self.inventory = await loop.run_in_executor(None, self.machines.retire, names)
+            result.playbook_s = round(await self._playbook(result.name, "scale_down"), 1)
+            return time.time_ns()
+        return await self._around(f"scale-{count}-to-{count - len(names)}", [], change)
 
     def record(self, results: list[DrillResult]) -> None:
         """Append ``results`` to the run's drills.json (the validation reads it)."""

@@ -18,8 +18,13 @@ the playbooks the README documents, as lab/day_two.py's drills run them:
   meta group and its streams (``$JS.API.SERVER.REMOVE`` while it runs), stops it, empties
   its store and starts it again: a removed server with a new store is a new member, taken
   in as any new server. Works on any inventory.
-- ``scale-up-down`` is skipped, saying why: the appliance has no playbook that scales a
-  cluster down.
+- ``scale-up-down``: the provider's spare machines (the nspawn lab's ``jr-a3`` and
+  ``jr-c2``) boot as new hosts and ``playbooks/scale.yml`` takes the cluster from five
+  servers to seven (zones 3/2/2); then they are moved to the inventory's group
+  ``jetraft_retired`` and ``playbooks/scale_down.yml`` takes it back to five (each removed
+  while it runs, its replicas placed again, then stopped). The retired machines stay up
+  until the lab goes down, so that their event logs are collected. Needs a provider that
+  makes machines, so it is skipped on ``--inventory``.
 
 Each change returns the detail the fault's record keeps (playbook, seconds, log), or
 ``{"skipped": reason}``; a playbook that fails raises
@@ -35,21 +40,24 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Protocol
 
 import jetraft
+from lab import topology
 from lab.day_two import next_wheelhouse, run_playbook
 from lab.nemesis import NemesisError
 from lab.schedule import Fault
 
 ROOT = Path(__file__).resolve().parents[1]
-#: Why the actions that are not built are skipped (the fault's record says it).
-NOT_BUILT = {
-    "scale-up-down": "the appliance has no playbook that scales a cluster down",
-}
+#: Why a change that needs new machines is skipped on an inventory of real hosts.
+NO_MACHINES = "needs a provider that makes machines (the nspawn lab); not on --inventory"
 
 
 class Machines(Protocol):
     """What a provider does to machines (lab/nspawn.py's NspawnLab)."""
 
     def replace(self, name: str, keep_event_log: Path | None = None) -> Path: ...
+
+    def add(self, names: list[str]) -> Path: ...
+
+    def retire(self, names: list[str]) -> Path: ...
 
 
 class PlaybookMembership:
@@ -71,8 +79,8 @@ class PlaybookMembership:
 
     async def __call__(self, fault: Fault) -> dict[str, Any]:
         action = fault.param("action")
-        if action in NOT_BUILT:
-            return {"skipped": NOT_BUILT[action]}
+        if action == "scale-up-down":
+            return await self._scale()
         if action == "replace-host":
             return await self._replace(fault)
         if action == "rolling-upgrade":
@@ -83,8 +91,7 @@ class PlaybookMembership:
 
     async def _replace(self, fault: Fault) -> dict[str, Any]:
         if self.machines is None:
-            return {"skipped": "replacing a host needs a provider that makes machines "
-                               "(the nspawn lab); not on --inventory"}
+            return {"skipped": f"replacing a host {NO_MACHINES}"}
         if len(fault.targets) != 1:
             raise NemesisError(f"replace-host replaces one host, not {len(fault.targets)}")
         name = fault.targets[0]
@@ -98,6 +105,25 @@ class PlaybookMembership:
         seconds += await self.playbook("replace-host", "lab/powerloss.yml", {}, limit=name)
         return {"action": "replace-host", "playbook": "playbooks/replace_host.yml",
                 "seconds": round(seconds, 1), "log": "membership-replace-host.log"}
+
+    async def _scale(self) -> dict[str, Any]:
+        if self.machines is None:
+            return {"skipped": f"scaling {NO_MACHINES}"}
+        spares = [h.name for h in topology.SPARE_HOSTS]
+        self.progress(f"membership: {', '.join(spares)} boot as new machines, scale 5 -> 7")
+        self.inventory = await asyncio.to_thread(self.machines.add, spares)
+        if self.on_new_hosts is not None:
+            await self.on_new_hosts(self.inventory)
+        up = await self.playbook("scale-up-down", "playbooks/scale.yml", {})
+        self.progress(f"membership: {', '.join(spares)} retired, scale 7 -> 5")
+        self.inventory = await asyncio.to_thread(self.machines.retire, spares)
+        if self.on_new_hosts is not None:
+            await self.on_new_hosts(self.inventory)
+        down = await self.playbook("scale-up-down", "playbooks/scale_down.yml", {})
+        return {"action": "scale-up-down", "hosts": spares,
+                "playbook": "playbooks/scale.yml, playbooks/scale_down.yml",
+                "seconds": round(up + down, 1), "scale_up_s": round(up, 1),
+                "scale_down_s": round(down, 1), "log": "membership-scale-up-down.log"}
 
     async def _rejoin(self, fault: Fault) -> dict[str, Any]:
         if len(fault.targets) != 1:

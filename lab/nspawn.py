@@ -238,7 +238,8 @@ class NspawnLab:
         inventory = topology.write_inventory(
             data_disks={name: s["disk"] for name, s in state["hosts"].items()},
             ssh_key=self.ssh_key, known_hosts=self.known_hosts,
-            host_vars=topology.suite_host_vars(self.suite))
+            host_vars=topology.suite_host_vars(self.suite),
+            retired=tuple(name for name, s in state["hosts"].items() if s.get("retired")))
         self.progress(f"inventory written to {inventory}")
         return inventory
 
@@ -272,6 +273,50 @@ class NspawnLab:
             self._wait_ssh(spares[name])
         return self._write_inventory(state)
 
+    def retire(self, names: list[str]) -> Path:
+        """Write the spare hosts ``names`` into the inventory's group ``jetraft_retired``
+        instead of their zone groups (still running: playbooks/scale_down.yml takes their
+        servers out of the cluster, then :meth:`remove` removes the machines). Returns the
+        inventory's path. LabError when a name is no spare host of the lab."""
+        state = self._state()
+        spares = {h.name for h in topology.SPARE_HOSTS}
+        for name in names:
+            if name not in spares or name not in state["hosts"]:
+                raise LabError(f"{name} is no spare host of the lab; its spares: "
+                               f"{', '.join(sorted(spares & set(state['hosts']))) or 'none'}")
+        for name in names:
+            state["hosts"][name]["retired"] = True
+        self._save(state)
+        return self._write_inventory(state)
+
+    def remove(self, names: list[str]) -> Path:
+        """Halt the spare hosts ``names`` (clean halt, power cut after 20 s) and throw their
+        machines away (root overlay, data disk); the inventory no longer names them. Returns
+        the inventory's path. LabError when a name is no spare host of the lab."""
+        state = self._state()
+        spares = {h.name for h in topology.SPARE_HOSTS}
+        for name in names:
+            if name not in spares or name not in state["hosts"]:
+                raise LabError(f"{name} is no spare host of the lab")
+        for name in names:
+            self.progress(f"{name}: halted and removed")
+            self._halt(name, state["hosts"][name], deadline_s=20.0)
+            self._discard(name, state["hosts"][name])
+            del state["hosts"][name]
+            self._save(state)
+        return self._write_inventory(state)
+
+    def _discard(self, name: str, host_state: dict) -> None:
+        """Remove a halted host's cgroups, loop device, data disk and directory."""
+        _remove_cgroups(name)
+        disk = host_state.get("disk")
+        if disk and _loop_backing(disk) == str(self._disk_file(name)):
+            _run("losetup", "-d", disk, check=False)
+        for dev in _loops_backed_by(self._disk_file(name)):
+            _run("losetup", "-d", dev, check=False)
+        self._disk_file(name).unlink(missing_ok=True)
+        shutil.rmtree(self._host_dir(name), ignore_errors=True)
+
     def replace(self, name: str, keep_event_log: Path | None = None) -> Path:
         """Replace ``name`` by a new machine of the same name, zone and address: power-cut
         it (when running), throw its root overlay and data disk away, and boot a fresh host
@@ -287,13 +332,7 @@ class NspawnLab:
         if keep_event_log is not None and old_log.is_file():
             keep_event_log.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(old_log, keep_event_log)
-        _remove_cgroups(name)
-        disk = host_state.get("disk")
-        if disk and _loop_backing(disk) == str(self._disk_file(name)):
-            _run("losetup", "-d", disk, check=False)
-        for dev in _loops_backed_by(self._disk_file(name)):
-            _run("losetup", "-d", dev, check=False)
-        self._disk_file(name).unlink(missing_ok=True)
+        self._discard(name, host_state)
         h = topology.host(name)
         suite = host_state.get("suite", self.suites[name])
         self.progress(f"{name}: a new machine (empty disk, new host key)")

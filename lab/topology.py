@@ -99,11 +99,13 @@ def suite_host_vars(lab_suite: str = DEFAULT_LAB_SUITE) -> dict[str, dict[str, s
 def write_inventory(*, data_disks: dict[str, str], ssh_key: Path | None, known_hosts: Path | None,
                     directory: Path = INVENTORY_DIR, ssh_user: str = "root",
                     host_vars: dict[str, dict] | None = None,
-                    lab_secrets: dict | None = None) -> Path:
+                    lab_secrets: dict | None = None, retired: tuple[str, ...] = ()) -> Path:
     """Write ``directory``/hosts.yml and group_vars for the lab and return hosts.yml's path.
 
     ``data_disks`` maps the name of each host in the lab (the first five, and any spares
-    added) to its data disk's device path (``jetraft_storage_device``).
+    added) to its data disk's device path (``jetraft_storage_device``). The hosts named in
+    ``retired`` are in the group ``jetraft_retired`` instead of their zone group (the
+    servers playbooks/scale_down.yml takes out of the cluster).
     Hosts are reached as ``ssh_user`` (with become when not root) with ``ssh_key``;
     their host keys are pinned in ``known_hosts`` (None: not checked, for Vagrant boxes);
     ``host_vars`` adds variables per host. The cluster's PKI (CA, certificates; made by
@@ -115,14 +117,14 @@ def write_inventory(*, data_disks: dict[str, str], ssh_key: Path | None, known_h
     directory.mkdir(parents=True, exist_ok=True)
     group_vars = directory / "group_vars"
     group_vars.mkdir(exist_ok=True)
-    members = [h for h in ALL_HOSTS if h.name in data_disks]
-    children = {
-        f"zone_{zone}": {"hosts": {h.name: {"ansible_host": h.address,
-                                            "jetraft_storage_device": data_disks[h.name],
-                                            **(host_vars or {}).get(h.name, {})}
-                                   for h in zone_hosts(zone, members)}}
-        for zone in ZONES
-    }
+    members = [h for h in ALL_HOSTS if h.name in data_disks and h.name not in retired]
+
+    def entry(h: LabHost) -> dict:
+        return {"ansible_host": h.address, "jetraft_storage_device": data_disks[h.name],
+                **(host_vars or {}).get(h.name, {})}
+
+    children = {f"zone_{zone}": {"hosts": {h.name: entry(h) for h in zone_hosts(zone, members)}}
+                for zone in ZONES}
     group_vars_ssh = {"ansible_user": ssh_user}
     if ssh_key is not None:
         group_vars_ssh["ansible_ssh_private_key_file"] = str(ssh_key)
@@ -133,8 +135,13 @@ def write_inventory(*, data_disks: dict[str, str], ssh_key: Path | None, known_h
         "-o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=no -o ConnectTimeout=5")
     if ssh_user != "root":
         group_vars_ssh["ansible_become"] = True
-    inventory = {"jetraft": {"children": children, "vars": {
-        **group_vars_ssh, "ansible_python_interpreter": "/usr/bin/python3"}}}
+    host_group_vars = {**group_vars_ssh, "ansible_python_interpreter": "/usr/bin/python3"}
+    inventory = {"jetraft": {"children": children, "vars": host_group_vars}}
+    if retired:
+        inventory["jetraft_retired"] = {
+            "hosts": {h.name: {**entry(h), "jetraft_zone": h.zone}
+                      for h in ALL_HOSTS if h.name in retired and h.name in data_disks},
+            "vars": host_group_vars}
     hosts_file = directory / "hosts.yml"
     hosts_file.write_text("# Written by the lab (python -m lab up); do not edit.\n"
                           + yaml.safe_dump(inventory, sort_keys=False))

@@ -61,3 +61,23 @@ def test_nspawn_and_vagrant_write_the_same_inventory(tmp_path):
         assert a1.get("jetraft_server_tls", True) is True
         assert a1["jetraft_certs_dir"] == str(directory.resolve() / "pki")
         assert "StrictHostKeyChecking=yes" in a1["ansible_ssh_common_args"]
+
+
+def test_retired_spares_leave_their_zone_groups_for_jetraft_retired(tmp_path):
+    """Seven hosts with the spares retired (NspawnLab.retire, before playbooks/scale_down.yml):
+    the zone groups hold the five that stay; ``jetraft_retired`` holds the spares, reachable
+    as the others (address, SSH settings, zone) but no server of the group ``jetraft``."""
+    disks = {h.name: f"/dev/loop{i}" for i, h in enumerate(topology.ALL_HOSTS)}
+    topology.write_inventory(data_disks=disks, ssh_key=tmp_path / "key",
+                             known_hosts=tmp_path / "known_hosts", directory=tmp_path,
+                             retired=("jr-a3", "jr-c2"))
+    data = listed(tmp_path)
+    assert {g: sorted(data[g]["hosts"]) for g in ("zone_a", "zone_b", "zone_c")} == {
+        "zone_a": ["jr-a1", "jr-a2"], "zone_b": ["jr-b1", "jr-b2"], "zone_c": ["jr-c1"]}
+    assert sorted(data["jetraft_retired"]["hosts"]) == ["jr-a3", "jr-c2"]
+    a3, a1 = data["_meta"]["hostvars"]["jr-a3"], data["_meta"]["hostvars"]["jr-a1"]
+    assert (a3["ansible_host"], a3["jetraft_zone"]) == ("10.213.0.16", "a")
+    for key in ("ansible_user", "ansible_ssh_private_key_file", "ansible_ssh_common_args",
+                "ansible_python_interpreter"):
+        assert a3[key] == a1[key], key
+    assert "jetraft_server_sys_password" not in a3       # the cluster's secrets stay with its servers

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import lab.day_two as day_two
-from lab.membership import NOT_BUILT, PlaybookMembership
+from lab.membership import PlaybookMembership
 from lab.nemesis import CampaignNemesis, NemesisError
 from lab.schedule import Fault
 
@@ -22,11 +22,19 @@ from test_nemesis import RecordingRunner, fake_target
 
 class FakeMachines:
     def __init__(self, inventory: Path):
-        self.inventory, self.replaced = inventory, []
+        self.inventory, self.replaced, self.calls = inventory, [], []
 
     def replace(self, name: str, keep_event_log: Path | None = None) -> Path:
         self.replaced.append((name, keep_event_log))
         return self.inventory
+
+    def add(self, names: list[str]) -> Path:
+        self.calls.append(("add", names))
+        return self.inventory.with_name("seven.yml")
+
+    def retire(self, names: list[str]) -> Path:
+        self.calls.append(("retire", names))
+        return self.inventory.with_name("retired.yml")
 
 
 def recording(m: PlaybookMembership) -> list:
@@ -43,10 +51,39 @@ def change(action: str, targets=("jr-b2",)) -> Fault:
     return Fault("membership", targets, 10.0, 200.0, {"action": action})
 
 
-@pytest.mark.parametrize("action", sorted(NOT_BUILT))
-def test_the_actions_not_built_are_skipped_saying_why(tmp_path, action):
+@pytest.mark.parametrize("flavour", ["jetraft", "nats-server"])
+def test_scale_up_down_adds_the_spares_scales_out_then_retires_them_and_scales_down(tmp_path, flavour):
+    machines = FakeMachines(tmp_path / "hosts.yml")
+    reconnected = []
+
+    async def on_new_hosts(inventory):
+        reconnected.append(inventory.name)
+    m = PlaybookMembership(tmp_path / "hosts.yml", tmp_path, flavour=flavour, machines=machines,
+                           on_new_hosts=on_new_hosts)
+    calls = recording(m)
+    inventories = []
+    playbook = m.playbook
+
+    async def noting(action, book, extra, limit=None):
+        inventories.append(m.inventory.name)
+        return await playbook(action, book, extra, limit)
+    m.playbook = noting
+    detail = asyncio.run(m(change("scale-up-down", ())))
+    assert machines.calls == [("add", ["jr-a3", "jr-c2"]), ("retire", ["jr-a3", "jr-c2"])]
+    assert reconnected == ["seven.yml", "retired.yml"]
+    assert calls == [("scale-up-down", "playbooks/scale.yml", {}, None),
+                     ("scale-up-down", "playbooks/scale_down.yml", {}, None)]
+    assert inventories == ["seven.yml", "retired.yml"]
+    assert detail == {"action": "scale-up-down", "hosts": ["jr-a3", "jr-c2"],
+                      "playbook": "playbooks/scale.yml, playbooks/scale_down.yml", "seconds": 5.0,
+                      "scale_up_s": 2.5, "scale_down_s": 2.5, "log": "membership-scale-up-down.log"}
+
+
+def test_scale_up_down_needs_machines(tmp_path):
     m = PlaybookMembership(tmp_path / "hosts.yml", tmp_path, flavour="jetraft")
-    assert asyncio.run(m(change(action))) == {"skipped": NOT_BUILT[action]}
+    calls = recording(m)
+    assert "needs a provider that makes machines" in asyncio.run(m(change("scale-up-down", ())))["skipped"]
+    assert calls == []
 
 
 def test_replace_host_replaces_the_machine_reconnects_then_runs_the_playbooks(tmp_path):

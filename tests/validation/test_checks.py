@@ -258,3 +258,25 @@ def test_every_invalid_check_says_what_it_means_shows_its_evidence_and_where_to_
         assert len(table) == 1 + min(len(c["examples"]), report.MD_EXAMPLES)   # the rule, then rows
         steps = section.split("Next steps (paths in the run directory):\n\n", 1)[1].split("\n\n", 1)[0]
         assert steps.startswith("- ") and LOOK_AT[check] in steps, (check, steps)
+
+
+def test_a_retired_servers_log_is_read_and_only_the_inventorys_servers_are_expected(spark, tmp_path):
+    """A server taken out of the cluster (playbooks/scale_down.yml: the inventory's group
+    ``jetraft_retired``) is listed in topology.json's ``retired``: its event log is read
+    and it is no stranger, while the servers that stay are the inventory. Left out of
+    ``retired``, its log makes it a server seen that is not in the inventory."""
+    root = tmp_path / "run"
+    synthetic.generate(root, events=2000, groups=2, seed=11)
+    topology = json.loads((root / "topology.json").read_text())
+    gone = topology["servers"].pop()
+    (root / "topology.json").write_text(json.dumps({**topology, "retired": [gone]}))
+    doc = validate(spark, str(root), root)
+    topo = doc["checks"]["topology"]
+    assert topo["valid"] is True, topo["examples"]
+    assert topo["details"]["inventory"]["retired"] == [gone["server_name"]]
+    assert topo["details"]["inventory"]["servers"] == 4
+
+    (root / "topology.json").write_text(json.dumps(topology))
+    doc = validate(spark, str(root), root / "not-retired")
+    assert {"problem": "seen, not in the inventory", "server": gone["server_name"]} \
+        in doc["checks"]["topology"]["examples"]

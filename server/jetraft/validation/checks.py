@@ -125,7 +125,8 @@ def check_input(inp: Inputs, limit: int) -> CheckResult:
 
 def check_topology(inp: Inputs, limit: int) -> CheckResult:
     doc = ("the servers seen match the inventory (names, zones, one cluster name, each name "
-           "from one host) and every server joined the meta group")
+           "from one host; a server the inventory lists as retired may be seen) and every "
+           "server joined the meta group")
     ev = inp.events.where(F.col("server_name").isNotNull())
     seen = (ev.groupBy("server_name")
             .agg(F.collect_set("host").alias("hosts"),
@@ -152,17 +153,19 @@ def check_topology(inp: Inputs, limit: int) -> CheckResult:
     topo = inp.topology.collect() if inp.topology is not None else []
     if topo:
         expected = {s["server_name"]: s["zone"] for s in topo[0]["servers"] or []}
+        retired = {s["server_name"]: s["zone"] for s in topo[0]["retired"] or []}
         details["inventory"] = {"cluster": topo[0]["cluster"], "servers": len(expected),
-                                "zones": _zone_counts(expected)}
+                                "zones": _zone_counts(expected), "retired": sorted(retired)}
         for name in sorted(set(expected) - set(servers)):
             problems.append({"problem": "in the inventory, never seen", "server": name})
-        for name in sorted(set(servers) - set(expected)):
+        for name in sorted(set(servers) - set(expected) - set(retired)):
             problems.append({"problem": "seen, not in the inventory", "server": name})
-        for name in sorted(set(servers) & set(expected)):
+        known = {**retired, **expected}
+        for name in sorted(set(servers) & set(known)):
             zone = servers[name]["zone"]
-            if expected[name] is not None and zone != expected[name]:
+            if known[name] is not None and zone != known[name]:
                 problems.append({"problem": "another zone than the inventory's", "server": name,
-                                 "inventory": expected[name], "seen": zone})
+                                 "inventory": known[name], "seen": zone})
         if topo[0]["cluster"] and clusters and clusters != [topo[0]["cluster"]]:
             problems.append({"problem": "another cluster name than the inventory's",
                              "inventory": topo[0]["cluster"], "seen": clusters})

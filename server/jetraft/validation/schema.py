@@ -85,7 +85,11 @@ DRILL = StructType([
     _s("seconds_without_writes", DoubleType()), _s("acked_during_outage", LongType()),
 ])
 
+_INVENTORY_SERVER = StructType([_s("host"), _s("server_name"), _s("zone")])
+#: ``retired``: the servers playbooks/scale_down.yml took out of the cluster (the group
+#: ``jetraft_retired``), whose event logs are collected too; absent before that group existed.
 TOPOLOGY = StructType([
     _s("cluster"),
-    _s("servers", ArrayType(StructType([_s("host"), _s("server_name"), _s("zone")]))),
+    _s("servers", ArrayType(_INVENTORY_SERVER)),
+    _s("retired", ArrayType(_INVENTORY_SERVER)),
 ])

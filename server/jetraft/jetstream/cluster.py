@@ -40,6 +40,7 @@ which request). The parts:
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -276,8 +277,8 @@ class ClusterController:
         #: on the meta leader: restores proposed and not applied yet -> when (ns)
         self._restore_proposed: dict[Key, int] = {}
         #: streams this meta leader proposed to create, not applied yet: (proposal time in
-        #: ns, the checked config)
-        self._create_proposed: dict[Key, tuple[int, StreamConfig]] = {}
+        #: ns, the checked config, the assignment proposed)
+        self._create_proposed: dict[Key, tuple[int, StreamConfig, StreamAssignment]] = {}
         #: stream updates this meta leader proposed, not applied yet: (time in ns, new config)
         self._update_proposed: dict[Key, tuple[int, StreamConfig]] = {}
         #: the other servers' reports of what each account stores (max_mem / max_file)
@@ -679,6 +680,10 @@ class ClusterController:
             now = self.meta.streams.get((sa.account, sa.name))
             if now is not None and now.group == sa.group and not self.replaying:
                 self._ensure_replica(sa, kind, change.old_peers)
+        elif kind == "stream_create_repeated":
+            self._create_proposed.pop((sa.account, sa.name), None)
+            if not self.replaying and sa.reply:
+                self._answer_repeated_create(sa)
         elif kind == "stream_removed":
             acc = self.accounts.get(sa.account)
             entry = acc.streams.get(sa.name) if acc is not None else None
@@ -1030,6 +1035,28 @@ class ClusterController:
         if acc is not None:
             for r in acc.advise(adv.stream_action, stream, action, self._now):
                 self._send(account, r.out)
+
+    def _answer_repeated_create(self, sa: StreamAssignment) -> None:
+        """On the meta leader: answer a STREAM.CREATE whose assignment was applied after
+        another of the same name (proposed while the first was in flight): as a create of
+        an existing stream, its info from its leader when the config is the one assigned,
+        else 10058."""
+        if self._meta_leader() != self.me:
+            return
+        current = self.meta.streams.get((sa.account, sa.name))
+        acc = self.accounts.get(sa.account)
+        if current is None or acc is None:
+            return
+        if current.config != sa.config:
+            self._error(sa.account, sa.reply, E.STREAM_CREATE_RESPONSE, E.stream_name_exist())
+            return
+        group = self.view.group(current.key)
+        target = group.leader if group is not None and group.leader else self._reachable(current.peers)
+        if target == self.me:
+            self._answer_existing(acc, sa.name, sa.reply)
+            return
+        self._forward(target, sa.account, f"{API_PREFIX}STREAM.CREATE.{sa.name}", sa.reply, None,
+                      json.dumps(sa.config).encode(), 0, E.STREAM_CREATE_RESPONSE, via_meta=True)
 
     def _answer_existing(self, acc: JetStreamAccount, stream: str, reply: str | None) -> None:
         """STREAM.CREATE of a stream that exists with the same config: its info, without
@@ -1619,6 +1646,16 @@ class ClusterController:
                 return True
             return self._forward(target, acc.name, subject, reply, headers, payload, hops,
                                  E.STREAM_CREATE_RESPONSE, via_meta=True)
+        inflight = self._create_proposed.get(key)
+        if inflight is not None and now - inflight[0] < RESTORE_PROPOSED_NS:
+            # the same name proposed a moment ago, not applied yet: the same config gets the
+            # same assignment (RAFT group, peers) again with its own reply, another config
+            # 10058 (nats-server streamAssignmentOrInflight)
+            if inflight[1].to_json() != cfg.to_json():
+                raise E.stream_name_exist()
+            sa = replace(inflight[2], reply=reply, client=request_info(headers))
+            self._propose_meta(encode_assign_stream(sa), acc.name, reply, E.STREAM_CREATE_RESPONSE)
+            return True
         placement = cfg.placement
         try:
             peers = select_peers(
@@ -1636,7 +1673,7 @@ class ClusterController:
                               created_ns=now, reply=reply, client=request_info(headers))
         if len(self._create_proposed) > 1024:
             self._create_proposed.clear()
-        self._create_proposed[key] = (now, cfg)
+        self._create_proposed[key] = (now, cfg, sa)
         self._propose_meta(encode_assign_stream(sa), acc.name, reply, E.STREAM_CREATE_RESPONSE)
         self._emit("jetstream_stream_assigned", account=acc.name, stream=cfg.name,
                    group=sa.group, peers=list(sa.peers), replicas=cfg.num_replicas)
@@ -1647,7 +1684,7 @@ class ClusterController:
         and restores this meta leader proposed in the last RESTORE_PROPOSED_NS, not applied
         yet (nats-server counts its in-flight proposals too: streamAssignmentsOrInflightSeq)."""
         names = {n for (a, n) in self.meta.streams if a == account}
-        names.update(n for (a, n), (at, _cfg) in self._create_proposed.items()
+        names.update(n for (a, n), (at, _cfg, _sa) in self._create_proposed.items()
                      if a == account and now - at < RESTORE_PROPOSED_NS)
         names.update(n for (a, n), at in self._restore_proposed.items()
                      if a == account and now - at < RESTORE_PROPOSED_NS)
@@ -1662,7 +1699,7 @@ class ClusterController:
         group applied it here."""
         out = {n: StreamConfig.from_json(sa.config) for (a, n), sa in self.meta.streams.items()
                if a == account}
-        for (a, n), (at, cfg) in self._create_proposed.items():
+        for (a, n), (at, cfg, _sa) in self._create_proposed.items():
             if a == account and n not in out and now - at < RESTORE_PROPOSED_NS:
                 out[n] = cfg
         for (a, n), (at, cfg) in self._update_proposed.items():

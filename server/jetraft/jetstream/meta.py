@@ -194,6 +194,9 @@ class MetaChange:
       stream's consumers come first, each as ``consumer_removed``);
     - ``stream_peers_changed`` / ``consumer_peers_changed``: a peer was replaced
       (``encode_replace_stream_peer``);
+    - ``stream_create_repeated``: ``assignment`` (with a reply to answer) names a stream
+      already assigned (``old``) with the same RAFT group, or another one, and changed
+      nothing: the first assignment of a name wins;
     - ``server_removed``: first one row with ``assignment`` ``None``, then one row per
       stream and per consumer whose peers include ``server`` (they still do; the leader
       replaces it with ``encode_replace_stream_peer``).
@@ -607,8 +610,14 @@ class MetaState:
 
     def _apply_assign_stream(self, sa: StreamAssignment) -> list[MetaChange]:
         old = self.streams.get(sa.key)
-        if old == sa:
-            return []
+        if old is not None and (old == sa or old.group != sa.group):
+            # a second create of the name, proposed before the first one applied (by the
+            # meta leader for the same config, by a meta leader behind its log, or by two
+            # leaders in turn): the first wins, and its RAFT group with it; the stream is
+            # never moved to an empty group
+            if sa.reply is None or sa.reply == old.reply:
+                return []
+            return [MetaChange("stream_create_repeated", sa, old.peers, old)]
         self.streams[sa.key] = sa
         return [MetaChange("stream_added", sa) if old is None else _updated("stream_updated", sa, old)]
 

@@ -91,16 +91,21 @@ def test_assign_stream_round_trip():
     assert changes[0].assignment.reply == "_INBOX.create"
 
 
-def test_assign_stream_again_is_a_no_op_and_a_new_group_is_an_update():
+def test_assign_stream_again_changes_nothing_and_the_first_group_wins():
+    """A repeated create (same group) and a second assignment of the name to another group
+    (a meta leader behind its log) leave the first assignment; one with a reply to answer
+    is reported as ``stream_create_repeated``."""
     m = MetaState()
     sa = stream()
     m.apply(encode_assign_stream(sa))
-    assert m.apply(encode_assign_stream(stream(reply="_INBOX.retry"))) == []
-    moved = stream(group="S-R3F-moved000", peers=("n2", "n4", "n5"))
+    assert m.apply(encode_assign_stream(stream())) == []
+    changes = m.apply(encode_assign_stream(stream(reply="_INBOX.retry")))
+    assert kinds(changes) == ["stream_create_repeated"] and changes[0].old == sa
+    moved = stream(group="S-R3F-moved000", peers=("n2", "n4", "n5"), reply="_INBOX.other")
     changes = m.apply(encode_assign_stream(moved))
-    assert kinds(changes) == ["stream_updated"]
-    assert changes[0].old_peers == ("n1", "n3", "n5") and changes[0].old == sa
-    assert m.streams[sa.key] == moved
+    assert kinds(changes) == ["stream_create_repeated"]
+    assert changes[0].assignment.group == "S-R3F-moved000" and changes[0].old == sa
+    assert m.streams[sa.key] == sa and m.streams[sa.key].group == sa.group
 
 
 def test_update_stream_round_trip(state):

@@ -1,8 +1,8 @@
 """The day-two playbooks drilled on the lab while a client publishes (destructive, and they
 change the lab: marked ``day_two`` and run after the zone-loss drills, in this order):
 a host power-cut and replaced by a new machine with an empty disk, the cluster scaled from
-five servers to seven, and a rolling upgrade of the seven to a new wheel (last: the other
-playbooks install the lab's own wheelhouse). Each asserts what an operator
+five servers to seven and back to five (the spares retired), and a rolling upgrade of the
+five to a new wheel (last: the other playbooks install the lab's own wheelhouse). Each asserts what an operator
 needs: the playbook passes (its verify step: every server a current voter, every stream
 whole), every replica is current afterwards and nothing acknowledged is lost. The longest
 time between acknowledgements is reported in drills.json (a figure, not an assert)."""
@@ -61,6 +61,13 @@ def test_a_host_power_cut_and_replaced_with_an_empty_disk_rejoins_and_loses_noth
 
 def test_scaling_five_servers_to_seven_while_publishing_loses_nothing(run_dir, lab, results):
     r = _run(run_dir, lab, results, "scale", [h.name for h in topology.SPARE_HOSTS])
+    assert_ledger(r)
+    assert r.replicas_current
+    assert r.lost == [], f"acknowledged but missing: {r.lost[:10]} (ledger {r.ledger})"
+
+
+def test_scaling_seven_servers_back_to_five_while_publishing_loses_nothing(run_dir, lab, results):
+    r = _run(run_dir, lab, results, "scale_in", [h.name for h in topology.SPARE_HOSTS])
     assert_ledger(r)
     assert r.replicas_current
     assert r.lost == [], f"acknowledged but missing: {r.lost[:10]} (ledger {r.ledger})"

@@ -54,6 +54,9 @@ FLAVOURS: dict[str, dict[str, str]] = {
 RECOVERY_S = 180.0
 #: The checks whose verdicts a run reports (report.json of jetraft-validate).
 RAFT_CHECKS = ("election_safety", "term_monotonic", "log_matching", "leader_completeness")
+#: From this many servers a run has a second queue stream, R5 (and the servers no unique
+#: zone tag, so that five replicas fit in three zones).
+SEVEN = 7
 
 
 class CampaignError(Exception):
@@ -106,7 +109,7 @@ def _env(run_dir: Path) -> dict[str, str]:
             "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
 
 
-def _playbook(run_dir: Path, inventory: Path, playbook: str, extra: dict[str, str],
+def _playbook(run_dir: Path, inventory: Path, playbook: str, extra: dict[str, Any],
               log: Path) -> None:
     """``ansible-playbook`` with ``extra`` vars, its output into ``log``; CampaignError
     naming the log on failure."""
@@ -129,11 +132,17 @@ class Campaign:
     def __init__(self, *, runs: int, minutes: float, seed: int, flavour: str,
                  inventory: Path | None = None, kinds: set[str] | None = None,
                  every_kind: bool = False, console: Console | None = None,
-                 artifacts: Path | None = None):
+                 artifacts: Path | None = None, hosts: int = 5):
         if flavour not in FLAVOURS:
             raise CampaignError(f"no flavour {flavour!r}: one of {', '.join(FLAVOURS)}")
         if runs < 1 or minutes <= 0:
             raise CampaignError("--runs must be at least 1 and --minutes positive")
+        if hosts not in (5, 7):
+            raise CampaignError(f"--hosts is 5 or 7, not {hosts}")
+        if hosts == 7 and inventory is not None:
+            raise CampaignError("--hosts 7 boots the lab's spares: leave out --inventory (an "
+                                "inventory of seven servers runs the R5 stream as it is)")
+        self.hosts = hosts
         self.runs, self.minutes, self.seed, self.flavour = runs, minutes, seed, flavour
         self.inventory, self.kinds, self.every_kind = inventory, kinds, every_kind
         self.console = console or Console(width=max(Console().width, 120))
@@ -149,6 +158,8 @@ class Campaign:
             parts.append("--every-kind")
         if self.kinds:
             parts.append("--kinds " + ",".join(sorted(self.kinds)))
+        if self.hosts != 5:
+            parts.append(f"--hosts {self.hosts}")
         if self.inventory:
             parts.append(f"-i {self.inventory}")
         return " ".join(parts)
@@ -207,7 +218,16 @@ class Campaign:
             lab = NspawnLab(progress=lambda m: self.console.print(f"[bold]lab:[/] {m}"))
             self.console.print("lab: a fresh lab for this run")
             inventory = lab.up()
+            if self.hosts == 7:
+                spares = [h.name for h in topology.SPARE_HOSTS]
+                self.console.print(f"lab: the spares {', '.join(spares)} too (seven hosts, "
+                                   "zones 3/2/2)")
+                inventory = lab.add(spares)
         extra = dict(FLAVOURS[self.flavour])
+        seven = len(Target.from_inventory(inventory).servers) >= SEVEN
+        if seven:
+            # an R5 stream over three zones: no unique zone tag (replicas placed by load)
+            extra["jetraft_server_unique_zones"] = False
         if lab is None:
             # a cluster this run did not build: an earlier run's power-loss layer comes off
             # first, so that site.yml finds each store on its own disk
@@ -323,14 +343,20 @@ class Exercise:
     async def run(self) -> None:
         from lab.nemesis import CampaignNemesis
         from lab.schedule import FILE_KINDS
-        from lab.workloads import History, KVWorkload, QueueWorkload
+        from lab.workloads import (QUEUE5_FIRST, QUEUE5_STREAM, QUEUE5_SUBJECT, History,
+                                   KVWorkload, QueueWorkload)
 
         run = self.run_dir.name
         qh = History(self.run_dir / "history" / "queue.jsonl", run, "queue")
         kh = History(self.run_dir / "history" / "kv.jsonl", run, "kv")
         # the queue stream R3 (a unique zone tag allows no more over three zones), with a
-        # replica on the run's one corruption host, so the damage hits its files
+        # replica on the run's one corruption host, so the damage hits its files; on seven
+        # servers (no unique zone tag) an R5 stream beside it, the corruption host in it too
         queue = QueueWorkload(self.target, qh, replicas=3)
+        queues = [queue]
+        if len(self.target.servers) >= SEVEN:
+            queues.append(QueueWorkload(self.target, qh, replicas=5, stream=QUEUE5_STREAM,
+                                        subject=QUEUE5_SUBJECT, first_value=QUEUE5_FIRST))
         corrupted = sorted({f.targets[0] for f in self.schedule
                             if f.kind in FILE_KINDS and f.targets})
         kv = KVWorkload(self.target, kh, seed=self.seed)
@@ -343,38 +369,48 @@ class Exercise:
                 await nemesis.reconnect(Target.from_inventory(inventory))
             self.membership.on_new_hosts = reconnect
         try:
-            self.progress("workloads: the queue stream, its consumers and the KV bucket")
-            await queue.setup(replica_on=corrupted[0] if corrupted else None)
+            self.progress("workloads: the queue stream"
+                          f"{'s' if len(queues) > 1 else ''}, consumers and the KV bucket")
+            # the corruption host in the larger group first: a replica moved for it
+            # changes the load the next placement sees
+            for q in reversed(queues):
+                await q.setup(replica_on=corrupted[0] if corrupted else None)
             await kv.setup()
-            await queue.start()
+            for q in queues:
+                await q.start()
             await kv.start()
-            await self._faults(nemesis, queue, kv)
+            await self._faults(nemesis, queues, kv)
             self.progress("recovery: every server healthy, every replica current")
-            await self._recovered(queue)
-            await queue.stop()
+            await self._recovered(queue, [q.stream for q in queues])
+            for q in queues:
+                await q.stop()
             await kv.stop()
-            self.progress("drain: reading the whole stream back")
-            drained = await queue.drain()
-            self.progress(f"drain: {drained} messages read")
+            for q in queues:
+                self.progress(f"drain: reading the whole stream {q.stream} back")
+                drained = await q.drain()
+                self.progress(f"drain: {drained} messages of {q.stream} read")
             if self.flavour == "jetraft":
-                await self._node_copies(queue)
+                for q in queues:
+                    await self._node_copies(q)
         finally:
             try:
                 await nemesis.heal_all()
             finally:
                 nemesis.close()
-                await queue.stop()
+                for q in queues:
+                    await q.stop()
                 await kv.stop()
-                await queue.close()
+                for q in queues:
+                    await q.close()
                 await kv.close()
                 qh.close()
                 kh.close()
                 (self.run_dir / "faults.json").write_text(json.dumps(self.records, indent=2))
                 self.attempted = qh.counts.get("invoke", 0)
-                self.acknowledged = queue.acknowledged
+                self.acknowledged = sum(q.acknowledged for q in queues)
                 self.kv_ok = kv.ok
 
-    async def _faults(self, nemesis, queue, kv) -> None:
+    async def _faults(self, nemesis, queues, kv) -> None:
         """Apply and heal the schedule's faults at their times, telling the progress every
         second (elapsed, the faults in force, acknowledgements so far)."""
         started = time.monotonic()
@@ -390,7 +426,8 @@ class Exercise:
             faults = "; ".join(f"{f.kind} {','.join(f.targets) or '-'}" for f in in_force) or "none"
             self.progress(f"{int(elapsed) // 60:02d}:{int(elapsed) % 60:02d} of "
                           f"{int(total_s) // 60:02d}:{int(total_s) % 60:02d}  faults: {faults}  "
-                          f"acks: {queue.acknowledged} queue, {kv.ok} kv")
+                          f"acks: {' + '.join(str(q.acknowledged) for q in queues)} queue, "
+                          f"{kv.ok} kv")
 
         # a membership change runs its playbooks for minutes: in the background, so that
         # the faults composed into its window are applied and healed on time
@@ -443,13 +480,14 @@ class Exercise:
         """Each replica's own copy of the queue stream, read on its host (``read-node``
         lines). nats-server's files are not read: its per-node figures are what its
         monitoring reports."""
-        from lab.workloads import QUEUE_STREAM, read_node_copy
+        from lab.workloads import read_node_copy
 
         for server in self.target.servers:
-            rows = await asyncio.to_thread(read_node_copy, self.target, server, QUEUE_STREAM)
+            rows = await asyncio.to_thread(read_node_copy, self.target, server, queue.stream)
             if rows is not None:
                 queue.record_node_copy(server.name, rows)
-                self.progress(f"read-node: {server.name} holds {len(rows)} messages")
+                self.progress(f"read-node: {server.name} holds {len(rows)} messages of "
+                              f"{queue.stream}")
 
     def _merge(self, healed: dict) -> None:
         for rec in reversed(self.records):
@@ -459,7 +497,7 @@ class Exercise:
                 return
         self.records.append(healed)
 
-    async def _recovered(self, queue) -> None:
+    async def _recovered(self, queue, streams: list[str]) -> None:
         """Every server answers /healthz, and the queue stream and the KV bucket each have a
         leader and every replica current; CampaignError past RECOVERY_S."""
         deadline = time.monotonic() + RECOVERY_S
@@ -471,7 +509,7 @@ class Exercise:
                                                      "/healthz?js-enabled-only=true")
                     if health.get("status") != "ok":
                         raise CampaignError(f"{server.name} /healthz: {health}")
-                for stream in ("CAMPAIGN", "KV_campaign"):
+                for stream in (*streams, "KV_campaign"):
                     info = await queue.js.stream_info(stream)
                     cluster = info.cluster
                     if not cluster or not cluster.leader:

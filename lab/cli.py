@@ -233,11 +233,14 @@ def run_command(keep: bool, no_drills: bool, campaign_minutes: float, suite: str
                    "membership).")
 @click.option("--every-kind", is_flag=True,
               help="Put every kind of fault in each run at least once.")
+@click.option("--hosts", type=click.Choice(["5", "7"]), default="5", show_default=True,
+              help="Servers of the fresh lab: 5 (zones 2/2/1), or 7 (the spares too, zones "
+                   "3/2/2, no unique zone tag) with an R5 queue stream beside the R3 one.")
 @click.option("-i", "--inventory", type=click.Path(exists=True, path_type=Path), default=None,
               help="Run on this inventory's cluster as it is (default: a fresh nspawn lab "
                    "per run).")
 def campaign(runs: int, minutes: float, seed: int, flavour: str, kinds: str | None,
-             every_kind: bool, inventory: Path | None) -> None:
+             every_kind: bool, hosts: str, inventory: Path | None) -> None:
     """The fault campaign: per run, deploy, run the queue and KV workloads under a schedule
     of faults drawn from the seed, heal, read back, validate; a table per run and in total,
     and lab/artifacts/campaign-<stamp>/summary.json."""
@@ -245,7 +248,7 @@ def campaign(runs: int, minutes: float, seed: int, flavour: str, kinds: str | No
 
     try:
         results = Campaign(runs=runs, minutes=minutes, seed=seed, flavour=flavour,
-                           inventory=inventory, every_kind=every_kind,
+                           inventory=inventory, every_kind=every_kind, hosts=int(hosts),
                            kinds=set(kinds.split(",")) if kinds else None).run()
     except CampaignError as exc:
         raise LabError(str(exc)) from exc

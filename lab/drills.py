@@ -84,12 +84,7 @@ class Target:
         (``jetraft_server_tls``, default true) the CA bundle is ``ca-bundle.crt`` in
         ``jetraft_certs_dir`` (default ``pki/`` beside the inventory). Raises DrillError
         when the inventory has no such group or no such user."""
-        tool = Path(sys.executable).with_name("ansible-inventory")
-        result = subprocess.run([str(tool), "-i", str(inventory), "--list"],
-                                capture_output=True, text=True)
-        if result.returncode != 0:
-            raise DrillError(f"ansible-inventory -i {inventory} failed: {result.stderr.strip()}")
-        data = json.loads(result.stdout)
+        data = inventory_list(inventory)
         hostvars = data.get("_meta", {}).get("hostvars", {})
         names = _group_hosts(data, group)
         if not names:
@@ -161,6 +156,22 @@ def _truthy(value: object) -> bool:
     if isinstance(value, str):
         return value.strip().lower() in ("1", "true", "yes", "on")
     return bool(value)
+
+
+def inventory_list(inventory: Path) -> dict:
+    """``ansible-inventory -i inventory --list`` as a dict; DrillError when it fails."""
+    tool = Path(sys.executable).with_name("ansible-inventory")
+    result = subprocess.run([str(tool), "-i", str(inventory), "--list"],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        raise DrillError(f"ansible-inventory -i {inventory} failed: {result.stderr.strip()}")
+    return json.loads(result.stdout)
+
+
+def inventory_hosts(inventory: Path, group: str = "jetraft") -> list[str]:
+    """The names of the hosts in ``group`` of ``inventory`` (its child groups included);
+    DrillError when ansible-inventory fails."""
+    return _group_hosts(inventory_list(inventory), group)
 
 
 def _group_hosts(data: dict, group: str) -> list[str]:

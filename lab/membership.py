@@ -42,6 +42,7 @@ from typing import Any, Awaitable, Callable, Protocol
 import jetraft
 from lab import topology
 from lab.day_two import next_wheelhouse, run_playbook
+from lab.drills import inventory_hosts
 from lab.nemesis import NemesisError
 from lab.schedule import Fault
 
@@ -69,7 +70,7 @@ class PlaybookMembership:
     after a host was replaced (the nemesis reconnects to it)."""
 
     def __init__(self, inventory: Path, run_dir: Path, *, flavour: str,
-                 machines: Machines | None = None, extra: dict[str, str] | None = None,
+                 machines: Machines | None = None, extra: dict[str, Any] | None = None,
                  progress: Callable[[str], None] = lambda text: None,
                  on_new_hosts: Callable[[Path], Awaitable[None]] | None = None):
         self.inventory, self.run_dir, self.flavour = inventory, run_dir, flavour
@@ -110,6 +111,10 @@ class PlaybookMembership:
         if self.machines is None:
             return {"skipped": f"scaling {NO_MACHINES}"}
         spares = [h.name for h in topology.SPARE_HOSTS]
+        members = set(await asyncio.to_thread(inventory_hosts, self.inventory))
+        if members & set(spares):
+            return {"skipped": f"the spares ({', '.join(sorted(members & set(spares)))}) are "
+                               "servers of the cluster already (a run on seven hosts)"}
         self.progress(f"membership: {', '.join(spares)} boot as new machines, scale 5 -> 7")
         self.inventory = await asyncio.to_thread(self.machines.add, spares)
         if self.on_new_hosts is not None:

@@ -14,7 +14,9 @@ Jepsen's operation map:
   consumer received during the run), ``drain`` (the final read of the whole stream) and
   ``read-node`` (a replica's own copy, read on its server at the end); kv: ``put``,
   ``get``, ``create``, ``update``, ``delete``;
-- ``key``, ``value`` (integers: the unique published value, the value written or read;
+- ``key``: queue: the stream's name (a run may have two queue streams, R3 and R5, whose
+  values never overlap); kv: the key;
+- ``value`` (integers: the unique published value, the value written or read;
   null for a delete and for a get that found nothing), ``revision`` (the stream sequence
   acknowledged or read at; a KV revision), ``expect`` (an update's expected revision);
 - ``node``: the server the client was connected to (for ``read-node``: whose copy);
@@ -49,6 +51,10 @@ DRAIN_IDLE_S = 5.0
 
 QUEUE_STREAM = "CAMPAIGN"
 QUEUE_SUBJECT = "campaign.queue"
+#: The second queue stream of a run on seven servers: R5, its values from QUEUE5_FIRST.
+QUEUE5_STREAM = "CAMPAIGN5"
+QUEUE5_SUBJECT = "campaign5.queue"
+QUEUE5_FIRST = 10_000_000
 KV_BUCKET = "campaign"
 
 
@@ -154,16 +160,19 @@ async def _absent(deletion) -> None:
 
 
 class QueueWorkload:
-    """Unique integers published to an R``replicas`` stream by ``publishers`` clients,
-    consumed during the run by a push and a pull consumer (both acknowledging), drained
-    at the end (jepsen-io/nats ``:queue``)."""
+    """Unique integers (from ``first_value``) published to an R``replicas`` stream
+    ``stream`` (subject ``subject``) by ``publishers`` clients, consumed during the run by a
+    push and a pull consumer (both acknowledging), drained at the end (jepsen-io/nats
+    ``:queue``). Every line of its history has ``key`` = ``stream``."""
 
     def __init__(self, target: Target, history: History, *, publishers: int = 3,
-                 replicas: int = 3, pause_s: float = 0.002):
+                 replicas: int = 3, pause_s: float = 0.002, stream: str = QUEUE_STREAM,
+                 subject: str = QUEUE_SUBJECT, first_value: int = 0):
         self.target, self.history = target, history
         self.publishers, self.replicas, self.pause_s = publishers, replicas, pause_s
+        self.stream, self.subject, self.first_value = stream, subject, first_value
         self.acknowledged = 0
-        self._next_value = 0
+        self._next_value = first_value
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self._clients: list[_Client] = []
@@ -173,16 +182,16 @@ class QueueWorkload:
         elects its leaders). ``replica_on``: a server that must hold a replica (the run's
         corruption host; see :meth:`place_replica_on`)."""
         client = await self._client(0)
-        config = StreamConfig(name=QUEUE_STREAM, subjects=[QUEUE_SUBJECT],
+        config = StreamConfig(name=self.stream, subjects=[self.subject],
                               num_replicas=self.replicas)
         # a run's history starts from an empty stream: an earlier run's on the same cluster
         # (--inventory) goes first
-        await _retry(f"an earlier run's stream {QUEUE_STREAM} deleted",
-                     lambda: _absent(client.js.delete_stream(QUEUE_STREAM)))
+        await _retry(f"an earlier run's stream {self.stream} deleted",
+                     lambda: _absent(client.js.delete_stream(self.stream)))
 
         async def create():
             try:
-                await client.js.stream_info(QUEUE_STREAM)
+                await client.js.stream_info(self.stream)
             except nats.js.errors.NotFoundError:
                 await client.js.add_stream(config)
             for durable in ("pull", "push"):
@@ -190,51 +199,55 @@ class QueueWorkload:
                                      deliver_policy=DeliverPolicy.ALL, ack_wait=5.0,
                                      max_ack_pending=10_000)
                 if durable == "push":
-                    cfg.deliver_subject = "campaign.push"
-                await client.js.add_consumer(QUEUE_STREAM, cfg)
-        await _retry(f"stream {QUEUE_STREAM} and its consumers created", create)
+                    cfg.deliver_subject = f"{self.stream.lower()}.push"
+                await client.js.add_consumer(self.stream, cfg)
+        await _retry(f"stream {self.stream} and its consumers created", create)
         if replica_on is not None:
             await self.place_replica_on(client, replica_on)
 
-    async def place_replica_on(self, client: _Client, server: str, attempts: int = 4) -> list[str]:
-        """Make ``server`` one of the stream's peers: while it is not, the peer in its zone
-        is removed (``$JS.API.STREAM.PEER.REMOVE``, nats-server's and jetraft's alike) and
-        the stream placed again; a unique zone tag keeps the replacement in that zone, so
-        in a zone of two servers it is ``server``. Returns the peers; RuntimeError when
-        ``server`` is not one after ``attempts`` removals."""
+    async def place_replica_on(self, client: _Client, server: str,
+                               attempts: int | None = None) -> list[str]:
+        """Make ``server`` one of the stream's peers: while it is not, a peer in its zone
+        (else a follower) is removed (``$JS.API.STREAM.PEER.REMOVE``, nats-server's and
+        jetraft's alike) and the stream placed again; a unique zone tag keeps the
+        replacement in that zone, so in a zone of two servers it is ``server``; without one
+        (``jetraft_server_unique_zones: false``) the replacement is any server outside the
+        group. Returns the peers; RuntimeError when ``server`` is not one after ``attempts``
+        removals (default: one more than the servers)."""
+        attempts = attempts if attempts is not None else len(self.target.servers) + 1
         zones = {s.name: s.zone for s in self.target.servers}
 
         async def peers() -> list[str]:
             async def current():
-                info = await client.js.stream_info(QUEUE_STREAM)
+                info = await client.js.stream_info(self.stream)
                 cluster = info.cluster
                 replicas = cluster.replicas or [] if cluster else []
                 if cluster is None or not cluster.leader or len(replicas) != self.replicas - 1 \
                         or not all(r.current for r in replicas):
-                    raise RuntimeError(f"stream {QUEUE_STREAM} not yet whole")
+                    raise RuntimeError(f"stream {self.stream} not yet whole")
                 return [cluster.leader, *(r.name for r in replicas)]
-            return await _retry(f"stream {QUEUE_STREAM} whole", current)
+            return await _retry(f"stream {self.stream} whole", current)
 
         names = await peers()
         for _ in range(attempts):
             if server in names:
                 return names
-            same_zone = [n for n in names if zones.get(n) == zones.get(server)]
+            same_zone = [n for n in names if zones.get(n) == zones.get(server)] or names[1:]
             if not same_zone:
-                raise RuntimeError(f"no peer of {QUEUE_STREAM} in {server}'s zone: {names}")
-            msg = await client.nc.request(f"$JS.API.STREAM.PEER.REMOVE.{QUEUE_STREAM}",
+                raise RuntimeError(f"no peer of {self.stream} to make room for {server}: {names}")
+            msg = await client.nc.request(f"$JS.API.STREAM.PEER.REMOVE.{self.stream}",
                                           json.dumps({"peer": same_zone[0]}).encode(),
                                           timeout=OP_TIMEOUT_S)
             reply = json.loads(msg.data)
             if not reply.get("success"):
-                raise RuntimeError(f"peer-remove {same_zone[0]} from {QUEUE_STREAM}: {reply}")
+                raise RuntimeError(f"peer-remove {same_zone[0]} from {self.stream}: {reply}")
             deadline = time.monotonic() + 60
             while (names := await peers()) and same_zone[0] in names:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"{same_zone[0]} still a peer of {QUEUE_STREAM}: {names}")
+                    raise RuntimeError(f"{same_zone[0]} still a peer of {self.stream}: {names}")
                 await asyncio.sleep(0.5)
         if server not in names:
-            raise RuntimeError(f"{server} is no peer of {QUEUE_STREAM} after {attempts} "
+            raise RuntimeError(f"{server} is no peer of {self.stream} after {attempts} "
                                f"placements: {names}")
         return names
 
@@ -253,20 +266,20 @@ class QueueWorkload:
 
     async def _publish(self, client: _Client) -> None:
         process = self.history.new_process()
-        while not self._stop.is_set() and self._next_value < MAX_VALUES:
+        while not self._stop.is_set() and self._next_value - self.first_value < MAX_VALUES:
             value = self._next_value
             self._next_value += 1
             node = client.node
-            self.history.record(process, "invoke", "publish", value=value, node=node)
+            self.history.record(process, "invoke", "publish", key=self.stream, value=value, node=node)
             try:
-                ack = await client.js.publish(QUEUE_SUBJECT, str(value).encode(),
+                ack = await client.js.publish(self.subject, str(value).encode(),
                                               timeout=OP_TIMEOUT_S)
-                self.history.record(process, "ok", "publish", value=value, revision=ack.seq,
+                self.history.record(process, "ok", "publish", key=self.stream, value=value, revision=ack.seq,
                                     node=node)
                 self.acknowledged += 1
             except Exception as exc:      # every outcome is history, none is fatal
                 kind = outcome(exc)
-                self.history.record(process, kind, "publish", value=value, node=node,
+                self.history.record(process, kind, "publish", key=self.stream, value=value, node=node,
                                     error=_error(exc))
                 if kind == "info":
                     process = self.history.new_process()
@@ -278,7 +291,8 @@ class QueueWorkload:
             value = int(msg.data)
         except ValueError:
             value = None
-        self.history.record(process, "ok", f, value=value, revision=msg.metadata.sequence.stream,
+        self.history.record(process, "ok", f, key=self.stream, value=value,
+                            revision=msg.metadata.sequence.stream,
                             node=node)
 
     async def _pull(self, client: _Client) -> None:
@@ -287,7 +301,7 @@ class QueueWorkload:
         while not self._stop.is_set():
             try:
                 if sub is None:
-                    sub = await client.js.pull_subscribe_bind("pull", stream=QUEUE_STREAM)
+                    sub = await client.js.pull_subscribe_bind("pull", stream=self.stream)
                 for msg in await sub.fetch(100, timeout=1.0):
                     self._consumed(msg, "consume", client.node, process)
                     await msg.ack()
@@ -309,8 +323,8 @@ class QueueWorkload:
         while not self._stop.is_set():
             if sub is None:
                 try:
-                    sub = await client.js.subscribe(QUEUE_SUBJECT, durable="push",
-                                                    stream=QUEUE_STREAM, cb=on_message,
+                    sub = await client.js.subscribe(self.subject, durable="push",
+                                                    stream=self.stream, cb=on_message,
                                                     manual_ack=True)
                 except Exception:
                     await asyncio.sleep(0.5)
@@ -332,11 +346,11 @@ class QueueWorkload:
         ``drain`` line per message. Returns the count read."""
         client = self._clients[0]
         process = self.history.new_process()
-        info = await _retry("stream info for the drain", lambda: client.js.stream_info(QUEUE_STREAM))
+        info = await _retry("stream info for the drain", lambda: client.js.stream_info(self.stream))
         last = info.state.last_seq
         read, seen = 0, 0
         sub = await _retry("a drain consumer", lambda: client.js.pull_subscribe(
-            QUEUE_SUBJECT, stream=QUEUE_STREAM, config=ConsumerConfig(
+            self.subject, stream=self.stream, config=ConsumerConfig(
                 ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL,
                 inactive_threshold=60.0)))
         idle_since = time.monotonic()
@@ -367,7 +381,8 @@ class QueueWorkload:
                 value = int(data)
             except ValueError:
                 value = None
-            self.history.record(process, "ok", "read-node", value=value, revision=seq, node=node)
+            self.history.record(process, "ok", "read-node", key=self.stream, value=value,
+                                revision=seq, node=node)
 
     async def close(self) -> None:
         for client in self._clients:

@@ -23,7 +23,8 @@ def test_the_campaign_command_names_its_options_and_flavours(tmp_path):
     result = lab(tmp_path, "campaign", "--help")
     assert result.returncode == 0, result.stderr
     text = " ".join(result.stdout.split())
-    for option in ("--runs", "--minutes", "--seed", "--flavour", "--every-kind", "--inventory"):
+    for option in ("--runs", "--minutes", "--seed", "--flavour", "--every-kind", "--hosts",
+                   "--inventory"):
         assert option in text
     assert "jetraft|nats-server|nats-server-always" in text
 
@@ -34,6 +35,26 @@ def test_an_unknown_flavour_is_refused_before_anything_runs(tmp_path):
     assert "'etcd' is not one of 'jetraft', 'nats-server', 'nats-server-always'" in " ".join(
         result.stderr.split())
     assert not (tmp_path / "state").exists()
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--hosts", "6"], "'6' is not one of '5', '7'"),
+    (["--hosts", "7", "-i", "{inventory}"], "--hosts 7 boots the lab's spares: leave out --inventory"),
+])
+def test_a_layout_the_lab_cannot_make_is_refused_before_anything_runs(tmp_path, args, says):
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("jetraft:\n  hosts:\n    n1: {}\n")
+    result = lab(tmp_path, "campaign", *[a.format(inventory=inventory) for a in args])
+    assert result.returncode != 0
+    assert says in " ".join((result.stderr + result.stdout).split())
+    assert not (tmp_path / "state").exists()
+
+
+def test_a_seven_host_run_replays_with_its_layout(tmp_path):
+    from lab.campaign import Campaign
+    c = Campaign(runs=1, minutes=5, seed=9, flavour="jetraft", hosts=7, artifacts=tmp_path)
+    assert c.replay_command(9) == ("python -m lab campaign --runs 1 --minutes 5 --seed 9 "
+                                   "--flavour jetraft --hosts 7")
 
 
 def test_a_history_line_has_every_field_of_the_operation_map(tmp_path):

@@ -51,8 +51,18 @@ def change(action: str, targets=("jr-b2",)) -> Fault:
     return Fault("membership", targets, 10.0, 200.0, {"action": action})
 
 
+def inventory(path: Path, names: list[str]) -> Path:
+    """A YAML inventory whose group jetraft holds ``names``."""
+    path.write_text("jetraft:\n  hosts:\n" + "".join(f"    {n}: {{}}\n" for n in names))
+    return path
+
+
+FIVE = ["jr-a1", "jr-a2", "jr-b1", "jr-b2", "jr-c1"]
+
+
 @pytest.mark.parametrize("flavour", ["jetraft", "nats-server"])
 def test_scale_up_down_adds_the_spares_scales_out_then_retires_them_and_scales_down(tmp_path, flavour):
+    inventory(tmp_path / "hosts.yml", FIVE)
     machines = FakeMachines(tmp_path / "hosts.yml")
     reconnected = []
 
@@ -77,6 +87,16 @@ def test_scale_up_down_adds_the_spares_scales_out_then_retires_them_and_scales_d
     assert detail == {"action": "scale-up-down", "hosts": ["jr-a3", "jr-c2"],
                       "playbook": "playbooks/scale.yml, playbooks/scale_down.yml", "seconds": 5.0,
                       "scale_up_s": 2.5, "scale_down_s": 2.5, "log": "membership-scale-up-down.log"}
+
+
+def test_scale_up_down_is_skipped_when_the_spares_are_servers_already(tmp_path):
+    machines = FakeMachines(inventory(tmp_path / "hosts.yml", FIVE + ["jr-a3", "jr-c2"]))
+    m = PlaybookMembership(tmp_path / "hosts.yml", tmp_path, flavour="jetraft", machines=machines)
+    calls = recording(m)
+    detail = asyncio.run(m(change("scale-up-down", ())))
+    assert detail == {"skipped": "the spares (jr-a3, jr-c2) are servers of the cluster already "
+                                 "(a run on seven hosts)"}
+    assert calls == [] and machines.calls == []
 
 
 def test_scale_up_down_needs_machines(tmp_path):

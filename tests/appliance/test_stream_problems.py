@@ -60,6 +60,11 @@ def test_two_replicas_in_one_zone_break_the_zone_rule():
     assert out == ["APP > S: two replicas in one zone (n1 in a, n2 in a, n5 in c)"]
 
 
+def test_without_unique_zones_two_replicas_may_share_a_zone():
+    out = problems(jsz(stream("S", "n1", [("n2", True), ("n5", True)])), "n1", ZONES, MEMBERS, False)
+    assert out == []
+
+
 def test_more_replicas_than_zones_need_not_be_in_distinct_zones():
     s = stream("S", "n1", [("n2", True), ("n3", True), ("n4", True), ("n5", True)], num=5)
     assert problems(jsz(s), "n1", ZONES, MEMBERS) == []

@@ -189,3 +189,39 @@ def test_without_any_replica_read_divergence_is_unknown(spark, tmp_path):
     lines = [e for e in synthetic_history.queue_history(200, seed=2) if e["f"] != "read-node"]
     queue, nodes = checks(spark, tmp_path, lines)
     assert queue.valid is True and nodes.valid == "unknown" and nodes.details["nodes"] == []
+
+
+def two_streams() -> list[dict]:
+    """An R3 stream's history (CAMPAIGN on n1-n3) beside an R5 stream's (CAMPAIGN5 on n1-n5,
+    its values and processes apart), as a run on seven servers records them."""
+    r3 = synthetic_history.queue_history(600, seed=7)
+    r5 = synthetic_history.queue_history(600, seed=8, nodes=("n1", "n2", "n3", "n4", "n5"))
+    for e in r3:
+        e["key"] = "CAMPAIGN"
+    for e in r5:
+        e.update(key="CAMPAIGN5", process=e["process"] + 1000,
+                 value=None if e["value"] is None else e["value"] + 10_000_000)
+    return sorted(r3 + r5, key=lambda e: e["time_ns"])
+
+
+def test_two_streams_are_judged_each_on_its_own_replicas(spark, tmp_path):
+    queue, nodes = checks(spark, tmp_path, two_streams())
+    assert (queue.valid, queue.count, queue.details["attempted"]) == (True, 0, 1200)
+    # n4 and n5 hold no replica of CAMPAIGN: not missing its values
+    assert (nodes.valid, nodes.count) == (True, 0), nodes.examples[:3]
+    assert nodes.details["nodes"] == ["n1", "n2", "n3", "n4", "n5"]
+    assert nodes.details["streams"]["CAMPAIGN"]["nodes"] == ["n1", "n2", "n3"]
+    assert nodes.details["streams"]["CAMPAIGN5"]["nodes"] == ["n1", "n2", "n3", "n4", "n5"]
+
+
+def test_a_value_lost_on_a_replica_of_the_second_stream_names_that_stream(spark, tmp_path):
+    lines = two_streams()
+    copy = next(e for e in lines if e["f"] == "read-node" and e["node"] == "n4")
+    lines.remove(copy)
+    _, nodes = checks(spark, tmp_path, lines)
+    assert nodes.valid is False
+    assert nodes.details["streams"]["CAMPAIGN5"]["lost_on_node"] == 1
+    assert nodes.details["streams"]["CAMPAIGN"]["lost_on_node"] == 0
+    assert nodes.details["lost_on_node"]["n4"] == 1
+    lost = [e for e in nodes.examples if e["problem"] == "lost on node"]
+    assert [(e["stream"], e["node"], e["value"]) for e in lost] == [("CAMPAIGN5", "n4", copy["value"])]

@@ -2,11 +2,12 @@
 ``/jsz?accounts=true&streams=true&config=true`` answer (nats-server server/monitor.go
 JSInfo: ``account_details[].stream_detail[]`` with ``cluster`` and ``config``).
 
-``{{ jsz | jetraft_stream_problems(server_name, zones, members) }}`` is a list of sentences,
+``{{ jsz | jetraft_stream_problems(server_name, zones, members, unique_zones) }}`` is a list of sentences,
 empty when every stream this server holds has a leader, and every stream it leads has its
 replica count (``config.num_replicas``) of peers, each current and online, on servers that
 are all ``members`` of the cluster, in distinct zones (the placement's ``unique_tag``) when
-there are at least as many zones as replicas. ``zones`` maps server name to zone. A stream
+there are at least as many zones as replicas and ``unique_zones`` is true (the role's
+``jetraft_server_unique_zones``; without a unique tag, replicas may share a zone). ``zones`` maps server name to zone. A stream
 led elsewhere is judged by its leader, on its leader's host.
 """
 
@@ -22,7 +23,7 @@ def _streams(jsz: dict):
 
 
 def jetraft_stream_problems(jsz: object, server_name: str, zones: dict | None = None,
-                            members: list | None = None) -> list[str]:
+                            members: list | None = None, unique_zones: bool = True) -> list[str]:
     """The problems of ``server_name``'s streams (see the module's docstring). Raises
     AnsibleFilterError when ``jsz`` is not a /jsz answer with account details (a server too
     old to give them, or the query options left out)."""
@@ -61,7 +62,7 @@ def jetraft_stream_problems(jsz: object, server_name: str, zones: dict | None = 
             strangers = [p for p in peers if p not in members]
             if strangers:
                 problems.append(f"{name}: replicas on servers outside the cluster: {', '.join(strangers)}")
-        if zones and len(all_zones) >= len(peers):
+        if unique_zones and zones and len(all_zones) >= len(peers):
             placed = [zones.get(p) for p in peers]
             if None not in placed and len(set(placed)) < len(placed):
                 problems.append(f"{name}: two replicas in one zone ("

@@ -13,7 +13,8 @@ map (Kingsbury, Jepsen, ``jepsen.history``):
 - ``f``: queue ``publish`` (an invocation and a completion), ``consume``, ``drain``,
   ``read-node`` (single ``ok`` lines, one per message read); kv ``put``, ``get``,
   ``create``, ``update``, ``delete``;
-- ``key`` (str or null; kv only), ``value`` (int or null: the unique published value; the
+- ``key`` (str or null: kv the key; queue the stream's name, null in a history of one
+  stream), ``value`` (values unique over every queue stream of a run) (int or null: the unique published value; the
   value written or read, null for a delete and for a get that found nothing),
   ``revision`` (int or null: the stream sequence a publish was acknowledged at or a
   message read at; the KV revision written or read), ``expect`` (an update's expected

@@ -220,24 +220,57 @@ def check_queue(history: DataFrame, limit: int) -> CheckResult:
 
 
 def check_node_divergence(history: DataFrame, limit: int) -> CheckResult:
-    """Each node's own copy of the queue's stream (``read-node`` lines) against the
-    acknowledged values, the other nodes and the drain (module docstring). Details: nodes
-    (those whose copy was read), read_node_lines, lost_on_node ({node: count}),
+    """Each node's own copy of each queue stream (``read-node`` lines; the stream is the
+    lines' ``key``, one stream when it is null) against the acknowledged values of that
+    stream, the other nodes and its drain (module docstring). Details: nodes (those whose
+    copy of some stream was read), read_node_lines, lost_on_node ({node: count}),
     lost_on_node_epochs ({node: {prefix, middle, postfix}}), divergent (sequences),
-    divergent_kinds ({kind: sequences}), drain (whether the drain was compared). Examples:
-    problem (``lost on node`` or ``divergent``), node, value, epoch, ack_seq, process,
-    ack_wall_ns, wall_ns; or seq, kinds, copies ({node: value}), drained (the drain's
-    values at that sequence)."""
+    divergent_kinds ({kind: sequences}), drain (whether a drain was compared), streams
+    ({stream: {nodes, lost_on_node, divergent}} when the lines name their streams).
+    Examples: stream, problem (``lost on node`` or ``divergent``), node, value, epoch,
+    ack_seq, process, ack_wall_ns, wall_ns; or seq, kinds, copies ({node: value}), drained
+    (the drain's values at that sequence)."""
     doc = ("each replica's own copy of the queue's stream holds every acknowledged value, and "
            "the copies agree with each other and with the drain at every sequence")
     q = _queue(history)
-    copies = q.where(F.col("f") == "read-node").select("node", "value", F.col("revision").alias("seq"))
-    nodes = sorted(r["node"] for r in copies.select("node").distinct().collect() if r["node"] is not None)
-    if not nodes:
+    streams = sorted((r["key"] for r in q.where(F.col("f") == "read-node").select("key").distinct().collect()),
+                     key=lambda k: (k is None, k or ""))
+    if not streams:
         return CheckResult("node_divergence", UNKNOWN, 0, [],
                            {"nodes": [], "read_node_lines": 0, "lost_on_node": {}, "divergent": 0}, doc)
-    spark = history.sparkSession
-    pubs = publishes(history).persist(StorageLevel.MEMORY_AND_DISK)
+    parts = {stream: _stream_divergence(q.where(F.col("key").eqNullSafe(F.lit(stream))), limit)
+             for stream in streams}
+    nodes = sorted({n for p in parts.values() for n in p["nodes"]})
+    by_node: dict[str, dict[str, int]] = {n: dict.fromkeys(EPOCHS, 0) for n in nodes}
+    kind_counts: dict[str, int] = {}
+    examples: list[dict[str, Any]] = []
+    for stream, part in parts.items():
+        for node, epochs in part["lost_on_node_epochs"].items():
+            for epoch, n in epochs.items():
+                by_node[node][epoch] += n
+        for kind, n in part["divergent_kinds"].items():
+            kind_counts[kind] = kind_counts.get(kind, 0) + n
+        examples += [{"stream": stream, **e} for e in part["examples"]]
+    count = sum(p["count"] for p in parts.values())
+    details = {"nodes": nodes, "read_node_lines": sum(p["read_node_lines"] for p in parts.values()),
+               "lost_on_node": {n: sum(v.values()) for n, v in by_node.items()},
+               "lost_on_node_epochs": by_node, "divergent": sum(p["divergent"] for p in parts.values()),
+               "divergent_kinds": dict(sorted(kind_counts.items())),
+               "drain": any(p["drain"] for p in parts.values())}
+    if streams != [None]:
+        details["streams"] = {stream: {"nodes": p["nodes"],
+                                       "lost_on_node": sum(sum(v.values()) for v in p["lost_on_node_epochs"].values()),
+                                       "divergent": p["divergent"]} for stream, p in parts.items()}
+    return CheckResult("node_divergence", count == 0, count, examples[:limit], details, doc)
+
+
+def _stream_divergence(q: DataFrame, limit: int) -> dict[str, Any]:
+    """:func:`check_node_divergence` of one stream's lines ``q``: nodes, read_node_lines,
+    lost_on_node_epochs, divergent, divergent_kinds, drain, count and examples."""
+    copies = q.where(F.col("f") == "read-node").select("node", "value", F.col("revision").alias("seq"))
+    nodes = sorted(r["node"] for r in copies.select("node").distinct().collect() if r["node"] is not None)
+    spark = q.sparkSession
+    pubs = publishes(q).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         present = copies.select("node", "value").distinct()
         node_df = spark.createDataFrame([(n,) for n in nodes], "node string")
@@ -301,12 +334,11 @@ def check_node_divergence(history: DataFrame, limit: int) -> CheckResult:
         examples += lost_examples[half:half + limit - len(examples)] if div_examples else []
     for e in examples:
         e.pop("order_ns", None)
-    count = lost_total + divergent_total
-    details = {"nodes": nodes, "read_node_lines": read_lines,
-               "lost_on_node": {n: sum(v.values()) for n, v in by_node.items()},
-               "lost_on_node_epochs": by_node, "divergent": divergent_total,
-               "divergent_kinds": dict(sorted(kind_counts.items())), "drain": has_drain}
-    return CheckResult("node_divergence", count == 0, count, examples, details, doc)
+    return {"nodes": nodes, "read_node_lines": read_lines, "lost_on_node_epochs": by_node,
+            "divergent": divergent_total, "divergent_kinds": dict(sorted(kind_counts.items())),
+            "drain": has_drain, "count": lost_total + divergent_total, "examples": examples}
+
+
 
 
 def _divergent_example(r: dict[str, Any]) -> dict[str, Any]:

@@ -351,7 +351,8 @@ class Exercise:
         kh = History(self.run_dir / "history" / "kv.jsonl", run, "kv")
         # the queue stream R3 (a unique zone tag allows no more over three zones), with a
         # replica on the run's one corruption host, so the damage hits its files; on seven
-        # servers (no unique zone tag) an R5 stream beside it, the corruption host in it too
+        # servers (no unique zone tag) an R5 stream beside it, which then is the one given a
+        # replica there (placement by load alone would not put a second group on that host)
         queue = QueueWorkload(self.target, qh, replicas=3)
         queues = [queue]
         if len(self.target.servers) >= SEVEN:
@@ -371,10 +372,8 @@ class Exercise:
         try:
             self.progress("workloads: the queue stream"
                           f"{'s' if len(queues) > 1 else ''}, consumers and the KV bucket")
-            # the corruption host in the larger group first: a replica moved for it
-            # changes the load the next placement sees
-            for q in reversed(queues):
-                await q.setup(replica_on=corrupted[0] if corrupted else None)
+            for q in queues:
+                await q.setup(replica_on=corrupted[0] if corrupted and q is queues[-1] else None)
             await kv.setup()
             for q in queues:
                 await q.start()

@@ -9,6 +9,7 @@ anomaly of a run aimed at a different check: every other check must stay valid.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -280,3 +281,26 @@ def test_a_retired_servers_log_is_read_and_only_the_inventorys_servers_are_expec
     doc = validate(spark, str(root), root / "not-retired")
     assert {"problem": "seen, not in the inventory", "server": gone["server_name"]} \
         in doc["checks"]["topology"]["examples"]
+
+
+def test_without_a_unique_tag_a_servers_zone_is_its_az_tag(spark, tmp_path):
+    """A server without ``unique_tag`` (``jetraft_server_unique_zones: false``) logs no zone
+    in its RAFT events: its zone is then its ``az:<zone>`` server tag (``server_starting``),
+    still held against the inventory's."""
+    root = tmp_path / "run"
+    synthetic.generate(root, events=2000, groups=2, seed=12)
+    for log in (root / "logs").glob("*/events.jsonl"):
+        log.write_text(re.sub(r',"zone":"[a-z]+"', "", log.read_text()))
+    doc = validate(spark, str(root), root)
+    topo = doc["checks"]["topology"]
+    assert topo["valid"] is True, topo["examples"]
+    assert sum(topo["details"]["zones"].values()) == 5 and "None" not in topo["details"]["zones"]
+
+    topology = json.loads((root / "topology.json").read_text())
+    moved = topology["servers"][0]
+    elsewhere = "b" if moved["zone"] != "b" else "a"
+    (root / "topology.json").write_text(json.dumps(
+        {**topology, "servers": [{**moved, "zone": elsewhere}, *topology["servers"][1:]]}))
+    doc = validate(spark, str(root), root / "moved")
+    assert {"problem": "another zone than the inventory's", "server": moved["server_name"],
+            "inventory": elsewhere, "seen": moved["zone"]} in doc["checks"]["topology"]["examples"]

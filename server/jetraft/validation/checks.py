@@ -11,6 +11,9 @@ What is checked, and where the property comes from:
   (jetraft.events.SCHEMA_VERSION).
 - ``topology`` — the servers seen match the inventory (topology.json): names, zones, one
   cluster name, no server name written from two hosts; every server joined the meta group.
+  A server's zone is the one its RAFT events carry (its ``unique_tag`` value), else, when it
+  runs without a unique tag (``jetraft_server_unique_zones: false``), its ``az:<zone>``
+  server tag as ``server_starting`` logs it (the appliance's tag: roles/jetraft_server).
   Details list the meta group's membership changes over the run (servers added as learners,
   promoted, removed; a server back with another store), which report.md tables and the
   timeline marks.
@@ -76,6 +79,8 @@ from jetraft.validation.load import CORRUPT_APPLIED, UNKNOWN_VERSION_APPLIED, In
 from jetraft.validation.result import UNKNOWN, CheckResult
 
 META_GROUP = "_meta_"
+#: The appliance's zone tag (roles/jetraft_server: ``server_tags: ["az:<zone>"]``).
+ZONE_TAG = "az:"
 
 
 def _rows(df: DataFrame, limit: int) -> list[dict[str, Any]]:
@@ -128,9 +133,14 @@ def check_topology(inp: Inputs, limit: int) -> CheckResult:
            "from one host; a server the inventory lists as retired may be seen) and every "
            "server joined the meta group")
     ev = inp.events.where(F.col("server_name").isNotNull())
+    tagged = F.filter(F.coalesce("tags", F.array().cast("array<string>")),
+                      lambda t: F.lower(t).startswith(ZONE_TAG))
+    tag_zone = F.when((F.col("event") == "server_starting") & (F.size(tagged) > 0),
+                      F.substring(tagged[0], len(ZONE_TAG) + 1, 1 << 20))
     seen = (ev.groupBy("server_name")
             .agg(F.collect_set("host").alias("hosts"),
-                 F.first("zone", ignorenulls=True).alias("zone"),
+                 F.coalesce(F.first("zone", ignorenulls=True),
+                            F.first(tag_zone, ignorenulls=True)).alias("zone"),
                  F.max(F.when(F.col("event").isin("raft_became_follower", "raft_became_leader")
                               & (F.col("group") == META_GROUP), 1).otherwise(0)).alias("meta"))
             .collect())

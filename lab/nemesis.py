@@ -459,19 +459,23 @@ def corrupt(paths: list[str], kind: str, rng: random.Random, *, bits: int = 1,
 def _corrupt_store(store_dir: str, flavour: str, kind: str, klass: str, seed: int, bits: int,
                    chunk: int, classes: tuple = ()) -> None:
     """On the host: damage a file of class ``klass`` under ``store_dir``, or, when the host
-    holds no non-empty file of that class (a stream whose group never took a snapshot),
-    of the first of ``classes`` it holds; print the detail as one line of JSON
-    (``file_class`` the class damaged, ``drawn_class`` the one the schedule drew)."""
+    holds too few non-empty files of that class (none: a stream whose group never took a
+    snapshot; one, for a chunk-copy, which needs a file to copy from), of the first of
+    ``classes`` it holds enough of; print the detail as one line of JSON (``file_class``
+    the class damaged, ``drawn_class`` the one the schedule drew)."""
     files = store_files(store_dir)
     picked: list = []
     chosen = klass
+    need = 2 if kind == "chunk-copy" else 1
     for chosen in [klass, *(c for c in classes if c != klass)]:
         picked = [r for r in files if file_class(r, flavour) == chosen
                   and os.path.getsize(os.path.join(store_dir, r)) > 0]
-        if picked:
+        if len(picked) >= need:
             break
-    if not picked:
+    if len(picked) < need:
         chosen = klass
+        picked = [r for r in files if file_class(r, flavour) == klass
+                  and os.path.getsize(os.path.join(store_dir, r)) > 0]
     detail = corrupt([os.path.join(store_dir, r) for r in picked], kind, random.Random(seed),
                      bits=bits, chunk=chunk)
     detail.update(file_class=chosen, drawn_class=klass, candidates=len(picked))

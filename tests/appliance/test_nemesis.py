@@ -500,6 +500,19 @@ def test_a_class_the_host_does_not_hold_falls_back_to_the_next_it_holds(tmp_path
     assert file_class(str(Path(record.detail["file"]).relative_to(tmp_path)), "jetraft") == "stream-block"
 
 
+def test_a_chunk_copy_needs_two_files_so_one_snapshot_falls_back_to_stream_blocks(tmp_path):
+    """A chunk is copied from one file of the class over another: a host with one snapshot
+    file damages the next class it holds two of, and the record says both."""
+    files = _jetraft_store(tmp_path)
+    assert sum(file_class(r, "jetraft") == "snapshot" for r in files) == 1
+    fault = Fault("chunk-copy", ("jr-a1",), 5.0, 10.0, {"file_class": "snapshot", "seed": 2})
+    record = asyncio.run(nemesis(RecordingRunner(), store_dir=str(tmp_path)).apply(fault))
+    assert record.skipped is None
+    assert (record.detail["drawn_class"], record.detail["file_class"]) == ("snapshot", "stream-block")
+    changed = [rel for rel, data in files.items() if (tmp_path / rel).read_bytes() != data]
+    assert [file_class(r, "jetraft") for r in changed] == ["stream-block"]
+
+
 def test_a_corruption_with_no_file_of_the_class_is_skipped_and_says_so(tmp_path):
     runner = RecordingRunner()
     fault = Fault("chunk-copy", ("jr-a1",), 5.0, 10.0, {"file_class": "snapshot", "seed": 1})

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import shlex
 import ssl
 import subprocess
@@ -672,3 +673,18 @@ async def _quiet(_exc: Exception) -> None:
 
 async def _quiet_cb() -> None:
     return None
+
+
+#: What asyncio logs each time a server closes a client's TLS connection: nats-py connects
+#: in plain TCP and upgrades with start_tls, so the stream protocol answers EOF as if it
+#: were not over TLS (CPython asyncio/sslproto.py). It tells nothing; a drill or a campaign
+#: run prints it by the hundred while servers are killed.
+SSL_EOF_NOISE = "returning true from eof_received() has no effect when using ssl"
+
+
+class _DropSslEofNoise(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != SSL_EOF_NOISE
+
+
+logging.getLogger("asyncio").addFilter(_DropSslEofNoise())

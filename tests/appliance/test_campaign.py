@@ -152,3 +152,14 @@ def test_the_table_totals_the_runs():
     assert table.row_count == 3
     cells = [list(column.cells) for column in table.columns]
     assert cells[4][-1] == "30" and cells[5][-1] == "27"
+
+
+def test_asyncios_tls_eof_warning_is_dropped_and_its_other_warnings_kept(caplog):
+    import logging
+
+    from lab.drills import SSL_EOF_NOISE
+    log = logging.getLogger("asyncio")
+    with caplog.at_level(logging.WARNING, logger="asyncio"):
+        log.warning(SSL_EOF_NOISE)
+        log.warning("Executing %s took %.3f seconds", "<Task>", 0.2)
+    assert [r.getMessage() for r in caplog.records] == ["Executing <Task> took 0.200 seconds"]

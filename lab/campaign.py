@@ -253,13 +253,19 @@ class Campaign:
         exercise = Exercise(target, schedule, run_dir, seed=result.seed, minutes=self.minutes,
                             flavour=self.flavour, progress=self._progress(result),
                             membership=membership)
-        asyncio.run(exercise.run())
-        result.faults = exercise.records
-        result.attempted, result.acknowledged = exercise.attempted, exercise.acknowledged
-        result.kv_ops = exercise.kv_ok
+        try:
+            asyncio.run(exercise.run())
+        finally:
+            # figures as measured, even when the workloads stopped on an error
+            result.faults = exercise.records
+            result.attempted, result.acknowledged = exercise.attempted, exercise.acknowledged
+            result.kv_ops = exercise.kv_ok
         self.console.print("collect: the servers' logs (playbooks/collect_logs.yml)")
         _playbook(run_dir, inventory, "playbooks/collect_logs.yml", extra, log)
         self._validate(result, run_dir)
+        if exercise.errors:
+            # judged on what the cluster still served, and never valid
+            result.error = "; ".join(exercise.errors)
 
     def _progress(self, result: RunResult) -> Callable[[str], None]:
         prefix = f"run {result.index} of {self.runs} ({self.flavour}, seed {result.seed})"
@@ -339,6 +345,9 @@ class Exercise:
         self.seed, self.minutes, self.flavour, self.progress = seed, minutes, flavour, progress
         self.records: list[dict[str, Any]] = []
         self.attempted = self.acknowledged = self.kv_ok = 0
+        #: What kept the run from its end as planned (the cluster not recovering, a stream
+        #: that could not be read back); the run goes on to read and judge what it can.
+        self.errors: list[str] = []
 
     async def run(self) -> None:
         from lab.nemesis import CampaignNemesis
@@ -380,17 +389,29 @@ class Exercise:
             await kv.start()
             await self._faults(nemesis, queues, kv)
             self.progress("recovery: every server healthy, every replica current")
-            await self._recovered(queue, [q.stream for q in queues])
+            try:
+                await self._recovered(queue, [q.stream for q in queues])
+            except CampaignError as exc:
+                self.errors.append(str(exc))
+                self.progress(f"recovery: {exc}; reading back what the cluster still serves")
             for q in queues:
                 await q.stop()
             await kv.stop()
             for q in queues:
                 self.progress(f"drain: reading the whole stream {q.stream} back")
-                drained = await q.drain()
+                try:
+                    drained = await q.drain()
+                except Exception as exc:       # judged as read: what was not read is lost
+                    self.errors.append(f"the drain of {q.stream} stopped: {exc}")
+                    self.progress(f"drain: {q.stream} could not be read to its end: {exc}")
+                    continue
                 self.progress(f"drain: {drained} messages of {q.stream} read")
             if self.flavour == "jetraft":
                 for q in queues:
-                    await self._node_copies(q)
+                    try:
+                        await self._node_copies(q)
+                    except Exception as exc:
+                        self.errors.append(f"a copy of {q.stream} could not be read: {exc}")
         finally:
             try:
                 await nemesis.heal_all()

@@ -163,3 +163,69 @@ def test_asyncios_tls_eof_warning_is_dropped_and_its_other_warnings_kept(caplog)
         log.warning(SSL_EOF_NOISE)
         log.warning("Executing %s took %.3f seconds", "<Task>", 0.2)
     assert [r.getMessage() for r in caplog.records] == ["Executing <Task> took 0.200 seconds"]
+
+
+def test_a_cluster_that_does_not_recover_is_still_read_back_and_the_run_keeps_its_figures(tmp_path, monkeypatch):
+    """The cluster not recovering (a server that never answers again) and a stream that
+    cannot be drained are what a run measured, not the end of it: the figures stay, each
+    error is named, and what can be read is read."""
+    import asyncio
+
+    import lab.nemesis
+    import lab.workloads
+    from lab.campaign import CampaignError, Exercise
+
+    calls = []
+
+    class Queue:
+        def __init__(self, target, history, **kw):
+            self.stream, self.acknowledged = kw.get("stream", "CAMPAIGN"), 7
+
+        async def setup(self, replica_on=None):
+            calls.append("setup")
+
+        async def start(self):
+            calls.append("start")
+
+        async def stop(self):
+            pass
+
+        async def drain(self):
+            calls.append("drain")
+            raise RuntimeError("stream info for the drain: no leader")
+
+        async def close(self):
+            pass
+
+    class KV(Queue):
+        ok = 3
+
+        def __init__(self, target, history, seed):
+            pass
+
+    class Nemesis:
+        def __init__(self, *a, **kw):
+            pass
+
+        async def heal_all(self):
+            calls.append("heal_all")
+
+        def close(self):
+            pass
+
+    async def not_recovered(self, queue, streams):
+        raise CampaignError("the cluster did not recover within 180 s: jr-a2 /healthz: refused")
+
+    monkeypatch.setattr(lab.workloads, "QueueWorkload", Queue)
+    monkeypatch.setattr(lab.workloads, "KVWorkload", KV)
+    monkeypatch.setattr(lab.nemesis, "CampaignNemesis", Nemesis)
+    monkeypatch.setattr(Exercise, "_recovered", not_recovered)
+    target = type("T", (), {"servers": [object()] * 5})()
+    exercise = Exercise(target, [], tmp_path, seed=1, minutes=0.001, flavour="nats-server",
+                        progress=lambda text: None)
+    asyncio.run(exercise.run())
+    assert exercise.errors == ["the cluster did not recover within 180 s: jr-a2 /healthz: refused",
+                               "the drain of CAMPAIGN stopped: stream info for the drain: no leader"]
+    assert (exercise.acknowledged, exercise.kv_ok) == (7, 3)
+    assert calls == ["setup", "setup", "start", "start", "drain", "heal_all"]
+    assert (tmp_path / "faults.json").exists()

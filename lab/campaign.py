@@ -525,8 +525,11 @@ class Exercise:
         while time.monotonic() < deadline:
             try:
                 for server in self.target.servers:
-                    health = await asyncio.to_thread(self.target.get_json, server,
-                                                     "/healthz?js-enabled-only=true")
+                    try:
+                        health = await asyncio.to_thread(self.target.get_json, server,
+                                                         "/healthz?js-enabled-only=true")
+                    except Exception as exc:
+                        raise CampaignError(f"{server.name} /healthz: {exc}") from exc
                     if health.get("status") != "ok":
                         raise CampaignError(f"{server.name} /healthz: {health}")
                 for stream in (*streams, "KV_campaign"):

@@ -53,6 +53,8 @@ FLAVOURS: dict[str, dict[str, str]] = {
 #: every replica of the workloads' streams current.
 RECOVERY_S = 180.0
 #: The checks whose verdicts a run reports (report.json of jetraft-validate).
+#: jetraft-validate's verdict for a check it could not decide.
+UNKNOWN = "unknown"
 RAFT_CHECKS = ("election_safety", "term_monotonic", "log_matching", "leader_completeness")
 #: From this many servers a run has a second queue stream, R5 (and the servers no unique
 #: zone tag, so that five replicas fit in three zones).
@@ -297,7 +299,8 @@ def apply_report(result: RunResult, report: dict) -> None:
     for name in ("unexpected", "duplicated", "recovered"):
         value = queue.get(name)
         setattr(result, name, int(value if not isinstance(value, list) else len(value)) if value else 0)
-    if "node_divergence" in checks:
+    if "node_divergence" in checks and checks["node_divergence"].get("valid") is not UNKNOWN:
+        # unknown (no replica's copy read: nats-server's files are not read) stays None
         result.divergent = int(checks["node_divergence"].get("count", 0))
     if "linearizable" in checks:
         result.linearizable = checks["linearizable"].get("valid")

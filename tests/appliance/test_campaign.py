@@ -135,10 +135,12 @@ def test_a_run_without_event_logs_has_no_raft_verdict_and_is_judged_on_its_histo
     apply_report(result, _report(
         election_safety=unknown, term_monotonic=unknown, log_matching=unknown,
         leader_completeness=unknown,
+        node_divergence={"valid": "unknown", "count": 0, "examples": [], "details": {"nodes": []}},
         queue={"valid": True, "count": 0, "examples": [],
                "details": {"lost": {"prefix": 0, "middle": 0, "postfix": 0}}},
         linearizable={"valid": True, "count": 0, "examples": [], "details": {}}))
     assert result.raft is None and result.validation is True and result.valid
+    assert result.divergent is None         # no replica's copy was read: not measured
     result = RunResult(1, "jetraft", 5, 3.0, "d", "replay")
     apply_report(result, _report(election_safety={**unknown, "details": {}},
                                  linearizable={"valid": True, "count": 0, "examples": [], "details": {}}))

@@ -59,6 +59,10 @@ RAFT_CHECKS = ("election_safety", "term_monotonic", "log_matching", "leader_comp
 #: From this many servers a run has a second queue stream, R5 (and the servers no unique
 #: zone tag, so that five replicas fit in three zones).
 SEVEN = 7
+#: findmnt's SOURCE of the power-loss layer (lab/powerloss.py mounts with fsname=powerloss):
+#: the storage role is told it may sit over the store, so that scale.yml and
+#: replace_host.yml, which run the storage play on every server, pass while it is in place.
+POWERLOSS_SOURCE = "powerloss"
 
 
 class CampaignError(Exception):
@@ -225,7 +229,7 @@ class Campaign:
                 self.console.print(f"lab: the spares {', '.join(spares)} too (seven hosts, "
                                    "zones 3/2/2)")
                 inventory = lab.add(spares)
-        extra = dict(FLAVOURS[self.flavour])
+        extra = {**FLAVOURS[self.flavour], "jetraft_storage_stacked_sources": [POWERLOSS_SOURCE]}
         seven = len(Target.from_inventory(inventory).servers) >= SEVEN
         if seven:
             # an R5 stream over three zones: no unique zone tag (replicas placed by load)

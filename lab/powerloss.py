@@ -221,7 +221,7 @@ def cmd_mount(args: argparse.Namespace) -> int:
     try:
         Fuse(ops, store, foreground=True, nothreads=True, allow_other=True,
              default_permissions=True, use_ino=True,
-             fsname="powerloss", subtype="powerloss")
+             fsname="powerloss", subtype="powerloss")  # lab/campaign.py's POWERLOSS_SOURCE
     except RuntimeError as e:
         # libfuse answers SIGTERM, SIGINT and SIGHUP with a non-zero result: a stop once
         # mounted, a failure before.

@@ -46,7 +46,8 @@ def mounted(dev: str) -> list[str]:
 
 
 def mount_of(target: Path) -> tuple[str, list[str]] | None:
-    """(source, options) of what is mounted on ``target``, or None."""
+    """(source, options) of what is mounted on ``target`` (the first mount there, under any
+    stacked over it), or None."""
     out = subprocess.run(["findmnt", "-n", "-o", "SOURCE,OPTIONS", "--mountpoint", str(target)],
                          capture_output=True, text=True).stdout.split()
     return (out[0], out[1].split(",")) if out else None
@@ -212,6 +213,39 @@ def test_a_disk_mounted_elsewhere_is_refused(disk, tmp_path):
     refused(apply(tmp_path, disk),
             f"{disk.dev} on h1 is mounted on {elsewhere}: it is in use. Pick another disk")
     assert mount_of(disk.mount_point) is None and not disk.fstab.exists()
+
+
+def test_a_mount_stacked_over_the_store_is_refused_unless_its_source_is_allowed(disk, tmp_path):
+    assert succeeded(apply(tmp_path, disk))["changed"] > 0
+    (disk.mount_point / "stream.blk").write_text("messages")
+    sh("mount", "-t", "tmpfs", "layer", str(disk.mount_point))     # hides the disk
+    try:
+        refused(apply(tmp_path, disk),
+                f"{disk.mount_point} on h1 is mounted from layer over {disk.dev}, which it hides; "
+                "unmount it first (or, for a layer meant to be there, name its source in "
+                "jetraft_storage_stacked_sources)")
+        again = apply(tmp_path, disk, jetraft_storage_stacked_sources=["layer"])
+        assert succeeded(again)["changed"] == 0, again.stdout[-3000:]
+        assert sh("findmnt", "-n", "-o", "SOURCE", "--mountpoint",
+                  str(disk.mount_point)).split() == [disk.dev, "layer"]  # left in place
+        refused(apply(tmp_path, disk, jetraft_storage_stacked_sources=["other"]),
+                f"is mounted from layer over {disk.dev}")
+    finally:
+        sh("umount", str(disk.mount_point))
+    assert (disk.mount_point / "stream.blk").read_text() == "messages"
+
+
+def test_a_disk_lacking_its_options_under_an_allowed_layer_is_refused_not_remounted(disk, tmp_path):
+    sh("mkfs.xfs", "-q", disk.dev)
+    disk.mount_point.mkdir()
+    sh("mount", disk.dev, str(disk.mount_point))          # by hand: relatime
+    sh("mount", "-t", "tmpfs", "layer", str(disk.mount_point))
+    try:
+        refused(apply(tmp_path, disk, jetraft_storage_stacked_sources=["layer"]),
+                f"{disk.dev} on h1 is mounted without noatime under layer; unmount the layer")
+        assert "noatime" not in mount_of(disk.mount_point)[1]
+    finally:
+        sh("umount", str(disk.mount_point))
 
 
 def test_a_store_directory_holding_files_is_not_hidden_and_the_disk_stays_empty(disk, tmp_path):

@@ -217,7 +217,8 @@ def _wait_ready(server: RunningServer, deadline: float, path: str = "/healthz") 
     return "not ready before the deadline"
 
 
-def _launch(kind: str, workdir: Path, extra: str, http: bool, name: str) -> RunningServer:
+def _launch(kind: str, workdir: Path, extra: str, http: bool, name: str,
+            executable: Path) -> RunningServer:
     """Write the config file and start the process, output captured to files in workdir."""
     port = free_port()
     http_port = free_port() if http else None
@@ -226,7 +227,7 @@ def _launch(kind: str, workdir: Path, extra: str, http: bool, name: str) -> Runn
     stdout_path, stderr_path = workdir / f"{name}.stdout", workdir / f"{name}.stderr"
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
         proc = subprocess.Popen(
-            [str(binary(kind)), "-c", str(conf)],
+            [str(executable), "-c", str(conf)],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=err,
@@ -244,8 +245,10 @@ def start_server(
     name: str | None = None,
     ready_timeout: float = 15.0,
     attempts: int = 3,
+    executable: Path | None = None,
 ) -> RunningServer:
-    """Start ``kind`` with ``extra`` config text in ``workdir`` and wait until it is ready.
+    """Start ``kind`` with ``extra`` config text in ``workdir`` and wait until it is ready;
+    ``executable``: the server's command (default ``binary(kind)``, this venv's).
 
     Retries with new ports when the log shows the picked port was taken meanwhile.
     Raises ServerStartError (with config and output) when the server does not come up.
@@ -256,9 +259,10 @@ def start_server(
     workdir.mkdir(parents=True, exist_ok=True)
     name = name or kind
     for attempt in range(1, attempts + 1):
-        if not binary(kind).exists():
-            raise ServerStartError(f"{kind}: no executable at {binary(kind)}")
-        server = _launch(kind, workdir, extra, http, f"{name}-{attempt}")
+        command = executable or binary(kind)
+        if not command.exists():
+            raise ServerStartError(f"{kind}: no executable at {command}")
+        server = _launch(kind, workdir, extra, http, f"{name}-{attempt}", command)
         reason = _wait_ready(server, time.monotonic() + ready_timeout)
         if reason is None:
             return server

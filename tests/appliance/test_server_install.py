@@ -8,12 +8,14 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 import yaml
 
 from playbook import flat, run_playbook
+from servers import start_server
 
 from jetraft import __version__
 
@@ -88,3 +90,31 @@ def test_a_virtualenv_made_by_another_python_is_made_again(wheelhouse, tmp_path)
     server = tmp_path / "opt" / "jetraft" / "bin" / "jetraft-server"
     shown = subprocess.run([str(server), "--version"], capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0 and __version__ in shown.stdout + shown.stderr
+
+
+def test_every_installed_command_runs_and_the_admin_cli_talks_to_the_installed_server(wheelhouse, tmp_path):
+    """Each console script of pyproject.toml, from the virtualenv the role made (no dev or
+    lab extras in it), answers --help; the admin CLI adds and lists a stream on a server
+    started from the same virtualenv."""
+    assert install(write_inventory(tmp_path, wheelhouse)).returncode == 0
+    bin_dir = tmp_path / "opt" / "jetraft" / "bin"
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert {"jetraft", "jetraft-server", "jetraft-validate"} <= set(scripts)
+    for script in scripts:
+        shown = subprocess.run([str(bin_dir / script), "--help"], capture_output=True, text=True,
+                               timeout=60)
+        assert shown.returncode == 0 and "Usage:" in shown.stdout, (script, shown.stderr[-2000:])
+    server = start_server("jetraft", tmp_path / "server",
+                          f'jetstream {{ store_dir: "{tmp_path / "store"}" }}',
+                          executable=bin_dir / "jetraft-server")
+    try:
+        def jetraft(*args: str) -> subprocess.CompletedProcess:
+            return subprocess.run([str(bin_dir / "jetraft"), "-s", server.url, *args],
+                                  capture_output=True, text=True, timeout=60)
+
+        added = jetraft("stream", "add", "ORDERS", "--subjects", "orders.>", "--defaults")
+        assert added.returncode == 0, added.stdout[-2000:] + added.stderr[-2000:]
+        listed = jetraft("stream", "ls", "--names")
+        assert (listed.returncode, listed.stdout.split()) == (0, ["ORDERS"]), listed.stderr[-2000:]
+    finally:
+        server.stop()

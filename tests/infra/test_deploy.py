@@ -92,6 +92,12 @@ def test_the_store_is_mounted_from_the_non_rotational_data_disk_with_noatime(hos
     assert host.file(f"{STORE}").exists
 
 
+@pytest.mark.parametrize("command", ["jetraft", "jetraft-server", "jetraft-validate"])
+def test_every_installed_command_answers_help(host, command):
+    shown = host.run(f"/opt/jetraft/bin/{command} --help")
+    assert shown.rc == 0 and "Usage:" in shown.stdout, shown.stderr[-2000:]
+
+
 def test_healthz_is_ok(host):
     assert _http_json(host, "/healthz") == {"status": "ok"}
 

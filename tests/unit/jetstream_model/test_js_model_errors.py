@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import inspect
+import re
+from pathlib import Path
 
 import pytest
 from nats.js.errors import APIError
@@ -72,3 +75,53 @@ def test_js_model_response_types():
         "type": "io.nats.jetstream.api.v1.consumer_info_response",
         "error": {"code": 404, "err_code": 10014, "description": "consumer not found"},
     }
+
+
+def _error_calls(tree: ast.AST):
+    """(line, constant, keyword names) of each ``api_error("<constant>", ...)`` call."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        if name != "api_error" or not node.args:
+            continue
+        first = node.args[0]
+        constant = first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else None
+        keywords = None if any(k.arg is None for k in node.keywords) else {k.arg for k in node.keywords}
+        yield node.lineno, constant, keywords
+
+
+def _misnamed_errors(sources: dict[str, str]) -> list[str]:
+    """What is wrong with the api_error calls of ``sources`` (path -> text): an unknown
+    constant, a placeholder left unfilled, an argument no placeholder takes."""
+    placeholders = {name: set(re.findall(r"\{(\w+)\}", template)) for name, _c, _e, template in ERRORS}
+    problems = []
+    for path, text in sources.items():
+        for line, constant, keywords in _error_calls(ast.parse(text)):
+            where = f"{path}:{line}"
+            if constant is None:
+                continue        # built from a variable: by_err_code and the table's own helpers
+            if constant not in placeholders:
+                problems.append(f"{where}: no error {constant!r} in nats-server's errors.json")
+            elif keywords is not None and keywords != placeholders[constant]:
+                problems.append(f"{where}: {constant} takes {sorted(placeholders[constant])}, "
+                                f"given {sorted(keywords)}")
+    return problems
+
+
+def test_every_api_error_call_names_a_known_error_and_fills_its_placeholders():
+    package = Path(E.__file__).resolve().parents[1]
+    sources = {str(p.relative_to(package)): p.read_text() for p in sorted(package.rglob("*.py"))}
+    assert sum(1 for text in sources.values() for _ in _error_calls(ast.parse(text))) > 100
+    assert _misnamed_errors(sources) == []
+
+
+def test_a_misnamed_error_or_a_wrong_placeholder_is_found():
+    planted = {"planted.py": 'E.api_error("JSStreamNotFoundEr")\n'
+                             'E.api_error("JSSequenceNotFoundErrF", sequence=3)\n'
+                             'api_error("JSInvalidJSONErr")\n'}
+    assert _misnamed_errors(planted) == [
+        "planted.py:1: no error 'JSStreamNotFoundEr' in nats-server's errors.json",
+        "planted.py:2: JSSequenceNotFoundErrF takes ['seq'], given ['sequence']",
+        "planted.py:3: JSInvalidJSONErr takes ['err'], given []"]

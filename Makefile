@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.jetraft-installed
 
-.PHONY: setup check test bench fuzz lab lab-deps clean wheelhouse
+.PHONY: setup check test bench fuzz lab lab-deps clean wheelhouse docs docs-serve
 
 # Debian packages the lab needs on this machine (systemd-nspawn, debootstrap, ...; fuse3 for
 # lab/powerloss.py and its tests).
@@ -24,6 +24,16 @@ $(STAMP): pyproject.toml
 # Idempotent: a second run fetches nothing and leaves the files as they were.
 wheelhouse: setup
 	$(BIN)/python tools/wheelhouse.py --wheelhouse build/wheelhouse
+
+# The operator's manual (docs/, mkdocs.yml) as a site in build/site; --strict: a link to a
+# missing page or anchor fails the build. docs-serve rebuilds it as you edit (127.0.0.1:8000).
+DOCS_ENV := NO_MKDOCS_2_WARNING=1
+
+docs: setup
+	$(DOCS_ENV) $(BIN)/mkdocs build --strict
+
+docs-serve: setup
+	$(DOCS_ENV) $(BIN)/mkdocs serve --strict --dev-addr 127.0.0.1:8000
 
 lab-deps:
 	@dpkg -s $(LAB_DEBS) >/dev/null 2>&1 || { apt-get update -q && \

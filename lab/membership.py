@@ -3,7 +3,7 @@ workloads go on and other faults (a partition composed into the window) are in f
 
 Jepsen changed nats-server's membership through its API under partitions and lost data
 (nats-server issue 7545). Here a change is what an operator of the appliance does, with
-the playbooks the README documents, as lab/day_two.py's drills run them:
+the playbooks docs/appliance.md documents, as lab/day_two.py's drills run them:
 
 - ``replace-host``: the target host is power-cut, a new machine of the same name, zone and
   address put in its place (empty disk, new host key: the provider's ``replace``), then

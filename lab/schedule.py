@@ -45,7 +45,7 @@ PACKET_LOSS = "packet-loss"
 PACKET_DELAY = "packet-delay"
 MEMBERSHIP = "membership"
 
-#: Every kind of fault, with the line ``python -m lab campaign --help`` and README show.
+#: Every kind of fault, with the line ``python -m lab campaign --help`` and docs/lab.md show.
 KINDS: dict[str, str] = {
     KILL: "SIGKILL of the server (one, a zone or a majority); started again at the heal",
     PAUSE: "SIGSTOP of the server (one, a zone or a majority); SIGCONT at the heal",

@@ -223,7 +223,7 @@ def test_hostile_request_is_answered_as_nats_server_does(start_server, tmp_path,
 @pytest.mark.parametrize(("subject", "body", "nats", "ours"), [c[1:] for c in DEPTH_DIFFERENCES],
                          ids=[c[0] for c in DEPTH_DIFFERENCES])
 def test_nesting_between_1000_and_10000_levels(start_server, tmp_path, server_kind, subject, body, nats, ours):
-    """Go decodes up to 10,000 levels; jetraft refuses past 1,000 (the README's "Limits and
+    """Go decodes up to 10,000 levels; jetraft refuses past 1,000 (docs/limits.md, "Limits and
     hostile input" says why), at the offset of the bracket that passes 1,000."""
     srv = seeded(start_server, tmp_path)
     check_reply(srv.address, subject, body, nats if server_kind == "nats-server" else ours)

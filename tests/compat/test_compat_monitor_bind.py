@@ -2,7 +2,7 @@
 
 nats-server binds monitoring to the client host (``-a``) unless the file's
 ``http: "host:port"`` names one (server/opts.go setBaselineOptions: HTTPHost defaults to
-Host after the flags). The README's own start command, ``-a 127.0.0.1 -p P -m M``, must
+Host after the flags). The start command of docs/install.md, ``-a 127.0.0.1 -p P -m M``, must
 not open monitoring on every interface. Only 127.0.0.0/8 is used: monitoring bound to
 127.0.0.2 answers there and refuses 127.0.0.1, which it would not if bound to 0.0.0.0.
 """

@@ -158,7 +158,7 @@ def test_a_removed_server_that_comes_back_is_refused(grown, tmp_path):
         await nc.close()
     run(placed)
 
-    # added again the way README says: stopped, its store emptied, started; a new server
+    # added again the way docs/cluster.md says: stopped, its store emptied, started; a new server
     import shutil
     c.stop_one("n6")
     shutil.rmtree(c.store_dir("n6"))

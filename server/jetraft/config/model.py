@@ -142,7 +142,7 @@ class JetStreamConfig:
     (lower-cased tag prefix such as ``"az:"``; replicas of a stream go to servers
     whose tags with that prefix differ), ``domain``.
 
-    Snapshots and RAFT log compaction (README "Snapshots, compaction and catch-up"): a
+    Snapshots and RAFT log compaction (docs/cluster.md, "Snapshots, compaction and catch-up"): a
     stream group snapshots once ``stream_compact`` entries or ``stream_compact_size`` bytes
     were applied since its last snapshot, or ``stream_compact_interval`` seconds passed
     (jetraft's own keys; defaults nats-server's stream compaction constants); the meta

@@ -835,7 +835,7 @@ class StreamConfig(_Model):
         ``allow_atomic``, ``allow_msg_schedules``, ``persist_mode`` async, ``allow_batched``.
         ``allow_msg_ttl`` is accepted (nats-py sets it on every key-value bucket): a
         ``Nats-TTL`` header is then refused at publish (stream.py), never stored and kept.
-        Every other field is enforced (README "Stream and consumer settings").
+        Every other field is enforced (docs/jetstream.md).
         """
         if self.mirror is not None:
             return "mirror"

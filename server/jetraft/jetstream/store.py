@@ -10,7 +10,7 @@ Python object per message. Opening walks each block and checks every record's ch
 except a block with an index file (``NNN.idx``, written when a block of message records
 only is sealed and when the store is closed): when the block's length and crc32 are still
 the ones the index file names, its columns are read from there instead. On the machine the
-figures in README.md come from, opening 1,000,000 messages takes about 1.3 s walking and
+figures in docs/ come from, opening 1,000,000 messages takes about 1.3 s walking and
 0.27 s from index files.
 
 Both share one index (:class:`_IndexedStore`), so their semantics are the same by

@@ -4,11 +4,11 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.jetraft-installed
 
-.PHONY: setup check test bench fuzz lab lab-deps clean wheelhouse docs docs-serve
+.PHONY: setup check test bench fuzz lab lab-deps clean wheelhouse docs docs-serve deb
 
 # Debian packages the lab needs on this machine (systemd-nspawn, debootstrap, ...; fuse3 for
-# lab/powerloss.py and its tests).
-LAB_DEBS := debootstrap systemd-container xfsprogs openssh-client iproute2 vagrant vagrant-libvirt fuse3
+# lab/powerloss.py and its tests; lintian for make deb and its tests).
+LAB_DEBS := debootstrap systemd-container xfsprogs openssh-client iproute2 vagrant vagrant-libvirt fuse3 lintian
 
 setup: $(STAMP)
 
@@ -34,6 +34,13 @@ docs: setup
 
 docs-serve: setup
 	$(DOCS_ENV) $(BIN)/mkdocs serve --strict --dev-addr 127.0.0.1:8000
+
+# jetraft as a Debian package for Debian 12 and 13 (tools/deb.py: the wheelhouse's wheels, a
+# postinst that makes the virtualenv under /opt/jetraft, the unit, the jetraft user), into
+# build/deb, then checked with lintian.
+deb: lab-deps wheelhouse
+	$(BIN)/python tools/deb.py --wheelhouse build/wheelhouse --out build/deb
+	lintian --tag-display-limit 0 --fail-on error,warning build/deb/jetraft_*.deb
 
 lab-deps:
 	@dpkg -s $(LAB_DEBS) >/dev/null 2>&1 || { apt-get update -q && \

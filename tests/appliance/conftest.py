@@ -25,6 +25,18 @@ POWERLOSS_READY_S = 20
 _LOG_TAIL = 6000
 
 
+@pytest.fixture(scope="session")
+def wheelhouse(tmp_path_factory):
+    """`make wheelhouse`'s command (wheels for every supported host's Python), into a
+    temporary directory, once per test session (per xdist worker)."""
+    out = tmp_path_factory.mktemp("wheelhouse")
+    root = Path(__file__).resolve().parents[2]
+    build = subprocess.run([sys.executable, str(root / "tools" / "wheelhouse.py"), "--wheelhouse",
+                            str(out)], capture_output=True, text=True, timeout=900)
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    return out
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.parent.name == "appliance" and item.get_closest_marker("timeout") is None:

@@ -11,7 +11,6 @@ import sys
 import tomllib
 from pathlib import Path
 
-import pytest
 import yaml
 
 from playbook import flat, run_playbook
@@ -39,17 +38,6 @@ def install(inv: Path) -> subprocess.CompletedProcess:
     return run_playbook("deploy", inv, "jetraft_server_install", drop_env_prefix="PIP_",
                         env={"PIP_INDEX_URL": "http://127.0.0.1:9/no-index-here/",
                              "PIP_RETRIES": "0", "PIP_TIMEOUT": "2"})
-
-
-@pytest.fixture(scope="module")
-def wheelhouse(tmp_path_factory):
-    """`make wheelhouse`'s command (wheels for every supported host's Python), into a
-    temporary directory."""
-    out = tmp_path_factory.mktemp("wheelhouse")
-    build = subprocess.run([sys.executable, str(ROOT / "tools" / "wheelhouse.py"), "--wheelhouse",
-                            str(out)], capture_output=True, text=True, timeout=900)
-    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
-    return out
 
 
 def test_installed_from_the_wheelhouse_with_no_index_and_a_rerun_changes_nothing(wheelhouse, tmp_path):

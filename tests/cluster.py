@@ -197,7 +197,7 @@ class Cluster:
         deadline = time.monotonic() + self.ready_timeout
         path = "/healthz" if names is None else "/healthz?js-server-only=true"
         for server in started:
-            reason = servers._wait_ready(server, deadline, path)
+            reason = servers.wait_ready(server, deadline, path)
             if reason is not None:
                 # the servers just started are stopped: a caller whose start failed has no
                 # cluster to stop, and they would run on beside the rest of the suite

@@ -56,7 +56,7 @@ def _ephemeral_low(default: int = 32768) -> int:
 _EPHEMERAL_RANGE = (max(1024, _ephemeral_low() - 12000), _ephemeral_low())
 
 
-def _worker_range(low: int, high: int, environ=os.environ) -> tuple[int, int]:
+def worker_range(low: int, high: int, environ=os.environ) -> tuple[int, int]:
     """The part of ``low..high-1`` this process takes its ports from.
 
     Under pytest-xdist (``PYTEST_XDIST_WORKER`` = ``gw<i>``, ``PYTEST_XDIST_WORKER_COUNT``
@@ -75,9 +75,9 @@ def _worker_range(low: int, high: int, environ=os.environ) -> tuple[int, int]:
     return low + index * size, low + (index + 1) * size
 
 
-_PORT_RANGE = _worker_range(*_EPHEMERAL_RANGE)
+PORT_RANGE = worker_range(*_EPHEMERAL_RANGE)
 _handed_out: set[int] = set()
-_next_port = _PORT_RANGE[0] + (os.getpid() * 97) % (_PORT_RANGE[1] - _PORT_RANGE[0])
+_next_port = PORT_RANGE[0] + (os.getpid() * 97) % (PORT_RANGE[1] - PORT_RANGE[0])
 
 
 def free_port() -> int:
@@ -85,11 +85,11 @@ def free_port() -> int:
 
     Never returns the same port twice in one process, nor a port another pytest-xdist
     worker of the same run may return (each worker has its own slice of the range, see
-    ``_worker_range``). Raises RuntimeError when every port of this process's range (about
+    ``worker_range``). Raises RuntimeError when every port of this process's range (about
     12,000 below ``ip_local_port_range``, divided by the number of workers) is in use.
     """
     global _next_port
-    low, high = _PORT_RANGE
+    low, high = PORT_RANGE
     for _ in range(high - low):
         port = _next_port
         _next_port = low + (_next_port + 1 - low) % (high - low)
@@ -205,7 +205,7 @@ def _healthz_ready(server: RunningServer, path: str = "/healthz") -> bool:
     return status == 200
 
 
-def _wait_ready(server: RunningServer, deadline: float, path: str = "/healthz") -> str | None:
+def wait_ready(server: RunningServer, deadline: float, path: str = "/healthz") -> str | None:
     """Poll until ready (TCP, then ``path`` answers 200); return None when ready, else the
     reason it is not."""
     while time.monotonic() < deadline:
@@ -263,7 +263,7 @@ def start_server(
         if not command.exists():
             raise ServerStartError(f"{kind}: no executable at {command}")
         server = _launch(kind, workdir, extra, http, f"{name}-{attempt}", command)
-        reason = _wait_ready(server, time.monotonic() + ready_timeout)
+        reason = wait_ready(server, time.monotonic() + ready_timeout)
         if reason is None:
             return server
         server.stop()

@@ -69,34 +69,6 @@ def check_password(stored: str, given: str) -> bool:
     return hmac.compare_digest(stored.encode(), given.encode())
 
 
-def go_quote(text: str) -> str:
-    """``text`` as Go's ``%q`` prints it (strconv.Quote), for error texts that quote a
-    subject as nats-server does. A byte that was not UTF-8 (decoded with
-    ``surrogateescape``) is written ``\\xNN``."""
-    out = ['"']
-    for ch in text:
-        code = ord(ch)
-        if ch in ('"', "\\"):
-            out.append("\\" + ch)
-        elif 0xDC80 <= code <= 0xDCFF:
-            out.append(f"\\x{code - 0xDC00:02x}")
-        elif ch.isprintable() and not 0xD800 <= code <= 0xDFFF:
-            out.append(ch)
-        elif ch in _GO_ESCAPES:
-            out.append(_GO_ESCAPES[ch])
-        elif code < 0x80:
-            out.append(f"\\x{code:02x}")
-        elif code < 0x10000:
-            out.append(f"\\u{code:04x}")
-        else:
-            out.append(f"\\U{code:08x}")
-    out.append('"')
-    return "".join(out)
-
-
-_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
-
-
 def _split_queue(entry: str) -> tuple[str, str | None]:
     """``"subject"`` or ``"subject queue"`` (client.go splitSubjectQueue)."""
     parts = entry.split()
@@ -212,6 +184,26 @@ class ClientPermissions:
         self._replies: dict[str, list] = {}        # reply -> [delivered at, responses sent]
         self._since_prune = 0
         self._last_prune = 0.0
+
+    @property
+    def pub_cache_size(self) -> int:
+        """Subjects in this connection's publish cache (client.go ``perms.pcache``); pruned
+        once past :data:`PUB_CACHE_SIZE`."""
+        return len(self._pub_cache)
+
+    @property
+    def deny_cache_size(self) -> int:
+        """(subject, queue) pairs in this connection's delivery deny cache (client.go
+        ``mperms.dcache``); pruned once past :data:`DENY_CACHE_SIZE`."""
+        return len(self._deny_cache)
+
+    @property
+    def reply_count(self) -> int:
+        """Reply subjects this connection holds a response permission for (client.go
+        ``replies``): each delivered message's reply it may not publish to otherwise, until
+        the next prune after it is used up or expired (every :data:`REPLY_PRUNE_COUNT`
+        deliveries or :data:`REPLY_PRUNE_SECONDS` seconds)."""
+        return len(self._replies)
 
     def can_publish(self, subject: str, now: float) -> bool:
         """client.go pubAllowedFullCheck: the static check (cached), then, when it

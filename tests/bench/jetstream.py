@@ -101,7 +101,7 @@ async def async_publish(js, budget: Budget) -> tuple[int, float]:
     return len(acks), elapsed
 
 
-async def pull_consume(js, budget: Budget, batch: int) -> tuple[int, float]:
+async def pull_consume(nc, js, budget: Budget, batch: int) -> tuple[int, float]:
     """Fill the stream (async publish), then fetch it in batches with a durable pull
     consumer, acking each message; returns (consumed, seconds of consuming)."""
     filled, _ = await async_publish(js, budget)
@@ -115,7 +115,7 @@ async def pull_consume(js, budget: Budget, batch: int) -> tuple[int, float]:
             await msg.ack()
             done += 1
     elapsed = time.perf_counter() - started
-    await js._nc.flush(timeout=10)  # the acks reached the server
+    await nc.flush(timeout=10)  # the acks reached the server
     return done, elapsed
 
 
@@ -126,7 +126,7 @@ async def measure(server: RunningServer, args) -> dict[str, Result]:
     runs = {
         "sync": lambda budget: sync_publish(js, budget),
         "async": lambda budget: async_publish(js, budget),
-        "consume": lambda budget: pull_consume(js, budget, args.batch),
+        "consume": lambda budget: pull_consume(nc, js, budget, args.batch),
     }
     results = {}
     try:

@@ -59,6 +59,16 @@ async def connect(url: str, **options) -> Client:
     return await nats.connect(url, **options)
 
 
+def server_info(nc: Client) -> dict:
+    """The INFO the server sent ``nc`` (its latest), as nats-py decoded it: a JSON object.
+
+    nats-py 2.16 (pinned in pyproject.toml) keeps it only in ``Client._server_info`` and has
+    no public accessor; its public properties cover a few fields (``client_id``,
+    ``max_payload``, ``connected_server_version``). This is the one place a test reads it.
+    """
+    return nc._server_info  # noqa: SLF001 - nats-py's, no public accessor (see above)
+
+
 async def round_trip(*clients: Client) -> None:
     """Flush each client in order (PING/PONG), publishers first, then subscribers.
 

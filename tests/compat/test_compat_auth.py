@@ -11,6 +11,7 @@ from compat_support import (
     payloads,
     round_trip,
     run,
+    server_info,
     take,
 )
 from nats.errors import Error as NatsError
@@ -38,7 +39,7 @@ def test_admin_with_bcrypt_password(auth_server):
     async def scenario():
         nc = await connect(auth_server.url, user="admin", password=ADMIN_PASSWORD)
         assert nc.is_connected
-        assert nc._server_info.get("auth_required") is True
+        assert server_info(nc).get("auth_required") is True
         await assert_usable(nc)
         await nc.close()
 

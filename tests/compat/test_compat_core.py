@@ -14,6 +14,7 @@ from compat_support import (
     pub_and_sub,
     round_trip,
     run,
+    server_info,
     take,
 )
 from nats.errors import NoRespondersError
@@ -28,7 +29,7 @@ def test_connect_and_info(server):
         nc = await connect(server.url)
         try:
             assert nc.is_connected
-            info = nc._server_info
+            info = server_info(nc)
             assert isinstance(info.get("server_id"), str) and info["server_id"]
             assert isinstance(info.get("server_name"), str) and info["server_name"]
             assert SEMVER_2.match(info.get("version", "")), info.get("version")

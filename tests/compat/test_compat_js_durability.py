@@ -69,7 +69,7 @@ class Processes:
                                     stdin=subprocess.DEVNULL, stdout=fo, stderr=fe, cwd=workdir)
         srv = servers.RunningServer(old.kind, old.port, old.http_port, old.config_path, out, err, proc)
         self.all.append(srv)
-        reason = servers._wait_ready(srv, time.monotonic() + 15)
+        reason = servers.wait_ready(srv, time.monotonic() + 15)
         if reason is not None:
             raise AssertionError(f"restart failed ({reason}):\n{srv.output()[-4000:]}")
         return srv

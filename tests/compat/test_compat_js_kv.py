@@ -343,13 +343,12 @@ def test_bucket_lookup_listing_and_delete(start_server, tmp_path):
             await one.put("k", b"v")
             bound = await js.key_value("one")
             assert (await bound.get("k")).value == b"v"
-            jsm = js._nc.jsm()
-            names = sorted(si.config.name for si in await jsm.streams_info())
+            names = sorted(si.config.name for si in await js.streams_info())
             assert names == ["KV_one", "KV_two"]
             assert await js.delete_key_value("two") is True
             with pytest.raises(BucketNotFoundError):
                 await js.key_value("two")
-            names = [si.config.name for si in await jsm.streams_info()]
+            names = [si.config.name for si in await js.streams_info()]
             assert names == ["KV_one"]
             # nats-py maps a missing stream to NotFoundError (404 / 10059) in delete too
             with pytest.raises(APIError) as exc:

@@ -232,7 +232,7 @@ def test_object_store_lookup_and_delete(start_server, tmp_path):
             assert await js.delete_object_store("files") is True
             with pytest.raises(BucketNotFoundError):
                 await js.object_store("files")
-            assert [s.config.name for s in await js._nc.jsm().streams_info()] == []
+            assert [s.config.name for s in await js.streams_info()] == []
 
     run(scenario, timeout=30)
 

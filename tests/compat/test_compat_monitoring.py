@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from compat_support import close_all, connect, poll, round_trip, run
+from compat_support import close_all, connect, poll, round_trip, run, server_info
 
 
 def test_healthz(monitored_server):
@@ -44,7 +44,7 @@ def test_varz_identity_and_counters(monitored_server):
 
     async def scenario():
         a, b = await connect(server.url), await connect(server.url)
-        info = a._server_info
+        info = server_info(a)
         varz = await wait_for_fields(server, "/varz", {"connections": 2})
         assert varz["server_id"] == info["server_id"]
         assert varz["server_name"] == info["server_name"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from compat_support import close_all, connect, json_type, poll, round_trip, run
+from compat_support import close_all, connect, json_type, poll, round_trip, run, server_info
 
 CONFIG = """
 max_payload: 65536
@@ -67,7 +67,7 @@ async def observe(server) -> dict:
 
     await poll(counted, 10, f"{server.kind} /varz to count 8 messages in, 15 out")
     seen = {
-        "info": pub._server_info,
+        "info": server_info(pub),
         "varz": await monitor("/varz"),
         "connz": await monitor("/connz"),
         "subsz": await monitor("/subsz"),

@@ -18,7 +18,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from compat_support import assert_usable, close_all, connect, run
+from compat_support import assert_usable, close_all, connect, run, server_info
 from servers import free_port
 from tls_support import PKI, CertPair, client_context, der_serial, cert_serial, make_pki, spki_sha256
 
@@ -78,8 +78,8 @@ def test_nats_py_over_tls(start_server, pki):
 
     async def scenario():
         nc = await connect(f"tls://127.0.0.1:{srv.port}", tls=client_context(pki))
-        assert nc._server_info.get("tls_required") is True
-        assert "tls_verify" not in nc._server_info
+        assert server_info(nc).get("tls_required") is True
+        assert "tls_verify" not in server_info(nc)
         await assert_usable(nc)
         await nc.close()
 
@@ -125,7 +125,7 @@ def test_tls_first(start_server, pki):
 
     async def scenario():
         nc = await connect(f"tls://127.0.0.1:{srv.port}", tls=client_context(pki), tls_handshake_first=True)
-        assert nc._server_info.get("tls_required") is True
+        assert server_info(nc).get("tls_required") is True
         await assert_usable(nc)
         await nc.close()
 
@@ -146,7 +146,7 @@ def test_tls_first_with_fallback(start_server, pki):
     async def scenario():
         first = await connect(f"tls://127.0.0.1:{srv.port}", tls=client_context(pki), tls_handshake_first=True)
         later = await connect(f"tls://127.0.0.1:{srv.port}", tls=client_context(pki))
-        assert later._server_info.get("tls_required") is True
+        assert server_info(later).get("tls_required") is True
         await assert_usable(first)
         await assert_usable(later)
         await close_all(first, later)
@@ -160,7 +160,7 @@ def test_mutual_tls_with_a_good_certificate(start_server, pki):
 
     async def scenario():
         nc = await connect(f"tls://127.0.0.1:{srv.port}", tls=client_context(pki, pki.client))
-        assert nc._server_info.get("tls_verify") is True
+        assert server_info(nc).get("tls_verify") is True
         await assert_usable(nc)
         await nc.close()
 

@@ -1,13 +1,14 @@
 """Fuzz target: the stream catch-up frames peers exchange (jetraft.net.stream_catchup:
-``StreamCatchup._on_request``, ``_on_data``, ``_decode``; the fetching side ``_fetch``
-with jetraft.jetstream.catchup.BlockWriter, and ``_adopt_latest``).
+the handlers ``StreamCatchup`` registers for route frames ``jscu`` (requests) and ``jscd``
+(data), ``decode_frame``; the fetching side ``StreamCatchup.fetch`` with
+jetraft.jetstream.catchup.BlockWriter, and ``adopt_latest``).
 
 Two StreamCatchup objects over fake clusters (the ``CatchupCluster`` protocol): the
 *server* ``n2``, leader of stream ORDERS's group, whose replica is tests/fuzz/js_replica.py's
 source replica (a real file store, made once per process and only read), and the
 *fetcher* ``n1``, completing a snapshot of the same group: it fetches missing block bytes
 from ``n2``/``n3`` into a fresh directory. The fetcher's requests go to the server's real
-``_on_request`` unless the input answers them itself. Trio runs the fetch on a MockClock
+request handler unless the input answers them itself. Trio runs the fetch on a MockClock
 that jumps ahead whenever every task waits (time-outs cost nothing), and the fetch's
 worker-thread calls (the blocks' fsync) in place.
 
@@ -29,21 +30,21 @@ Input: a flags byte, then records ``kind (1 byte) | length (2 bytes, big-endian)
 
 Records of kinds 0 and 1 are handled first, in order; the rest are the script of the fetch,
 which runs when there is one. Flags: bit 0, the fetcher then asks for the leader's snapshot
-(``_adopt_latest``, the script answering its requests too); bits 1-2, what is missing: 0
+(``adopt_latest``, the script answering its requests too); bits 1-2, what is missing: 0
 the first block, 1 every block, 2 the second half of the first block, 3 a block no
 replica has; bit 3, requests of 700 bytes one at a time (else 4 KiB, 4 at a time); bit 4,
 every body is zlib-compressed (at most 16 MiB inflated): lets a small input carry a big
 frame (the decode bombs among the regression inputs).
 
-Invariants: no exception comes out of ``_on_request`` or ``_on_data`` (a malformed frame
+Invariants: no exception comes out of the request or data handler (a malformed frame
 is reported, ``config_warning``, and dropped); the server's answers are well formed: a
 status of ``ok``/``behind``/``gone``/``busy``/``unknown`` to the asker only, block bytes
 only with ``ok``, to a member of the group, at most MAX_SERVE_BYTES and equal to the
 store's; an outsider gets ``unknown`` and changes nothing. The fetch ends within 10
 minutes (of the mock clock) once the script is spent, and raises nothing but
-``_Impossible`` (every peer said a block is gone): a malformed answer is dropped and its
-request sent again, not a failed catch-up; when it returns, every missing block file has
-its full size. ``_adopt_latest`` raises nothing and adopts only a snapshot newer than what
+``CatchupImpossible`` (every peer said a block is gone): a malformed answer is dropped and
+its request sent again, not a failed catch-up; when it returns, every missing block file has
+its full size. ``adopt_latest`` raises nothing and adopts only a snapshot newer than what
 the group applied, of the documented types.
 
 Resource rules (fuzz_support.bounded): the handlers and the fetch take at most 100 ms
@@ -79,6 +80,7 @@ KEY = ("$G", NAME)
 GROUP = "S-R3F-fuzz"
 PEERS = ("n1", "n2", "n3")
 SOURCES = ("n1", "n3", "n9", "n2")
+REQUEST, DATA = "jscu", "jscd"      # the route frame kinds of a catch-up
 STATUSES = {"ok", "behind", "gone", "busy", "unknown"}
 APPLIED = 7
 DEADLINE_S = 600
@@ -100,6 +102,10 @@ class Routes:
 
     def send_app(self, peer: str, kind: str, body: bytes) -> bool:
         return self.deliver(peer, kind, body)
+
+    def receive(self, src: str, kind: str, body: bytes) -> None:
+        """A frame of ``kind`` from ``src`` arrives: to the handler registered for it."""
+        self.handlers[kind](src, body)
 
 
 class Log:
@@ -173,7 +179,7 @@ class _Server:
     def answer(self, src: str, request: bytes) -> list[bytes]:
         """What the server sends back for ``request`` from ``src``."""
         before = len(self.sent)
-        self.catchup._on_request(src, request)
+        self.cluster.routes.receive(src, REQUEST, request)
         return [body for peer, _, body in self.sent[before:]]
 
 
@@ -247,13 +253,13 @@ def _to_server(kind: int, src: str, body: bytes, work: Work) -> None:
     calls = len(srv.cluster.groups[KEY].calls)
     if kind == 0:
         with work("serve"):
-            srv.catchup._on_request(src, body)
+            srv.cluster.routes.receive(src, REQUEST, body)
         _check_answers(src, body, srv.sent[before:], events)
         if src not in PEERS:
             assert len(srv.cluster.groups[KEY].calls) == calls, "an outsider's request reached the group"
     else:
         with work("serve"):
-            srv.catchup._on_data(src, body)
+            srv.cluster.routes.receive(src, DATA, body)
         assert len(srv.sent) == before, "a data frame was answered"
 
 
@@ -290,16 +296,13 @@ class Fetcher:
             k, b = self.script.pop(0)
             src = SOURCES[k >> 3 & 3]
             before = len(self.cluster.events.lines)
-            if k & 7 == 6:
-                self.catchup._on_request(src, b)
-            else:
-                self.catchup._on_data(src, b)
+            self.cluster.routes.receive(src, REQUEST if k & 7 == 6 else DATA, b)
             for name, fields in self.cluster.events.lines[before:]:
                 assert name == "config_warning", (name, fields)
         if not self.script:
             self.spent = True
             for answer in server().answer("n1", body):
-                self.catchup._on_data(peer, answer)
+                self.cluster.routes.receive(peer, DATA, answer)
             return True
         k, b = self.script.pop(0)
         k &= 7
@@ -320,26 +323,25 @@ class Fetcher:
                         b = msgpack.packb({**real, **patch}, use_bin_type=True)
                     except (TypeError, ValueError):
                         b = answer
-                    self.catchup._on_data(peer, b)
+                    self.cluster.routes.receive(peer, DATA, b)
                 return True
-        self.catchup._on_data(peer, b)
+        self.cluster.routes.receive(peer, DATA, b)
         return True
 
     async def run(self, missing: list[Missing], adopt: bool) -> str:
-        send, recv = trio.open_memory_channel[dict](self.catchup.window * 2 + 8)
-        self.catchup._inbox[KEY] = send
+        recv = self.catchup.open_inbox(KEY)
         group = self.cluster.groups[KEY]
         outcome = "unfinished"
         with trio.move_on_after(DEADLINE_S):
             try:
-                await self.catchup._fetch(KEY, group, self.directory, missing, recv)
+                await self.catchup.fetch(KEY, group, self.directory, missing, recv)
                 outcome = "fetched"
-            except sc._Impossible:
+            except sc.CatchupImpossible:
                 outcome = "impossible"
         if outcome == "unfinished" or not adopt:
             return outcome
         with trio.move_on_after(DEADLINE_S):
-            await self.catchup._adopt_latest(KEY, group, recv)
+            await self.catchup.adopt_latest(KEY, group, recv)
             return outcome + ", adopted"
         return outcome + ", not adopted"
 

@@ -35,27 +35,30 @@ INCLUDES = {
     "sub/leaf.conf": "jetstream { max_mem: 1G }\n",
 }
 
-_sandbox: str | None = None
+#: The directory of the include files, and the only one the parser may read (None until
+#: the first input); tests/unit/test_fuzz_targets.py sets it back to None when it gives the
+#: parser its own file reader back.
+sandbox: str | None = None
 
 
 def _setup() -> str:
-    global _sandbox
-    if _sandbox is None:
-        _sandbox = os.path.realpath(tempfile.mkdtemp(prefix="jetraft-fuzz-config-"))
+    global sandbox
+    if sandbox is None:
+        sandbox = os.path.realpath(tempfile.mkdtemp(prefix="jetraft-fuzz-config-"))
         for name, text in INCLUDES.items():
-            path = os.path.join(_sandbox, name)
+            path = os.path.join(sandbox, name)
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "w") as f:
                 f.write(text)
         real_read = config_parser.read_config_file
 
         def sandboxed_read(path: str) -> str:
-            if os.path.commonpath([os.path.realpath(path), _sandbox]) != _sandbox:
+            if os.path.commonpath([os.path.realpath(path), sandbox]) != sandbox:
                 raise PermissionError(13, "outside the fuzzing sandbox", path)
             return real_read(path)
 
         config_parser.read_config_file = sandboxed_read
-    return _sandbox
+    return sandbox
 
 
 def _check_error(err: ConfigError) -> None:

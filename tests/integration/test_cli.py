@@ -20,6 +20,7 @@ from pathlib import Path
 
 import nats
 import pytest
+from compat_support import server_info
 from servers import free_port
 
 BIN = Path(sys.executable).parent / "jetraft-server"
@@ -375,7 +376,7 @@ def test_flags_override_file(running):
 
     async def scenario():
         nc = await nats.connect(f"nats://127.0.0.1:{server.port}", connect_timeout=5)
-        name = nc._server_info.get("server_name")
+        name = server_info(nc).get("server_name")
         await nc.close()
         return name
 

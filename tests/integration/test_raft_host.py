@@ -592,7 +592,7 @@ async def test_a_peer_is_added_then_another_removed(nursery, tmp_path):
     # the leader reported d's state once d joined, and forgets b's once b left
     await until(lambda: latest_replica_state(cl, "a", "g").get("d", {}).get("event") == "raft_replica_current",
                 2.0, "a reports d current")
-    await until(lambda: lead._replica_state.keys() == {"c", "d"}, 1.0, "a drops b's replica state")
+    await until(lambda: lead.tracked_replicas == {"c", "d"}, 1.0, "a drops b's replica state")
 
 
 class KeepLogSM(ListSM):
@@ -751,7 +751,7 @@ async def test_the_leader_reports_each_replica_lagging_then_current(nursery, tmp
         firsts.setdefault(e["peer"], e)
     for e in firsts.values():                       # the initial state of each peer
         assert e["event"] == "raft_replica_lagging" or e["behind_ns"] is None, e
-    await until(lambda: not lead._replica_state, 1.0, "a, a follower now, forgets its replica states")
+    await until(lambda: not lead.tracked_replicas, 1.0, "a, a follower now, forgets its replica states")
 
 
 async def test_raft_group_closed_on_close_group_not_on_shutdown(cluster):

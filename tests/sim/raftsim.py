@@ -146,7 +146,7 @@ class Checker:
         """Before ``rd`` is written to ``sn``'s storage."""
         st = sn.storage
         if rd.snapshot is not None:
-            self._check_snapshot(sn, rd.snapshot, "installed from the leader")
+            self.check_snapshot(sn, rd.snapshot, "installed from the leader")
         ents = rd.entries
         if not ents:
             return
@@ -189,7 +189,7 @@ class Checker:
         if leader and self.leaders.get(term) == sn.id:
             self._check_leader_completeness(sn, term, "after persisting its log")
 
-    def _check_snapshot(self, sn: SimNode, snap: Snapshot, how: str) -> None:
+    def check_snapshot(self, sn: SimNode, snap: Snapshot, how: str) -> None:
         if snap.index == 0:
             return
         idx, h = parse_snapshot_data(snap.data)
@@ -254,7 +254,7 @@ class Checker:
 
     def on_restore(self, sn: SimNode, snap: Snapshot, how: str) -> None:
         """``sn``'s state machine is reset to ``snap``."""
-        self._check_snapshot(sn, snap, how)
+        self.check_snapshot(sn, snap, how)
         if snap.index == 0:
             sn.sm_index, sn.sm_hash = 0, b""
         else:
@@ -508,7 +508,7 @@ class Cluster:
         if index != sn.sm_index or index <= sn.storage.view.snap.index:
             return None
         snap = sn.storage.create_snapshot(index, snapshot_data(sn.sm_index, sn.sm_hash))
-        self.checker._check_snapshot(sn, snap, "taken locally")
+        self.checker.check_snapshot(sn, snap, "taken locally")
         sn.storage.compact(index if compact_to is None else compact_to)
         self.note("snapshot+compact", pid, f"@{index}")
         return snap

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from jetraft.auth import GLOBAL_ACCOUNT, Authenticator, AuthError, ClientPermissions, check_password, go_quote
+from jetraft.auth import GLOBAL_ACCOUNT, Authenticator, AuthError, ClientPermissions, check_password
+from jetraft.gofmt import quote as go_quote
 from jetraft.config import config_from_text
 
 SEED_HASH = "$2a$11$DRh4C0KNbNnD8K/hb/buWe1zPxEHrLEiDmuq1Mi0rRJiH/W25Qidm"
@@ -227,8 +228,10 @@ def test_allow_responses_max_and_expiry():
 def test_reply_on_an_allowed_subject_is_not_tracked():
     p = perms_for('{ publish: "_INBOX.>", allow_responses: true }')
     p.note_delivery("_INBOX.x", 0.0)
-    assert p._replies == {}
+    assert p.reply_count == 0
     assert p.can_publish("_INBOX.x", 0.0) and p.can_publish("_INBOX.x", 0.0)
+    p.note_delivery("other.x", 0.0)                  # not allowed otherwise: tracked
+    assert p.reply_count == 1
 
 
 def test_caches_and_reply_permissions_are_bounded():
@@ -239,12 +242,12 @@ def test_caches_and_reply_permissions_are_bounded():
     for i in range(5000):
         p.can_publish(f"s.{i}", 0.0)
         p.delivery_denied(f"s.{i}", None)
-    assert len(p._pub_cache) <= PUB_CACHE_SIZE + 1
-    assert len(p._deny_cache) <= DENY_CACHE_SIZE + 1
+    assert p.pub_cache_size <= PUB_CACHE_SIZE + 1
+    assert p.deny_cache_size <= DENY_CACHE_SIZE + 1
     for i in range(3 * REPLY_PRUNE_COUNT):
         p.note_delivery(f"x.{i}", 0.0)
         assert p.can_publish(f"x.{i}", 0.0)          # used up: pruned at the next pass
-    assert len(p._replies) <= REPLY_PRUNE_COUNT + 1
+    assert p.reply_count <= REPLY_PRUNE_COUNT + 1
 
 
 def test_permissions_compiled_once_per_distinct_permissions():

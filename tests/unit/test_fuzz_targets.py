@@ -85,7 +85,7 @@ def scratch():
     config_parser.read_config_file = read_config_file
     config_target = sys.modules.get("jetraft_fuzz_nats_config")
     if config_target is not None:
-        config_target._sandbox = None
+        config_target.sandbox = None
     shutil.rmtree(directory, ignore_errors=True)
     if previous is None:
         os.environ.pop(SCRATCH_ENV, None)

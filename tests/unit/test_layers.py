@@ -21,8 +21,10 @@ Imports under ``if TYPE_CHECKING:`` and inside functions count. Run by hand with
 ``lint-imports`` from the project root.
 
 Also here: no attribute starting with ``_`` is read outside its own class in server/jetraft
-(ruff's SLF001, configured in pyproject.toml; ``ruff check server/jetraft`` by hand). A module
-that needs another's state uses a public name or method.
+and in tests/ (the tests, their helpers, the fuzz targets and the bench scripts): ruff's SLF001,
+configured in pyproject.toml; ``ruff check server/jetraft tests`` by hand. A module that needs
+another's state uses a public name or method; a test asserts through public behaviour or a
+documented read-only accessor, and a test helper's names used elsewhere are public.
 """
 
 from __future__ import annotations
@@ -54,11 +56,15 @@ def test_the_layers_hold():
     assert "Contracts: 3 kept, 0 broken." in result.stdout, result.stdout
 
 
+#: What SLF001 covers: the server, and tests/ whole (tests, helpers, fuzz targets, benches).
+RUFF_PATHS = ("server/jetraft", "tests")
+
+
 def ruff(cwd: Path) -> subprocess.CompletedProcess[str]:
-    """``ruff check server/jetraft`` with cwd's pyproject.toml."""
+    """``ruff check server/jetraft tests`` with cwd's pyproject.toml."""
     return subprocess.run(
         [sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise",
-         "server/jetraft"],
+         *RUFF_PATHS],
         cwd=cwd, env={**os.environ, "NO_COLOR": "1"}, capture_output=True, text=True, timeout=60,
     )
 
@@ -68,17 +74,40 @@ def test_no_private_attribute_is_read_outside_its_class():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_a_private_attribute_read_from_another_module_fails_the_suite(tmp_path):
+def python_only(directory: str, names: list[str]) -> list[str]:
+    """A copytree ``ignore``: everything but directories and Python files (tests/fuzz's
+    corpora are most of tests/ and nothing ruff reads)."""
+    return [n for n in names if n == "__pycache__"
+            or not (n.endswith(".py") or os.path.isdir(os.path.join(directory, n)))]
+
+
+# A private attribute read from outside its class, planted in a copy of the tree: in a module of
+# the server, in a test, and in a fuzz target (outside pytest's test paths).
+PLANTS = {
+    "server module": ("server/jetraft/net/monitor.py",
+                      "\n\ndef _peek(service):\n    return service._queue\n"),
+    "test": ("tests/unit/test_auth.py",
+             "\n\ndef test_peek():\n    assert perms_for('{}')._replies == {}\n"),
+    "fuzz target": ("tests/fuzz/catchup_frames.py",
+                    "\n\ndef _peek():\n    return server().catchup._inbox\n"),
+}
+
+
+@pytest.mark.parametrize("case", list(PLANTS))
+def test_a_private_attribute_read_from_another_module_fails_the_suite(tmp_path, case):
     shutil.copytree(ROOT / "server" / "jetraft", tmp_path / "server" / "jetraft",
                     ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "tests", tmp_path / "tests", ignore=python_only)
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    target = tmp_path / "server" / "jetraft" / "net" / "monitor.py"
-    target.write_text(target.read_text() + "\n\ndef _peek(service):\n    return service._queue\n")
+    assert ruff(tmp_path).returncode == 0, "the copy is clean before the plant"
+    path, code = PLANTS[case]
+    target = tmp_path / path
+    target.write_text(target.read_text() + code)
 
     result = ruff(tmp_path)
 
-    assert result.returncode == 1
-    assert "server/jetraft/net/monitor.py" in result.stdout and "SLF001" in result.stdout, result.stdout
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"{path}:" in result.stdout and "SLF001" in result.stdout, result.stdout
 
 
 # One import that breaks one contract, and what lint-imports says about it.

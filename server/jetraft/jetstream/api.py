@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from jetraft import gofmt
 from jetraft.protocol.client import status_headers
 from jetraft.raft.storage import fileio
 from jetraft.protocol.subjects import (
@@ -59,7 +60,6 @@ from .model import (
     APIStats,
     ConsumerConfig,
     StreamConfig,
-    format_time,
 )
 from .outbound import Outbound
 from .replica_state import ReplicaStateError, build_replica_state, check_replica_state
@@ -1231,7 +1231,7 @@ class JetStreamAccount:
         if sm is None:
             return status(404, "Message Not Found")
         extra = (f"Nats-Stream: {entry.name}\r\nNats-Subject: {sm.subject}\r\n"
-                 f"Nats-Sequence: {sm.seq}\r\nNats-Time-Stamp: {format_time(sm.ts)}\r\n")
+                 f"Nats-Sequence: {sm.seq}\r\nNats-Time-Stamp: {gofmt.format_time(sm.ts)}\r\n")
         if req.no_hdrs:
             headers = None
         elif sm.headers:

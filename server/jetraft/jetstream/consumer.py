@@ -76,12 +76,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from jetraft.config.durations import parse_duration
+from jetraft import gofmt
 from jetraft.protocol.client import status_headers
 from jetraft.protocol.subjects import subject_matches
 
 from . import advisories as adv
 from . import gojson
-from .errors import go_duration
 from .model import ConsumerConfig, ConsumerInfo, SequenceInfo
 from .outbound import Outbound
 from .store import CorruptMessage, MessageNotFound, StoredMessage
@@ -591,7 +591,7 @@ class Consumer:
         if cfg.max_batch > 0 and batch > cfg.max_batch:
             return err(409, f"Exceeded MaxRequestBatch of {cfg.max_batch}")
         if expires > 0 and cfg.max_expires > 0 and expires > cfg.max_expires:
-            return err(409, f"Exceeded MaxRequestExpires of {go_duration(cfg.max_expires)}")
+            return err(409, f"Exceeded MaxRequestExpires of {gofmt.duration(cfg.max_expires)}")
         if max_bytes > 0 and cfg.max_bytes > 0 and max_bytes > cfg.max_bytes:
             return err(409, f"Exceeded MaxRequestMaxBytes of {cfg.max_bytes}")
         self._sync_new()

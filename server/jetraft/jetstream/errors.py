@@ -29,7 +29,6 @@ __all__ = [
     "JSApiError",
     "UnsupportedSetting",
     "api_error",
-    "go_duration",
 ]
 
 #: (constant, code, err_code, description template), sorted by err_code.
@@ -268,39 +267,6 @@ _BY_ERR_CODE: dict[int, tuple[str, int, str]] = {ec: (c, code, d) for c, code, e
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 
 _GO_UNITS = (("h", 3600 * 10**9), ("m", 60 * 10**9))
-
-
-def go_duration(ns: int) -> str:
-    """Format ``ns`` nanoseconds as Go's ``time.Duration.String()`` does.
-
-    ``0`` -> ``"0s"``, ``1500000`` -> ``"1.5ms"``, ``90 s`` -> ``"1m30s"``,
-    ``2 h`` -> ``"2h0m0s"``. Used where nats-server prints a duration into a
-    description (e.g. JSConsumerInactiveThresholdExcess ``{limit}``).
-    """
-    if ns == 0:
-        return "0s"
-    sign = "-" if ns < 0 else ""
-    u = abs(ns)
-    if u < 10**9:
-        for unit, size in (("ms", 10**6), ("\u00b5s", 10**3), ("ns", 1)):
-            if u >= size:
-                return sign + _frac(u, size) + unit
-    out = ""
-    hours, rest = divmod(u, 3600 * 10**9)
-    minutes, rest = divmod(rest, 60 * 10**9)
-    if hours:
-        out += f"{hours}h"
-    if hours or minutes:
-        out += f"{minutes}m"
-    return sign + out + _frac(rest, 10**9) + "s"
-
-
-def _frac(value: int, size: int) -> str:
-    whole, rest = divmod(value, size)
-    if not rest:
-        return str(whole)
-    digits = len(str(size)) - 1
-    return f"{whole}." + f"{rest:0{digits}d}".rstrip("0")
 
 
 def _text(value: Any) -> str:

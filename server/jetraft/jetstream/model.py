@@ -34,12 +34,12 @@ cycles) or account limits are the caller's; this module is pure, no I/O.
 from __future__ import annotations
 
 import dataclasses
-import datetime as _dt
 import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from jetraft import gofmt
 from jetraft.jetstream import errors as E
 from jetraft.jetstream import gojson
 from jetraft.jetstream.errors import JSApiError
@@ -72,10 +72,8 @@ __all__ = [
     "StreamInfo",
     "StreamState",
     "SubjectTransform",
-    "format_time",
     "is_valid_asset_name",
     "is_valid_name",
-    "parse_time",
     "raw_json",
 ]
 
@@ -127,46 +125,6 @@ def is_valid_asset_name(name: str) -> bool:
     return is_valid_name(name) and "\\" not in name and "/" not in name
 
 
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
-_ZERO_TIME = "0001-01-01T00:00:00Z"
-_TIME_RE = re.compile(
-    r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|z|[+-]\d{2}:\d{2})$"
-)
-
-
-def format_time(ns: int | None) -> str:
-    """RFC 3339 UTC with nanoseconds, trailing zeros trimmed (Go ``time.RFC3339Nano``).
-
-    ``None`` is Go's zero time ``"0001-01-01T00:00:00Z"``.
-    """
-    if ns is None:
-        return _ZERO_TIME
-    secs, frac = divmod(ns, SECOND)
-    text = (_EPOCH + _dt.timedelta(seconds=secs)).strftime("%Y-%m-%dT%H:%M:%S")
-    if frac:
-        text += "." + f"{frac:09d}".rstrip("0")
-    return text + "Z"
-
-
-def parse_time(text: str) -> int | None:
-    """Parse an RFC 3339 timestamp into ns since the epoch (UTC); the zero time gives ``None``.
-
-    Raises ``ValueError`` on malformed input.
-    """
-    m = _TIME_RE.match(text)
-    if not m:
-        raise ValueError(f"parsing time {json.dumps(text)}: not RFC 3339")
-    year, mon, day, hh, mm, ss = (int(g) for g in m.groups()[:6])
-    frac = int((m.group(7) or "0").ljust(9, "0"))
-    tz = m.group(8)
-    offset = 0 if tz in ("Z", "z") else (1 if tz[0] == "+" else -1) * (int(tz[1:3]) * 3600 + int(tz[4:6]) * 60)
-    when = _dt.datetime(year, mon, day, hh, mm, ss, tzinfo=_dt.timezone.utc)
-    secs = (when - _EPOCH) // _dt.timedelta(seconds=1) - offset
-    if year == 1 and mon == 1 and day == 1 and hh == mm == ss == 0 and frac == 0 and offset == 0:
-        return None
-    return secs * SECOND + frac
-
-
 # --- strict decoding (Go encoding/json with DisallowUnknownFields) -----------------------
 
 
@@ -199,11 +157,6 @@ def raw_json(value: Any) -> str:
         return "[...]" if isinstance(value, list) else "{...}"
 
 
-def _go_quote_raw(value: Any) -> str:
-    """Go ``%q`` of the raw JSON bytes of ``value`` (as enum UnmarshalJSON errors print them)."""
-    return json.dumps(raw_json(value))
-
-
 @dataclass(frozen=True)
 class _F:
     """One JSON field: key, attribute, kind, omitempty."""
@@ -232,7 +185,7 @@ def _decode_value(f: _F, value: Any, path: str, *, element: bool = False) -> Any
             (value.lower() if f.enum_error == "lower" else value) not in f.enum
         ):
             if f.enum_error in ("quoted", "lower"):
-                raise E.invalid_json(f"can not unmarshal {_go_quote_raw(value)}")
+                raise E.invalid_json(f"can not unmarshal {gofmt.quote(raw_json(value))}")
             if f.enum_error.startswith("raw:"):
                 raise E.invalid_json(f.enum_error[4:] + raw_json(value))
             raise E.invalid_json(f.enum_error)
@@ -257,7 +210,7 @@ def _decode_value(f: _F, value: Any, path: str, *, element: bool = False) -> Any
         if not isinstance(value, str):
             raise _type_error(value, path, "time.Time", element=element)
         try:
-            return parse_time(value)
+            return gofmt.parse_time(value)
         except ValueError as exc:
             raise E.invalid_json(str(exc)) from None
     if kind in ("strlist", "durlist"):
@@ -314,7 +267,7 @@ def _zero(f: _F) -> Any:
 
 def _encode_value(f: _F, value: Any) -> Any:
     if f.kind == "time":
-        return format_time(value)
+        return gofmt.format_time(value)
     if f.kind.startswith("obj:"):
         return value.to_json()
     if f.kind.startswith("objlist:"):
@@ -696,7 +649,7 @@ class StreamConfig(_Model):
         if cfg.max_age != 0 and cfg.duplicate_window > cfg.max_age:
             raise bad("duplicates window can not be larger then max age")
         if max_duplicates > 0 and cfg.duplicate_window > max_duplicates:
-            raise bad(f"duplicates window can not be larger then server limit of {E.go_duration(max_duplicates)}")
+            raise bad(f"duplicates window can not be larger then server limit of {gofmt.duration(max_duplicates)}")
         if 0 < cfg.duplicate_window < 100 * MILLISECOND:
             raise bad("duplicates window needs to be >= 100ms")
         if cfg.deny_purge and cfg.allow_rollup_hdrs:
@@ -1237,7 +1190,7 @@ class ConsumerConfig(_Model):
         if limits.max_ack_pending > 0 and c.max_ack_pending > limits.max_ack_pending:
             raise E.api_error("JSConsumerMaxPendingAckExcessErrF", limit=limits.max_ack_pending)
         if limits.inactive_threshold > 0 and c.inactive_threshold > limits.inactive_threshold:
-            raise E.api_error("JSConsumerInactiveThresholdExcess", limit=E.go_duration(limits.inactive_threshold))
+            raise E.api_error("JSConsumerInactiveThresholdExcess", limit=gofmt.duration(limits.inactive_threshold))
         if c.direct:
             if not c.deliver_subject:
                 raise E.api_error("JSConsumerDirectRequiresPushErr")

@@ -22,7 +22,9 @@ from jetraft.protocol.headers import parse as parse_headers
 from . import errors as E
 from . import gojson
 from .errors import JSApiError
-from .model import ConsumerConfig, parse_time, raw_json
+from jetraft.gofmt import parse_time
+
+from .model import ConsumerConfig, raw_json
 
 __all__ = ["DirectGet", "DirectGetRefused", "ERROR_EXTRAS", "INTERNAL_ERROR_TEXT", "MSG_GET_TYPES", "PAGING_TYPES", "bool_field",
            "check_fields", "check_value", "consumer_create_request", "decode_fields",

@@ -605,6 +605,7 @@ class FileStore(_IndexedStore):
         #: Set by :meth:`reopen_verified` on the store it returns: the last sequence found
         #: on disk, before ``skip_to`` moved past the rolled back ones.
         self.recovered_last: int | None = None
+        self._blocks_walked = 0
         if not os.path.isdir(self.directory):
             fileio.make_dirs(self.directory)
             self._gc.mark_dir_dirty(os.path.dirname(os.path.abspath(self.directory)), self)
@@ -648,6 +649,7 @@ class FileStore(_IndexedStore):
             self._last = max(self._last, start - 1)
             if self._replay_index(blk, indexes.pop(start, None), buf):
                 continue
+            self._blocks_walked += 1
             off = self._replay_fast(blk, name, buf)
             if off == len(buf):
                 continue
@@ -677,6 +679,12 @@ class FileStore(_IndexedStore):
         self._ready = True
         for blk in list(self._blocks):
             self._maybe_free(blk)
+
+    @property
+    def blocks_walked(self) -> int:
+        """How many blocks opening this store walked record by record (every record's
+        checksums checked); the other blocks it opened were read from their index files."""
+        return self._blocks_walked
 
     def _replay_index(self, blk: _Block, idx_name: str | None, buf: bytes) -> bool:
         """Index block ``buf`` from its index file when there is one that still describes

@@ -45,11 +45,12 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from jetraft import gofmt
 from jetraft.config.durations import parse_duration
 from jetraft.protocol.headers import get_header
 
 from . import errors as E
-from .model import LostStreamData, StreamConfig, StreamInfo, StreamState, format_time
+from .model import LostStreamData, StreamConfig, StreamInfo, StreamState
 from .store import MAX_SUBJECT_DETAILS, CorruptMessage, MessageNotFound, StoredMessage
 
 __all__ = ["Stream", "parse_message_ttl"]
@@ -110,21 +111,6 @@ def parse_message_ttl(text: str) -> tuple[int, bool]:
     n = int(text) % (1 << 64)
     n = n - (1 << 64) if n >= 1 << 63 else n
     return (0, True) if n < 0 else (n, False)
-
-
-def _go_quote(text: str) -> str:
-    """Go ``%q`` for the plain ASCII values a rollup header carries."""
-    out = []
-    for ch in text:
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif 0x20 <= ord(ch) < 0x7F:
-            out.append(ch)
-        elif ord(ch) < 0x80:
-            out.append(f"\\x{ord(ch):02x}")
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
 
 
 class Stream:
@@ -280,7 +266,7 @@ class Stream:
                 rollup = raw_rollup.lower()
                 if rollup not in ("sub", "all"):
                     raise E.api_error("JSStreamRollupFailedF",
-                                      err=f"rollup value invalid: {_go_quote(rollup)}")
+                                      err=f"rollup value invalid: {gofmt.quote(rollup)}")
         hlen = len(headers) if headers else 0
         if cfg.max_msg_size >= 0 and (hlen > cfg.max_msg_size or
                                       len(data) > cfg.max_msg_size - hlen):
@@ -494,5 +480,5 @@ def message_json(sm: StoredMessage, *, with_headers: bool = True) -> dict[str, A
         out["hdrs"] = base64.b64encode(sm.headers).decode("ascii")
     if sm.data:
         out["data"] = base64.b64encode(sm.data).decode("ascii")
-    out["time"] = format_time(sm.ts)
+    out["time"] = gofmt.format_time(sm.ts)
     return out

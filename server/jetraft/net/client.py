@@ -51,9 +51,9 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from jetraft.auth import SYSTEM_QUEUE_GROUP, AuthError, ClientPermissions, Identity, go_quote
+from jetraft.auth import SYSTEM_QUEUE_GROUP, AuthError, ClientPermissions, Identity
+from jetraft import gofmt
 from jetraft.events import rfc3339_ns
-from jetraft.jetstream.errors import go_duration
 from jetraft.net.tls import (
     BACKLOG,
     NOT_NOW,
@@ -141,24 +141,6 @@ _KEPT_CLOSE_REASONS = frozenset((
     "Slow Consumer (Write Deadline)", "Write Error", "Read Error", "Parse Error", "Stale Connection",
     "Protocol Violation", "Server Shutdown", "Maximum Connections Exceeded", ERR_INTERNAL,
 ))
-
-
-def go_uptime(ns: int) -> str:
-    """A duration in ns as nats-server's /connz ``uptime`` and ``idle`` (monitor.go
-    myUptime): whole seconds, with minutes, hours, days and years as they apply
-    ("59s", "1m5s", "2h0m1s", "3d4h5m6s", "1y2d3h4m5s")."""
-    secs = max(ns, 0) // 1_000_000_000
-    mins, hours, days = secs // 60, secs // 3600, secs // 86400
-    years = days // 365
-    if years:
-        return f"{years}y{days % 365}d{hours % 24}h{mins % 60}m{secs % 60}s"
-    if days:
-        return f"{days}d{hours % 24}h{mins % 60}m{secs % 60}s"
-    if hours:
-        return f"{hours}h{mins % 60}m{secs % 60}s"
-    if mins:
-        return f"{mins}m{secs % 60}s"
-    return f"{secs}s"
 
 
 def nats_close_reason(reason: str | None) -> str:
@@ -348,6 +330,18 @@ class StreamConnection:
             self._wake_writer()
         elif self._scope is not None:
             self._scope.cancel()
+
+    @property
+    def writing(self) -> bool:
+        """True while the writer task is inside a write of bytes it took from the queue:
+        :meth:`flush_now` writes nothing then (the writer's bytes go first)."""
+        return self._writing
+
+    @property
+    def writer_parked(self) -> bool:
+        """True while the writer task waits for output and nothing has woken it: output
+        queued during a read (``Server.in_read``) leaves it parked, the read's flush writes."""
+        return self._writer_parked
 
     def _wake_writer(self) -> None:
         self._writer_parked = False
@@ -613,7 +607,7 @@ class ClientConnection(StreamConnection):
     def conn_info(self, now: int, *, stop: int | None = None, reason: str | None = None) -> dict[str, Any]:
         """The ConnInfo keys every /connz entry has (nats-server server/monitor.go ConnInfo
         fill), as of ``now`` (ns since the epoch): times RFC 3339, ``uptime`` and ``idle``
-        as nats-server's myUptime (:func:`go_uptime`), ``rtt`` a Go duration string ("0s"
+        as nats-server's myUptime (:func:`jetraft.gofmt.uptime`), ``rtt`` a Go duration string ("0s"
         until measured), counts in messages and bytes; ``name``, ``lang``, ``version`` when
         given; ``stop`` (ns since the epoch) and ``reason`` for a closed connection."""
         entry: dict[str, Any] = {
@@ -624,8 +618,8 @@ class ClientConnection(StreamConnection):
             entry["stop"] = rfc3339_ns(stop)
             entry["reason"] = reason
         entry.update({
-            "rtt": go_duration(self.rtt_ns), "uptime": go_uptime(now - self.start_ns),
-            "idle": go_uptime(now - self.last_activity), "pending_bytes": self.pending_bytes,
+            "rtt": gofmt.duration(self.rtt_ns), "uptime": gofmt.uptime(now - self.start_ns),
+            "idle": gofmt.uptime(now - self.last_activity), "pending_bytes": self.pending_bytes,
             "in_msgs": self.in_msgs, "out_msgs": self.out_msgs, "in_bytes": self.in_bytes,
             "out_bytes": self.out_bytes, "subscriptions": len(self.subs),
         })
@@ -863,15 +857,15 @@ class ClientConnection(StreamConnection):
         """client.go pubPermissionViolation: -ERR, the message dropped, the connection kept."""
         self.server.events.emit("permissions_violation", cid=self.cid, user=self.identity.user,
                                 kind="publish", subject=subject)
-        self.send(encode_err(f"Permissions Violation for Publish to {go_quote(subject)}"))
+        self.send(encode_err(f"Permissions Violation for Publish to {gofmt.quote(subject)}"))
 
     def _subscription_violation(self, subject: str, queue: str | None, sid: str | None = None) -> None:
         """client.go subPermissionViolation (``sid``: processSubsOnConfigReload's form)."""
-        text = f"Permissions Violation for Subscription to {go_quote(subject)}"
+        text = f"Permissions Violation for Subscription to {gofmt.quote(subject)}"
         if queue is not None:
-            text += f" using queue {go_quote(queue)}"
+            text += f" using queue {gofmt.quote(queue)}"
         if sid is not None:
-            text += f" (sid {go_quote(sid)})"
+            text += f" (sid {gofmt.quote(sid)})"
         self.server.events.emit("permissions_violation", cid=self.cid, user=self.identity.user,
                                 kind="subscribe", subject=subject, queue=queue)
         self.send(encode_err(text))

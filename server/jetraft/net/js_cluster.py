@@ -67,7 +67,8 @@ from jetraft.jetstream.catchup import StreamSnapshotError
 from jetraft.jetstream import layout
 from jetraft.jetstream.layout import atomic_write
 from jetraft.jetstream.meta_members import decode_hello, encode_hello
-from jetraft.jetstream.model import StreamConfig, format_time
+from jetraft.gofmt import format_time
+from jetraft.jetstream.model import StreamConfig
 from jetraft.jetstream.replicated import TICK, StreamReplica, encode_entry
 from jetraft.net.durability import PROBE_TIMEOUT_S, STORAGE_RETRY_S, probe_directory, storage_api_error
 from jetraft.net.raft_group import SnapshotPolicy

@@ -29,8 +29,8 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
 
 from jetraft import NATS_COMPAT_VERSION, __version__
+from jetraft import gofmt
 from jetraft.events import rfc3339_ns
-from jetraft.jetstream.model import format_time
 from jetraft.net.js_health import HealthzOptions
 from jetraft.net.js_health import healthz as js_healthz
 from jetraft.net.client import ClosedClient, closed_clients
@@ -372,7 +372,7 @@ def jsz(server: MonitorHost, opts: JszOptions | None = None) -> dict[str, Any]:
     opts = opts or JszOptions()
     now = time.time_ns()
     service = server.jetstream
-    out: dict[str, Any] = {"server_id": server.server_id, "now": format_time(now)}
+    out: dict[str, Any] = {"server_id": server.server_id, "now": gofmt.format_time(now)}
     if service is None:
         if opts.leader_only:
             raise QueryError(NOT_LEADER)
@@ -578,21 +578,17 @@ _INT_RE = re.compile(r"[+-]?[0-9]+")
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
-def _go_quote(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False)
-
-
 def _query_int(params: dict[str, list[str]], key: str) -> int:
     """``key`` as Go's strconv.Atoi reads it; 0 when absent or empty. Raises QueryError."""
     text = params.get(key, [""])[0]
     if not text:
         return 0
     if not _INT_RE.fullmatch(text):
-        raise QueryError(f"Error decoding int for '{key}': strconv.Atoi: parsing {_go_quote(text)}: "
+        raise QueryError(f"Error decoding int for '{key}': strconv.Atoi: parsing {gofmt.quote(text)}: "
                          "invalid syntax")
     value = int(text)
     if not _INT64[0] <= value <= _INT64[1]:
-        raise QueryError(f"Error decoding int for '{key}': strconv.Atoi: parsing {_go_quote(text)}: "
+        raise QueryError(f"Error decoding int for '{key}': strconv.Atoi: parsing {gofmt.quote(text)}: "
                          "value out of range")
     return value
 
@@ -613,7 +609,7 @@ def _flag(params: dict[str, list[str]], key: str) -> bool:
     if text in _GO_TRUE or (key == "subs" and text.lower() == "detail"):
         return True
     raise QueryError(f"Error decoding boolean for '{key}': strconv.ParseBool: parsing "
-                     f"{_go_quote(text)}: invalid syntax")
+                     f"{gofmt.quote(text)}: invalid syntax")
 
 
 class _Row:
@@ -816,11 +812,11 @@ def _query_uint(params: dict[str, list[str]], key: str) -> int:
         return 0
     if not text.isdigit() or not text.isascii():
         raise QueryError(f"Error decoding uint64 for '{key}': strconv.ParseUint: parsing "
-                         f"{_go_quote(text)}: invalid syntax")
+                         f"{gofmt.quote(text)}: invalid syntax")
     value = int(text)
     if value > _UINT64:
         raise QueryError(f"Error decoding uint64 for '{key}': strconv.ParseUint: parsing "
-                         f"{_go_quote(text)}: value out of range")
+                         f"{gofmt.quote(text)}: value out of range")
     return value
 
 

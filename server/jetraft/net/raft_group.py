@@ -725,6 +725,13 @@ class RaftGroup:
             self.leader_since_ns = None if leader is None else time.time_ns()
         self.sm.leader_changed(leader, term)
 
+    @property
+    def tracked_replicas(self) -> frozenset[str]:
+        """The peers whose replica state (current or lagging) :meth:`track_replicas` keeps:
+        on the leader, the other peers of the configuration it evaluated in its term; empty
+        on a follower, and after :meth:`forget_replicas`."""
+        return frozenset(self._replica_state)
+
     def forget_replicas(self) -> None:
         """Drop the replica states :meth:`track_replicas` keeps (its next call on the leader
         starts over with every peer's state)."""

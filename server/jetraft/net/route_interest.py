@@ -289,6 +289,19 @@ class RouteInterest:
         for account in sorted(accounts):
             self.server.router.subscriptions_changed(account)
 
-    def remote_subscription_count(self) -> int:
-        """How many (account, subject, queue) interests all peers hold (for /varz, /routez)."""
+    def remote_subscription_count(self, account: str | None = None) -> int:
+        """How many (account, subject, queue) interests all peers hold (for /varz, /routez);
+        those of ``account`` only when given."""
+        if account is not None:
+            index = self._remote.get(account)
+            return len(index) if index is not None else 0
         return sum(len(index) for index in self._remote.values())
+
+    def local_subscription_count(self, account: str | None = None) -> int:
+        """How many (account, subject) plain interests this server holds and announces to
+        its peers (client subscriptions and internal interest, each counted once however
+        many references it has; queue groups not counted); those of ``account`` only when
+        given. O(plain interests) with ``account``."""
+        if account is None:
+            return len(self._plain)
+        return sum(1 for acc, _subject in self._plain if acc == account)

@@ -58,7 +58,8 @@ if TYPE_CHECKING:
     from jetraft.jetstream.replicated import StreamReplica
     from jetraft.net.raft_group import RaftGroup
 
-__all__ = ["CHUNK_BYTES", "REQUEST_TIMEOUT_S", "WINDOW", "StreamCatchup"]
+__all__ = ["CHUNK_BYTES", "REQUEST_TIMEOUT_S", "WINDOW", "CatchupImpossible", "StreamCatchup",
+           "decode_frame"]
 
 #: Bytes asked for per request (the peer reads at most this much per request).
 CHUNK_BYTES = 256 * 1024
@@ -100,8 +101,9 @@ class CatchupCluster(Protocol):
     replicas: Mapping[Key, StreamReplica]
 
 
-class _Impossible(Exception):
-    """No peer holds a block the snapshot needs any more."""
+class CatchupImpossible(Exception):
+    """No peer holds a block the snapshot needs any more (raised by
+    :meth:`StreamCatchup.fetch`)."""
 
 
 def _nat(x: Any) -> bool:
@@ -110,6 +112,28 @@ def _nat(x: Any) -> bool:
 
 def _names(x: Any) -> bool:
     return isinstance(x, list) and all(isinstance(n, str) and n for n in x)
+
+
+def decode_frame(body: bytes) -> dict | None:
+    """A catch-up frame (``jscu`` or ``jscd``, see the module docstring) decoded within
+    :data:`FRAME_LIMITS`: its map, or None when it is malformed or over them."""
+    try:
+        m = bounded_msgpack.unpackb(body, FRAME_LIMITS, "catch-up frame")
+    except ValueError:
+        return None
+    if not isinstance(m, dict) or not isinstance(m.get("g"), str) or m.get("k") not in ("blk", "snap", "done", "hold"):
+        return None
+    if m["k"] == "blk" and not all(_nat(m.get(f)) for f in ("b", "o")):
+        return None
+    if any(f in m and m[f] is not None and not _nat(m[f]) for f in ("b", "o", "n", "a", "r")):
+        return None
+    if "s" in m and not isinstance(m["s"], str) or "d" in m and not isinstance(m["d"], bytes):
+        return None
+    if m["k"] == "snap" and m.get("s") == "ok" and not (
+            _nat(m.get("i")) and _nat(m.get("t")) and isinstance(m.get("d"), bytes)
+            and _names(m.get("p")) and (m.get("l") is None or _names(m["l"]))):
+        return None
+    return m
 
 
 class StreamCatchup:
@@ -167,8 +191,8 @@ class StreamCatchup:
     async def _task(self, key: Key, replica: StreamReplica) -> None:
         with trio.CancelScope() as scope:
             self._scopes[key] = scope
-            send, recv = trio.open_memory_channel[dict](self.window * 2 + 8)
-            self._inbox[key] = send
+            recv = self.open_inbox(key)
+            send = self._inbox[key]
             try:
                 failures = 0
                 while replica.holding and self.cluster.replicas.get(key) is replica:
@@ -186,6 +210,16 @@ class StreamCatchup:
                     del self._scopes[key]
                 if self._inbox.get(key) is send:
                     del self._inbox[key]
+
+    def open_inbox(self, key: Key) -> trio.MemoryReceiveChannel:
+        """Route the data frames (``jscd``) of ``key``'s group to a new channel, replacing
+        any catch-up's, and return its receiving end, for :meth:`fetch` and
+        :meth:`adopt_latest` (what :meth:`start` does for its own catch-up). It holds
+        ``window * 2 + 8`` frames; a frame that finds it full is dropped (its request times
+        out and is sent again)."""
+        send, recv = trio.open_memory_channel[dict](self.window * 2 + 8)
+        self._inbox[key] = send
+        return recv
 
     def _group_name(self, key: Key) -> str:
         g = self.cluster.groups.get(key)
@@ -230,10 +264,10 @@ class StreamCatchup:
                                          reason="damage" if align.damage or cuts else reason,
                                          bytes_needed=align.bytes_needed, last_seq=snap.last_seq)
                     try:
-                        got = await self._fetch(key, group, msgs_dir, align.missing, recv)
-                    except _Impossible as exc:
+                        got = await self.fetch(key, group, msgs_dir, align.missing, recv)
+                    except CatchupImpossible as exc:
                         self._finished(key, group, began, False, fetched, chunks, sources, str(exc))
-                        await self._adopt_latest(key, group, recv)
+                        await self.adopt_latest(key, group, recv)
                         nursery.cancel_scope.cancel()
                         return
                     fetched, chunks = fetched + got[0], chunks + got[1]
@@ -325,10 +359,13 @@ class StreamCatchup:
             peers.insert(0, leader)
         return peers
 
-    async def _fetch(self, key: Key, group, msgs_dir: str, missing: list[Missing],
-                     recv: trio.MemoryReceiveChannel) -> tuple[int, int, list[str]]:
-        """Fetch ``missing`` into ``msgs_dir``; returns (bytes, chunks, sources used).
-        Raises _Impossible when every peer answered that a block is gone."""
+    async def fetch(self, key: Key, group, msgs_dir: str, missing: list[Missing],
+                    recv: trio.MemoryReceiveChannel) -> tuple[int, int, list[str]]:
+        """Step 2 of a catch-up (see the module docstring): fetch ``missing`` (byte ranges of
+        block files) into ``msgs_dir`` from the peers of ``group`` (``key``'s RaftGroup),
+        reading their answers from ``recv`` (:meth:`open_inbox`); returns (bytes fetched,
+        chunks, the peers that served). Raises :class:`CatchupImpossible` when every peer
+        answered that a block is gone."""
         todo: deque[tuple[int, int, int]] = deque()
         for m in missing:
             for off in range(m.have, m.want, self.chunk):
@@ -349,7 +386,7 @@ class StreamCatchup:
                     tried = gone.get((b, o), set())
                     peer = next((p for p in sources if p not in tried), None)
                     if peer is None:
-                        raise _Impossible(f"no peer holds block {b} from offset {o} any more")
+                        raise CatchupImpossible(f"no peer holds block {b} from offset {o} any more")
                     if not self._send(peer, {"g": group.name, "k": "blk", "b": b, "o": o, "n": n,
                                              "a": group.applied_index, "r": remaining}):
                         avoid[peer] = now + RETRY_S
@@ -378,7 +415,7 @@ class StreamCatchup:
                     if status == "gone":
                         gone.setdefault((resp["b"], resp["o"]), set()).add(peer)
                         if set(self._sources(group)) <= gone[(resp["b"], resp["o"])]:
-                            raise _Impossible(f"no peer holds block {resp['b']} any more")
+                            raise CatchupImpossible(f"no peer holds block {resp['b']} any more")
                     else:                   # behind, busy, unknown, short: ask elsewhere soon
                         avoid[peer] = trio.current_time() + RETRY_S
                     todo.appendleft((resp["b"], resp["o"], n))
@@ -394,9 +431,11 @@ class StreamCatchup:
             writer.close()
         return fetched, chunks, used
 
-    async def _adopt_latest(self, key: Key, group, recv: trio.MemoryReceiveChannel) -> None:
-        """Ask the leader for its latest snapshot and restore it instead (which starts a
-        new catch-up, replacing this one)."""
+    async def adopt_latest(self, key: Key, group, recv: trio.MemoryReceiveChannel) -> None:
+        """After :class:`CatchupImpossible`: ask the leader of ``group`` (``key``'s RaftGroup)
+        for its latest snapshot, reading the answer from ``recv`` (:meth:`open_inbox`), and
+        adopt it if it is past what the group applied (``RaftGroup.adopt_snapshot``, which
+        starts a new catch-up, replacing this one). Asks again until it does."""
         while True:
             leader = group.leader
             if leader is not None and leader != self.me and self._send(
@@ -426,33 +465,11 @@ class StreamCatchup:
                 return key
         return None
 
-    @staticmethod
-    def _decode(body: bytes) -> dict | None:
-        """A catch-up frame decoded within :data:`FRAME_LIMITS`, or None when it is malformed
-        or over them."""
-        try:
-            m = bounded_msgpack.unpackb(body, FRAME_LIMITS, "catch-up frame")
-        except ValueError:
-            return None
-        if not isinstance(m, dict) or not isinstance(m.get("g"), str) or m.get("k") not in ("blk", "snap", "done", "hold"):
-            return None
-        if m["k"] == "blk" and not all(_nat(m.get(f)) for f in ("b", "o")):
-            return None
-        if any(f in m and m[f] is not None and not _nat(m[f]) for f in ("b", "o", "n", "a", "r")):
-            return None
-        if "s" in m and not isinstance(m["s"], str) or "d" in m and not isinstance(m["d"], bytes):
-            return None
-        if m["k"] == "snap" and m.get("s") == "ok" and not (
-                _nat(m.get("i")) and _nat(m.get("t")) and isinstance(m.get("d"), bytes)
-                and _names(m.get("p")) and (m.get("l") is None or _names(m["l"]))):
-            return None
-        return m
-
     def _malformed(self, src: str, kind: str) -> None:
         self.events.emit("config_warning", message=f"malformed {kind} frame from {src}: dropped")
 
     def _on_data(self, src: str, body: bytes) -> None:
-        m = self._decode(body)
+        m = decode_frame(body)
         if m is None or not isinstance(m.get("s"), str):
             self._malformed(src, _DATA)
             return
@@ -466,7 +483,7 @@ class StreamCatchup:
             pass                            # its request times out and is sent again
 
     def _on_request(self, src: str, body: bytes) -> None:
-        m = self._decode(body)
+        m = decode_frame(body)
         if m is None:
             self._malformed(src, _REQ)
             return

@@ -31,7 +31,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from jetraft import NATS_COMPAT_VERSION
-from jetraft.jetstream.model import format_time
+from jetraft.gofmt import format_time
 from jetraft.net.client import closed_clients
 from jetraft.net.monitor import (
     NOT_LEADER,

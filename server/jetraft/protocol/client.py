@@ -362,6 +362,12 @@ class ClientParser:
         self._p_hdr = 0
         self._p_size = -1
 
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of input held for a later :meth:`feed`: a partial control line, or the part
+        of a payload received so far (0 when none; always 0 after a fatal violation)."""
+        return len(self._buf) + sum(len(chunk) for chunk in self._chunks)
+
     def feed(self, data: bytes) -> list[Command]:
         """Parse ``data`` (bytes-like) and return the commands it completes. Never raises."""
         if self._dead:

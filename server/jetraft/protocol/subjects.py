@@ -479,6 +479,24 @@ class SubjectIndex(Generic[T]):
                             removes=self._removes, matches=self._matches, cache_hits=self._cache_hits,
                             total_fanout=total, max_fanout=largest)
 
+    def num_levels(self) -> int:
+        """The depth of the trie in levels (tokens), found by walking it (nats-server
+        sublist.go ``numLevels``): 0 when no node is left, as after every subscription was
+        removed and the trie pruned. O(trie nodes)."""
+        deepest = 0
+        stack: list[tuple[_Level, int]] = [(self._root, 0)]
+        while stack:
+            level, depth = stack.pop()
+            nodes = [*level.nodes.values(), level.pwc, level.fwc]
+            if not any(node is not None for node in nodes):
+                continue
+            depth += 1
+            deepest = max(deepest, depth)
+            for node in nodes:
+                if node is not None and node.next is not None:
+                    stack.append((node.next, depth))
+        return deepest
+
     def subjects(self) -> list[str]:
         """The distinct subjects that have at least one subscription, sorted (for /subsz)."""
         found: list[str] = []

@@ -12,7 +12,7 @@ import msgpack
 import pytest
 
 from jetraft.jetstream.catchup import StreamSnapshot, StreamSnapshotError
-from jetraft.net.stream_catchup import StreamCatchup
+from jetraft.net.stream_catchup import decode_frame
 from jetraft.protocol.bounded_msgpack import Budget, DecodeBudgetExceeded, Limits, unpackb
 
 #: 1.9 million arrays each holding an empty one: 3.8 MB, over 200 MB as Python lists.
@@ -49,10 +49,10 @@ def test_a_stream_snapshot_bomb_is_refused_within_the_budget():
 
 def test_catchup_frames_decode_within_their_limits():
     frame = {"g": "S-1", "k": "blk", "b": 1, "o": 0, "s": "ok", "d": b"x" * 1000}
-    assert StreamCatchup._decode(msgpack.packb(frame, use_bin_type=True)) == frame
+    assert decode_frame(msgpack.packb(frame, use_bin_type=True)) == frame
     bomb = b"\x83" + msgpack.packb({"g": "S-1", "k": "done"})[1:] + msgpack.packb("x") + NESTED
-    assert bounded(lambda: StreamCatchup._decode(bomb)) is None
-    assert StreamCatchup._decode(b"\xc1") is None
+    assert bounded(lambda: decode_frame(bomb)) is None
+    assert decode_frame(b"\xc1") is None
 
 
 def test_the_budget_counts_containers_and_elements():

@@ -19,9 +19,8 @@ from jetraft.jetstream.model import (
     StreamConfig,
     StreamInfo,
     StreamState,
-    format_time,
-    parse_time,
 )
+from jetraft.gofmt import format_time, parse_time
 
 S = 10**9
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from jetraft.net.client import go_uptime, nats_close_reason
+from jetraft.gofmt import uptime as go_uptime
+from jetraft.net.client import nats_close_reason
 
 S = 1_000_000_000
 

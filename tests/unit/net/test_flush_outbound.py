@@ -15,24 +15,29 @@ from jetraft.server import Server
 
 
 class Conn(StreamConnection):
-    """The smallest StreamConnection: a byte queue, no protocol."""
+    """The smallest StreamConnection: a byte queue (``queued``: what is not yet taken for a
+    write), no protocol."""
 
     def __init__(self, server, stream) -> None:
         super().__init__()
         self.server = server
         self.stream = stream
-        self._out = bytearray()
+        self.queued = bytearray()
 
     def send(self, data: bytes) -> None:
-        self._out += data
+        self.queued += data
         self._queued()
 
+    async def run_writer(self) -> None:
+        """The writer task alone (``_serve`` would run it beside the reader)."""
+        await self._writer()
+
     def _take(self):
-        data, self._out = self._out, bytearray()
+        data, self.queued = self.queued, bytearray()
         return data
 
     def _put_back(self, rest: bytes) -> None:
-        self._out[:0] = rest
+        self.queued[:0] = rest
 
     def _write_timed_out(self, size: int) -> None:
         raise AssertionError("write timed out")
@@ -72,7 +77,7 @@ async def test_flush_writes_without_the_writer_task():
     assert conn in server.outbound_queued
     server.flush_outbound()                  # no checkpoint: the writer never ran
     assert server.outbound_queued == set()
-    assert conn._out == b""
+    assert conn.queued == b""
     assert await read_exactly(b, 11) == b"hello world"
     a.close(); b.close()
 
@@ -91,11 +96,11 @@ async def test_what_the_socket_does_not_take_is_sent_by_the_writer_in_order():
     conn = Conn(server, trio.SocketStream(a))
     big = pattern(4 << 20)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(conn._writer)
+        nursery.start_soon(conn.run_writer)
         await trio.testing.wait_all_tasks_blocked()
         conn.send(big)
         server.flush_outbound()              # writes what fits, puts the rest back
-        assert 0 < len(conn._out) < len(big)
+        assert 0 < len(conn.queued) < len(big)
         conn.send(b"tail")                   # queued behind the rest
         assert await read_exactly(b, len(big) + 4) == big + b"tail"
         nursery.cancel_scope.cancel()
@@ -108,14 +113,14 @@ async def test_no_direct_write_while_the_writer_is_mid_write():
     conn = Conn(server, trio.SocketStream(a))
     first = pattern(2 << 20)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(conn._writer)
+        nursery.start_soon(conn.run_writer)
         await trio.testing.wait_all_tasks_blocked()
         conn.send(first)
         await trio.testing.wait_all_tasks_blocked()   # the writer took it; the socket is full
-        assert conn._writing
+        assert conn.writing
         conn.send(b"second")
         server.flush_outbound()              # must not jump ahead of the writer's bytes
-        assert conn._out == b"second"
+        assert conn.queued == b"second"
         assert await read_exactly(b, len(first) + 6) == first + b"second"
         nursery.cancel_scope.cancel()
 
@@ -126,15 +131,15 @@ async def test_during_a_read_writers_stay_parked_and_the_flush_sends():
     server = fake_server()
     conn = Conn(server, trio.SocketStream(a))
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(conn._writer)
+        nursery.start_soon(conn.run_writer)
         await trio.testing.wait_all_tasks_blocked()
         server.in_read = True
         conn.send(b"ack")
-        assert conn._writer_parked           # not woken: the end of the read flushes
+        assert conn.writer_parked            # not woken: the end of the read flushes
         server.in_read = False
         server.flush_outbound()
         assert await read_exactly(b, 3) == b"ack"
         conn.send(b"later")                  # outside a read the writer sends it
-        assert not conn._writer_parked
+        assert not conn.writer_parked
         assert await read_exactly(b, 5) == b"later"
         nursery.cancel_scope.cancel()

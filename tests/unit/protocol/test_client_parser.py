@@ -481,7 +481,7 @@ def test_awaiting_auth_refuses_anything_but_connect_at_its_first_byte(first: byt
     parser.awaiting_auth = True
     assert parser.feed(first + b"x" * 65536) == [ProtocolViolation("Authorization Violation", True)]
     assert parser.feed(b"CONNECT {}\r\n") == []  # nothing after the violation
-    assert parser._buf == b"" and parser._chunks == []  # nothing of the payload kept
+    assert parser.buffered_bytes == 0  # nothing of the payload kept
 
 
 def test_awaiting_auth_ends_with_the_first_connect() -> None:

@@ -248,11 +248,12 @@ def test_remove_prunes_the_trie() -> None:
     subjects = [f"a.b.{i}.x" for i in range(50)] + ["a.*.>", "a.>", "*.b"]
     for i, subject in enumerate(subjects):
         index.insert(subject, i)
+    assert index.num_levels() == 4  # a.b.<i>.x
     for i, subject in enumerate(subjects):
         assert index.remove(subject, i)
     assert len(index) == 0
     assert index.subjects() == []
-    assert index._root.is_empty()  # nothing left behind: memory does not grow with churn
+    assert index.num_levels() == 0  # nothing left behind: memory does not grow with churn
 
 
 class TestCache:
@@ -292,7 +293,7 @@ class TestCache:
         first = index.match("s.0")
         for i in range(1, 100):
             assert index.match(f"s.{i}").plain == ("s",)
-        assert len(index._cache) == 8
+        assert index.stats().cache == 8
         assert index.match("s.0") == first and index.match("s.0") is not first  # evicted, recomputed
 
     def test_literal_change_does_not_disturb_other_cached_subjects(self) -> None:

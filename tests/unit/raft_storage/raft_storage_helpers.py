@@ -126,13 +126,10 @@ def peers_at(model: MemoryStorage, index: int) -> tuple[str, ...]:
 
 
 def die(log: GroupLog) -> None:
-    """The process dies: close the log's files without syncing anything (use a fresh
-    GroupCommit afterwards, as the restarted process would)."""
-    log._closed = True
-    for seg in log._segs:
-        os.close(seg.fd)
-    if log._hs_sf is not None:
-        os.close(log._hs_sf.fd)
+    """The process dies: close the log's files without syncing anything
+    (:meth:`GroupLog.abandon`; use a fresh GroupCommit afterwards, as the restarted process
+    would)."""
+    log.abandon()
 
 
 class Faults:

@@ -68,10 +68,10 @@ def test_log_matches_model(crashfs, ops, segment_bytes):
         for op, a, b in ops:
             if op == "append":
                 ents = make_entries(model, a, b)
-                repairing = bool(log._watermark)
+                repairing = bool(log.commit_watermark())
                 log.append(ents)
                 model.append(ents)
-                if repairing and not log._watermark:
+                if repairing and not log.commit_watermark():
                     # the append repaired a clamped commit: GroupLog made it durable before
                     # dropping the watermark (GroupLog._drop_watermark_if_repaired)
                     synced = copy.deepcopy(model)

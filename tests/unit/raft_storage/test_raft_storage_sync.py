@@ -47,9 +47,10 @@ def test_commit_only_change_is_not_forced(tmp_path, monkeypatch):
     log.set_hard_state(HardState(2, None, 5))
     assert sync.sync() == 1
     crash.calls.clear()
-    forced = open_log(tmp_path / "forced", GroupCommit(), sync_commit=True)
+    forced_sync = GroupCommit()
+    forced = open_log(tmp_path / "forced", forced_sync, sync_commit=True)
     forced.set_hard_state(HardState(0, None, 3))
-    assert forced._sync.sync() >= 1
+    assert forced_sync.sync() >= 1
 
 
 def test_failed_fsync_is_fatal(tmp_path, monkeypatch):

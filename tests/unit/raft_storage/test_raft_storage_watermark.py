@@ -8,16 +8,17 @@ from jetraft.raft.storage import GroupCommit, GroupLog
 from jetraft.raft.types import Entry, HardState
 
 
-def make_log(path: Path) -> GroupLog:
-    return GroupLog(path, sync=GroupCommit(), peers=("a", "b", "c"))
+def make_log(path: Path, sync: GroupCommit | None = None) -> GroupLog:
+    return GroupLog(path, sync=sync or GroupCommit(), peers=("a", "b", "c"))
 
 
 def test_watermark_survives_reopen_and_clears_after_repair(tmp_path):
-    log = make_log(tmp_path)
+    sync = GroupCommit()
+    log = make_log(tmp_path, sync)
     entries = [Entry(1, i, data=b"e%03d" % i + b"x" * 120) for i in range(1, 41)]
     log.append(entries)
     log.set_hard_state(HardState(1, "a", 40))
-    log._sync.sync()
+    sync.sync()
     log.close()
     segment = next(tmp_path.glob("*.log"))
     data = bytearray(segment.read_bytes())

@@ -36,6 +36,7 @@ import click
 import nats.errors
 import nats.js.errors
 
+from jetraft import gofmt
 from jetraft.cli.admin.groups import AliasedGroup, options, parsed
 from jetraft.cli.admin.session import CliError, Options, Session, connect, describe_failure
 from jetraft.cli.admin.units import format_duration, parse_duration, parse_time
@@ -482,11 +483,6 @@ CONSUMER_METADATA: dict[str, Callable[[str], Any]] = {
 }
 
 
-def _go_time(when: _dt.datetime) -> str:
-    """A time as Go prints one: ``2024-05-01 10:00:00.123456 +0000 UTC``."""
-    return when.astimezone(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f").rstrip("0").rstrip(".") + " +0000 UTC"
-
-
 @check.command("consumer")
 @click.option("--stream", "stream", required=True, help="The stream holding the consumer.")
 @click.option("--consumer", "name", required=True, help="The consumer to check.")
@@ -537,7 +533,7 @@ def check_consumer(stream: str, name: str, **flags: Any) -> None:
             elif (now - when).total_seconds() >= t[limit]:
                 result.critical(f"{label} {format_duration((now - when).total_seconds())} ago")
             else:
-                result.ok(f"{label} {_go_time(when)}")
+                result.ok(f"{label} {gofmt.time_string(when)}")
 
     result = Result(f"{stream}_{name}", "consumer")
     finish(result, lambda opts, res: with_session(opts, res, body), options(False))

@@ -750,6 +750,7 @@ class CampaignNemesis:
         constructor is kept as it is."""
         if target is not None:
             self.target = target
+            self._addresses = None              # resolved again for the servers there are now
         if isinstance(self.runner, PyinfraRunner):
             old = self.runner
             self.runner = await asyncio.to_thread(PyinfraRunner, self.target)

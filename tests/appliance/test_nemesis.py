@@ -562,6 +562,27 @@ def test_membership_goes_to_the_campaigns_playbook_runner_or_is_skipped():
     assert record.skipped is None and runner.calls == []
 
 
+def test_after_a_scale_down_partitions_reach_only_the_servers_left():
+    """Seen in a campaign: a partition during scale-up-down (seven servers) left the
+    nemesis with seven addresses; the first partition after the scale-down then named the
+    retired servers and stopped the run."""
+    runner = RecordingRunner()
+    seven = Target(servers=[Server(h.name, h.address, h.zone) for h in topology.ALL_HOSTS],
+                   ssh_user="root", ssh_key=None, known_hosts=None, app_user="app",
+                   app_password="secret")
+    ticks = iter(range(1_000, 1_000_000, 1_000))
+    nem = CampaignNemesis(seven, runner=runner, clock=lambda: next(ticks))
+
+    async def scale_down_between_two_partitions():
+        await nem.apply(partition("one", ["jr-b2"]))
+        await nem.heal(partition("one", ["jr-b2"]))
+        await nem.reconnect(fake_target())                  # the spares retired
+        return await nem.apply(partition("one", ["jr-b2"]))
+    record = asyncio.run(scale_down_between_two_partitions())
+    assert sorted(record.detail["dropped"]) == sorted(NAMES)
+    assert {host for host, _ in runner.calls[-1]} == set(NAMES)
+
+
 def test_a_failed_command_names_the_host_and_its_error():
     runner = RecordingRunner(lambda host, command: CommandResult(
         False, "", "Failed to stop jetraft.service: Access denied") if host == "jr-c1" else None)

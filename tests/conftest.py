@@ -13,6 +13,7 @@ import filelock
 import pytest
 
 import servers  # tests/servers.py (pyproject.toml's pythonpath)
+from tls_support import PKI, make_pki
 
 #: The last lines of a server's output shown when a test fails.
 _OUTPUT_TAIL = 6000
@@ -115,3 +116,17 @@ def block_devices():
     half-way through its run."""
     with filelock.FileLock("/tmp/jetraft-tests-block-devices.lock"):
         yield
+
+
+@pytest.fixture
+def js_server(start_server, tmp_path) -> servers.RunningServer:
+    """The server under test (jetraft or nats-server, as ``server_kind``) with JetStream,
+    its file store under tmp_path."""
+    return start_server(servers.js_config(tmp_path / "store"))
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory) -> PKI:
+    """A test CA with server, client and route certificates (tests/tls_support.py), one
+    per test module."""
+    return make_pki(tmp_path_factory.mktemp("pki"))

@@ -115,6 +115,11 @@ def render_config(port: int, http_port: int | None, extra: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
+def js_config(store_dir: Path | str) -> str:
+    """The config text that enables JetStream with its file store in ``store_dir``."""
+    return f'jetstream {{ store_dir: "{store_dir}" }}'
+
+
 @dataclass
 class RunningServer:
     """One server process we started, with where to reach it and where its output goes."""

@@ -1,8 +1,8 @@
 """Helpers shared by the JetStream compat tests (streams, publish, consumers).
 
-Each test takes ``js_server`` (imported explicitly from this module: tests/compat has
-no conftest.py), a server of the parametrized ``server_kind`` started with JetStream
-enabled and its store under the test's tmp_path.  Scenarios are asyncio functions run
+Each test takes ``js_server`` (tests/conftest.py), a server of the parametrized
+``server_kind`` started with JetStream enabled and its store under the test's tmp_path.
+Scenarios are asyncio functions run
 by ``compat_support.run``; ``js_session`` opens one nats-py connection and hands out
 ``nc``, ``nc.jetstream()`` and ``nc.jsm()``.
 """
@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
 from compat_support import connect, poll
 from nats.aio.client import Client
 from nats.errors import NoRespondersError
@@ -26,7 +25,6 @@ from nats.js.client import JetStreamContext
 from nats.js.errors import APIError, NoKeysError, NoStreamResponseError, ServiceUnavailableError
 from nats.js.manager import JetStreamManager
 
-import servers
 
 #: nats-server's JetStream API response "type" strings.
 STREAM_CREATE_RESPONSE = "io.nats.jetstream.api.v1.stream_create_response"
@@ -39,17 +37,6 @@ CONSUMER_CREATE_RESPONSE = "io.nats.jetstream.api.v1.consumer_create_response"
 
 #: Nanoseconds per second: JetStream durations on the wire are integer nanoseconds.
 NS = 1_000_000_000
-
-
-def js_config(store_dir) -> str:
-    """The config text that enables JetStream with its store in ``store_dir``."""
-    return f'jetstream {{ store_dir: "{store_dir}" }}'
-
-
-@pytest.fixture
-def js_server(start_server, tmp_path) -> servers.RunningServer:
-    """The server under test with JetStream enabled (file store under tmp_path)."""
-    return start_server(js_config(tmp_path / "js"))
 
 
 @dataclass

@@ -25,7 +25,6 @@ from js_support import (
     Session,
     api_error,
     error_triple,
-    js_server,  # noqa: F401  (fixture)
     js_session,
     wait_for,
 )

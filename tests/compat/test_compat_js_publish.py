@@ -16,7 +16,6 @@ from js_support import (
     NS,
     api_error,
     error_triple,
-    js_server,  # noqa: F401  (fixture)
     js_session,
 )
 from nats.js.api import StorageType

@@ -23,7 +23,6 @@ from js_support import (
     STREAM_NAMES_RESPONSE,
     api_error,
     error_triple,
-    js_server,  # noqa: F401  (fixture)
     js_session,
 )
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig

@@ -18,7 +18,8 @@ import nats.errors
 
 import servers
 from compat_support import connect, poll, run
-from js_support import STREAM_CREATE_RESPONSE, js_config
+from js_support import STREAM_CREATE_RESPONSE
+from servers import js_config
 
 N = 10_000
 #: Long enough for nats-server's pairwise checks (about 50 million comparisons for one

@@ -20,12 +20,7 @@ import urllib.request
 import pytest
 from compat_support import assert_usable, close_all, connect, run, server_info
 from servers import free_port
-from tls_support import PKI, CertPair, client_context, der_serial, cert_serial, make_pki, spki_sha256
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory) -> PKI:
-    return make_pki(tmp_path_factory.mktemp("pki"))
+from tls_support import PKI, CertPair, client_context, der_serial, cert_serial, spki_sha256
 
 
 def tls_block(pki: PKI, cert: CertPair | None = None, **options: object) -> str:

@@ -25,6 +25,7 @@ import pytest
 from click.testing import CliRunner
 
 import servers
+from servers import js_config
 from jetraft.cli.admin import cli
 from jetraft.cli.admin.groups import GLOBAL_FLAGS, GLOBAL_VALUED, hoist_global_options
 
@@ -38,17 +39,6 @@ accounts {
 }
 system_account: SYS
 """
-
-
-def js_config(store: Path) -> str:
-    """JetStream enabled, its store under ``store``."""
-    return f'jetstream {{ store_dir: "{store}" }}'
-
-
-@pytest.fixture
-def js_server(start_server, tmp_path) -> servers.RunningServer:
-    """The server under test (jetraft or nats-server) with JetStream."""
-    return start_server(js_config(tmp_path / "store"))
 
 
 @pytest.fixture

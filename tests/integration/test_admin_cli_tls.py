@@ -10,19 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 
 from jetraft.cli.admin import cli
 from jetraft.cli.admin.groups import GLOBAL_FLAGS, GLOBAL_VALUED, hoist_global_options
-from tls_support import PKI, make_pki
+from tls_support import PKI
 
 BIN = Path(sys.executable).parent / "jetraft"
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory) -> PKI:
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 def tls_block(pki: PKI, **options: object) -> str:

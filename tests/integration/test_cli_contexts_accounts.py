@@ -18,7 +18,8 @@ from click.testing import CliRunner
 import servers
 from jetraft.cli.admin import cli
 from jetraft.cli.admin.groups import GLOBAL_FLAGS, GLOBAL_VALUED, hoist_global_options
-from test_admin_cli import assert_clean_error, env_changes, field, js_config
+from test_admin_cli import assert_clean_error, env_changes, field
+from servers import js_config
 
 
 def jetraft(tmp_path: Path, *args: str, code: int | None = 0):

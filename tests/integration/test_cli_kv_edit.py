@@ -18,8 +18,9 @@ import re
 
 import nats
 from cluster import Cluster
-from test_admin_cli import Admin, assert_clean_error, field, js_config
-from test_cli_kv_object import TIME, js_server, table_rows  # noqa: F401 - js_server is a fixture
+from test_admin_cli import Admin, assert_clean_error, field
+from servers import js_config
+from test_cli_kv_object import TIME, table_rows
 
 #: Settings ``kv edit`` leaves alone when only history, TTL, description and sizes change.
 KEPT = ("subjects", "storage", "num_replicas", "retention", "discard", "deny_delete", "deny_purge",

@@ -22,22 +22,16 @@ import subprocess
 import threading
 import time
 
-import pytest
 from click.testing import CliRunner
 from cluster import Cluster
-from test_admin_cli import BIN, Admin, assert_clean_error, field, js_config, poll
+from test_admin_cli import BIN, Admin, assert_clean_error, field, poll
+from servers import js_config
 
 from jetraft.cli.admin import cli
 from jetraft.cli.admin.groups import GLOBAL_FLAGS, GLOBAL_VALUED, hoist_global_options
 
 #: A local time as natscli prints one: ``2026-11-26 15:02:03``.
 TIME = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
-
-
-@pytest.fixture
-def js_server(start_server, tmp_path):
-    """The server under test (jetraft or nats-server) with JetStream."""
-    return start_server(js_config(tmp_path / "store"))
 
 
 def feed(admin: Admin, data: bytes, *args: str, code: int = 0):

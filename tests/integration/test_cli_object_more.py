@@ -20,16 +20,9 @@ import subprocess
 import threading
 import time
 
-import pytest
 from cluster import Cluster
-from test_admin_cli import BIN, Admin, assert_clean_error, field, js_config
+from test_admin_cli import BIN, Admin, assert_clean_error, field
 from test_cli_kv_object import TIME
-
-
-@pytest.fixture
-def js_server(start_server, tmp_path):
-    """The server under test (jetraft or nats-server) with JetStream."""
-    return start_server(js_config(tmp_path / "store"))
 
 
 def put_file(admin: Admin, tmp_path, bucket: str, name: str, data: bytes, code: int = 0):

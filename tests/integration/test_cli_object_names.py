@@ -21,15 +21,9 @@ from pathlib import Path
 
 import nats
 import pytest
-from test_admin_cli import BIN, Admin, assert_clean_error, field, js_config
+from test_admin_cli import BIN, Admin, assert_clean_error, field
 
 DATA = b"the real report\n"
-
-
-@pytest.fixture
-def js_server(start_server, tmp_path):
-    """The server under test (jetraft or nats-server) with JetStream."""
-    return start_server(js_config(tmp_path / "store"))
 
 
 @pytest.fixture

@@ -15,7 +15,8 @@ import pytest
 
 import servers
 from cluster import Cluster
-from test_admin_cli import Admin, js_config
+from test_admin_cli import Admin
+from servers import js_config
 
 OK, WARNING, CRITICAL = 0, 1, 2
 

@@ -16,15 +16,10 @@ import re
 
 import pytest
 from cluster import Cluster
-from test_admin_cli import Admin, assert_clean_error, field, js_config, poll
+from test_admin_cli import Admin, assert_clean_error, field, poll
 
 # --------------------------------------------------------------------------- one server
-
-
-@pytest.fixture
-def js_server(start_server, tmp_path):
-    """The server under test (jetraft or nats-server) with JetStream."""
-    return start_server(js_config(tmp_path / "store"))
+from servers import js_config
 
 
 def test_stream_edit_shows_the_difference_then_updates(js_server, tmp_path):

@@ -13,7 +13,7 @@ import resource
 
 import msgpack
 from compat_support import connect, run
-from js_support import js_config
+from servers import js_config
 from snapshot_forge import forge, frame, header
 from test_stream_backup_restore import CHUNK, api, restore, snapshot
 

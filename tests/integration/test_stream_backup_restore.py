@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import snappy
 from compat_support import connect, run
-from js_support import js_config
+from servers import js_config
 
 import servers
 from test_admin_cli import Admin, assert_clean_error

@@ -21,7 +21,7 @@ import time
 
 import pytest
 from compat_support import connect, poll, run
-from js_support import js_config
+from servers import js_config
 
 import servers
 from jetraft.jetstream.model import StreamConfig

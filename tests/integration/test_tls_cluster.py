@@ -19,7 +19,7 @@ import time
 import nats
 import pytest
 from cluster import Cluster
-from tls_support import PKI, CertPair, client_context, make_pki
+from tls_support import PKI, CertPair, client_context
 
 
 def route_tls(cert: CertPair, ca) -> str:
@@ -28,11 +28,6 @@ def route_tls(cert: CertPair, ca) -> str:
             f"    key_file: {json.dumps(str(cert.key))}\n"
             f"    ca_file: {json.dumps(str(ca))}\n"
             "  }")
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory) -> PKI:
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture(scope="module")

@@ -9,14 +9,9 @@ import json
 import ssl
 
 import pytest
-from tls_support import PKI, make_pki
+from tls_support import PKI
 
 from jetraft.config import ConfigError, ServerConfig, TLSConfig, client_context, config_from_text, server_context
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory) -> PKI:
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 def block(pki: PKI, extra: str = "", *, cert=None, key=None, ca=None) -> str:

@@ -9,14 +9,9 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from tls_support import PKI, make_pki
+from tls_support import PKI
 
 from jetraft.cli.server import cli, load
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory) -> PKI:
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 def files(pki: PKI) -> dict:

@@ -11,7 +11,7 @@ import pytest
 import trio
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
-from tls_support import PKI, make_pki
+from tls_support import PKI
 
 from jetraft.config import TLSConfig, client_context, server_context
 from jetraft.net.tls import (
@@ -28,11 +28,6 @@ from jetraft.net.tls import (
     server_handshake,
     socket_fd,
 )
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory) -> PKI:
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 def tls_config(pki: PKI, **options) -> TLSConfig:

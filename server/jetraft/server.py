@@ -30,7 +30,7 @@ from jetraft.net.monitor import serve_monitor
 from jetraft.net.route import RouteManager
 from jetraft.net.route_interest import JS_API_QUEUE, JS_API_SUBJECT
 from jetraft.net.router import Router
-from jetraft.net.sysreq import PING_SUBJECTS
+from jetraft.net.sysreq import PING_SUBJECTS, SystemService
 from jetraft.protocol import encode_err, encode_info
 
 _B32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
@@ -205,6 +205,7 @@ class Server:
         self.jetstream: JetStreamService | None = JetStreamService(self) if config.jetstream else None
         self.router.routes = self.routes
         self.router.jetstream = self.jetstream
+        self.router.system = SystemService(self)
 
     # ------------------------------------------------------------------ serving
 

@@ -3,13 +3,17 @@
 What the contracts ([tool.importlinter] in pyproject.toml) cover:
 
 - ``layers``: cli > server > net > auth | jetstream | validation > config | protocol | raft |
-  events. A module imports only from the layers below it (directly or through a chain);
+  events > gofmt. A module imports only from the layers below it (directly or through a chain);
   modules of one layer joined by ``|`` import nothing of each other, so config/, protocol/,
   raft/ and events.py import nothing of ours outside themselves, and auth, jetstream/ and
   validation/ import only those four. ``exhaustive``: a new top-level module must be placed.
   net/ sees the server through the typing Protocols of net/ports.py, never jetraft.server.
 - ``io``: only net/, server.py and cli/ import trio, socket or hypercorn (directly or
   through a chain of our modules).
+- ``publish-path``: the client connection, the router and the routes import nothing of the
+  monitoring (net/monitor.py, net/sysreq.py, net/metrics.py), directly or through a chain:
+  the router is handed the ``$SYS.REQ`` requests (ports.SystemRequests) as it is handed
+  JetStream (ports.JetStreamHandler).
 - ``acyclic``: no import cycle between the sibling modules of any package of jetraft
   (import-linter's ``acyclic_siblings``: each package's children, their own children
   folded in, form no cycle). No import is let through.
@@ -53,7 +57,7 @@ def lint_imports(cwd: Path, source_root: Path) -> subprocess.CompletedProcess[st
 def test_the_layers_hold():
     result = lint_imports(ROOT, ROOT / "server")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "Contracts: 3 kept, 0 broken." in result.stdout, result.stdout
+    assert "Contracts: 4 kept, 0 broken." in result.stdout, result.stdout
 
 
 #: What SLF001 covers: the server, and tests/ whole (tests, helpers, fuzz targets, benches).
@@ -136,6 +140,12 @@ BREAKS = {
     "config modules import each other in a cycle": (
         "config/durations.py", "from jetraft.config import model as _model\n",
         "No cycles are allowed in jetraft.config"),
+    "the router imports the monitoring": (
+        "net/router.py", "from jetraft.net import sysreq as _sysreq\n",
+        "jetraft.net.router is not allowed to import jetraft.net.sysreq"),
+    "a route reaches /metrics through a chain": (
+        "net/route_interest.py", "from jetraft.net import jetstream as _js\n",
+        "jetraft.net.route_interest is not allowed to import jetraft.net.metrics"),
     "a new top-level module outside every layer": (
         "extra.py", "",
         "jetraft.extra"),

@@ -25,12 +25,14 @@ __all__ = [
     "ClientRouter",
     "ConnectionHost",
     "Counters",
+    "JetStreamHandler",
     "JetStreamHost",
     "MonitorHost",
     "RouteHost",
     "RouteRouter",
     "RouterHost",
     "SysreqHost",
+    "SystemRequests",
 ]
 
 
@@ -180,6 +182,41 @@ class SysreqHost(MonitorHost, Protocol):
     def route_internal(self, account: str, msg: Message) -> None: ...
 
 
-class RouterHost(SysreqHost, Protocol):
+class RouterHost(Protocol):
     """What the router needs from the server: the running configuration (read on every
-    use), the counters, and what ``$SYS.REQ.SERVER`` requests answer from."""
+    use) and the counters."""
+
+    config: ServerConfig
+
+    @property
+    def stats(self) -> Counters: ...
+
+
+class JetStreamHandler(Protocol):
+    """What the router hands to JetStream (net/jetstream.py's JetStreamService)."""
+
+    def handle(self, account: str, msg: Message, *, routed: bool = False,
+               client: Any = None) -> bool:
+        """Give JetStream an inbound message; True when JetStream answers it."""
+        ...
+
+    def with_client_info(self, msg: Message, client: Any) -> Message:
+        """A ``$JS.API`` request with the publishing client's info in its header."""
+        ...
+
+    def interest_changed(self, account: str) -> None:
+        """A subscription was added or removed in ``account``."""
+        ...
+
+
+class SystemRequests(Protocol):
+    """The system requests the router hands over, as it hands ``$JS.API`` to JetStream
+    (net/sysreq.py's SystemService): each returns True when it answered the message."""
+
+    def request(self, account: str, msg: Message) -> bool:
+        """``$SYS.REQ.SERVER...`` published in ``account`` (answered in the system account)."""
+        ...
+
+    def user_info(self, client: Any, subject: str, reply: str | None) -> bool:
+        """``$SYS.REQ.USER.INFO`` published by ``client``, in any account."""
+        ...

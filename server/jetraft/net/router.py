@@ -24,14 +24,12 @@ import random
 from typing import TYPE_CHECKING, Any
 
 from jetraft.jetstream.errors import not_enabled_for_account
-from jetraft.net.ports import RouterHost
+from jetraft.net.ports import JetStreamHandler, RouterHost, SystemRequests
 from jetraft.net.route_interest import JS_API_QUEUE
-from jetraft.net.sysreq import handle_system_request, handle_user_info
 from jetraft.protocol import Match, Message, SubjectIndex, encode_msg, no_responders_headers
 
 if TYPE_CHECKING:
     from jetraft.net.client import ClientConnection, Subscription
-    from jetraft.net.jetstream import JetStreamService
     from jetraft.net.route import RouteConnection, RouteManager
 
 __all__ = ["Account", "Router"]
@@ -53,10 +51,9 @@ class Account:
 class Router:
     """Routes messages within accounts, locally and (with :attr:`routes`) to the peers.
 
-    ``host`` gives the running configuration (read on every use: a reload replaces it), the
-    server-wide counters and what ``$SYS.REQ.SERVER`` requests answer from
-    (:func:`~jetraft.net.sysreq.handle_system_request`). The wiring sets :attr:`routes` and
-    :attr:`jetstream` once they exist.
+    ``host`` gives the running configuration (read on every use: a reload replaces it) and
+    the server-wide counters. The wiring sets :attr:`routes`, :attr:`jetstream` and
+    :attr:`system` (``$SYS.REQ`` requests, net/sysreq.py) once they exist.
     """
 
     def __init__(self, host: RouterHost) -> None:
@@ -66,7 +63,10 @@ class Router:
         #: The cluster's routes; None without a ``cluster`` block.
         self.routes: RouteManager | None = None
         #: JetStream, which has the first look at every message; None without it.
-        self.jetstream: JetStreamService | None = None
+        self.jetstream: JetStreamHandler | None = None
+        #: The system requests (``$SYS.REQ.SERVER...``, ``$SYS.REQ.USER.INFO``); None: none
+        #: answered.
+        self.system: SystemRequests | None = None
 
     def account(self, name: str) -> Account:
         """The account named ``name``, created on first use."""
@@ -91,8 +91,9 @@ class Router:
         subject = msg.subject
         reply = msg.reply
         # $SYS.REQ.USER.INFO is answered by the client's own server only (nats-server events.go)
-        delivered = handle_user_info(self._host, client, subject, reply)
-        delivered = self._system_request(account.name, msg) or delivered
+        system = self.system
+        delivered = system is not None and system.user_info(client, subject, reply)
+        delivered = (system is not None and system.request(account.name, msg)) or delivered
         if jetstream is not None and jetstream.handle(account.name, msg, client=client):
             delivered = True
         elif (jetstream is not None and reply and subject.startswith("$JS.API.")
@@ -119,7 +120,8 @@ class Router:
         stats.in_msgs += 1
         headers = msg.headers
         stats.in_bytes += len(msg.payload) + (len(headers) if headers else 0)
-        self._system_request(account, msg)
+        if self.system is not None:
+            self.system.request(account, msg)
         jetstream = self.jetstream
         if jetstream is not None:
             picked = JS_API_QUEUE in queues
@@ -134,14 +136,6 @@ class Router:
         plain subscriber, one member of each queue group, in the whole cluster (a reply's
         inbox may be on another server)."""
         self.deliver(self.account(account), msg, forward=self.routes is not None)
-
-    def _system_request(self, account: str, msg: Message) -> bool:
-        """``$SYS.REQ.SERVER...`` in the system account, answered by this server (see
-        :mod:`jetraft.net.sysreq`); True when answered."""
-        subject = msg.subject
-        if account != self._host.config.system_account or not subject.startswith("$SYS.REQ.SERVER."):
-            return False
-        return handle_system_request(self._host, subject, msg.reply, msg.payload)
 
     def _system_account_js_refusal(self, subject: str, reply: str) -> bool:
         """A JetStream API request from a client of the system account, which JetStream does

@@ -378,3 +378,24 @@ def handle_user_info(server: SysreqHost, client: Any, subject: str, reply: str |
     data = json.dumps({"server": server_info(server, server.sys_seq), **body}, separators=(",", ":")).encode()
     server.route_internal(account.name, Message(reply, None, None, data))
     return True
+
+
+class SystemService:
+    """The system requests of ``host``'s server, as the router hands them over
+    (:class:`~jetraft.net.ports.SystemRequests`): ``$SYS.REQ.SERVER...`` in the system
+    account (:func:`handle_system_request`) and ``$SYS.REQ.USER.INFO`` in any account
+    (:func:`handle_user_info`)."""
+
+    def __init__(self, host: SysreqHost) -> None:
+        self._host = host
+
+    def request(self, account: str, msg: Message) -> bool:
+        """Answer ``msg`` when it is a ``$SYS.REQ.SERVER`` request in the system account;
+        True when answered."""
+        if account != self._host.config.system_account or not msg.subject.startswith("$SYS.REQ.SERVER."):
+            return False
+        return handle_system_request(self._host, msg.subject, msg.reply, msg.payload)
+
+    def user_info(self, client: Any, subject: str, reply: str | None) -> bool:
+        """Answer ``$SYS.REQ.USER.INFO`` from ``client``; True when ``subject`` is it."""
+        return handle_user_info(self._host, client, subject, reply)

@@ -17,7 +17,7 @@ import pytest
 import servers
 from cluster import Cluster
 from compat_support import connect, json_type, poll, run
-from js_support import js_session  # noqa: F401  (fixture)
+from js_support import js_session
 from nats.js.api import AckPolicy, ConsumerConfig
 
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z$")

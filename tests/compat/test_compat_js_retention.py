@@ -8,7 +8,7 @@ has to acknowledge it, and keeps nothing when nobody is interested.
 from __future__ import annotations
 
 from compat_support import run
-from js_support import api_error, error_triple, js_session, wait_for  # noqa: F401 - fixture
+from js_support import api_error, error_triple, js_session, wait_for
 from nats.js.api import AckPolicy, DeliverPolicy, RetentionPolicy
 
 

@@ -24,7 +24,7 @@ import pytest
 import servers
 from cluster import Cluster, formed
 from compat_support import connect, poll, run
-from js_support import NS, js_session  # noqa: F401  (fixture)
+from js_support import NS, js_session
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 

@@ -18,7 +18,7 @@ blocks, a purge to a far sequence.
 from __future__ import annotations
 
 from compat_support import run
-from js_support import STREAM_INFO_RESPONSE, js_session  # noqa: F401  (fixture)
+from js_support import STREAM_INFO_RESPONSE, js_session
 
 LIMIT = 100_000         # nats-server JSMaxSubjectDetails
 

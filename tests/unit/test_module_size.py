@@ -13,7 +13,6 @@ LIMIT = 1000
 #: The modules over LIMIT when the rule came in, with their line counts then: each is to be
 #: split (the cluster controller as a package, the models declared once, ...).
 OVERSIZED: dict[str, int] = {
-    "jetstream/cluster.py": 1843,
     "jetstream/model.py": 1626,
     "jetstream/api.py": 1401,
     "jetstream/consumer.py": 1281,

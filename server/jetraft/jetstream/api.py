@@ -468,7 +468,7 @@ class JetStreamAccount:
     def audit(self, subject: str, request: bytes, response: bytes, client: dict[str, Any] | None,
               now_ns: int) -> list[Reply]:
         """The ``api_audit`` advisory of one answered request, when someone listens (also
-        for the answers the cluster's meta leader sends: jetstream/cluster.py)."""
+        for the answers the cluster's meta leader sends: jetstream/cluster/)."""
         if not self._listening(adv.API_AUDIT):
             return []
         return self.advise(adv.api_audit, self.server_name, client, subject, request, response, now_ns)

@@ -572,7 +572,7 @@ class JetStreamService:
         if subject.startswith(_TRANSFER_API):
             tokens = subject.split(".")
             acc = self.accounts.get(account)
-            # a clustered RESTORE goes to the meta leader like a create (jetstream/cluster.py)
+            # a clustered RESTORE goes to the meta leader like a create (jetstream/cluster/meta_requests.py)
             if len(tokens) == 5 and tokens[3] in ("SNAPSHOT", "RESTORE") and acc is not None \
                     and not (tokens[3] == "RESTORE" and self.cluster is not None):
                 return self.transfers.handle_api(acc, _api_kind(tokens), tokens[4], subject, reply,

@@ -35,19 +35,22 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
+from jetraft.gofmt import format_time
 from jetraft.jetstream import advisories as adv
 from jetraft.jetstream import errors as E
+from jetraft.jetstream import layout
 from jetraft.jetstream.api_subjects import peer_hash
+from jetraft.jetstream.catchup import StreamSnapshotError
 from jetraft.jetstream.cluster import (
     META_GROUP,
     ChangePeer,
     CloseMeta,
     CloseReplica,
-    ToMetaLeader,
     ClusterController,
     Emit,
     Forward,
     Key,
+    MetaMachine,
     OpenMeta,
     OpenReplica,
     Propose,
@@ -59,24 +62,32 @@ from jetraft.jetstream.cluster import (
     SetInterest,
     StartRestore,
     StepDown,
+    ToMetaLeader,
     decode_reply_frame,
     encode_reply_frame,
     zone_of,
 )
-from jetraft.jetstream.catchup import StreamSnapshotError
-from jetraft.jetstream import layout
 from jetraft.jetstream.layout import atomic_write
 from jetraft.jetstream.meta_members import decode_hello, encode_hello
-from jetraft.gofmt import format_time
 from jetraft.jetstream.model import StreamConfig
 from jetraft.jetstream.replicated import TICK, StreamReplica, encode_entry
-from jetraft.net.durability import PROBE_TIMEOUT_S, STORAGE_RETRY_S, probe_directory, storage_api_error
+from jetraft.net.durability import (
+    PROBE_TIMEOUT_S,
+    STORAGE_RETRY_S,
+    probe_directory,
+    storage_api_error,
+)
 from jetraft.net.raft_group import SnapshotPolicy
 from jetraft.net.raft_host import RaftGroup, RaftHost
 from jetraft.net.stream_catchup import StreamCatchup
 from jetraft.raft.storage import StorageError, fileio
 from jetraft.raft.storage.fileio import errno_name
-from jetraft.raft.types import EntryType, NotLeaderError, ProposalDroppedError, RaftError, Role
+from jetraft.raft.types import (
+    NotLeaderError,
+    ProposalDroppedError,
+    RaftError,
+    Role,
+)
 
 if TYPE_CHECKING:
     from jetraft.config import JetStreamConfig
@@ -580,7 +591,11 @@ class ClusterJetStream:
         failure = self.storage_failures.get(META_GROUP)
         if failure is not None and failure.retry_at > trio.current_time():
             return
-        machine = _MetaMachine(self)
+        machine = MetaMachine(self.meta, on_changes=self.meta_applied,
+                              on_batch=self.maybe_end_meta_replay,
+                              on_rejected=self._meta_entry_rejected,
+                              on_snapshot=self._meta_snapshot_taken,
+                              may_vote=lambda: not self.controller.fresh)
         self.controller.replaying = True
         try:
             self.meta_group = self.host.open_group(META_GROUP, peers, machine, policy=SnapshotPolicy(
@@ -683,7 +698,6 @@ class ClusterJetStream:
                                 on_problem=self._problem_fn(sa), on_leader=self._leader_fn(key),
                                 config=sa.config, created_ns=sa.created_ns,
                                 on_restore=self.catchup.start)
-        replica.pending_reply = sa.reply
         self.replicas[key] = replica
         # Followers learn a stream's commit index from the next AppendEntries or heartbeat:
         # one message per publish per follower instead of two (see Config.commit_broadcast).
@@ -913,6 +927,13 @@ class ClusterJetStream:
                            if self.meta_snapshot_ns else "0001-01-01T00:00:00Z"}
         return out
 
+    def _meta_entry_rejected(self, index: int, exc: Exception) -> None:
+        self.events.emit("jetstream_recovery_problem", account="", stream="", consumer=None,
+                         path=META_GROUP, detail=f"meta entry {index} rejected: {exc}")
+
+    def _meta_snapshot_taken(self) -> None:
+        self.meta_snapshot_ns = time.time_ns()
+
     def meta_applied(self, changes: list[Any]) -> None:
         """Give the controller the MetaState's changes, one at a time, each one's actions
         carried out before the next (a later change sees what the earlier ones did)."""
@@ -1025,9 +1046,6 @@ class ClusterJetStream:
             self.replicas.pop(key, None)
             self.host.close_group(group.name)
         self.execute(self.controller.reopen_replica(key, time.time_ns()))
-        replica = self.replicas.get(key)
-        if replica is not None:
-            replica.pending_reply = None    # its create was answered long ago
         return True
 
     # ------------------------------------------------------------------ restores
@@ -1217,45 +1235,3 @@ class StorageFailure:
         self.since, self.retry_at = since, retry_at
         self.attempts = 0
         self.last_error: BaseException | None = None
-
-
-
-class _MetaMachine:
-    """The meta group's StateMachine: applies MetaState entries and acts on the changes."""
-
-    def __init__(self, cluster: ClusterJetStream) -> None:
-        self.cluster = cluster
-
-    def apply(self, entries) -> None:
-        """Apply a batch to the MetaState, then act on its changes at once: a stream created
-        and deleted within one batch (the replay of the meta log at start-up) never gets
-        a RAFT group opened, elected and deleted again."""
-        changes = []
-        for e in entries:
-            if e.type != EntryType.NORMAL or not e.data:
-                continue
-            try:
-                changes += self.cluster.meta.apply(e.data)
-            except Exception as exc:  # noqa: BLE001 - a bad entry is reported and skipped
-                self.cluster.events.emit("jetstream_recovery_problem", account="", stream="",
-                                         consumer=None, path=META_GROUP,
-                                         detail=f"meta entry {e.index} rejected: {exc}")
-        self.cluster.meta_applied(changes)
-        if entries:
-            self.cluster.maybe_end_meta_replay()
-
-    def snapshot(self) -> bytes:
-        self.cluster.meta_snapshot_ns = time.time_ns()
-        return self.cluster.meta.snapshot()
-
-    def restore(self, data: bytes) -> None:
-        self.cluster.meta_applied(self.cluster.meta.install_snapshot(data))
-
-    @property
-    def may_vote(self) -> bool:
-        """Not while this server lost its store and has not been admitted again (see
-        :attr:`ClusterController.fresh`)."""
-        return not self.cluster.controller.fresh
-
-    def leader_changed(self, leader: str | None, term: int) -> None:
-        pass

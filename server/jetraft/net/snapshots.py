@@ -36,7 +36,7 @@ the server's nursery.
 Clustered: a snapshot is served by the stream's leader (the leader holds route interest in
 ``$JS.API.STREAM.SNAPSHOT.<stream>`` and ``$JS.SNAPSHOT.ACK.<stream>.>``, so the request
 and the acks reach it from any server) from its replica's store and consumers. A RESTORE
-goes to the meta leader (``jetstream/cluster.py`` ``_restore_stream``), which assigns the
+goes to the meta leader (``jetstream/cluster/restores.py`` ``_restore_stream``), which assigns the
 stream with a restorer; the restorer, once it leads the stream's group, is told to
 :meth:`~StreamTransfers.start_clustered` (it holds route interest in the deliver subject,
 so the chunks reach it from any server), spools and builds the stream as above, then

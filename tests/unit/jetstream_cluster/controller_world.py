@@ -262,7 +262,6 @@ class World:
                 acc.create_replica(sa.config, sa.created_ns)
                 replica = StreamReplica(acc, sa.name, emit=lambda r, k=key: self.run(self.c.send_replies(k[0], r)),
                                         override=self.c.override, on_leader=self._leader_fn(key))
-                replica.pending_reply = sa.reply
                 self.replicas[key] = replica
                 self.groups[key] = Group(sa.group, a.bootstrap)
                 self.run(list(a.then))

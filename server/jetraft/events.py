@@ -144,7 +144,7 @@ EVENTS: dict[str, EventSpec] = {
         {"clients": "int", "duration_s": "float", "grace_period_s": "float"},
     ),
     "shutdown": EventSpec("info", "The server is stopping.", {"reason": "signal or cause"}),
-    # Routes (jetraft.net.route): the cluster's full mesh
+    # Routes (jetraft.net.transport.route): the cluster's full mesh
     "route_connected": EventSpec(
         "info", "A route to another cluster member is up (handshake done).",
         {"peer_name": "remote server_name", "peer_id": "remote server_id", "remote": "host:port",
@@ -165,7 +165,7 @@ EVENTS: dict[str, EventSpec] = {
     # event but raft_batch_dropped and raft_log_recovered also carries ``index`` (this server's
     # last log index when no other meaning is given), ``peers`` (the group's latest
     # configuration), ``leader`` (the leader this server knows, or null) and ``zone`` (this
-    # server's unique_tag value, or null); jetraft.net.raft_host adds those it lacks.
+    # server's unique_tag value, or null); jetraft.net.raft.host adds those it lacks.
     **{
         f"raft_became_{role}": EventSpec(
             "info", f"This server became {role.replace('_', '-')} of a RAFT group.",

@@ -1,7 +1,7 @@
 """Wiring: a :class:`~jetraft.config.ServerConfig` becomes a running trio nursery.
 
 :class:`Server` owns the client listener, the monitoring listener, the signal handler and
-one task group per client connection; it builds the :class:`~jetraft.net.router.Router`
+one task group per client connection; it builds the :class:`~jetraft.net.transport.router.Router`
 (accounts and message routing), the cluster's routes and JetStream, and starts, reloads,
 drains (lame duck) and stops them. The ``net`` modules see it through the Protocols of
 :mod:`jetraft.net.ports`.
@@ -24,13 +24,13 @@ from jetraft import NATS_COMPAT_VERSION, __version__
 from jetraft.auth import GLOBAL_ACCOUNT, Authenticator
 from jetraft.config import ConfigError, ServerConfig, TLSConfig, load_config, server_context, validate
 from jetraft.events import EventLog, HumanLog
-from jetraft.net.client import ClientConnection, accept_connections
-from jetraft.net.jetstream import JetStreamService
-from jetraft.net.monitor import serve_monitor
-from jetraft.net.route import RouteManager
-from jetraft.net.route_interest import JS_API_QUEUE, JS_API_SUBJECT
-from jetraft.net.router import Router
-from jetraft.net.sysreq import PING_SUBJECTS, SystemService
+from jetraft.net.transport.client import ClientConnection, accept_connections
+from jetraft.net.jetstream.service import JetStreamService
+from jetraft.net.monitoring.monitor import serve_monitor
+from jetraft.net.transport.route import RouteManager
+from jetraft.net.transport.route_interest import JS_API_QUEUE, JS_API_SUBJECT
+from jetraft.net.transport.router import Router
+from jetraft.net.monitoring.sysreq import PING_SUBJECTS, SystemService
 from jetraft.protocol import encode_err, encode_info
 
 _B32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
@@ -368,7 +368,7 @@ class Server:
 
     def flush_outbound(self) -> None:
         """Write every connection's queued output to its socket now, non-blocking (see
-        :meth:`jetraft.net.client.StreamConnection.flush_now`). For code about to block the
+        :meth:`jetraft.net.transport.client.StreamConnection.flush_now`). For code about to block the
         event loop, or whose output is latency-critical."""
         queued = self.outbound_queued
         if queued:

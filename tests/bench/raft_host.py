@@ -1,6 +1,6 @@
 """RaftHost throughput and failover: three hosts in one trio run, logs on disk.
 
-Each host is a :class:`jetraft.net.raft_host.RaftHost` over its own directory (real files,
+Each host is a :class:`jetraft.net.raft.host.RaftHost` over its own directory (real files,
 real fsync, one GroupCommit per host); the transport hands each batch straight to the
 destination's ``receive`` (no sockets: this measures the host and the core, not routes).
 
@@ -26,7 +26,7 @@ from collections import Counter
 
 import trio
 
-from jetraft.net.raft_host import RaftHost
+from jetraft.net.raft.host import RaftHost
 from jetraft.raft.types import Entry
 
 HOSTS = ("a", "b", "c")

@@ -189,7 +189,7 @@ ALLOWED: list[Allowed] = [
             _verb_then_blank_line),
 ]
 
-#: Differences this test found, each fixed since (net/client.py, server.py, the parser): a
+#: Differences this test found, each fixed since (net/transport/client.py, server.py, the parser): a
 #: deterministic reproducer of each, now answered exactly as nats-server answers it.
 FIXED_DIFFERENCES = {
     # a later CONNECT applies its options again; a verbose one is answered +OK

@@ -1,4 +1,4 @@
-"""Fuzz target: the stream catch-up frames peers exchange (jetraft.net.stream_catchup:
+"""Fuzz target: the stream catch-up frames peers exchange (jetraft.net.jetstream.catchup:
 the handlers ``StreamCatchup`` registers for route frames ``jscu`` (requests) and ``jscd``
 (data), ``decode_frame``; the fetching side ``StreamCatchup.fetch`` with
 jetraft.jetstream.catchup.BlockWriter, and ``adopt_latest``).
@@ -69,7 +69,7 @@ import trio.testing
 with atheris.instrument_imports() if __name__ == "__main__" else contextlib.nullcontext():
     from jetraft.jetstream import store_format as fmt
     from jetraft.jetstream.catchup import Missing, StreamSnapshot, StreamSnapshotError
-    from jetraft.net import stream_catchup as sc
+    from jetraft.net.jetstream import catchup as sc
     from jetraft.raft.types import Snapshot
 
     import js_replica

@@ -1,6 +1,6 @@
 """A standalone JetStream account for the $JS.API fuzz targets (not a target itself).
 
-:func:`new_account` builds a :class:`JetStreamAccount` as ``net/jetstream.py`` does, with no
+:func:`new_account` builds a :class:`JetStreamAccount` as ``net/jetstream/service.py`` does, with no
 server around it, its files in ``directory`` (see :func:`scratch_root`): stream ``S``
 (memory, ``s.>``, allow_direct) holding three messages (one with headers) and a durable
 pull consumer ``C``; stream ``F`` (file, ``f.>``, allow_direct, max_msgs_per_subject 2)

@@ -1,5 +1,5 @@
 """Fuzz target: a stream restore's data, as a client sends it to
-``$JS.SNAPSHOT.RESTORE.<stream>.<id>`` (net/snapshots.py): unframed chunk by chunk
+``$JS.SNAPSHOT.RESTORE.<stream>.<id>`` (net/jetstream/snapshot.py): unframed chunk by chunk
 (jetraft.jetstream.snapshot_frames.Unframer) into a spool file, then checked and written
 into a new store (jetraft.jetstream.snapshot.build_restored_store), a MemoryStore and a
 FileStore, and the memory one attached to an account (``JetStreamAccount.attach_restored``,

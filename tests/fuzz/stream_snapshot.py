@@ -1,5 +1,5 @@
 """Fuzz target: a clustered stream replica's RAFT snapshot as a peer sends it (InstallSnapshot,
-or a catch-up's ``snap`` answer), restored the way net/stream_catchup.py restores it:
+or a catch-up's ``snap`` answer), restored the way net/jetstream/catchup.py restores it:
 ``StreamReplica.restore`` (jetraft.jetstream.catchup.StreamSnapshot.decode), the replica
 state checked on its own (jetraft.jetstream.replica_state.check_replica_state), the block
 files aligned to the snapshot's manifest (catchup.align_store), the store opened over them

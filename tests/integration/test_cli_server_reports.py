@@ -23,7 +23,7 @@ import pytest
 import servers
 from cluster import Cluster
 from jetraft.config import config_from_text
-from jetraft.net.sysreq import USER_INFO, handle_user_info
+from jetraft.net.monitoring.sysreq import USER_INFO, handle_user_info
 from jetraft.server import Server
 from test_admin_cli import BIN, Admin, assert_clean_error, poll
 

@@ -257,7 +257,7 @@ def test_a_part_that_cannot_be_read_is_reported_down_and_the_rest_still_shown():
     empty (seemingly healthy) stream list."""
     from types import SimpleNamespace
 
-    from jetraft.net.metrics import ServerMetrics
+    from jetraft.net.monitoring.metrics import ServerMetrics
 
     class BrokenAccounts:
         def values(self):

@@ -19,7 +19,7 @@ import pytest
 import trio
 
 from jetraft.events import EventLog
-from jetraft.net.raft_host import RaftGroup, RaftHost
+from jetraft.net.raft.host import RaftGroup, RaftHost
 from jetraft.raft.wire import decode_batch
 from jetraft.raft.storage import GroupCommit, StorageError
 from jetraft.raft.types import Entry, EntryType, MessageType, NotLeaderError, ProposalDroppedError
@@ -387,7 +387,7 @@ async def test_a_leader_cut_off_from_its_peers_serves_no_read_and_refuses_it_whe
 
 
 async def test_reads_waiting_are_bounded_and_refused_when_the_group_closes(cluster, monkeypatch):
-    monkeypatch.setattr("jetraft.net.raft_group.MAX_READS", 3)
+    monkeypatch.setattr("jetraft.net.raft.group.MAX_READS", 3)
     cl = cluster
     leaders = await elect_all(cl)
     g = GROUPS[0]

@@ -17,7 +17,7 @@ from servers import js_config
 from snapshot_forge import forge, frame, header
 from test_stream_backup_restore import CHUNK, api, restore, snapshot
 
-from jetraft.net.snapshots import MAX_RESTORES_PER_ACCOUNT
+from jetraft.net.jetstream.snapshot import MAX_RESTORES_PER_ACCOUNT
 
 FORGING = "i1.a _in.x 3\r\nPWN\r\nMSG _in.injected 1 4\r\nEVIL\r\nMSG i1.b"
 CONFIG = {"name": "I1", "subjects": ["i1.>"], "storage": "file", "retention": "limits",

@@ -425,7 +425,7 @@ def test_a_killed_server_is_dropped_and_rejoins_when_restarted(tmp_path):
 async def test_connections_in_their_handshake_are_bounded(monkeypatch):
     """Past MAX_PENDING_ROUTES strangers that never finish their handshake, a new connection
     is closed at once (and said so); once they are gone a peer connects as usual."""
-    from jetraft.net import route as route_module
+    from jetraft.net.transport import route as route_module
     monkeypatch.setattr(route_module, "MAX_PENDING_ROUTES", 3)
     port = free_port()
     node = Node("n1", route_config("n1", port, []))
@@ -474,7 +474,7 @@ async def test_a_batch_of_interests_arrives_whole_in_order_and_is_announced_once
     peer in SUBS frames: the frame after it on the route finds every subject there, in order;
     the peer's JetStream hears of it once per frame, not once per subject; and the peer's other
     tasks run between slices of the batch instead of waiting for all of it."""
-    from jetraft.net import route as route_module
+    from jetraft.net.transport import route as route_module
     ports = [free_port(), free_port()]
     n1 = Node("n1", route_config("n1", ports[0], [ports[1]]))
     n2 = Node("n2", route_config("n2", ports[1], [], extra=f'jetstream {{ store_dir: "{tmp_path}" }}'))
@@ -598,7 +598,7 @@ async def test_subs_from_a_peer_are_applied_before_the_frames_after_them():
     UNSUBS of some of its subjects, then a mark: the mark sees the end state, as if every
     subject had come in a SUB frame of its own. A SUBS before the handshake, or with an
     invalid subject, closes the route."""
-    from jetraft.net import route as route_module
+    from jetraft.net.transport import route as route_module
     port = free_port()
     node = Node("n1", route_config("n1", port, []))
     subjects = stream_subjects("in", 2 * route_module.INTEREST_SLICE + 500)

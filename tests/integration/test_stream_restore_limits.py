@@ -42,7 +42,7 @@ from test_stream_backup_restore import CHUNK, snapshot
 
 from jetraft.config import config_from_text
 from jetraft.events import EventLog
-from jetraft.net import snapshots
+from jetraft.net.jetstream import snapshot as snapshots
 from jetraft.server import Server
 
 ACCOUNTS = """

@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from jetraft.net.durability import DurabilityBarrier
+from jetraft.net.jetstream.durability import DurabilityBarrier
 from jetraft.raft.storage import GroupCommit, LogDirectory, StorageError
 from jetraft.raft.types import Entry
 

@@ -11,7 +11,7 @@ What the contracts ([tool.importlinter] in pyproject.toml) cover:
 - ``io``: only net/, server.py and cli/ import trio, socket or hypercorn (directly or
   through a chain of our modules).
 - ``publish-path``: the client connection, the router and the routes import nothing of the
-  monitoring (net/monitor.py, net/sysreq.py, net/metrics.py), directly or through a chain:
+  monitoring (net/monitoring/monitor.py, net/monitoring/sysreq.py, net/monitoring/metrics.py), directly or through a chain:
   the router is handed the ``$SYS.REQ`` requests (ports.SystemRequests) as it is handed
   JetStream (ports.JetStreamHandler).
 - ``acyclic``: no import cycle between the sibling modules of any package of jetraft
@@ -57,7 +57,7 @@ def lint_imports(cwd: Path, source_root: Path) -> subprocess.CompletedProcess[st
 def test_the_layers_hold():
     result = lint_imports(ROOT, ROOT / "server")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "Contracts: 4 kept, 0 broken." in result.stdout, result.stdout
+    assert "Contracts: 5 kept, 0 broken." in result.stdout, result.stdout
 
 
 #: What SLF001 covers: the server, and tests/ whole (tests, helpers, fuzz targets, benches).
@@ -88,7 +88,7 @@ def python_only(directory: str, names: list[str]) -> list[str]:
 # A private attribute read from outside its class, planted in a copy of the tree: in a module of
 # the server, in a test, and in a fuzz target (outside pytest's test paths).
 PLANTS = {
-    "server module": ("server/jetraft/net/monitor.py",
+    "server module": ("server/jetraft/net/monitoring/monitor.py",
                       "\n\ndef _peek(service):\n    return service._queue\n"),
     "test": ("tests/unit/test_auth.py",
              "\n\ndef test_peek():\n    assert perms_for('{}')._replies == {}\n"),
@@ -126,7 +126,7 @@ BREAKS = {
         "jetstream/gojson.py", "from jetraft import auth as _auth\n",
         "jetraft.jetstream is not allowed to import jetraft.auth"),
     "jetstream imports net": (
-        "jetstream/gojson.py", "import jetraft.net.tls\n",
+        "jetstream/gojson.py", "import jetraft.net.transport.tls\n",
         "jetraft.jetstream is not allowed to import jetraft.net"),
     "raft does I/O with trio": (
         "raft/types.py", "import trio\n",
@@ -141,11 +141,17 @@ BREAKS = {
         "config/durations.py", "from jetraft.config import model as _model\n",
         "No cycles are allowed in jetraft.config"),
     "the router imports the monitoring": (
-        "net/router.py", "from jetraft.net import sysreq as _sysreq\n",
-        "jetraft.net.router is not allowed to import jetraft.net.sysreq"),
-    "a route reaches /metrics through a chain": (
-        "net/route_interest.py", "from jetraft.net import jetstream as _js\n",
-        "jetraft.net.route_interest is not allowed to import jetraft.net.metrics"),
+        "net/transport/router.py", "from jetraft.net.monitoring import sysreq as _sysreq\n",
+        "jetraft.net.transport.router -> jetraft.net.monitoring.sysreq"),
+    "a route imports the JetStream glue": (
+        "net/transport/route_interest.py", "from jetraft.net.jetstream import service as _js\n",
+        "jetraft.net.transport is not allowed to import jetraft.net.jetstream"),
+    "the JetStream glue imports the monitoring": (
+        "net/jetstream/service.py", "from jetraft.net.monitoring import metrics as _metrics\n",
+        "jetraft.net.jetstream is not allowed to import jetraft.net.monitoring"),
+    "the RAFT runtime imports the transport": (
+        "net/raft/host.py", "from jetraft.net.transport import route as _route\n",
+        "jetraft.net.raft is not allowed to import jetraft.net.transport"),
     "a new top-level module outside every layer": (
         "extra.py", "",
         "jetraft.extra"),

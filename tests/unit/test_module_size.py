@@ -16,7 +16,7 @@ OVERSIZED: dict[str, int] = {
     "jetstream/model.py": 1626,
     "jetstream/api.py": 1401,
     "jetstream/consumer.py": 1281,
-    "net/js_cluster.py": 1261,
+    "net/jetstream/cluster.py": 1261,
     "config/model.py": 1236,
     "jetstream/store.py": 1191,
     "raft/node.py": 1154,

@@ -4,7 +4,7 @@
 as ``now_ns`` (ns since the epoch) and returns the :class:`~jetraft.jetstream.outbound.Outbound`
 messages the server must route (API responses, PubAcks, consumer deliveries). It never
 fsyncs a message itself: a PubAck for a file-backed stream is returned with
-``needs_sync=True`` and the caller (``net/jetstream.py``) sends it only after its group
+``needs_sync=True`` and the caller (``net/jetstream/service.py``) sends it only after its group
 commit has made the message durable.
 
 Subjects served (nats-server ``server/jetstream_api.go``, ``server/stream.go``):
@@ -146,7 +146,7 @@ class JetStreamAccount:
     :mod:`~jetraft.jetstream.advisories` (the server's subscription interest; None: none
     are built, see :meth:`advise`).
 
-    ``clustered``: the account is one replica of a JetStream cluster (``net/js_cluster.py``):
+    ``clustered``: the account is one replica of a JetStream cluster (``net/jetstream/cluster.py``):
     replicas > 1 are accepted, and the cluster layer sets :attr:`cluster_info`
     (``cluster_info(stream_name) -> dict | None``, the ``cluster`` object of stream info).
     """
@@ -173,7 +173,7 @@ class JetStreamAccount:
         #: Streams found on disk but not loaded by :meth:`recover` (name -> why); their
         #: files are kept, and STREAM.CREATE of the same name is refused.
         self.unloaded: dict[str, str] = {}
-        #: Streams being restored (net/snapshots.py): their names are in use. Nothing else of
+        #: Streams being restored (net/jetstream/snapshot.py): their names are in use. Nothing else of
         #: them counts against the account's limits until they are attached (as nats-server
         #: on one server, whose restores started together all start): the account's limits
         #: are checked again then, with their bytes (:meth:`restore_attach_check`).
@@ -594,7 +594,7 @@ class JetStreamAccount:
                 info["cluster"] = cluster
         return info
 
-    # --- one replica of a clustered stream (net/js_cluster.py) -----------------------------
+    # --- one replica of a clustered stream (net/jetstream/cluster.py) -----------------------------
 
     def create_replica(self, config: dict[str, Any], created_ns: int, *,
                        keep_files: bool = False, store: FileStore | None = None) -> StreamEntry:
@@ -749,7 +749,7 @@ class JetStreamAccount:
         for consumer in old.values():
             consumer.stop()
 
-    # --- stream snapshots and restores (jetstream/snapshot.py, net/snapshots.py) -----------
+    # --- stream snapshots and restores (jetstream/snapshot.py, net/jetstream/snapshot.py) -----------
 
     def snapshot_check(self, stream: str, payload: bytes) -> tuple[StreamEntry, SnapshotRequest]:
         """Check a ``$JS.API.STREAM.SNAPSHOT.<stream>`` request in nats-server's order

@@ -1,6 +1,6 @@
 """What a ``$JS.API`` subject names: its kind, the stream it is about, its response type.
 
-Shared by the single server (``net/jetstream.py``) and the cluster controller
+Shared by the single server (``net/jetstream/service.py``) and the cluster controller
 (:mod:`jetraft.jetstream.cluster`). Subjects as nats-server's jetstream_api.go defines them.
 """
 

@@ -15,7 +15,7 @@ catches a replica up from the leader's store: server/jetstream_cluster.go
 :func:`align_store` brings a replica's block files to a snapshot's manifest as far as they
 go: blocks the snapshot does not list are removed, longer ones cut; what is missing is
 returned as byte ranges (:class:`Missing`) to fetch from a peer, which serves them with
-``FileStore.read_block`` (see ``net/stream_catchup.py``). The FileStore then opened over
+``FileStore.read_block`` (see ``net/jetstream/catchup.py``). The FileStore then opened over
 the files checks every record; a block where it found damage is cut at the first bad byte
 and fetched again from there: nothing that fails a checksum is kept.
 """

@@ -131,12 +131,12 @@ class StreamReplica:
 
     Implements the RaftHost ``StateMachine`` protocol (apply, snapshot, restore,
     leader_changed). A replica opened without a snapshot starts empty and replays the
-    group's log (see ``net/js_cluster.py``). A file stream's :meth:`snapshot` is a
+    group's log (see ``net/jetstream/cluster.py``). A file stream's :meth:`snapshot` is a
     :class:`~jetraft.jetstream.catchup.StreamSnapshot` (its store fsynced first), after
     which the host compacts the log; a memory stream's is None (its log is kept whole: its
     messages are on no disk). :meth:`restore` takes the stream apart and sets
     :attr:`holding` until :meth:`complete` (called once the store's blocks match the
-    snapshot's manifest, fetched from peers where they did not: ``net/stream_catchup.py``).
+    snapshot's manifest, fetched from peers where they did not: ``net/jetstream/catchup.py``).
 
     ``config``/``created_ns``: the assignment's stream config JSON and creation time (to
     re-create the stream from a snapshot); ``on_restore(replica)``: a snapshot is to be
@@ -226,7 +226,7 @@ class StreamReplica:
         """The stream's :class:`StreamSnapshot` as of the last applied entry, after an fsync
         of its store (the log it lets the host discard held those messages); None for a
         memory stream, a missing stream, or while holding. Raises StorageError when the
-        fsync fails (the group stops: see ``net/raft_host.py``)."""
+        fsync fails (the group stops: see ``net/raft/host.py``)."""
         if self.pending is not None:
             return None
         entry = self.account.streams.get(self.name)

@@ -2,7 +2,7 @@
 
 The connections, the router, monitoring, the ``$SYS`` request handler and JetStream each
 name the few attributes and methods of their owner they use; :class:`jetraft.server.Server`
-(and :class:`jetraft.net.router.Router`) provide them. No module of ``net`` imports
+(and :class:`jetraft.net.transport.router.Router`) provide them. No module of ``net`` imports
 ``jetraft.server``, so each can be driven in a test by a small stand-in. Objects of other
 ``net`` modules (route manager, JetStream service, client connections) are typed ``Any``
 here: naming their classes would make this module import the modules that import it.
@@ -113,7 +113,7 @@ class RouteHost(ConnectionHost, Protocol):
     server_id: str
     server_name: str
     client_port: int | None
-    #: the JetStream service (``jetraft.net.jetstream.JetStreamService``), or None
+    #: the JetStream service (``jetraft.net.jetstream.service.JetStreamService``), or None
     jetstream: Any
 
     @property
@@ -128,7 +128,7 @@ class JetStreamHost(Protocol):
     config: ServerConfig
     events: EventLog
     server_name: str
-    #: the cluster's route manager (``jetraft.net.route.RouteManager``), or None
+    #: the cluster's route manager (``jetraft.net.transport.route.RouteManager``), or None
     routes: Any
     #: called by ``after_read`` before flushing
     after_read_hooks: list[Callable[[], None]]
@@ -150,11 +150,11 @@ class MonitorHost(Protocol):
     server_name: str
     start_ns: int
     config_load_ns: int
-    #: cid -> ``jetraft.net.client.ClientConnection``
+    #: cid -> ``jetraft.net.transport.client.ClientConnection``
     clients: dict[int, Any]
-    #: ``jetraft.net.route.RouteManager`` or None
+    #: ``jetraft.net.transport.route.RouteManager`` or None
     routes: Any
-    #: ``jetraft.net.jetstream.JetStreamService`` or None
+    #: ``jetraft.net.jetstream.service.JetStreamService`` or None
     jetstream: Any
     client_port: int | None
     monitor_port: int | None
@@ -193,7 +193,7 @@ class RouterHost(Protocol):
 
 
 class JetStreamHandler(Protocol):
-    """What the router hands to JetStream (net/jetstream.py's JetStreamService)."""
+    """What the router hands to JetStream (net/jetstream/service.py's JetStreamService)."""
 
     def handle(self, account: str, msg: Message, *, routed: bool = False,
                client: Any = None) -> bool:
@@ -211,7 +211,7 @@ class JetStreamHandler(Protocol):
 
 class SystemRequests(Protocol):
     """The system requests the router hands over, as it hands ``$JS.API`` to JetStream
-    (net/sysreq.py's SystemService): each returns True when it answered the message."""
+    (net/monitoring/sysreq.py's SystemService): each returns True when it answered the message."""
 
     def request(self, account: str, msg: Message) -> bool:
         """``$SYS.REQ.SERVER...`` published in ``account`` (answered in the system account)."""

@@ -472,7 +472,7 @@ def check_stream_catchup(inp: Inputs, limit: int, limit_s: float = CATCHUP_LIMIT
     attempts, each followed by a new start, may come between); a ``raft_group_closed`` there
     abandons it, and a restart of the server (``server_starting``) interrupts it: the new
     process starts a catch-up of its own when its store still lacks anything (reason
-    "restart"), and emits nothing when it does not (jetraft.net.stream_catchup). Otherwise
+    "restart"), and emits nothing when it does not (jetraft.net.jetstream.catchup). Otherwise
     it is "unfinished" when the server's log ends at most ``limit_s`` seconds after it, and
     stuck (offending) when the log goes on longer. The server's log end is the last of its
     events; the raft_applied lines are read again only for the servers whose other events

@@ -2,7 +2,7 @@
 
 :class:`World` is the controller's ClusterView over plain dicts: RAFT groups whose leader a
 test sets, route peers, subscription interest. :meth:`World.run` carries out the actions the
-controller returns the way ``net/js_cluster.py`` does, but records them instead of doing
+controller returns the way ``net/jetstream/cluster.py`` does, but records them instead of doing
 I/O: replies (decoded JSON), forwards (decoded requests), proposals per group, events.
 Proposals to the meta group are applied to the controller's MetaState when
 :meth:`World.commit_meta` is called, as if the meta group committed them, and each change
@@ -312,7 +312,7 @@ class World:
 
     def elect(self, key: tuple[str, str], leader: str | None, now: int = T0, term: int = 1) -> None:
         """The stream group of ``key`` elected ``leader`` in ``term``: the RAFT host tells
-        the replica, which tells the controller (``net/js_cluster.py`` _leader_fn)."""
+        the replica, which tells the controller (``net/jetstream/cluster.py`` _leader_fn)."""
         self.groups[key].leader = leader
         self._now = now
         self.replicas[key].leader_changed(leader, term)

@@ -250,7 +250,7 @@ def test_a_server_never_reached_is_unreachable_since_this_server_started():
     down; since this server started when it never came up."""
     from types import SimpleNamespace
 
-    from jetraft.net.js_cluster import ClusterJetStream
+    from jetraft.net.jetstream.cluster import ClusterJetStream
     view = SimpleNamespace(routes=SimpleNamespace(peers={"n2": object()}),
                            _route_down_ns={"n3": T0 + 5}, _started_ns=T0)
     assert ClusterJetStream.unreachable_since(view, "n2") is None

@@ -12,7 +12,7 @@ import msgpack
 import pytest
 
 from jetraft.jetstream.catchup import StreamSnapshot, StreamSnapshotError
-from jetraft.net.stream_catchup import decode_frame
+from jetraft.net.jetstream.catchup import decode_frame
 from jetraft.protocol.bounded_msgpack import Budget, DecodeBudgetExceeded, Limits, unpackb
 
 #: 1.9 million arrays each holding an empty one: 3.8 MB, over 200 MB as Python lists.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from jetraft.gofmt import uptime as go_uptime
-from jetraft.net.client import nats_close_reason
+from jetraft.net.transport.client import nats_close_reason
 
 S = 1_000_000_000
 

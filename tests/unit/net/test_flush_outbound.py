@@ -10,7 +10,7 @@ import pytest
 import trio
 import trio.testing
 
-from jetraft.net.client import StreamConnection
+from jetraft.net.transport.client import StreamConnection
 from jetraft.server import Server
 
 

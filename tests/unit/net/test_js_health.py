@@ -1,4 +1,4 @@
-"""jetraft.net.js_health with small stand-ins for the server, its JetStream service and
+"""jetraft.net.jetstream.health with small stand-ins for the server, its JetStream service and
 its cluster: the answers of /healthz for states hard to reach on running servers."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import time
 from types import SimpleNamespace
 
 from jetraft.jetstream.cluster import META_GROUP
-from jetraft.net.js_health import CONSUMER_GRACE_NS, HealthzOptions, healthz
-from jetraft.net.monitor import healthz as monitor_healthz
+from jetraft.net.jetstream.health import CONSUMER_GRACE_NS, HealthzOptions, healthz
+from jetraft.net.monitoring.monitor import healthz as monitor_healthz
 
 ELECTION_NS = 500_000_000
 

@@ -4,7 +4,7 @@ term's first entry."""
 
 from __future__ import annotations
 
-from jetraft.net.raft_group import RaftGroup
+from jetraft.net.raft.group import RaftGroup
 from jetraft.raft import Config, Message, MessageType, RaftNode, Snapshot
 from jetraft.raft.storage import GroupCommit
 from jetraft.raft.storage.group import GroupLog

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from jetraft.net.router import Router
+from jetraft.net.transport.router import Router
 from jetraft.protocol import Message
 
 

@@ -1,4 +1,4 @@
-"""A server's store id (net/js_cluster.py store_identity): kept across restarts, made anew
+"""A server's store id (net/jetstream/cluster.py store_identity): kept across restarts, made anew
 for a new store, a damaged file, or a store whose meta group log is gone."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import stat
 
-from jetraft.net.js_cluster import STORE_ID_FILE, store_identity
+from jetraft.net.jetstream.cluster import STORE_ID_FILE, store_identity
 
 
 def test_kept_made_and_renewed(tmp_path):

@@ -1,4 +1,4 @@
-"""The catch-up frames a server answers for its peers (net/stream_catchup.py), with a fake
+"""The catch-up frames a server answers for its peers (net/jetstream/catchup.py), with a fake
 cluster: only members get blocks, a replica that has not the bytes says so, and hostile or
 malformed frames are dropped and reported, never raised into the route."""
 
@@ -9,7 +9,7 @@ import pytest
 
 from jetraft.jetstream.api import JetStreamAccount
 from jetraft.jetstream.replicated import InterestOverride, StreamReplica
-from jetraft.net.stream_catchup import MAX_SERVE_BYTES, StreamCatchup
+from jetraft.net.jetstream.catchup import MAX_SERVE_BYTES, StreamCatchup
 from jetraft.raft.storage import GroupCommit
 
 T0 = 1_800_000_000_000_000_000

@@ -1,4 +1,4 @@
-"""jetraft.net.tls: handshakes on trio streams, writing through a TLS stream without
+"""jetraft.net.transport.tls: handshakes on trio streams, writing through a TLS stream without
 awaiting (records in order, a partial write's rest sent first), reading every record already
 received, and the user a client certificate maps to (nats-server auth.go
 checkClientTLSCertSubject order)."""
@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives import serialization
 from tls_support import PKI
 
 from jetraft.config import TLSConfig, client_context, server_context
-from jetraft.net.tls import (
+from jetraft.net.transport.tls import (
     BACKLOG,
     NOT_NOW,
     WRITTEN,
@@ -171,7 +171,7 @@ def test_mapping_by_distinguished_name(pki):
 
 
 async def test_an_untested_trio_release_takes_the_writers_path(pki, monkeypatch):
-    import jetraft.net.tls as tls_module
+    import jetraft.net.transport.tls as tls_module
 
     monkeypatch.setattr(tls_module, "_direct_ok", None)
     monkeypatch.setattr(trio, "__version__", "9.1.0")

@@ -2,7 +2,7 @@
 
 :class:`ClusterView` (with :class:`GroupView` and :class:`RoutePeerView`) is the world as
 the controller (:mod:`jetraft.jetstream.cluster`) reads it; the dataclasses below are the
-actions it returns, carried out in order by ``net/js_cluster.py``; the frames are how a
+actions it returns, carried out in order by ``net/jetstream/cluster.py``; the frames are how a
 request forwarded to another server (``"jsapi"``) and a reply sent back through the server
 a request came from (``"jsreply"``) travel in route APP frames.
 """
@@ -35,7 +35,7 @@ Key = tuple[str, str]
 
 
 class GroupView(Protocol):
-    """A RAFT group as the controller sees it (``net/raft_host.py`` RaftGroup)."""
+    """A RAFT group as the controller sees it (``net/raft/host.py`` RaftGroup)."""
 
     @property
     def name(self) -> str: ...
@@ -62,7 +62,7 @@ class GroupView(Protocol):
 
 class RoutePeerView(Protocol):
     """A server connected by a route: its ``server_tags``, whether it runs JetStream, its
-    cluster's name (``net/route.py`` RoutePeer)."""
+    cluster's name (``net/transport/route.py`` RoutePeer)."""
 
     tags: Any
     jetstream: bool

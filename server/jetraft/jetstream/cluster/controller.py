@@ -13,7 +13,7 @@ subscription interest) and is driven by inputs, each carrying the time where it 
 - :meth:`ClusterController.step_down_done` / :meth:`ClusterController.server_remove_done`
   - the outcome of a :class:`StepDown` / :class:`RemoveServer` action.
 
-Each returns a list of actions (:mod:`jetraft.jetstream.cluster.actions`) for the glue (``net/js_cluster.py``) to carry out, in
+Each returns a list of actions (:mod:`jetraft.jetstream.cluster.actions`) for the glue (``net/jetstream/cluster.py``) to carry out, in
 order: :class:`Send` a reply or delivery, :class:`Propose` an entry to a RAFT group,
 :class:`Forward` a request to another server, :class:`OpenReplica` / :class:`CloseReplica`,
 :class:`OpenMeta`, :class:`ChangePeer`, :class:`StepDown`, :class:`RemoveServer`,

@@ -67,8 +67,8 @@ RESTORE_PROPOSED_NS = 5_000_000_000
 class StartRestore:
     """On the server restoring stream ``assignment`` (its ``restored_by``), now leader of
     its group: answer the RESTORE request ``reply`` with a deliver subject, receive the
-    backup, build the stream and hand it to the other peers (``net/snapshots.py``,
-    ``net/js_cluster.py``)."""
+    backup, build the stream and hand it to the other peers (``net/jetstream/snapshot.py``,
+    ``net/jetstream/cluster.py``)."""
 
     assignment: StreamAssignment
     reply: str
@@ -84,7 +84,7 @@ LEADER_API_SUBJECTS = (
     "$JS.API.CONSUMER.LIST.{}", "$JS.API.CONSUMER.INFO.{}.>", "$JS.API.CONSUMER.DELETE.{}.>",
     "$JS.API.CONSUMER.MSG.NEXT.{}.>", "$JS.API.CONSUMER.LEADER.STEPDOWN.{}.>",
     "$JS.API.DIRECT.GET.{}", "$JS.API.DIRECT.GET.{}.>",
-    # a snapshot is served by the leader (net/snapshots.py), its chunk acks come back to it
+    # a snapshot is served by the leader (net/jetstream/snapshot.py), its chunk acks come back to it
     "$JS.API.STREAM.SNAPSHOT.{}", "$JS.SNAPSHOT.ACK.{}.>",
 )
 

@@ -1,9 +1,9 @@
 """The meta group's state machine, beside the stream's (:mod:`jetraft.jetstream.replicated`):
 it applies committed meta entries to the :class:`~jetraft.jetstream.meta.MetaState` and hands
 their changes on, through the inputs it is given, to whoever acts on them (the glue,
-``net/js_cluster.py``, which carries out the controller's actions for each change).
+``net/jetstream/cluster.py``, which carries out the controller's actions for each change).
 
-It is the RAFT group's StateMachine (``net/raft_group.py``): ``apply``, ``snapshot``,
+It is the RAFT group's StateMachine (``net/raft/group.py``): ``apply``, ``snapshot``,
 ``restore``, ``leader_changed`` and ``may_vote``.
 """
 

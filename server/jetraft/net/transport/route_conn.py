@@ -6,7 +6,7 @@ on the accepting side, the outbound queue and its slow-consumer limits, the read
 turns frames into routed messages and interest, the keepalive PINGs and the handshake
 deadline. What concerns the cluster as a whole (which connection is a peer's route,
 duplicates, interest tables, discovery, dialling) is the route manager's
-(:class:`~jetraft.net.route.RouteManager`, described in :mod:`jetraft.net.route`); a
+(:class:`~jetraft.net.transport.route.RouteManager`, described in :mod:`jetraft.net.transport.route`); a
 connection reaches it through the :class:`RouteLink` protocol and never imports it.
 """
 
@@ -20,9 +20,9 @@ import trio
 
 from jetraft.auth import check_password
 from jetraft.config import ClusterConfig, TLSConfig, is_bcrypt
-from jetraft.net.client import StreamConnection, report_connection_error
+from jetraft.net.transport.client import StreamConnection, report_connection_error
 from jetraft.net.ports import RouteHost
-from jetraft.net.tls import (
+from jetraft.net.transport.tls import (
     HandshakeFailed,
     certificate_user,
     client_handshake,
@@ -78,7 +78,7 @@ def split_addr(addr: str) -> tuple[str, int] | None:
 
 
 class DialTarget(Protocol):
-    """The route address a soliciting connection dialled (``jetraft.net.route.RouteTarget``):
+    """The route address a soliciting connection dialled (``jetraft.net.transport.route.RouteTarget``):
     the host its TLS certificate must name, CONNECT's credentials, and the remote's
     server_name once its INFO arrived."""
 
@@ -90,7 +90,7 @@ class DialTarget(Protocol):
 
 class PeerInterest(Protocol):
     """Where a connection's reader puts the interest its peer sends
-    (:class:`~jetraft.net.route_interest.RouteInterest`). Each is called for a registered
+    (:class:`~jetraft.net.transport.route_interest.RouteInterest`). Each is called for a registered
     connection only; ``remote_subs``/``remote_unsubs`` take part of a SUBS/UNSUBS frame and
     return whether any interest changed (the connection tells the router once per frame), the
     others tell the router themselves. An invalid subject refuses the connection."""
@@ -106,7 +106,7 @@ class PeerInterest(Protocol):
 
 class RouteLink(Protocol):
     """What a :class:`RouteConnection` needs of its route manager
-    (:class:`~jetraft.net.route.RouteManager`). ``handshake``, ``gossip_received`` and
+    (:class:`~jetraft.net.transport.route.RouteManager`). ``handshake``, ``gossip_received`` and
     ``app_received`` are called by the connection's reader for each frame of that kind."""
 
     server: RouteHost
@@ -155,7 +155,7 @@ class RouteConnection(StreamConnection):
     """One route socket: a reader, a sender draining the outbound queue, a pinger.
 
     ``solicited`` is True on the side that dialled. ``info`` is the remote's INFO once
-    received, ``peer`` the :class:`~jetraft.net.route.RoutePeer` while this connection is its
+    received, ``peer`` the :class:`~jetraft.net.transport.route.RoutePeer` while this connection is its
     route.
     """
 
@@ -174,7 +174,7 @@ class RouteConnection(StreamConnection):
         # bounded by MAX_HANDSHAKE_FRAME until then (memory before authentication).
         self.parser = rp.RouteParser(rp.MAX_FRAME if solicited else rp.MAX_HANDSHAKE_FRAME)
         self.info: rp.RouteInfo | None = None
-        #: the manager's :class:`~jetraft.net.route.RoutePeer` while this is its route
+        #: the manager's :class:`~jetraft.net.transport.route.RoutePeer` while this is its route
         self.peer: Any = None
         self.registered = False
         self.connect_ok = solicited  # the accepting side needs CONNECT first

@@ -6,7 +6,7 @@ server/client.go processInboundClientMsg: plain subscribers each get a copy, eac
 group gets one copy for a member picked at random, a request that reaches nobody gets a
 503 no-responders status when the client asked for it.
 
-With a ``cluster`` block (:attr:`Router.routes`, a :class:`~jetraft.net.route.RouteManager`)
+With a ``cluster`` block (:attr:`Router.routes`, a :class:`~jetraft.net.transport.route.RouteManager`)
 messages cross the full mesh as in nats-server client.go processMsgResults: a message goes
 to every local plain subscriber and once to each peer with matching interest; each queue
 group gets one copy in the whole cluster, for a member picked at random among the local
@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 from jetraft.jetstream.errors import not_enabled_for_account
 from jetraft.net.ports import JetStreamHandler, RouterHost, SystemRequests
-from jetraft.net.route_interest import JS_API_QUEUE
+from jetraft.net.transport.route_interest import JS_API_QUEUE
 from jetraft.protocol import Match, Message, SubjectIndex, encode_msg, no_responders_headers
 
 if TYPE_CHECKING:
-    from jetraft.net.client import ClientConnection, Subscription
-    from jetraft.net.route import RouteConnection, RouteManager
+    from jetraft.net.transport.client import ClientConnection, Subscription
+    from jetraft.net.transport.route import RouteConnection, RouteManager
 
 __all__ = ["Account", "Router"]
 
@@ -41,7 +41,7 @@ _SYSTEM_JS_SUBJECTS = frozenset(("$JS.API.META.LEADER.STEPDOWN", "$JS.API.SERVER
 
 class Account:
     """An isolated subject space: its own subject index of
-    :class:`~jetraft.net.client.Subscription`."""
+    :class:`~jetraft.net.transport.client.Subscription`."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -53,7 +53,7 @@ class Router:
 
     ``host`` gives the running configuration (read on every use: a reload replaces it) and
     the server-wide counters. The wiring sets :attr:`routes`, :attr:`jetstream` and
-    :attr:`system` (``$SYS.REQ`` requests, net/sysreq.py) once they exist.
+    :attr:`system` (``$SYS.REQ`` requests, net/monitoring/sysreq.py) once they exist.
     """
 
     def __init__(self, host: RouterHost) -> None:
@@ -110,7 +110,7 @@ class Router:
         every local plain subscriber gets it and, for each queue name in ``queues``, one local
         member of that group. Never forwarded again. A ``$JS.API`` request for which a server
         without JetStream picked this one (``queues`` names
-        :data:`~jetraft.net.route_interest.JS_API_QUEUE`) is JetStream's as if a local client
+        :data:`~jetraft.net.transport.route_interest.JS_API_QUEUE`) is JetStream's as if a local client
         had sent it, a request of the system account included (refused as in :meth:`publish`
         when JetStream does not serve it)."""
         acc = self.accounts.get(account)

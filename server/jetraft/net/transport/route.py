@@ -40,7 +40,7 @@ keeps at most one route per remote server. It follows nats-server server/route.g
   with ``ping_max`` PINGs unanswered is closed ("Stale Connection").
 - **Interest.** Local subscriptions and the server's own interest are reference-counted and
   sent to every peer as SUB/UNSUB (SUBS/UNSUBS for many subjects at once); the interest a
-  peer sent is kept until its route goes down (:mod:`jetraft.net.route_interest`). The
+  peer sent is kept until its route goes down (:mod:`jetraft.net.transport.route_interest`). The
   receiving side applies interest frames in slices of :data:`INTEREST_SLICE` subjects;
   between slices the reader lets other tasks run, and the frames after them on the same
   route wait (order is kept). A SUBS/UNSUBS frame tells the router
@@ -56,7 +56,7 @@ The public API used by other layers: :attr:`RouteManager.peers`, :meth:`~RouteMa
 :meth:`~RouteManager.add_internal_interest`, :meth:`~RouteManager.remove_internal_interest`,
 :meth:`~RouteManager.add_internal_interests`, :meth:`~RouteManager.remove_internal_interests`,
 :meth:`~RouteManager.has_remote_interest`. Routed messages reach
-``Router.publish_from_route`` (:mod:`jetraft.net.router`) as one
+``Router.publish_from_route`` (:mod:`jetraft.net.transport.router`) as one
 :class:`~jetraft.protocol.message.Message`; :meth:`RouteManager.forward` sends one.
 """
 
@@ -71,23 +71,23 @@ from typing import TYPE_CHECKING
 import trio
 
 from jetraft.config import ClusterConfig, client_context, is_bcrypt, server_context
-from jetraft.net.client import accept_connections
-from jetraft.net.route_conn import (
+from jetraft.net.transport.client import accept_connections
+from jetraft.net.transport.route_conn import (
     INTEREST_SLICE,
     WILDCARD_HOSTS,
     RouteConnection,
     format_addr,
     split_addr,
 )
-from jetraft.net.route_interest import RemoteSub, RouteInterest
+from jetraft.net.transport.route_interest import RemoteSub, RouteInterest
 from jetraft.protocol import Match, Message
 from jetraft.protocol import route as rp
 
 if TYPE_CHECKING:
     from jetraft.net.ports import RouteHost
 
-# RouteConnection and INTEREST_SLICE are defined in jetraft.net.route_conn, RemoteSub in
-# jetraft.net.route_interest.
+# RouteConnection and INTEREST_SLICE are defined in jetraft.net.transport.route_conn, RemoteSub in
+# jetraft.net.transport.route_interest.
 __all__ = ["INTEREST_SLICE", "RemoteSub", "RouteConnection", "RouteManager", "RoutePeer", "RouteTarget"]
 
 #: First and largest delay (seconds) between attempts to dial a route.
@@ -251,7 +251,7 @@ class RouteManager:
         replaced by another to the same server (duplicate resolution) is no change."""
         self._peer_handlers.append(handler)
 
-    # Interest (jetraft.net.route_interest): the manager's share of the public API.
+    # Interest (jetraft.net.transport.route_interest): the manager's share of the public API.
 
     def add_internal_interest(self, account: str, subject: str, queue: str | None = None) -> None:
         """Interest held by this server itself: :meth:`RouteInterest.add_internal_interest`."""

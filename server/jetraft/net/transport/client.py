@@ -30,11 +30,11 @@ server's :class:`ClosedClients` ring of the last ``max_closed_clients``.
 
 TLS (a top-level ``tls`` block): INFO, then the handshake (or the handshake first), bounded by
 the TLS ``timeout``, before any client byte is parsed (:meth:`ClientConnection._start_tls`,
-:mod:`jetraft.net.tls`); the reader and writer then work on the encrypted stream.
+:mod:`jetraft.net.transport.tls`); the reader and writer then work on the encrypted stream.
 
 :class:`StreamConnection` (the task layout, the writer, closing with or without a flush, the
 lingering close) and :func:`accept_connections` are shared with the cluster's route
-connections (:mod:`jetraft.net.route`).
+connections (:mod:`jetraft.net.transport.route`).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ import trio
 from jetraft.auth import SYSTEM_QUEUE_GROUP, AuthError, ClientPermissions, Identity
 from jetraft import gofmt
 from jetraft.events import rfc3339_ns
-from jetraft.net.tls import (
+from jetraft.net.transport.tls import (
     BACKLOG,
     NOT_NOW,
     HandshakeFailed,
@@ -261,7 +261,7 @@ class StreamConnection:
     def __init__(self) -> None:
         self.close_reason: str | None = None
         #: False for a TLS connection: flush_now encrypts through its SSLStream (when that is
-        #: idle, see jetraft.net.tls.direct_write) instead of writing the socket directly
+        #: idle, see jetraft.net.transport.tls.direct_write) instead of writing the socket directly
         self.direct_writes = True
         #: the socket under a TLS connection once its handshake is done (None before)
         self.tls_fd: int | None = None
@@ -295,7 +295,7 @@ class StreamConnection:
         """Close the socket gracefully: send FIN and read (discarding) until the peer closes
         or half a second passes. Closing with unread input would make the kernel send RST,
         and the peer would lose the last error we sent (e.g. -ERR after a rejected CONNECT).
-        A TLS stream sends close_notify first; its transport (:class:`~jetraft.net.tls.PrefixedStream`)
+        A TLS stream sends close_notify first; its transport (:class:`~jetraft.net.transport.tls.PrefixedStream`)
         lingers the same way when closed."""
         if isinstance(self.stream, trio.SSLStream):
             with trio.CancelScope(shield=True), trio.move_on_after(1.0):

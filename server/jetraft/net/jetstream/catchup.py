@@ -56,7 +56,7 @@ from jetraft.raft.types import Snapshot
 
 if TYPE_CHECKING:
     from jetraft.jetstream.replicated import StreamReplica
-    from jetraft.net.raft_group import RaftGroup
+    from jetraft.net.raft.group import RaftGroup
 
 __all__ = ["CHUNK_BYTES", "REQUEST_TIMEOUT_S", "WINDOW", "CatchupImpossible", "StreamCatchup",
            "decode_frame"]
@@ -91,7 +91,7 @@ def _set_aside(msgs_dir: str, aside: str) -> None:
 
 class CatchupCluster(Protocol):
     """What :class:`StreamCatchup` needs of the server's clustered JetStream
-    (``net/js_cluster.py``)."""
+    (``net/jetstream/cluster.py``)."""
 
     events: Any                                 # the EventLog
     routes: Any                                 # the RouteManager: send_app, on_app

@@ -1,13 +1,13 @@
 """The JetStream cluster on trio: the glue between the cluster controller, RAFT and routes.
 
-:class:`ClusterJetStream` runs inside :class:`~jetraft.net.jetstream.JetStreamService` when
+:class:`ClusterJetStream` runs inside :class:`~jetraft.net.jetstream.service.JetStreamService` when
 the server has a ``cluster`` block. Every decision (API routing, placement, meta proposals,
 create/update checks, step-down, peer-remove, reconciliation) is the
 :class:`~jetraft.jetstream.cluster.ClusterController`'s; this module feeds it inputs (inbound
 messages, applied meta entries, leader changes, route changes, ticks with the clock) and
 carries out the actions it returns:
 
-- **RAFT** (:class:`~jetraft.net.raft_host.RaftHost`): every group's messages travel in
+- **RAFT** (:class:`~jetraft.net.raft.host.RaftHost`): every group's messages travel in
   route APP frames of kind ``"raft"``; logs live under ``<store_dir>/jetstream/_raft/``.
   The meta group (``_meta_``) spans every JetStream server of the cluster; each server in a
   stream assignment's peers holds a replica
@@ -19,7 +19,7 @@ carries out the actions it returns:
 - **Storage failures** (below): a RAFT group whose storage failed is stopped on this server
   and resumed when its disk works again.
 - **Restores** (:meth:`ClusterJetStream.install_restore`): the restorer of a stream built
-  from a backup (``net/snapshots.py``) puts it in place of its replica, snapshots its group
+  from a backup (``net/jetstream/snapshot.py``) puts it in place of its replica, snapshots its group
   and has the other peers join and take the snapshot; the client is answered once a quorum
   of the peers completed it.
 """
@@ -71,15 +71,15 @@ from jetraft.jetstream.layout import atomic_write
 from jetraft.jetstream.meta_members import decode_hello, encode_hello
 from jetraft.jetstream.model import StreamConfig
 from jetraft.jetstream.replicated import TICK, StreamReplica, encode_entry
-from jetraft.net.durability import (
+from jetraft.net.jetstream.durability import (
     PROBE_TIMEOUT_S,
     STORAGE_RETRY_S,
     probe_directory,
     storage_api_error,
 )
-from jetraft.net.raft_group import SnapshotPolicy
-from jetraft.net.raft_host import RaftGroup, RaftHost
-from jetraft.net.stream_catchup import StreamCatchup
+from jetraft.net.raft.group import SnapshotPolicy
+from jetraft.net.raft.host import RaftGroup, RaftHost
+from jetraft.net.jetstream.catchup import StreamCatchup
 from jetraft.raft.storage import StorageError, fileio
 from jetraft.raft.storage.fileio import errno_name
 from jetraft.raft.types import (
@@ -101,7 +101,7 @@ __all__ = ["META_GROUP", "ClusterJetStream", "ClusterService", "StorageFailure"]
 
 class ClusterService(Protocol):
     """What the cluster needs from the JetStream service it runs in
-    (``jetraft.net.jetstream.JetStreamService``)."""
+    (``jetraft.net.jetstream.service.JetStreamService``)."""
 
     server: JetStreamHost
     config: JetStreamConfig
@@ -110,7 +110,7 @@ class ClusterService(Protocol):
     store_dir: str
     #: the group commit the RAFT host's log writes join
     commit: GroupCommit
-    #: stream snapshots and restores (``net/snapshots.py``): a clustered restore starts there
+    #: stream snapshots and restores (``net/jetstream/snapshot.py``): a clustered restore starts there
     transfers: Any
 
 #: Seconds between ticks of the controller (bootstrap, reconciliation, timers of led groups).
@@ -1096,7 +1096,7 @@ class ClusterJetStream:
            time in the backup's place);
         2. one entry is committed and applied, then the group snapshots at it and compacts
            its log (``RaftGroup.snapshot_now``): the store is fsynced, and a peer that
-           joins takes the snapshot and fetches the blocks (``net/stream_catchup.py``);
+           joins takes the snapshot and fetches the blocks (``net/jetstream/catchup.py``);
         3. the meta group moves the restore to ``"catchup"``: the other peers open their
            replicas, and this leader adds them to its group one at a time;
         4. once the group holds every peer and a quorum of them (this server included)

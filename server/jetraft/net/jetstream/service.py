@@ -37,7 +37,7 @@ fails *freezes* that stream (:attr:`JetStreamService.frozen`) and logs
   the stream or its consumers are served;
 - every ``STORAGE_RETRY_S`` (1) seconds a *resume attempt* runs off the event loop: a probe
   (``PROBE_BYTES``, 1 MiB, written and fsynced in the stream's directory, then removed;
-  both constants in :mod:`jetraft.net.durability`); if that
+  both constants in :mod:`jetraft.net.jetstream.durability`); if that
   succeeds, a stream whose store failed is rolled back to what is provably on disk and
   read back (:meth:`~jetraft.jetstream.store.FileStore.reopen_verified`: a file whose
   fsync failed is cut to its length at its last successful fsync, so nothing acknowledged
@@ -76,15 +76,15 @@ from jetraft.jetstream.api import ACK_PREFIX, API_PREFIX, FC_PREFIX, JetStreamAc
 from jetraft.jetstream.outbound import Outbound
 from jetraft.jetstream.requests import ERROR_EXTRAS, INTERNAL_ERROR_TEXT, json_bytes, with_request_info
 from jetraft.jetstream.store import FileStore
-from jetraft.net.durability import (
+from jetraft.net.jetstream.durability import (
+    TimedGroupCommit,
     PROBE_TIMEOUT_S,
     STORAGE_RETRY_S,
     DurabilityBarrier,
     probe_directory,
     storage_api_error,
 )
-from jetraft.net.metrics import TimedGroupCommit
-from jetraft.net.snapshots import StreamTransfers
+from jetraft.net.jetstream.snapshot import StreamTransfers
 from jetraft.jetstream.api_subjects import api_kind as _api_kind, response_type as _response_type, stream_of as _stream_of
 from jetraft.protocol import Message
 from jetraft.raft.storage import GroupCommit, StorageError, SyncFailed, fileio
@@ -92,15 +92,15 @@ from jetraft.raft.storage.sync import storage_error
 
 if TYPE_CHECKING:
     from jetraft.jetstream.api import StreamEntry
-    from jetraft.net.client import ClientConnection
-    from jetraft.net.js_cluster import ClusterJetStream
+    from jetraft.net.transport.client import ClientConnection
+    from jetraft.net.jetstream.cluster import ClusterJetStream
     from jetraft.net.ports import JetStreamHost
 
 #: Seconds between writes of changed consumer state files.
 STATE_FLUSH_S = 0.1
 #: Seconds between max_age expiry checks when a stream has a max_age.
 EXPIRY_CHECK_S = 0.25
-#: Chunk acks and restore data of stream snapshots (net/snapshots.py).
+#: Chunk acks and restore data of stream snapshots (net/jetstream/snapshot.py).
 _TRANSFER_PREFIX = "$JS.SNAPSHOT."
 #: API requests that get no audit (jetstream/api.py answers them without one).
 _UNAUDITED = ("$JS.API.DIRECT.GET.", "$JS.API.CONSUMER.MSG.NEXT.")
@@ -181,11 +181,11 @@ class JetStreamService:
         # jetraft's default is an fsync before every ack; an explicit sync_interval relaxes it.
         self.sync_always = cfg.sync_always or cfg.sync_interval is None
         # standalone: the stores' group commit, which tells what each request wrote
-        # standalone and clustered, every fsync's time goes to /metrics (net/metrics.py)
+        # standalone and clustered, every fsync's time goes to /metrics (net/monitoring/metrics.py)
         self.commit = TimedGroupCommit(track_owners=server.config.cluster is None)
         self.barrier = DurabilityBarrier(self.commit)
         self.accounts: dict[str, JetStreamAccount] = {}
-        #: The clustered half (net/js_cluster.py) when the server has a cluster block.
+        #: The clustered half (net/jetstream/cluster.py) when the server has a cluster block.
         self.cluster: ClusterJetStream | None = None
         self.clustered = server.config.cluster is not None
         # A clustered replica's files are rebuilt from its RAFT log: they are never fsynced,
@@ -207,7 +207,7 @@ class JetStreamService:
         self._interest_dirty: set[str] = set()
         #: Streams stopped by a storage failure (standalone), by (account, stream).
         self.frozen: dict[tuple[str, str], Frozen] = {}
-        #: Stream snapshots and restores in progress (net/snapshots.py).
+        #: Stream snapshots and restores in progress (net/jetstream/snapshot.py).
         self.transfers = StreamTransfers(self)
 
     def _listening_fn(self, account: str):
@@ -236,7 +236,7 @@ class JetStreamService:
         now = time.time_ns()
         fileio.make_dirs(self.store_dir)
         if self.clustered:
-            from jetraft.net.js_cluster import ClusterJetStream
+            from jetraft.net.jetstream.cluster import ClusterJetStream
             self.cluster = ClusterJetStream(self)
         else:
             for acc in self.accounts.values():

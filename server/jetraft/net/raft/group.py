@@ -1,4 +1,4 @@
-"""RaftGroup: the handle of one RAFT group hosted by a :class:`~jetraft.net.raft_host.RaftHost`.
+"""RaftGroup: the handle of one RAFT group hosted by a :class:`~jetraft.net.raft.host.RaftHost`.
 
 A group's owner (a stream, a consumer, the meta group) reads its state from the handle
 (leader, term, peers, commit and applied index, the leader's view of its replicas in the
@@ -7,7 +7,7 @@ shape of nats-server's stream info ``cluster.replicas``) and changes it through 
 :meth:`~RaftGroup.add_peer`, :meth:`~RaftGroup.remove_peer`); each request wakes the host's
 processing pass. What the group replicates is its :class:`StateMachine`.
 
-The host's pass calls the group's share of each step (see jetraft.net.raft_host): write a
+The host's pass calls the group's share of each step (see jetraft.net.raft.host): write a
 Ready to the group's log (:meth:`~RaftGroup.persist`), hand what is newly committed to the
 state machine (:meth:`~RaftGroup.apply_ready`), take a snapshot where due
 (:meth:`~RaftGroup.maybe_snapshot`), report a change of leader
@@ -79,7 +79,7 @@ _TYPE_CRC = {t: zlib.crc32(bytes((t,))) for t in EntryType}
 
 
 class GroupHost(Protocol):
-    """What a :class:`RaftGroup` needs of its host (:class:`~jetraft.net.raft_host.RaftHost`)."""
+    """What a :class:`RaftGroup` needs of its host (:class:`~jetraft.net.raft.host.RaftHost`)."""
 
     #: This server's name (its id in every group).
     server_name: str

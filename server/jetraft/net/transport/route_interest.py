@@ -12,9 +12,9 @@ Many subjects at once (a stream leader's interest in its stream's subjects:
 peers whose INFO announces protocol minor 1, and as one SUB/UNSUB per subject to older
 peers. The interest peers sent is held per account in a
 :class:`~jetraft.protocol.SubjectIndex` of :class:`RemoteSub`; the route connection's reader
-feeds it (:mod:`jetraft.net.route_conn`, in slices of ``INTEREST_SLICE`` subjects).
+feeds it (:mod:`jetraft.net.transport.route_conn`, in slices of ``INTEREST_SLICE`` subjects).
 
-The route manager (:class:`~jetraft.net.route.RouteManager`) owns one :class:`RouteInterest`
+The route manager (:class:`~jetraft.net.transport.route.RouteManager`) owns one :class:`RouteInterest`
 and offers its public methods to the other layers under the same names.
 
 A cluster may mix servers with and without JetStream (nats-server serves ``$JS.API`` through
@@ -40,7 +40,7 @@ from jetraft.protocol import route as rp
 
 if TYPE_CHECKING:
     from jetraft.net.ports import RouteHost
-    from jetraft.net.route_conn import RouteConnection
+    from jetraft.net.transport.route_conn import RouteConnection
 
 __all__ = ["JS_API_QUEUE", "JS_API_SUBJECT", "PeerRoute", "RemoteSub", "RouteInterest"]
 
@@ -52,7 +52,7 @@ JS_API_QUEUE = "_jetraft_jsapi"
 
 
 class PeerRoute(Protocol):
-    """A peer as the interest table sees it (``jetraft.net.route.RoutePeer``)."""
+    """A peer as the interest table sees it (``jetraft.net.transport.route.RoutePeer``)."""
 
     #: Its route connection; None while it is being replaced.
     conn: RouteConnection | None

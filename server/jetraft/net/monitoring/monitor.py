@@ -31,9 +31,9 @@ from hypercorn.trio import serve
 from jetraft import NATS_COMPAT_VERSION, __version__
 from jetraft import gofmt
 from jetraft.events import rfc3339_ns
-from jetraft.net.js_health import HealthzOptions
-from jetraft.net.js_health import healthz as js_healthz
-from jetraft.net.client import ClosedClient, closed_clients
+from jetraft.net.jetstream.health import HealthzOptions
+from jetraft.net.jetstream.health import healthz as js_healthz
+from jetraft.net.transport.client import ClosedClient, closed_clients
 from jetraft.protocol.subjects import SublistStats, is_valid_literal_subject, subject_matches
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def healthz(server: MonitorHost, params: dict[str, list[str]] | None = None) -> 
     """``/healthz``: 200 ``{"status":"ok"}``, or 503 (400, 404) with the reason; the
     checks and the query (``js-enabled-only``, ``js-server-only``, ``js-meta-only``,
     ``account``, ``stream``, ``consumer``, ``details``) are described in
-    :mod:`jetraft.net.js_health` (nats-server server/monitor.go HandleHealthz). Raises
+    :mod:`jetraft.net.jetstream.health` (nats-server server/monitor.go HandleHealthz). Raises
     QueryError for a boolean nats-server refuses."""
     params = params or {}
     flags = {key: _flag(params, key) for key in ("js-enabled", "js-enabled-only", "js-server-only",
@@ -661,7 +661,7 @@ def connz(server: MonitorHost, params: dict[str, list[str]]) -> dict[str, Any]:
     account, that user; a closed connection of the global account has no account, as in
     nats-server). ``rtt`` is the last round trip measured with a PING (a Go duration
     string, "0s" until one is: asking /connz starts one for a client that gave its
-    ``lang``, :meth:`~jetraft.net.client.ClientConnection.request_rtt`). Work is
+    ``lang``, :meth:`~jetraft.net.transport.client.ClientConnection.request_rtt`). Work is
     O(c log c) for c connections, open (bounded by ``max_connections``) and kept closed
     (bounded by ``max_closed_clients``). Raises QueryError for a parameter nats-server
     refuses."""
@@ -839,8 +839,8 @@ def make_app(server: MonitorHost):
         if scope["type"] != "http":
             return
         path = scope["path"].rstrip("/") or "/"
-        if path == "/metrics":      # the Prometheus text format, not JSON (net/metrics.py)
-            from jetraft.net.metrics import serve_metrics
+        if path == "/metrics":      # the Prometheus text format, not JSON (net/monitoring/metrics.py)
+            from jetraft.net.monitoring.metrics import serve_metrics
             await serve_metrics(server, scope, send)
             return
         params = parse_qs(scope.get("query_string", b"").decode("utf-8", "replace"),

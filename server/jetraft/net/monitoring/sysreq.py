@@ -20,7 +20,7 @@ nats-server's names (:data:`OPTIONS`; e.g. ``{"subscriptions": true}`` for CONNZ
 of EventFilterOptions (``server_name``, ``cluster``, ``host``, ``exact_match``, ``tags``,
 ``domain``): a server the filter excludes does not answer. Shapes: nats-server
 server/events.go ServerInfo, ServerStats, ServerAPIResponse, *EventOptions; the data as the
-HTTP endpoints of :mod:`jetraft.net.monitor`. Times are RFC 3339 strings, durations in ns.
+HTTP endpoints of :mod:`jetraft.net.monitoring.monitor`. Times are RFC 3339 strings, durations in ns.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 from jetraft import NATS_COMPAT_VERSION
 from jetraft.gofmt import format_time
-from jetraft.net.client import closed_clients
-from jetraft.net.monitor import (
+from jetraft.net.transport.client import closed_clients
+from jetraft.net.monitoring.monitor import (
     NOT_LEADER,
     JszOptions,
     QueryError,

@@ -40,7 +40,7 @@ goes to the meta leader (``jetstream/cluster/restores.py`` ``_restore_stream``),
 stream with a restorer; the restorer, once it leads the stream's group, is told to
 :meth:`~StreamTransfers.start_clustered` (it holds route interest in the deliver subject,
 so the chunks reach it from any server), spools and builds the stream as above, then
-``ClusterJetStream.install_restore`` (``net/js_cluster.py``) puts it in place and has the
+``ClusterJetStream.install_restore`` (``net/jetstream/cluster.py``) puts it in place and has the
 other peers take it; the last chunk is answered only once a quorum of the peers hold it.
 A clustered restore that fails (bad data, its client gone, the restorer losing its
 leadership) deletes the stream through the meta group.
@@ -133,7 +133,7 @@ class _Restore:
 
 class StreamTransfers:
     """The snapshots and restores of one server's JetStream (``service``: the
-    :class:`~jetraft.net.jetstream.JetStreamService`, of which ``server``, ``clustered``,
+    :class:`~jetraft.net.jetstream.service.JetStreamService`, of which ``server``, ``clustered``,
     ``config`` and ``store_dir`` are read). Start :meth:`run` in the service's nursery
     before requests arrive."""
 

@@ -32,7 +32,7 @@ What a scrape shows (labels in braces; the exposition adds ``_total`` to counter
   group); on the group's leader only, per other member (``peer`` label added):
   ``jetraft_raft_replica_lag`` (log entries behind the leader's last index) and
   ``jetraft_raft_replica_current`` (1: online and at most
-  :data:`~jetraft.net.raft_group.CURRENT_LAG` entries behind);
+  :data:`~jetraft.net.raft.group.CURRENT_LAG` entries behind);
 - storage: ``jetraft_fsync_duration_seconds`` (histogram of the wall time of each
   durability pass that fsynced at least one file: a group commit's fdatasync of every
   dirty file then fsync of every dirty directory, or one immediate fsync), and
@@ -51,26 +51,20 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from jetraft import NATS_COMPAT_VERSION, __version__
-from jetraft.raft.storage import GroupCommit
+from jetraft.net.jetstream.durability import TimedGroupCommit
 
 if TYPE_CHECKING:
     from jetraft.net.ports import MonitorHost
 
-__all__ = ["FSYNC_BUCKETS", "JetraftCollector", "ServerMetrics", "TimedGroupCommit",
-           "metrics_for", "serve_metrics"]
+__all__ = ["JetraftCollector", "ServerMetrics", "metrics_for", "serve_metrics"]
 
 log = logging.getLogger(__name__)
-
-#: Upper bounds, in seconds, of the fsync histogram's buckets: 50 us (a fast NVMe disk)
-#: to 2.5 s (a disk in trouble).
-FSYNC_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-                 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 #: Per stream: (field of its state, help); the metric is ``jetraft_stream_<field>``.
 _STREAM_FIELDS = (
@@ -95,43 +89,6 @@ _STREAM = ("account", "stream")
 _CONSUMER = ("account", "stream", "consumer")
 _GROUP = ("group", "account", "stream")
 _REPLICA = ("group", "account", "stream", "peer")
-
-
-class TimedGroupCommit(GroupCommit):
-    """A :class:`~jetraft.raft.storage.GroupCommit` that records how long its fsyncs take.
-
-    ``fsync_seconds`` is a prometheus_client Histogram (in no registry; the server's
-    :class:`JetraftCollector` reports it as ``jetraft_fsync_duration_seconds``). One
-    observation, in seconds of ``time.perf_counter``, per :meth:`sync` pass that fsynced
-    at least one file or directory (a failed pass included: its fsyncs took that long too)
-    and per immediate :meth:`fsync_now`/:meth:`fsync_dir_now`. Safe from worker threads
-    (the DurabilityBarrier runs ``sync`` in one)."""
-
-    def __init__(self, *, track_owners: bool = False) -> None:
-        super().__init__(track_owners=track_owners)
-        self.fsync_seconds = Histogram(
-            "jetraft_fsync_duration_seconds",
-            "Seconds each durability pass that fsynced at least one file or directory took "
-            "(group commit: every dirty file, then every dirty directory; or one immediate fsync)",
-            registry=None, buckets=FSYNC_BUCKETS)
-
-    def _timed(self, call: Callable[[], Any]) -> Any:
-        before = self.fsyncs
-        start = time.perf_counter()
-        try:
-            return call()
-        finally:
-            if self.fsyncs != before:
-                self.fsync_seconds.observe(time.perf_counter() - start)
-
-    def sync(self) -> int:
-        return self._timed(super().sync)
-
-    def fsync_now(self, fd: int, path: str = "") -> None:
-        self._timed(lambda: super(TimedGroupCommit, self).fsync_now(fd, path))
-
-    def fsync_dir_now(self, path: str) -> None:
-        self._timed(lambda: super(TimedGroupCommit, self).fsync_dir_now(path))
 
 
 class JetraftCollector(Collector):

@@ -5,7 +5,7 @@ per stream, one per consumer) the way etcd-io/raft's ``rawnode.go`` asks a drive
 handle a ``Ready``, with one change of scale: a *pass* handles the Ready of every group
 that has one at once, so that the groups share one fsync and one message per peer. Each
 group's handle, what it replicates and its share of every step of a pass are in
-:mod:`jetraft.net.raft_group` (:class:`RaftGroup`, :class:`StateMachine`; both importable
+:mod:`jetraft.net.raft.group` (:class:`RaftGroup`, :class:`StateMachine`; both importable
 from here too).
 
 One pass (:meth:`RaftHost._pass`), whenever a tick, a received batch or a proposal made
@@ -68,7 +68,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from jetraft.events import EVENTS
-from jetraft.net.raft_group import CURRENT_LAG, RaftGroup, SnapshotPolicy, StateMachine
+from jetraft.net.raft.group import CURRENT_LAG, RaftGroup, SnapshotPolicy, StateMachine
 from jetraft.raft.wire import decode_batch, encode_batch
 from jetraft.raft.node import RaftNode
 from jetraft.raft.storage import GroupCommit, GroupLog, LogDirectory, StorageError, SyncFailed

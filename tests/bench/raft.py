@@ -100,7 +100,8 @@ def bench_memory(n: int, entries: int, batch: int) -> tuple[float, float]:
 
 def bench_disk(n: int, entries: int, batch: int) -> tuple[float, float] | None:
     try:
-        from jetraft.raft.storage import GroupCommit, GroupLog
+        from jetraft.raft.storage import GroupLog
+        from jetraft.storage import GroupCommit
     except ImportError:
         return None
     with tempfile.TemporaryDirectory(prefix="jetraft-raft-bench-") as tmp:

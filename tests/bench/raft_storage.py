@@ -16,7 +16,8 @@ import os
 import tempfile
 import time
 
-from jetraft.raft.storage import GroupCommit, GroupLog
+from jetraft.raft.storage import GroupLog
+from jetraft.storage import GroupCommit
 from jetraft.raft.types import Entry, HardState
 
 

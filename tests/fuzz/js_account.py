@@ -27,7 +27,7 @@ import tempfile
 
 from jetraft.jetstream.api import JetStreamAccount, Reply
 from jetraft.protocol import headers as hdr
-from jetraft.raft.storage import GroupCommit
+from jetraft.storage import GroupCommit
 
 #: The time of every request (ns since the epoch); a target adds to it as requests go by.
 T0 = 1_800_000_000_000_000_000

@@ -25,7 +25,7 @@ import tempfile
 from jetraft.jetstream import store_format as fmt
 from jetraft.jetstream.api import JetStreamAccount
 from jetraft.jetstream.replicated import API, PUBLISH, InterestOverride, StreamReplica, encode_entry
-from jetraft.raft.storage import GroupCommit
+from jetraft.storage import GroupCommit
 from jetraft.raft.types import Entry, EntryType
 
 T0 = 1_800_000_000_000_000_000

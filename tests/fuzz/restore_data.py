@@ -59,7 +59,7 @@ with atheris.instrument_imports() if __name__ == "__main__" else contextlib.null
     from jetraft.jetstream.store import FileStore
     from jetraft.protocol import headers as hdr
     from jetraft.protocol.subjects import is_valid_literal_subject
-    from jetraft.raft.storage.sync import GroupCommit
+    from jetraft.storage.group_commit import GroupCommit
     try:        # the restoring server's limits (nats-server's defaults), where the code has them
         from jetraft.jetstream.admission import Admission
     except ImportError:

@@ -9,7 +9,7 @@ keep are refused, nothing acknowledged is lost, and writes resume without a rest
   computed when it starts); every acknowledged message is there byte for byte, and again
   after a restart. Mounting needs root (CI runs the suite as root); otherwise skipped.
 - Failing fsyncs and writes, injected through jetraft's file-layer seam
-  (``jetraft.raft.storage.fileio``) into in-process servers: a stream's block file whose
+  (``jetraft.storage.fileio``) into in-process servers: a stream's block file whose
   fsync fails (EIO) freezes that stream alone and is rolled back to what was acknowledged;
   a RAFT log whose writes fail (EIO) on the leader of an R3 stream stops that group on that
   server only, the other two go on with the stream, and the group resumes once the disk
@@ -40,7 +40,7 @@ from servers import RunningServer, free_port, start_server
 
 from jetraft.config import config_from_text
 from jetraft.events import EventLog
-from jetraft.raft.storage import fileio
+from jetraft.storage import fileio
 from jetraft.raft.storage.directory import group_dir_name
 from jetraft.server import Server
 

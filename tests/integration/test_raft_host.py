@@ -21,7 +21,7 @@ import trio
 from jetraft.events import EventLog
 from jetraft.net.raft.host import RaftGroup, RaftHost
 from jetraft.raft.wire import decode_batch
-from jetraft.raft.storage import GroupCommit, StorageError
+from jetraft.storage import GroupCommit, StorageError
 from jetraft.raft.types import Entry, EntryType, MessageType, NotLeaderError, ProposalDroppedError
 
 HOSTS = ("a", "b", "c")

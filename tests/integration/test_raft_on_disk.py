@@ -14,7 +14,8 @@ import pytest
 from raft_pump import GROUP, Cluster  # tests/unit/raft (pyproject.toml's pythonpath)
 
 from jetraft.raft import Ready
-from jetraft.raft.storage import GroupCommit, GroupLog, LogDirectory
+from jetraft.raft.storage import GroupLog, LogDirectory
+from jetraft.storage import GroupCommit
 from jetraft.raft.types import Config, CorruptRangeError
 
 ELECTION_TICKS = Config("n", "g").election_ticks  # the pump uses the defaults

@@ -9,7 +9,8 @@ import trio
 import trio.testing
 
 from jetraft.net.jetstream.durability import DurabilityBarrier
-from jetraft.raft.storage import GroupCommit, LogDirectory, StorageError
+from jetraft.raft.storage import LogDirectory
+from jetraft.storage import GroupCommit, StorageError
 from jetraft.raft.types import Entry
 
 

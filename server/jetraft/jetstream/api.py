@@ -30,7 +30,6 @@ the operator; it is never deleted.
 from __future__ import annotations
 
 import secrets
-import shutil
 import traceback
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -38,7 +37,7 @@ from typing import Any
 
 from jetraft import gofmt
 from jetraft.protocol.client import status_headers
-from jetraft.raft.storage import fileio
+from jetraft.storage import fileio
 from jetraft.protocol.subjects import (
     SubjectIndex,
     filters_overlap,
@@ -614,7 +613,7 @@ class JetStreamAccount:
         if old is not None:
             self.delete_replica(cfg.name)
         if cfg.storage == "file" and self.base is not None and not keep_files:
-            shutil.rmtree(layout.stream_dir(self.base, cfg.name), ignore_errors=True)
+            fileio.remove_tree(layout.stream_dir(self.base, cfg.name))
         if cfg.storage == "file" and self.base is None:
             raise E.stream_create("jetstream has no store directory")
         return self._create_stream(cfg, created_ns, store=store)
@@ -659,7 +658,7 @@ class JetStreamAccount:
         del self.streams[name]
         entry.stream.store.close()
         if entry.directory is not None:
-            shutil.rmtree(entry.directory, ignore_errors=True)
+            fileio.remove_tree(entry.directory)
         return out
 
     def poll_stream(self, name: str, now_ns: int, *, interest_changed: bool = False) -> list[Reply]:
@@ -890,7 +889,7 @@ class JetStreamAccount:
         self._remove_capture(entry)
         entry.stream.store.close()
         if entry.directory is not None:
-            shutil.rmtree(entry.directory, ignore_errors=True)
+            fileio.remove_tree(entry.directory)
 
     # ------------------------------------------------------------------ account limits
 
@@ -1349,7 +1348,7 @@ class JetStreamAccount:
         consumer = entry.consumers.pop(cname)
         out = consumer.stop()
         if entry.directory is not None:
-            shutil.rmtree(layout.consumer_dir(entry.directory, cname), ignore_errors=True)
+            fileio.remove_tree(layout.consumer_dir(entry.directory, cname))
         self.events.emit("jetstream_consumer_deleted", account=self.name, stream=entry.name,
                          consumer=cname, reason=reason)
         if entry.stream.config.retention == "interest":

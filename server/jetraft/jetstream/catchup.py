@@ -29,7 +29,7 @@ from typing import Any
 import msgpack
 
 from jetraft.protocol import bounded_msgpack
-from jetraft.raft.storage import fileio
+from jetraft.storage import fileio
 
 from . import store_format as fmt
 
@@ -185,7 +185,7 @@ def align_store(msgs_dir: str, snap: StreamSnapshot, *, expect_complete: bool,
             out.damage.append({"file": name, "offset": length, "kind": "short_block",
                                "detail": f"block holds {length} of its {size} bytes"})
         if keep != length:
-            fd = os.open(path, os.O_RDWR)
+            fd = fileio.open_file(path, os.O_RDWR)
             try:
                 fileio.ftruncate(fd, keep, path)
                 fileio.fdatasync(fd, path)
@@ -194,16 +194,8 @@ def align_store(msgs_dir: str, snap: StreamSnapshot, *, expect_complete: bool,
         if keep < size:
             out.missing.append(Missing(start, keep, size))
     if changed_dir:
-        _fsync_dir(msgs_dir)
+        fileio.sync_directory(msgs_dir)
     return out
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fileio.fsync_dir(fd, path)
-    finally:
-        os.close(fd)
 
 
 class BlockWriter:
@@ -231,7 +223,7 @@ class BlockWriter:
             for fd, path in self._fds.values():
                 fileio.fdatasync(fd, path)
             if self._created:
-                _fsync_dir(self.msgs_dir)
+                fileio.sync_directory(self.msgs_dir)
         finally:
             self.close()
 

@@ -10,7 +10,7 @@ meta files::
     <store_dir>/jetstream/<account>/streams/<stream>/obs/<consumer>/state.json  Consumer.state_to_json()
 
 ``created`` is ns since the epoch. Every file is written whole and durably
-(:func:`atomic_write`) through the :mod:`~jetraft.raft.storage.fileio` seam, so that tests
+(:func:`atomic_write`) through the :mod:`~jetraft.storage.fileio` seam, so that tests
 can fail any step as a full or failing disk does.
 
 A meta file that cannot be read is reported (``problem(stream, consumer, path, detail)``,
@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from jetraft.raft.storage import fileio
+from jetraft.storage import fileio
 
 from .consumer import Consumer
 from .errors import JSApiError
@@ -75,7 +75,7 @@ def consumer_state_path(sdir: str, consumer: str) -> str:
 
 def atomic_write(path: str, data: bytes) -> None:
     """Replace ``path`` with ``data`` durably: temp file, fdatasync, rename, fsync the
-    directory, each step through the :mod:`~jetraft.raft.storage.fileio` seam. A crash
+    directory, each step through the :mod:`~jetraft.storage.fileio` seam. A crash
     leaves the old file or the new one. Raises OSError (FileNotFoundError when the
     directory is gone)."""
     tmp = path + ".tmp"
@@ -86,12 +86,7 @@ def atomic_write(path: str, data: bytes) -> None:
     finally:
         os.close(fd)
     fileio.replace(tmp, path)
-    directory = os.path.dirname(path)
-    dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fileio.fsync_dir(dfd, directory)
-    finally:
-        os.close(dfd)
+    fileio.sync_directory(os.path.dirname(path))
 
 
 def write_state_files(writes: list[tuple[str, bytes]]) -> None:

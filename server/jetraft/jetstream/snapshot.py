@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -56,6 +55,7 @@ import msgpack
 from jetraft.protocol.bounded_msgpack import DecodeBudgetExceeded, Limits
 from jetraft.protocol.bounded_msgpack import unpacker as bounded_unpacker
 from jetraft.protocol.subjects import is_valid_literal_subject
+from jetraft.storage import fileio
 
 from . import errors as E
 from .admission import MAX_SEQ, Admission, InadmissibleMessage, check_message
@@ -297,7 +297,7 @@ def build_restored_store(path: str, msgs_dir: str | None, *, max_bytes: int = 0,
             if msgs_dir is None:
                 store = MemoryStore()
             else:
-                from jetraft.raft.storage.sync import GroupCommit
+                from jetraft.storage.group_commit import GroupCommit
                 store = FileStore(msgs_dir, sync=GroupCommit())
             count = 0
             end = None
@@ -356,5 +356,5 @@ def _discard(store: Any, msgs_dir: str | None) -> None:
     if isinstance(store, FileStore):
         store.close()
     if msgs_dir is not None:
-        shutil.rmtree(msgs_dir, ignore_errors=True)
+        fileio.remove_tree(msgs_dir)
 

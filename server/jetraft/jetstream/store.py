@@ -3,7 +3,7 @@
 - :class:`MemoryStore` — messages held in memory (streams with ``storage: memory``).
 - :class:`FileStore` — messages in checksummed block files (format in
   :mod:`jetraft.jetstream.store_format`), an in-memory index rebuilt on open, fsync batched
-  through the server's shared :class:`~jetraft.raft.storage.sync.GroupCommit`.
+  through the server's shared :class:`~jetraft.storage.group_commit.GroupCommit`.
 
 The index is columns of flat arrays per block (:mod:`jetraft.jetstream.store_index`), no
 Python object per message. Opening walks each block and checks every record's checksums,
@@ -28,11 +28,11 @@ most what was written after the last ``sync()``. Acknowledge a publish only afte
 acknowledged messages in Jepsen's NATS 2.12.1 analysis, nats-server #7564).
 
 Storage failures (FileStore): every write, truncation and fsync goes through
-:mod:`jetraft.raft.storage.fileio`. A write that fails (``ENOSPC``, ``EIO``, a short write) is
+:mod:`jetraft.storage.fileio`. A write that fails (``ENOSPC``, ``EIO``, a short write) is
 undone (the file is cut back to its length before it) and raises :class:`StorageError`
 with the ``errno`` and ``path``; from then on the store is *failed* (:attr:`FileStore.failed`):
 every write raises that error at once, reads go on. A failed fsync of one of its files
-(reported by the GroupCommit's :class:`~jetraft.raft.storage.sync.SyncFailed`) fails it too.
+(reported by the GroupCommit's :class:`~jetraft.storage.group_commit.SyncFailed`) fails it too.
 The store never recovers in place: :meth:`FileStore.reopen_verified` puts its files back
 to what is provably on disk and returns a new store over them.
 
@@ -54,8 +54,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from jetraft.protocol.subjects import subject_matches
-from jetraft.raft.storage import fileio
-from jetraft.raft.storage.sync import GroupCommit, StorageError, SyncFailed, SyncFile, storage_error
+from jetraft.storage import fileio
+from jetraft.storage.group_commit import GroupCommit, StorageError, SyncFailed, SyncFile, storage_error
 
 from . import store_format as fmt
 from .admission import MAX_SEQ, MAX_TS, subject_problem
@@ -635,15 +635,15 @@ class FileStore(_IndexedStore):
                 self._last = max(self._last, start - 1)
                 if head is None and is_last:
                     self._report(name, 0, "torn_tail", start, "block header torn")
-                    os.unlink(path)
+                    fileio.unlink(path)
                     self._gc.fsync_dir_now(self.directory)
                 else:
                     self._report(name, 0, "checksum_mismatch", start,
                                  "damaged block header; block set aside as .corrupt")
-                    os.rename(path, path + ".corrupt")
+                    fileio.replace(path, path + ".corrupt")
                     self._gc.fsync_dir_now(self.directory)
                 continue
-            fd = os.open(path, os.O_RDWR)
+            fd = fileio.open_file(path, os.O_RDWR)
             blk = _Block(start, path, fd, len(buf), self, zlib.crc32(buf))
             self._blocks.append(blk)
             self._last = max(self._last, start - 1)
@@ -720,7 +720,7 @@ class FileStore(_IndexedStore):
 
     def _remove_index_file(self, name: str) -> None:
         try:
-            os.unlink(os.path.join(self.directory, name))
+            fileio.unlink(os.path.join(self.directory, name))
         except OSError:
             pass
 
@@ -748,7 +748,7 @@ class FileStore(_IndexedStore):
                 fileio.pwrite_all(fd, data, 0, tmp)
             finally:
                 os.close(fd)
-            os.replace(tmp, path)
+            fileio.replace(tmp, path)
         except OSError:
             self._remove_index_file(os.path.basename(tmp))
             return
@@ -957,7 +957,7 @@ class FileStore(_IndexedStore):
             self._gc.forget(blk.sf)
             os.close(fd)
             try:
-                os.unlink(path)
+                fileio.unlink(path)
             except OSError:
                 pass
             raise
@@ -1165,7 +1165,7 @@ class FileStore(_IndexedStore):
             kept = [b for b in blocks + self._doomed if b not in removed]
             for blk in kept:
                 fileio.fdatasync(blk.sf.fd, blk.path)
-            dfd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+            dfd = fileio.open_directory(self.directory)
             try:
                 fileio.fsync_dir(dfd, self.directory)
             finally:

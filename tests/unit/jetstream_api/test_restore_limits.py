@@ -16,7 +16,7 @@ from jetraft.jetstream.api import JetStreamAccount
 from jetraft.jetstream.model import StreamConfig
 from jetraft.jetstream.snapshot import RestoreResult
 from jetraft.jetstream.store import MemoryStore
-from jetraft.raft.storage import GroupCommit
+from jetraft.storage import GroupCommit
 
 T0 = 1_800_000_000_000_000_000
 R = "_INBOX.r"

@@ -42,7 +42,7 @@ from jetraft.jetstream.meta import StreamAssignment, encode_assign_stream, group
 from jetraft.jetstream.outbound import Outbound
 from jetraft.jetstream.replicated import StreamReplica
 from jetraft.jetstream.validate import check_stream_create
-from jetraft.raft.storage import GroupCommit
+from jetraft.storage import GroupCommit
 from jetraft.raft.types import Entry, EntryType
 
 T0 = 1_800_000_000_000_000_000

@@ -24,7 +24,7 @@ from jetraft.jetstream.replicated import (
     decode_entry,
     encode_entry,
 )
-from jetraft.raft.storage import GroupCommit
+from jetraft.storage import GroupCommit
 from jetraft.raft.types import Entry, EntryType
 
 T0 = 1_800_000_000_000_000_000

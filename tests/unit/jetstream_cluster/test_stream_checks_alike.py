@@ -14,7 +14,7 @@ from controller_world import World
 from jetraft.events import EVENTS
 from jetraft.jetstream import errors as E
 from jetraft.jetstream.api import JetStreamAccount
-from jetraft.raft.storage import GroupCommit
+from jetraft.storage import GroupCommit
 
 T0 = 1_800_000_000_000_000_000
 R = "_INBOX.r"

@@ -21,7 +21,7 @@ from jetraft.jetstream.replicated import (
     StreamReplica,
     encode_entry,
 )
-from jetraft.raft.storage import GroupCommit
+from jetraft.storage import GroupCommit
 from jetraft.raft.types import Entry, EntryType
 
 T0 = 1_800_000_000_000_000_000

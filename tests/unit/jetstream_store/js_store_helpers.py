@@ -13,7 +13,7 @@ import os
 
 from jetraft.jetstream.store import FileStore, MemoryStore
 from jetraft.jetstream.store_format import HEADER_SIZE, read_header
-from jetraft.raft.storage.sync import GroupCommit
+from jetraft.storage.group_commit import GroupCommit
 
 _spec = importlib.util.spec_from_file_location(
     "raft_storage_helpers",

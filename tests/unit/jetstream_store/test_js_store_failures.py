@@ -16,9 +16,10 @@ import pytest
 from js_store_helpers import CrashFS, Faults, blocks, open_file_store, snapshot
 
 from jetraft.jetstream.store import StorageError
-from jetraft.raft.storage import SyncFailed, fileio
-from jetraft.raft.storage.fileio import errno_name
-from jetraft.raft.storage.sync import GroupCommit
+from jetraft.storage import fileio
+from jetraft.storage import SyncFailed
+from jetraft.storage.fileio import errno_name
+from jetraft.storage.group_commit import GroupCommit
 
 
 def put(fs, n: int, start: int = 0, size: int = 50) -> list[int]:

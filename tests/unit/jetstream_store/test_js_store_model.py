@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from js_store_helpers import CrashFS, open_file_store, snapshot
 
 from jetraft.jetstream.store import MemoryStore, msg_size
-from jetraft.raft.storage.sync import GroupCommit
+from jetraft.storage.group_commit import GroupCommit
 
 SUBJECTS = ["a", "a.b", "a.c", "b.b", "c"]
 FILTERS = ["a", "a.*", "*.b", ">", "c", "zz"]

@@ -21,7 +21,7 @@ from js_store_helpers import (
 
 from jetraft.jetstream.store import CorruptMessage, MessageNotFound
 from jetraft.jetstream.store_format import HEADER_SIZE
-from jetraft.raft.storage.sync import GroupCommit
+from jetraft.storage.group_commit import GroupCommit
 
 
 def populate(fs, n: int, start: int = 0) -> None:

@@ -12,7 +12,7 @@ from jetraft.jetstream.model import StreamConfig
 from jetraft.jetstream.snapshot import SnapshotDataError, SnapshotWriter, build_restored_store
 from jetraft.jetstream.store import FileStore, MemoryStore
 from jetraft.jetstream.stream import Stream
-from jetraft.raft.storage.sync import GroupCommit
+from jetraft.storage.group_commit import GroupCommit
 
 
 def make_stream(store) -> Stream:

@@ -10,7 +10,7 @@ from jetraft.jetstream.errors import JSApiError
 from jetraft.jetstream.model import SECOND, StreamConfig
 from jetraft.jetstream.store import MemoryStore, msg_size
 from jetraft.jetstream.stream import Stream
-from jetraft.raft.storage.sync import GroupCommit
+from jetraft.storage.group_commit import GroupCommit
 from jetraft.jetstream.store import FileStore
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from jetraft.net.raft.group import RaftGroup
 from jetraft.raft import Config, Message, MessageType, RaftNode, Snapshot
-from jetraft.raft.storage import GroupCommit
+from jetraft.storage import GroupCommit
 from jetraft.raft.storage.group import GroupLog
 from jetraft.raft.types import Entry
 

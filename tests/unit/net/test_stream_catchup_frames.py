@@ -10,7 +10,7 @@ import pytest
 from jetraft.jetstream.api import JetStreamAccount
 from jetraft.jetstream.replicated import InterestOverride, StreamReplica
 from jetraft.net.jetstream.catchup import MAX_SERVE_BYTES, StreamCatchup
-from jetraft.raft.storage import GroupCommit
+from jetraft.storage import GroupCommit
 
 T0 = 1_800_000_000_000_000_000
 

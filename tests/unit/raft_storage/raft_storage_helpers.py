@@ -17,7 +17,8 @@ import os
 import stat
 
 from jetraft.raft.memory import MemoryStorage, apply_config_entry
-from jetraft.raft.storage import GroupCommit, GroupLog
+from jetraft.raft.storage import GroupLog
+from jetraft.storage import GroupCommit
 from jetraft.raft.types import Entry, EntryType, HardState
 
 
@@ -133,7 +134,7 @@ def die(log: GroupLog) -> None:
 
 
 class Faults:
-    """A :mod:`jetraft.raft.storage.fileio` fault: makes chosen operations fail on paths
+    """A :mod:`jetraft.storage.fileio` fault: makes chosen operations fail on paths
     containing a substring, as a full or failing disk would. Install with
     ``fileio.inject(faults)``; ``calls`` counts every operation seen, per (op, path).
 

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from jetraft.raft.storage import fileio
+from jetraft.storage import fileio
 
 
 def test_every_directory_made_has_its_parent_fsynced(tmp_path, monkeypatch):

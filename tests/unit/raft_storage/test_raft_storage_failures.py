@@ -13,8 +13,10 @@ import os
 import pytest
 from raft_storage_helpers import CrashFS, Faults, entries, open_log, segments
 
-from jetraft.raft.storage import GroupCommit, StorageError, SyncFailed, fileio, meta
-from jetraft.raft.storage.fileio import errno_name
+from jetraft.raft.storage import meta
+from jetraft.storage import fileio
+from jetraft.storage import GroupCommit, StorageError, SyncFailed
+from jetraft.storage.fileio import errno_name
 from jetraft.raft.types import HardState
 
 

@@ -7,7 +7,8 @@ import os
 import pytest
 from raft_storage_helpers import entries, open_log, segments
 
-from jetraft.raft.storage import GroupCommit, LogDirectory, StorageError
+from jetraft.raft.storage import LogDirectory
+from jetraft.storage import GroupCommit, StorageError
 from jetraft.raft.storage.directory import group_dir_name
 from jetraft.raft.types import (
     CompactedError,

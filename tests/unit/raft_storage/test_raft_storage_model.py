@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from raft_storage_helpers import CrashFS, assert_same, die, open_log, peers_at, reopened_model
 
 from jetraft.raft.memory import MemoryStorage
-from jetraft.raft.storage import GroupCommit
+from jetraft.storage import GroupCommit
 from jetraft.raft.types import (
     ConfigChange,
     ConfigChangeType,

@@ -8,7 +8,7 @@ import os
 import pytest
 from raft_storage_helpers import entries, open_log, segments
 
-from jetraft.raft.storage import GroupCommit, StorageError
+from jetraft.storage import GroupCommit, StorageError
 from jetraft.raft.storage.wal import HEADER_SIZE, SEGMENT_HEADER_SIZE
 from jetraft.raft.types import CorruptRangeError, HardState, Snapshot, UnavailableError
 

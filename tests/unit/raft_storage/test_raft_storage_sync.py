@@ -8,7 +8,8 @@ from collections import Counter
 import pytest
 from raft_storage_helpers import CrashFS, die, entries, open_log
 
-from jetraft.raft.storage import GroupCommit, LogDirectory, StorageError
+from jetraft.raft.storage import LogDirectory
+from jetraft.storage import GroupCommit, StorageError
 from jetraft.raft.types import HardState
 
 

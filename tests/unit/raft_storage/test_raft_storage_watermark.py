@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jetraft.raft.storage import GroupCommit, GroupLog
+from jetraft.raft.storage import GroupLog
+from jetraft.storage import GroupCommit
 from jetraft.raft.types import Entry, HardState
 
 

@@ -37,8 +37,6 @@ group's peers; malformed frames are reported and dropped.
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -53,6 +51,7 @@ from jetraft.jetstream.replicated import StoreDamaged, StoreMismatch
 from jetraft.jetstream.store import FileStore
 from jetraft.protocol import bounded_msgpack
 from jetraft.raft.types import Snapshot
+from jetraft.storage import fileio
 
 if TYPE_CHECKING:
     from jetraft.jetstream.replicated import StreamReplica
@@ -85,8 +84,8 @@ _REQ, _DATA = "jscu", "jscd"
 def _set_aside(msgs_dir: str, aside: str) -> None:
     """Move a store that did not match its snapshot out of the way (kept, never deleted
     on this replica's own say-so; a later mismatch replaces it)."""
-    shutil.rmtree(aside, ignore_errors=True)
-    os.rename(msgs_dir, aside)
+    fileio.remove_tree(aside)
+    fileio.replace(msgs_dir, aside)
 
 
 class CatchupCluster(Protocol):

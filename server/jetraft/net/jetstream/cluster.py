@@ -27,7 +27,6 @@ carries out the actions it returns:
 from __future__ import annotations
 
 import os
-import shutil
 import time
 import traceback
 from collections.abc import Callable, Mapping
@@ -80,8 +79,8 @@ from jetraft.net.jetstream.durability import (
 from jetraft.net.raft.group import SnapshotPolicy
 from jetraft.net.raft.host import RaftGroup, RaftHost
 from jetraft.net.jetstream.catchup import StreamCatchup
-from jetraft.raft.storage import StorageError, fileio
-from jetraft.raft.storage.fileio import errno_name
+from jetraft.storage import fileio, StorageError
+from jetraft.storage.fileio import errno_name
 from jetraft.raft.types import (
     NotLeaderError,
     ProposalDroppedError,
@@ -94,7 +93,7 @@ if TYPE_CHECKING:
     from jetraft.jetstream.api import JetStreamAccount
     from jetraft.jetstream.meta import StreamAssignment
     from jetraft.net.ports import JetStreamHost
-    from jetraft.raft.storage import GroupCommit
+    from jetraft.storage import GroupCommit
 
 __all__ = ["META_GROUP", "ClusterJetStream", "ClusterService", "StorageFailure"]
 
@@ -380,7 +379,7 @@ class ClusterJetStream:
             if want and not have:
                 atomic_write(self._joining_marker, b"joining\n")
             elif have and not want:
-                os.unlink(self._joining_marker)
+                fileio.unlink(self._joining_marker)
         except OSError as exc:
             self.events.emit("jetstream_storage_failed", group=META_GROUP, op="marker",
                              error=str(exc), path=self._joining_marker)
@@ -515,7 +514,7 @@ class ClusterJetStream:
             return True
         except (NotLeaderError, ProposalDroppedError):
             return False
-        except RaftError:
+        except (RaftError, StorageError):
             if action.group == META_GROUP:
                 return False    # no longer the meta leader: the new one decides
             raise
@@ -543,7 +542,7 @@ class ClusterJetStream:
             return
         try:
             group.read(serve, refuse)
-        except RaftError:       # not the leader any more, closed, too many reads waiting
+        except (RaftError, StorageError):       # not the leader any more, closed, too many reads waiting
             refuse()
 
     def _change_peer(self, action: ChangePeer) -> None:
@@ -561,7 +560,7 @@ class ClusterJetStream:
                 group.promote(action.peer)
             else:
                 group.add_peer(action.peer)
-        except (RaftError, ValueError):
+        except (RaftError, StorageError, ValueError):
             return      # a change is in flight: reconciliation tries again
 
     def _step_down(self, action: StepDown) -> None:
@@ -569,7 +568,7 @@ class ClusterJetStream:
         group = self._group_named(action.group)
         try:
             to = group.step_down() if group is not None else None
-        except RaftError:
+        except (RaftError, StorageError):
             to = None
         self.execute(self.controller.step_down_done(action, to))
 
@@ -744,8 +743,8 @@ class ClusterJetStream:
             return
         sdir = layout.stream_dir(acc.base, key[1])
         if os.path.isdir(sdir):
-            shutil.rmtree(sdir, ignore_errors=True)
-            fd = os.open(acc.base, os.O_RDONLY | os.O_DIRECTORY)
+            fileio.remove_tree(sdir)
+            fd = fileio.open_directory(acc.base)
             try:
                 fileio.fsync_dir(fd, acc.base)
             finally:
@@ -1177,10 +1176,10 @@ class ClusterJetStream:
         acc.detach_replica(name)
 
         def swap() -> None:
-            shutil.rmtree(sdir, ignore_errors=True)
+            fileio.remove_tree(sdir)
             parent = os.path.dirname(sdir)
-            os.makedirs(parent, exist_ok=True)
-            os.rename(built, sdir)
+            fileio.make_dirs(parent)
+            fileio.replace(built, sdir)
             fileio.sync_directory(parent)
 
         store = None
@@ -1195,7 +1194,7 @@ class ClusterJetStream:
             if store is not None:
                 store.close()
             with trio.CancelScope(shield=True):     # as large as the restore: off the loop
-                await trio.to_thread.run_sync(shutil.rmtree, sdir, True)
+                await trio.to_thread.run_sync(fileio.remove_tree, sdir)
             if self.replicas.get(key) is replica and acc.streams.get(name) is None:
                 replica.start_empty()
             raise
@@ -1216,7 +1215,7 @@ class ClusterJetStream:
                         self.events.emit("jetstream_stepdown_requested", group=group.name,
                                          kind="meta" if group.name == META_GROUP else "stream",
                                          leader=self.server.server_name, to=None, cause="lame_duck")
-                except RaftError:
+                except (RaftError, StorageError):
                     pass
         return n
 

@@ -33,7 +33,7 @@ from prometheus_client import Histogram
 
 from jetraft.jetstream import errors as E
 from jetraft.jetstream.errors import JSApiError
-from jetraft.raft.storage import GroupCommit, fileio
+from jetraft.storage import fileio, GroupCommit
 
 
 class Syncable(Protocol):
@@ -140,7 +140,7 @@ def storage_api_error(exc: BaseException | None) -> JSApiError:
 
 def probe_directory(directory: str, size: int = PROBE_BYTES) -> None:
     """Write ``size`` bytes to a probe file in ``directory``, fdatasync it and remove it
-    (through the :mod:`~jetraft.raft.storage.fileio` seam). Raises OSError when the disk
+    (through the :mod:`~jetraft.storage.fileio` seam). Raises OSError when the disk
     does not take such a write."""
     path = os.path.join(directory, PROBE_FILE)
     try:
@@ -152,7 +152,7 @@ def probe_directory(directory: str, size: int = PROBE_BYTES) -> None:
             os.close(fd)
     finally:
         try:
-            os.unlink(path)
+            fileio.unlink(path)
         except OSError:
             pass
 

@@ -87,8 +87,8 @@ from jetraft.net.jetstream.durability import (
 from jetraft.net.jetstream.snapshot import StreamTransfers
 from jetraft.jetstream.api_subjects import api_kind as _api_kind, response_type as _response_type, stream_of as _stream_of
 from jetraft.protocol import Message
-from jetraft.raft.storage import GroupCommit, StorageError, SyncFailed, fileio
-from jetraft.raft.storage.sync import storage_error
+from jetraft.storage import fileio, GroupCommit, StorageError, SyncFailed
+from jetraft.storage.group_commit import storage_error
 
 if TYPE_CHECKING:
     from jetraft.jetstream.api import StreamEntry
@@ -145,7 +145,7 @@ def error_reply(out: Outbound, err: E.JSApiError) -> Outbound:
 
 def write_state_file(path: str, data: bytes) -> None:
     """Write a consumer state file durably (temp file, fdatasync, rename, directory fsync),
-    through the :mod:`~jetraft.raft.storage.fileio` seam. Raises OSError."""
+    through the :mod:`~jetraft.storage.fileio` seam. Raises OSError."""
     layout.atomic_write(path, data)
 
 

@@ -76,6 +76,7 @@ from jetraft.jetstream.snapshot import (
 from jetraft.jetstream.snapshot_frames import FrameError, FramedReader, Unframer
 from jetraft.jetstream.model import StreamConfig
 from jetraft.jetstream.store import FileStore
+from jetraft.storage import fileio
 
 if TYPE_CHECKING:
     from jetraft.jetstream.api import JetStreamAccount
@@ -151,7 +152,7 @@ class StreamTransfers:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Remove what restores cut short by a stop or a crash left in the spool directory,
         then run transfer tasks until cancelled (spools of unfinished restores are removed)."""
-        await trio.to_thread.run_sync(shutil.rmtree, os.path.join(self.service.store_dir, SPOOL_DIR), True)
+        await trio.to_thread.run_sync(fileio.remove_tree, os.path.join(self.service.store_dir, SPOOL_DIR))
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
@@ -393,7 +394,7 @@ class StreamTransfers:
             left = max(0, server_limit - (mem if cfg.storage == "memory" else file))
             limit = min(limit, left) if limit else left
         try:
-            os.makedirs(spool_dir, exist_ok=True)
+            fileio.make_dirs(spool_dir)
             if not limit or not self._restores:
                 free = shutil.disk_usage(spool_dir).free // 2
                 limit = limit or free
@@ -450,8 +451,8 @@ class StreamTransfers:
             return
         if raw:
             if r.fd < 0:
-                r.fd = os.open(r.path, os.O_WRONLY | os.O_APPEND)
-            os.write(r.fd, raw)
+                r.fd = fileio.open_file(r.path, os.O_WRONLY | os.O_APPEND)
+            fileio.write_all(r.fd, raw, r.path)
             r.size += len(raw)
             self._spooled += len(raw)
         self._send(r.account, reply, data=b"")
@@ -584,9 +585,9 @@ class StreamTransfers:
         if cfg.name in acc.streams or os.path.exists(sdir):
             return E.error_response(rtype, E.api_error("JSStreamNameExistRestoreFailedErr"))
         parent = os.path.dirname(sdir)
-        os.makedirs(parent, exist_ok=True)
-        os.rename(tmp, sdir)
-        _fsync_dir(parent)
+        fileio.make_dirs(parent)
+        fileio.replace(tmp, sdir)
+        fileio.sync_directory(parent)
         store = None
         try:
             store = await trio.to_thread.run_sync(
@@ -605,22 +606,15 @@ class StreamTransfers:
                 if store is not None:
                     store.close()
                 with trio.CancelScope(shield=True):     # as large as the restore: off the loop
-                    await trio.to_thread.run_sync(shutil.rmtree, sdir, True)
+                    await trio.to_thread.run_sync(fileio.remove_tree, sdir)
             raise
 
 
 def _remove_spool(path: str) -> None:
     """Remove a restore's spool file ``path`` and its build directory ``path + ".d"``."""
     try:
-        os.unlink(path)
+        fileio.unlink(path)
     except OSError:
         pass
-    shutil.rmtree(path + ".d", ignore_errors=True)
+    fileio.remove_tree(path + ".d")
 
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -59,7 +59,6 @@ it is failed the same way, for good (no resume: the same entries would raise aga
 from __future__ import annotations
 
 import os
-import shutil
 import time
 import traceback
 from collections.abc import Callable
@@ -71,10 +70,11 @@ from jetraft.events import EVENTS
 from jetraft.net.raft.group import CURRENT_LAG, RaftGroup, SnapshotPolicy, StateMachine
 from jetraft.raft.wire import decode_batch, encode_batch
 from jetraft.raft.node import RaftNode
-from jetraft.raft.storage import GroupCommit, GroupLog, LogDirectory, StorageError, SyncFailed
+from jetraft.raft.storage import GroupLog, LogDirectory
+from jetraft.storage import fileio, GroupCommit, StorageError, SyncFailed
 from jetraft.raft.storage.directory import group_dir_name
-from jetraft.raft.storage.fileio import errno_name
-from jetraft.raft.storage.sync import storage_error
+from jetraft.storage.fileio import errno_name
+from jetraft.storage.group_commit import storage_error
 from jetraft.raft.types import Config, Entry, Message, MessageType, Ready
 
 if TYPE_CHECKING:
@@ -268,7 +268,7 @@ class RaftHost:
             self._emit("jetstream_storage_failed", {"group": group, "op": "close",
                                                     "error": str(exc), "path": getattr(exc, "path", None)})
         if delete:
-            shutil.rmtree(g.log.directory, ignore_errors=True)
+            fileio.remove_tree(g.log.directory)
             self.sync.fsync_dir_now(self.logs.root)
 
     def delete_group_files(self, group: str) -> None:
@@ -278,7 +278,7 @@ class RaftHost:
             return
         path = os.path.join(self.logs.root, group_dir_name(group))
         if os.path.isdir(path):
-            shutil.rmtree(path, ignore_errors=True)
+            fileio.remove_tree(path)
             self.sync.fsync_dir_now(self.logs.root)
             self._emit("raft_group_files_deleted", {"group": group})
 

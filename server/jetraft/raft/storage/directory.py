@@ -13,9 +13,11 @@ import hashlib
 import os
 import re
 
-from . import fileio, meta
+from jetraft.storage import fileio
+from jetraft.storage.group_commit import GroupCommit, StorageError
+
+from . import meta
 from .group import GroupLog
-from .sync import GroupCommit, StorageError
 
 NAME_FILE = "group"
 _SAFE = re.compile(rb"[A-Za-z0-9_.-]")

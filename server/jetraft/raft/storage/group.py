@@ -29,9 +29,15 @@ from jetraft.raft.types import (
     Snapshot,
     UnavailableError,
 )
+from jetraft.storage import fileio
+from jetraft.storage.group_commit import (
+    GroupCommit,
+    StorageError,
+    SyncFile,
+    storage_error,
+)
 
-from . import fileio, meta, wal
-from .sync import GroupCommit, StorageError, SyncFile, storage_error
+from . import meta, wal
 
 #: Holds the commit index a corrupt log lost (decimal text), until the log is repaired.
 WATERMARK_FILE = "commit-watermark"
@@ -132,7 +138,7 @@ class GroupLog:
         names = os.listdir(d)
         for name in names:
             if name.endswith(".tmp"):
-                os.unlink(os.path.join(d, name))
+                fileio.unlink(os.path.join(d, name))
         firsts = sorted(f for f in map(wal.parse_segment_name, names) if f is not None)
         self._load_hard_state()
         raw_mark = meta.read_file(os.path.join(d, WATERMARK_FILE))
@@ -284,7 +290,7 @@ class GroupLog:
                 return
 
     def _add_segment(self, first: int, path: str, size: int, prev_crc: int) -> _Segment:
-        fd = os.open(path, os.O_RDWR)
+        fd = fileio.open_file(path, os.O_RDWR)
         seg = _Segment(first, path, fd, size, prev_crc, self)
         self._segs.append(seg)
         self._firsts.append(first)

@@ -22,9 +22,8 @@ import zlib
 import msgpack
 
 from jetraft.raft.types import HardState, Snapshot
-
-from . import fileio
-from .sync import GroupCommit, StorageError, storage_error
+from jetraft.storage import fileio
+from jetraft.storage.group_commit import GroupCommit, StorageError, storage_error
 
 HARDSTATE_FILE = "hardstate"
 SNAPSHOT_FILE = "snapshot"
@@ -121,7 +120,7 @@ def write_atomic(directory: str, name: str, data: bytes, sync: GroupCommit) -> N
         fileio.replace(tmp, os.path.join(directory, name))
     except (OSError, StorageError) as exc:
         try:
-            os.unlink(tmp)
+            fileio.unlink(tmp)
         except OSError:
             pass
         if isinstance(exc, StorageError):

@@ -1,14 +1,17 @@
-"""The file operations that change jetraft's stores, behind one seam.
+"""The file operations that change jetraft's stores, behind one seam: the storage layer.
 
-Every write, truncation, fsync and file creation of the RAFT logs (:mod:`.group`,
-:mod:`.meta`, :mod:`.sync`) and of the stream file store (``jetraft.jetstream.store``)
-goes through these functions, so that tests can make any of them fail the way a full or
+Every write, truncation, fsync, rename, deletion and file or directory creation of the
+data path (the RAFT logs of :mod:`jetraft.raft.storage`, the group commit of
+:mod:`jetraft.storage.group_commit`, the stream file store and its metadata in
+:mod:`jetraft.jetstream`, the snapshots, catch-ups and restores of :mod:`jetraft.net`) goes
+through these functions (``tests/unit/test_disk_access.py`` holds the rule), so that tests can make any of them fail the way a full or
 failing disk does (``OSError(ENOSPC)``, ``OSError(EIO)``, a short write) without a real
 device: :func:`inject` installs a *fault*, a callable ``fault(op, path, size)`` called
 before each operation with
 
-- ``op``: "open" (a file created or opened for writing), "pwrite", "ftruncate",
-  "fdatasync" (a file), "fsync" (a directory), "unlink" or "replace";
+- ``op``: "open" (a file created or opened for writing), "pwrite", "write" (an append),
+  "ftruncate", "fdatasync" (a file), "fsync" (a directory), "unlink", "replace" or
+  "rmtree" (a directory and all it holds);
 - ``path``: the file's path (the directory's, for "fsync");
 - ``size``: bytes to write ("pwrite"), the new length ("ftruncate"), else 0.
 
@@ -26,11 +29,13 @@ from __future__ import annotations
 
 import errno as _errno
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 __all__ = ["DIR_MODE", "FILE_MODE", "Fault", "errno_name", "fdatasync", "fsync_dir", "ftruncate", "inject",
-           "make_dirs", "open_file", "pwrite", "pwrite_all", "replace", "sync_directory", "unlink"]
+           "make_dirs", "open_directory", "open_file", "pwrite", "pwrite_all", "remove_tree", "replace",
+           "sync_directory", "unlink", "write_all"]
 
 #: Mode of every store directory jetraft creates: owner only (nats-server
 #: server/filestore.go defaultDirPerms). The process umask can only narrow it.
@@ -92,11 +97,7 @@ def make_dirs(path: str | os.PathLike[str], mode: int = DIR_MODE) -> None:
         if not os.path.isdir(path):
             raise
         return
-    fd = os.open(parent or ".", os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fsync_dir(fd, parent or ".")
-    finally:
-        os.close(fd)
+    sync_directory(parent or ".")
 
 
 def pwrite(fd: int, data, offset: int, path: str) -> int:
@@ -141,11 +142,43 @@ def fsync_dir(fd: int, path: str) -> None:
 def sync_directory(path: str) -> None:
     """Open the directory ``path``, :func:`fsync_dir` it and close it (its created, renamed
     and removed entries are durable after). Raises OSError."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    fd = open_directory(path)
     try:
         fsync_dir(fd, path)
     finally:
         os.close(fd)
+
+
+def open_directory(path: str) -> int:
+    """``os.open`` of directory ``path`` read-only, to fsync it (:func:`fsync_dir`); the
+    caller closes the descriptor. Raises OSError."""
+    return os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+
+
+def write_all(fd: int, data, path: str) -> None:
+    """Append all of ``data`` (bytes) at the descriptor's position (``os.write``, looping on
+    short writes); a write that makes no progress raises ``OSError(ENOSPC)``."""
+    view = memoryview(data)
+    while view:
+        short = _check("write", path, len(view))
+        n = os.write(fd, view[:short] if short is not None and 0 <= short < len(view) else view)
+        if n <= 0:
+            raise OSError(_errno.ENOSPC, os.strerror(_errno.ENOSPC), path)
+        view = view[n:]
+
+
+def remove_tree(path: str, *, ignore_errors: bool = True) -> None:
+    """Delete directory ``path`` and everything in it (``shutil.rmtree``); with
+    ``ignore_errors`` (the default) a failure, or a directory already gone, is ignored,
+    otherwise it raises OSError. The parent directory is not fsynced here: a caller that
+    needs the deletion durable fsyncs it (:func:`sync_directory`)."""
+    try:
+        _check("rmtree", path)
+    except OSError:
+        if ignore_errors:
+            return
+        raise
+    shutil.rmtree(path, ignore_errors=ignore_errors)
 
 
 def unlink(path: str) -> None:

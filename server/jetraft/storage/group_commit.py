@@ -33,14 +33,13 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from jetraft.raft.types import RaftError
-
-from . import fileio
+from jetraft.storage import fileio
 
 
-class StorageError(RaftError):
-    """The log storage cannot continue: an fsync or write failed, or a file has an unknown
-    format or version. Not a corruption of records (that is CorruptRangeError).
+class StorageError(Exception):
+    """A store cannot continue: an fsync or write failed, or a file has an unknown format
+    or version. Not a corruption of records (that is the RAFT log's CorruptRangeError).
+    Code that drives a RAFT group catches it beside :class:`~jetraft.raft.types.RaftError`.
 
     ``errno`` (int or None) and ``path`` (str or None) name the system error behind it and
     the file it happened on, when there is one (``fileio.errno_name`` gives "ENOSPC"...)."""

@@ -273,6 +273,21 @@ class RaftNode:
         return self._peers
 
     @property
+    def commit_current(self) -> bool:
+        """The commit index this node knows is the group's: it covers an entry of the
+        current term, which no leader commits before every entry committed in an earlier
+        term (Raft §5.4.2, §8: a new leader commits an entry of its own term first). Until
+        then the commit index may lag what earlier leaders committed (a commit index is
+        learned, not stored with every entry)."""
+        committed = self._log.committed
+        if committed == 0:
+            return False
+        try:
+            return self._log.term(committed) == self._term
+        except (CompactedError, UnavailableError):     # not in the log: an older term's
+            return False
+
+    @property
     def config_pending(self) -> bool:
         """On the leader: a configuration change is appended but not committed yet."""
         return self._role is Role.LEADER and self._pending_conf_index > self._log.committed

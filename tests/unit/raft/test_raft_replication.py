@@ -308,3 +308,28 @@ def test_a_follower_behind_the_commit_says_so_in_its_heartbeat_answer():
     b.step(Message(MessageType.HEARTBEAT, GROUP, "a", "b", term=1, commit=5))
     resp = [m for m in b.ready().messages if m.type == MessageType.HEARTBEAT_RESPONSE]
     assert [(m.reject, m.reject_hint) for m in resp] == [(True, 0)]
+
+
+def test_a_commit_index_is_current_only_once_it_covers_an_entry_of_the_leaders_term():
+    """A follower that hears a new leader learns a commit index that can lag what earlier
+    leaders committed (the new leader itself learns it only by committing an entry of its
+    term, Raft §5.4.2): ``commit_current`` says when it no longer can. After a power cut of
+    every server the meta group's replay must not end on such a commit index."""
+    c = figure8_cluster()
+    c.isolate("s5")
+
+    def hold_term4(m: Message) -> bool:
+        if m.type == MessageType.APPEND:  # the leader's term-4 entry never leaves s1
+            m.entries = tuple(e for e in m.entries if e.term != 4)
+        return False
+
+    c.drop = hold_term4
+    s1 = c.elect("s1")
+    c.tick(["s1"], n=3)
+    s2 = c.nodes["s2"]
+    assert (s2.leader, s2.term, s2.commit_index) == ("s1", 4, 1)
+    assert not s2.commit_current and not s1.commit_current
+    c.drop = None
+    c.tick(["s1"], n=2)
+    assert (s1.commit_index, s2.commit_index) == (3, 3)
+    assert s1.commit_current and s2.commit_current

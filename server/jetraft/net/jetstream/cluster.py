@@ -624,9 +624,14 @@ class ClusterJetStream:
         opened from that state could be one of a stream it was removed from, a voter of an
         old configuration, with an empty log when its group was deleted here (Raft §4.1:
         a server must not act in a configuration it has left). So the replay goes on to
-        the commit index the meta leader tells this server in its first AppendEntries (or,
-        on the leader, to the end of its log, which its first entry commits), and ends
-        without a leader only after ``META_REPLAY_LEADER_WAIT_S`` (a server cut off from the
+        the first commit index the meta leader tells this server that covers an entry of
+        the leader's term (or, on the leader, to the end of its log, which its first entry
+        commits). A new leader's commit index may itself lag (it learns what earlier leaders
+        committed only by committing an entry of its own term, Raft §5.4.2): after a power
+        cut of every server the first AppendEntries carried a commit index short of the last
+        stream assignments, and the replicas those assignments named had their files
+        deleted. Without such a commit index the replay ends only after
+        ``META_REPLAY_LEADER_WAIT_S``, and then deletes nothing (a server cut off from the
         meta group's majority still opens its replicas)."""
         group = self.meta_group
         if group is None or not self.controller.replaying:
@@ -635,7 +640,7 @@ class ClusterJetStream:
             if group.is_leader:
                 self._replay_leader_seen = True
                 self.meta_replay_to = max(self.meta_replay_to, group.node.last_index)
-            elif group.leader is not None:
+            elif group.leader is not None and group.commit_current:
                 self._replay_leader_seen = True
                 self.meta_replay_to = max(self.meta_replay_to, group.commit_index)
             elif trio.current_time() < self._replay_deadline:

@@ -207,6 +207,11 @@ class RaftGroup:
         return self.node.commit_index
 
     @property
+    def commit_current(self) -> bool:
+        """The commit index covers an entry of the current term (:attr:`RaftNode.commit_current`)."""
+        return self.failed is None and self.node.commit_current
+
+    @property
     def holding(self) -> bool:
         """True while the state machine completes a restore (see :class:`StateMachine`):
         nothing is applied and this server does not campaign for the group."""

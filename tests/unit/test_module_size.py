@@ -10,16 +10,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 1000
 
-#: The modules over LIMIT when the rule came in, with their line counts then: each is to be
-#: split (the cluster controller as a package, the models declared once, ...).
+#: The modules still over LIMIT, each with the most lines it may have (lowered whenever it
+#: shrinks): each is to be split (the models declared once, the API by concern, ...).
 OVERSIZED: dict[str, int] = {
     "jetstream/model.py": 1626,
-    "jetstream/api.py": 1401,
+    "jetstream/api.py": 1400,
     "jetstream/consumer.py": 1281,
-    "net/jetstream/cluster.py": 1261,
+    "net/jetstream/cluster.py": 1241,
     "config/model.py": 1236,
     "jetstream/store.py": 1191,
-    "raft/node.py": 1154,
+    "raft/node.py": 1137,
 }
 
 
@@ -31,7 +31,7 @@ def oversized(package: Path, allowed: dict[str, int]) -> list[str]:
         lines = len(path.read_text().splitlines())
         ceiling = max(LIMIT, allowed.get(name, 0))
         if lines > ceiling:
-            grew = f" (it had {allowed[name]} when the rule came in)" if name in allowed else ""
+            grew = f" (it may have {allowed[name]})" if name in allowed else ""
             found.append(f"{name}: {lines} lines, over {ceiling}{grew}: split it by concern")
     return found
 
@@ -54,5 +54,5 @@ def test_a_new_long_module_and_a_listed_one_that_grew_are_found(tmp_path):
     (tmp_path / "big.py").write_text("x = 1\n" * 1200)
     (tmp_path / "grew.py").write_text("x = 1\n" * 1301)
     assert oversized(tmp_path, {"big.py": 1200, "grew.py": 1300}) == [
-        "grew.py: 1301 lines, over 1300 (it had 1300 when the rule came in): split it by concern",
+        "grew.py: 1301 lines, over 1300 (it may have 1300): split it by concern",
         "net/long.py: 1001 lines, over 1000: split it by concern"]

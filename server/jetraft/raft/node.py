@@ -40,6 +40,7 @@ from collections.abc import Callable
 from .log import RaftLog
 from .memory import apply_membership as _apply_membership
 from .progress import PROBE, REPLICATE, SNAPSHOT, Progress
+from .read_only import ReadOnly, ReadRequest
 from .types import (
     CompactedError,
     Config,
@@ -83,18 +84,6 @@ _FORWARDED = (_PROPOSE, _READ_INDEX, _TRANSFER)
 _FROM_LEADER = (_APPEND, _HEARTBEAT, _SNAPSHOT)
 _CONFIG = EntryType.CONFIG_CHANGE
 _NORMAL = EntryType.NORMAL
-
-
-class _ReadRequest:
-    """A pending read-index request (etcd read_only.go readIndexStatus)."""
-
-    __slots__ = ("index", "context", "src", "acks")
-
-    def __init__(self, index: int, context: bytes, src: str, acks: set[str]) -> None:
-        self.index = index
-        self.context = context
-        self.src = src
-        self.acks = acks
 
 
 class RaftNode:
@@ -146,9 +135,7 @@ class RaftNode:
         "_pending_conf_index",
         "_msgs",
         "_read_states",
-        "_reads",
-        "_read_order",
-        "_reads_waiting",
+        "_read_only",
         "_prev_hs",
         "_bcast",
         "_bcast_empty",
@@ -193,9 +180,7 @@ class RaftNode:
         self._pending_conf_index = 0
         self._msgs: list[Message] = []
         self._read_states: list[ReadState] = []
-        self._reads: dict[bytes, _ReadRequest] = {}
-        self._read_order: list[_ReadRequest] = []
-        self._reads_waiting: list[tuple[bytes, str]] = []
+        self._read_only = ReadOnly()
         self._bcast = False
         self._bcast_empty = False
         self._forward: list[Entry] = []
@@ -342,9 +327,7 @@ class RaftNode:
         self._transferee = None
         self._votes = {}
         self._prs = {}
-        self._reads.clear()
-        self._read_order.clear()
-        self._reads_waiting.clear()
+        self._read_only.reset()
         self._bcast = self._bcast_empty = False
         self._pending_conf_index = 0
 
@@ -798,9 +781,8 @@ class RaftNode:
         if self._cfg.commit_broadcast:
             self._bcast = self._bcast_empty = True
         self._committed()
-        if self._reads_waiting and self._committed_in_term():
-            waiting, self._reads_waiting = self._reads_waiting, []
-            for ctx, src in waiting:
+        if self._read_only.waiting and self.commit_current:
+            for ctx, src in self._read_only.take_waiting():
                 self._leader_read(ctx, src)
         if me not in peers and self._pending_conf_index <= n:
             self._step_down_removed()
@@ -949,7 +931,7 @@ class RaftNode:
             self._read_ack(msg.context, msg.src)
 
     def _bcast_heartbeat(self) -> None:
-        ctx = self._read_order[-1].context if self._read_order else b""
+        ctx = self._read_only.last_context()
         commit = self._log.committed
         for p, pr in self._prs.items():
             self._send(_HEARTBEAT, p, commit=min(pr.match, commit), context=ctx)
@@ -1044,44 +1026,30 @@ class RaftNode:
         else:
             raise ProposalDroppedError("no leader known")
 
-    def _committed_in_term(self) -> bool:
-        return self._log.term(self._log.committed) == self._term
-
     def _leader_read(self, ctx: bytes, src: str) -> None:
-        if not self._committed_in_term():
-            self._reads_waiting.append((ctx, src))
+        if not self.commit_current:
+            self._read_only.waiting.append((ctx, src))
             return
-        if ctx in self._reads:
+        if ctx in self._read_only.pending:
             return
-        req = _ReadRequest(self._log.committed, ctx, src, {self._id})
+        req = ReadRequest(self._log.committed, ctx, src, {self._id})
         if self._read_quorum(req):
             self._answer_read(req)
             return
-        self._reads[ctx] = req
-        self._read_order.append(req)
+        self._read_only.add(req)
         commit = self._log.committed
         for p, pr in self._prs.items():
             self._send(_HEARTBEAT, p, commit=min(pr.match, commit), context=ctx)
 
-    def _read_quorum(self, req: _ReadRequest) -> bool:
+    def _read_quorum(self, req: ReadRequest) -> bool:
         return sum(1 for p in req.acks if p in self._peers) >= self._quorum()
 
     def _read_ack(self, ctx: bytes, src: str) -> None:
-        req = self._reads.get(ctx)
-        if req is None:
-            return
-        req.acks.add(src)
-        if not self._read_quorum(req):
-            return
-        # Confirming this request confirms every earlier one (etcd read_only.go advance).
-        order = self._read_order
-        upto = order.index(req) + 1
-        done, self._read_order = order[:upto], order[upto:]
-        for r in done:
-            del self._reads[r.context]
+        # Confirming a request confirms every earlier one (etcd read_only.go advance).
+        for r in self._read_only.ack(ctx, src, self._read_quorum):
             self._answer_read(r)
 
-    def _answer_read(self, req: _ReadRequest) -> None:
+    def _answer_read(self, req: ReadRequest) -> None:
         if req.src == self._id:
             self._read_states.append(ReadState(req.index, req.context))
         else:

@@ -162,20 +162,30 @@ class DayTwo(Drills):
         finally:
             await nc.close()
 
-    async def upgrade(self, version: str) -> DrillResult:
+    async def upgrade(self, version: str, back_to: str | None = None) -> DrillResult:
         """playbooks/upgrade.yml to a wheelhouse of jetraft ``version`` while publishing;
-        afterwards every server runs ``version`` (its /varz)."""
+        afterwards every server runs ``version`` (its /varz). With ``back_to`` (the version
+        of the lab's own wheelhouse), upgrade.yml then installs the lab's wheelhouse again,
+        still publishing, and every server runs ``back_to``: the lab ends on the version
+        site.yml deploys, so a second site.yml changes nothing."""
         wheelhouse = next_wheelhouse(ROOT / "build" / "wheelhouse",
                                      self.artifacts / "wheelhouse-next", version)
+
+        def check_version(want: str, after: str) -> None:
+            running = {s.name: self.target.get_json(s, "/varz").get("go", "") for s in self.target.servers}
+            stale = {n: v for n, v in running.items() if v != f"jetraft {want}"}
+            if stale:
+                raise DrillError(f"after {after}, servers run another version than {want}: {stale}")
 
         async def change(result: DrillResult, work) -> int:
             result.playbook_s = round(await self._playbook(
                 result.name, "upgrade", "-e", f"jetraft_server_wheelhouse={wheelhouse}"), 1)
             end_ns = time.time_ns()
-            running = {s.name: self.target.get_json(s, "/varz").get("go", "") for s in self.target.servers}
-            stale = {n: v for n, v in running.items() if v != f"jetraft {version}"}
-            if stale:
-                raise DrillError(f"after the upgrade, servers run another version: {stale}")
+            check_version(version, "the upgrade")
+            if back_to is not None:
+                result.playbook_s += round(await self._playbook(f"{result.name}-back", "upgrade"), 1)
+                end_ns = time.time_ns()
+                check_version(back_to, "the upgrade back to the lab's wheelhouse")
             return end_ns
         return await self._around("upgrade", [], change)
 

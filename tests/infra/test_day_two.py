@@ -2,7 +2,8 @@
 change the lab: marked ``day_two`` and run after the zone-loss drills, in this order):
 a host power-cut and replaced by a new machine with an empty disk, the cluster scaled from
 five servers to seven and back to five (the spares retired), and a rolling upgrade of the
-five to a new wheel (last: the other playbooks install the lab's own wheelhouse). Each asserts what an operator
+five to a new wheel and back to the lab's own (last: the other playbooks install the lab's
+wheelhouse, and the lab ends on it, as site.yml deploys it). Each asserts what an operator
 needs: the playbook passes (its verify step: every server a current voter, every stream
 whole), every replica is current afterwards and nothing acknowledged is lost. The longest
 time between acknowledgements is reported in drills.json (a figure, not an assert)."""
@@ -74,7 +75,8 @@ def test_scaling_seven_servers_back_to_five_while_publishing_loses_nothing(run_d
 
 
 def test_a_rolling_upgrade_while_publishing_loses_nothing(run_dir, lab, results):
-    r = _run(run_dir, lab, results, "upgrade", _versions(run_dir))
+    import jetraft
+    r = _run(run_dir, lab, results, "upgrade", _versions(run_dir), jetraft.__version__)
     assert_ledger(r)
     assert r.replicas_current
     assert r.lost == [], f"acknowledged but missing: {r.lost[:10]} (ledger {r.ledger})"

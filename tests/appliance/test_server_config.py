@@ -299,3 +299,35 @@ def test_an_account_limit_jetraft_does_not_enforce_is_refused_by_the_servers_che
     assert result.returncode != 0
     assert "failed to validate" in out and "accounts.APP.jetstream.max_ack_pending" in out, out[-3000:]
     assert APP_PASSWORD not in out and SYS_PASSWORD not in out
+
+
+def test_the_admin_cli_on_each_host_has_root_only_contexts_for_the_accounts_and_the_system(tmp_path):
+    """Tag jetraft_server_cli: root's contexts (here under each host's own home), the first
+    account with JetStream selected, 0600 in 0700 directories; `jetraft context info` reads
+    them as written; a second run changes nothing."""
+    inv = write_inventory(tmp_path, jetraft_server_cli_home="{{ jetraft_server_config_dir }}/home",
+                          jetraft_server_cli_links=[], jetraft_cluster_name="Lab")
+    first = run_playbook("deploy", inv, "jetraft_server_cli")
+    assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-2000:]
+    assert APP_PASSWORD not in first.stdout + first.stderr and SYS_PASSWORD not in first.stdout
+    for k, host in enumerate(HOSTS, start=1):
+        nats = tmp_path / host / "home" / ".config" / "nats"
+        for d in (nats.parent, nats, nats / "context"):
+            assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
+        assert sorted(p.name for p in (nats / "context").iterdir()) == ["lab-app.json", "lab-system.json"]
+        assert (nats / "context.txt").read_text() == "lab-app"
+        for name, user, password in (("lab-app", "app", APP_PASSWORD), ("lab-system", "admin", SYS_PASSWORD)):
+            path = nats / "context" / f"{name}.json"
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600
+            ctx = yaml.safe_load(path.read_text())
+            assert (ctx["url"], ctx["user"], ctx["password"], ctx["ca"]) == (
+                f"tls://127.0.0.{k}:4222", user, password, str(tmp_path / host / "tls" / "ca.crt"))
+        shown = subprocess.run([str(JETRAFT_SERVER.with_name("jetraft")), "context", "info"],
+                               env={**os.environ, "XDG_CONFIG_HOME": str(nats.parent)},
+                               capture_output=True, text=True, timeout=60)
+        assert shown.returncode == 0, shown.stderr
+        assert f"tls://127.0.0.{k}:4222" in shown.stdout and "app" in shown.stdout
+        assert APP_PASSWORD not in shown.stdout
+    second = run_playbook("deploy", inv, "jetraft_server_cli")
+    assert second.returncode == 0, second.stdout[-4000:]
+    assert second.stdout.split("PLAY RECAP")[-1].count("changed=0") == len(HOSTS), second.stdout[-3000:]

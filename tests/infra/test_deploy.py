@@ -98,6 +98,17 @@ def test_every_installed_command_answers_help(host, command):
     assert shown.rc == 0 and "Usage:" in shown.stdout, shown.stderr[-2000:]
 
 
+def test_an_operator_on_the_host_lists_streams_and_servers_as_typed(host, hostvars):
+    """`jetraft` is on root's PATH and root's selected context reaches this host's server
+    with an account's user (TLS with the cluster's CA); the system context sees every server."""
+    streams = host.run("sh -lc 'jetraft stream ls --names'")
+    assert streams.rc == 0, streams.stdout[-1000:] + streams.stderr[-2000:]
+    system = f"{hostvars.get('jetraft_cluster_name', 'C1')}-system".lower()
+    servers = host.run(f"sh -lc 'jetraft --context {system} server list'")
+    assert servers.rc == 0, servers.stderr[-2000:]
+    assert all(name in servers.stdout for name in hostvars["groups"]["jetraft"]), servers.stdout
+
+
 def test_healthz_is_ok(host):
     assert _http_json(host, "/healthz") == {"status": "ok"}
 

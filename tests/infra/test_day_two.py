@@ -11,6 +11,8 @@ time between acknowledgements is reported in drills.json (a figure, not an asser
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 
 import pytest
 
@@ -19,6 +21,11 @@ from lab import topology
 from lab.day_two import DayTwo
 from lab.nspawn import NspawnLab
 from test_drills import assert_ledger
+
+sys.path.insert(0, str(topology.ROOT / "tools"))
+import deb  # noqa: E402  (tools/deb.py: make deb)
+
+ROOT = topology.ROOT
 
 pytestmark = [pytest.mark.day_two, pytest.mark.timeout(2400)]
 
@@ -80,3 +87,39 @@ def test_a_rolling_upgrade_while_publishing_loses_nothing(run_dir, lab, results)
     assert_ledger(r)
     assert r.replicas_current
     assert r.lost == [], f"acknowledged but missing: {r.lost[:10]} (ledger {r.ledger})"
+
+
+def test_the_debian_package_on_a_new_host_runs_under_systemd_and_its_removal_keeps_the_store(
+        lab, tmp_path):
+    """`make deb`'s package on a new machine (a spare booted empty, out of the cluster):
+    dpkg -i gives a server running under systemd with the package's single-server
+    configuration (JetStream answers on 127.0.0.1), and `apt-get remove` stops it and leaves
+    the store and the configuration; the machine is thrown away after (the lab ends with
+    its five servers)."""
+    spare = topology.SPARE_HOSTS[0].name
+    in_lab = {s.host.name for s in lab.status()}
+    retired = [h.name for h in topology.SPARE_HOSTS if h.name in in_lab]
+    if retired:
+        lab.remove(retired)         # the scale drills' spares, out of the cluster already
+    package = deb.build(ROOT / "build" / "wheelhouse", tmp_path)
+    lab.add([spare])
+    try:
+        def ssh(command: str, stdin=None) -> subprocess.CompletedProcess:
+            return subprocess.run(lab.ssh_argv(spare, command), stdin=stdin, capture_output=True,
+                                  timeout=600)
+
+        with package.open("rb") as data:
+            copied = ssh(f"cat > /root/{package.name}", stdin=data)
+        assert copied.returncode == 0, copied.stderr
+        installed = ssh(f"dpkg -i /root/{package.name}")
+        assert installed.returncode == 0, (installed.stdout[-2000:] + installed.stderr[-2000:]).decode()
+        # the server answers a JetStream request once systemd started it (polled, 60 s)
+        answered = ssh("for i in $(seq 60); do systemctl is-active --quiet jetraft && "
+                       "jetraft --server nats://127.0.0.1:4222 account info >/dev/null 2>&1 && exit 0; "
+                       "sleep 1; done; systemctl status jetraft --no-pager; exit 1")
+        assert answered.returncode == 0, answered.stdout[-3000:].decode()
+        removed = ssh("apt-get remove -y jetraft && ! systemctl is-active --quiet jetraft "
+                      "&& test -d /var/lib/jetraft/jetstream && test -e /etc/jetraft/jetraft.conf")
+        assert removed.returncode == 0, (removed.stdout[-2000:] + removed.stderr[-2000:]).decode()
+    finally:
+        lab.remove([spare])

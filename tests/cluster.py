@@ -31,7 +31,7 @@ Ports are picked once and kept, so a server restarted with :meth:`Cluster.restar
 its configuration and store. :meth:`Cluster.wait_formed` polls ``/routez`` until each live
 server sees every other live server (counting distinct remote ids: nats-server pools several
 connections per peer). Stopping sends SIGTERM, waits, then SIGKILLs; only processes this
-module started are ever signalled, by their PID. Standard library only.
+module started are ever signalled, by their PID. :func:`formed` asks JetStream with nats-py.
 
 Usage::
 
@@ -330,15 +330,54 @@ class Cluster:
         return "\n".join(s.output()[-tail:] for s in self.servers.values())
 
 
+def js_api_info(url: str, user: tuple[str, str] | None = None, timeout: float = 2.0) -> dict | None:
+    """``$JS.API.INFO`` asked of the server at ``url`` (as ``user``: (name, password)): its
+    JSON answer, or None when no server answered (no-responders, a timeout) or it answered
+    10008 (no meta leader yet). Other answers (10039, JetStream not enabled for the account)
+    are returned: they are answers."""
+    import asyncio
+
+    import nats
+    import nats.errors
+
+    async def ask() -> dict | None:
+        auth = {"user": user[0], "password": user[1]} if user else {}
+        nc = await nats.connect(url, allow_reconnect=False, connect_timeout=timeout, **auth)
+        try:
+            msg = await nc.request("$JS.API.INFO", b"", timeout=timeout)
+        except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+            return None
+        finally:
+            await nc.close()
+        answer = json.loads(msg.data)
+        return None if (answer.get("error") or {}).get("err_code") == 10008 else answer
+    return asyncio.run(ask())
+
+
 @contextmanager
-def formed(c: Cluster, session) -> Iterator[Cluster]:
-    """Start ``c`` and wait until it is formed; stop it on the way out, printing every
-    server's output when a test of the pytest ``session`` failed meanwhile (a module-scoped
-    fixture's ``request.session``)."""
+def formed(c: Cluster, session, users: Sequence[tuple[str, str] | None] = (None,)) -> Iterator[Cluster]:
+    """Start ``c`` and wait until it is formed; with JetStream, until its servers agree on a
+    meta leader and each answers ``$JS.API.INFO`` for each of ``users`` (an account's (user,
+    password), None: no credentials) with neither no-responders nor 10008, asked again to a
+    deadline, so that no test of a just-formed cluster needs a retry of its own. Stop it on the
+    way out, printing every server's output when a test of the pytest ``session`` failed
+    meanwhile (a module-scoped fixture's ``request.session``)."""
+    import nats.errors
+    from polling import poll
+
     failed_before = session.testsfailed
     try:
         c.start()
         c.wait_formed()
+        if c.jetstream:
+            c.wait_meta_leader()
+            for name, server in c.servers.items():
+                if name in c.plain:
+                    continue
+                for user in users:
+                    poll(lambda: js_api_info(server.url, user), f"{name} answers $JS.API.INFO as "
+                         f"{user[0] if user else 'no user'}", timeout=60, interval=0.2,
+                         retry_on=(OSError, ValueError, nats.errors.Error))
         yield c
     finally:
         c.stop()

@@ -49,7 +49,8 @@ def accounts_block() -> str:
 def cluster(request, tmp_path_factory):
     with formed(Cluster(request.param, tmp_path_factory.mktemp(f"peerremove-{request.param}"), 5,
                         jetstream=True, unique_tag="az:", tags=[[f"az:{z}"] for z in ZONES.values()],
-                        extra=accounts_block()), request.session) as c:
+                        extra=accounts_block()), request.session,
+                users=[(APP["user"], APP["password"])]) as c:
         yield c
 
 

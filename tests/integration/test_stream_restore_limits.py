@@ -233,7 +233,7 @@ def cluster(request, tmp_path_factory):
     there is restored there)."""
     c = Cluster(request.param, tmp_path_factory.mktemp(f"restorelimits-{request.param}"), 3,
                 jetstream=True, extra=ACCOUNTS, tags=[["pin"], [], []])
-    with formed(c, request.session):
+    with formed(c, request.session, users=[("src", "src"), ("lim", "lim"), ("lim3", "lim3")]):
         yield c
 
 

@@ -503,7 +503,7 @@ class KVWorkload:
 _READ_COPY = r"""
 import glob, json, shutil, sys, tempfile
 from jetraft.jetstream.store import FileStore
-from jetraft.raft.storage.sync import GroupCommit
+from jetraft.storage.group_commit import GroupCommit
 found = glob.glob(sys.argv[1] + "/jetstream/*/streams/" + sys.argv[2] + "/msgs")
 if not found:
     print(json.dumps(["missing", sys.argv[2]]))

@@ -121,20 +121,6 @@ async def assert_usable(nc: Client, subject: str = "usable.check") -> None:
     await sub.unsubscribe()
 
 
-async def poll(predicate: Callable[[], Awaitable[bool] | bool], timeout: float, what: str) -> None:
-    """Await until ``predicate()`` is true, checking every few ms; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if not isinstance(result, bool):
-            result = await result
-        if result:
-            return
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.01)
-
-
 class RawClient:
     """A NATS client that writes bytes and reads lines over a plain blocking socket.
 

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from compat_support import connect, poll
+from compat_support import connect
 from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
@@ -81,22 +81,6 @@ async def api_error(call: Awaitable[Any]) -> APIError:
 def error_triple(err: APIError) -> tuple[int | None, int | None, str | None]:
     """(code, err_code, description) of an APIError, for exact comparisons."""
     return err.code, err.err_code, err.description
-
-
-async def wait_for(fetch: Callable[[], Awaitable[Any]], accept: Callable[[Any], bool], timeout: float, what: str):
-    """Poll ``fetch()`` until ``accept(value)``; return that value (fails after ``timeout``)."""
-    seen: list[Any] = []
-
-    async def check() -> bool:
-        value = await fetch()
-        seen[:] = [value]
-        return accept(value)
-
-    try:
-        await poll(check, timeout, what)
-    except AssertionError as e:
-        raise AssertionError(f"{e}; last value {seen[0] if seen else None!r}") from None
-    return seen[0]
 
 
 async def asked_again(call: Callable[[], Awaitable[Any]], what: str, timeout: float = 60.0) -> Any:

@@ -16,9 +16,10 @@ import re
 import pytest
 import servers
 from cluster import Cluster
-from compat_support import connect, json_type, poll, run
+from compat_support import connect, json_type, run
 from js_support import js_session
 from nats.js.api import AckPolicy, ConsumerConfig
+from polling import apoll
 
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z$")
 NUID = re.compile(r"^[0-9A-Za-z]{22}$")
@@ -57,7 +58,7 @@ class Events:
         self.got.append((msg.subject, json.loads(msg.data)))
 
     async def wait(self, count: int, what: str, timeout: float = 10) -> list[tuple[str, dict]]:
-        await poll(lambda: len(self.got) >= count, timeout, what)
+        await apoll(lambda: len(self.got) >= count, what, timeout)
         return list(self.got)
 
     def take(self) -> list[tuple[str, dict]]:
@@ -147,7 +148,7 @@ def test_a_stream_deleted_with_its_consumers_announces_each_consumer_first(js_se
                 # do this after sending the delete advisory"): now and then it is never sent,
                 # nor are some of the consumers'
                 with contextlib.suppress(AssertionError):
-                    await poll(lambda: any(subj == stream_deleted for subj, _ in ev.got), 5, "the stream's delete")
+                    await apoll(lambda: any(subj == stream_deleted for subj, _ in ev.got), "the stream's delete", 5)
             await s.nc.flush()
             got = ev.take()
             # jetraft announces every consumer, then the stream; of what nats-server
@@ -173,13 +174,13 @@ def test_every_api_answer_is_audited_errors_and_reads_included(js_server):
             await s.nc.flush()
             await s.jsm.add_stream(name="ADV", subjects=["adv.>"])
             # nats-server may publish an audit late: the first create's is awaited and set aside
-            await poll(lambda: any(subj == f"{ADV}API" for subj, _ in ev.got), 10, "the first create's audit")
+            await apoll(lambda: any(subj == f"{ADV}API" for subj, _ in ev.got), "the first create's audit", 10)
             ev.take()
             await s.api("$JS.API.STREAM.INFO.ADV")
             await s.api("$JS.API.STREAM.INFO.NOPE")
             # the same config again: no stream_action, only the audit
             await s.api("$JS.API.STREAM.CREATE.ADV", {"name": "ADV", "subjects": ["adv.>"]})
-            await poll(lambda: sum(1 for subj, _ in ev.got if subj == f"{ADV}API") >= 3, 10, "three audits")
+            await apoll(lambda: sum(1 for subj, _ in ev.got if subj == f"{ADV}API") >= 3, "three audits", 10)
             await s.nc.flush()
             # nats-server now and then announces the stream created before the subscription
             # after it: only the audits are compared
@@ -326,10 +327,10 @@ def test_cluster_leader_elected_and_actions_in_the_account_and_the_system_accoun
 
             async def ping_interest() -> bool:      # the subscriptions reached every server
                 return all(three.servers[n].alive() for n in three.servers)
-            await poll(ping_interest, 5, "servers up")
+            await apoll(ping_interest, "servers up", 5)
             await request_ok(app, "$JS.API.STREAM.CREATE.L", {"name": "L", "subjects": ["l.>"], "num_replicas": 3})
-            await poll(lambda: any(s.endswith("LEADER_ELECTED.L") for s, _ in in_app.got)
-                       and bool(in_sys.got), 20, "leader elected advisories")
+            await apoll(lambda: any(s.endswith("LEADER_ELECTED.L") for s, _ in in_app.got)
+                        and bool(in_sys.got), "leader elected advisories", 20)
             elected = next(b for s, b in in_app.got if s == f"{ADV}STREAM.LEADER_ELECTED.L")
             check_common(elected)
             assert shape(elected) == LEADER_ELECTED
@@ -351,7 +352,7 @@ def test_cluster_leader_elected_and_actions_in_the_account_and_the_system_accoun
                              {"stream_name": "L", "config": {"durable_name": "D", "ack_policy": "explicit"}})
             await request_ok(app, "$JS.API.CONSUMER.DELETE.L.D")
             await request_ok(app, "$JS.API.STREAM.DELETE.L")
-            await poll(lambda: any(s == f"{ADV}STREAM.DELETED.L" for s, _ in in_app.got), 20, "stream deleted")
+            await apoll(lambda: any(s == f"{ADV}STREAM.DELETED.L" for s, _ in in_app.got), "stream deleted", 20)
             await app.flush()
             assert [(s, b["action"]) for s, b in in_app.got if b["type"].endswith("_action")] == [
                 (f"{ADV}STREAM.CREATED.L", "create"),
@@ -418,7 +419,7 @@ def test_cluster_consumer_leader_elected_in_the_account_and_the_system_account(t
             await sys_.flush()
             before = (await request_ok(app, "$JS.API.CONSUMER.INFO.CL.D"))["cluster"]["leader"]
             await request_ok(app, "$JS.API.CONSUMER.LEADER.STEPDOWN.CL.D")
-            await poll(lambda: bool(in_app.got) and bool(in_sys.got), 30, "consumer leader elected advisories")
+            await apoll(lambda: bool(in_app.got) and bool(in_sys.got), "consumer leader elected advisories", 30)
             subj, elected = in_app.got[-1]
             assert subj == f"{ADV}CONSUMER.LEADER_ELECTED.CL.D"
             check_common(elected)
@@ -467,7 +468,7 @@ def test_cluster_api_audits_carry_the_requesters_client_info(three):
             def audited(kind: str) -> list[dict]:
                 return [b for _, b in ev.got if b.get("subject") == f"$JS.API.{kind}"]
             kinds = ("STREAM.NAMES", "STREAM.INFO.AU", "STREAM.DELETE.AU", "STREAM.CREATE.AU2")
-            await poll(lambda: all(audited(k) for k in kinds), 20, "the four audits")
+            await apoll(lambda: all(audited(k) for k in kinds), "the four audits", 20)
             for kind in kinds:
                 audit = audited(kind)[0]
                 client = audit["client"]

@@ -23,11 +23,12 @@ import bcrypt
 import pytest
 import servers
 from cluster import Cluster
-from compat_support import connect, poll, run
-from js_support import STREAM_CREATE_RESPONSE, STREAM_INFO_RESPONSE, STREAM_NAMES_RESPONSE, wait_for
+from compat_support import connect, run
+from js_support import STREAM_CREATE_RESPONSE, STREAM_INFO_RESPONSE, STREAM_NAMES_RESPONSE
 from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
+from polling import apoll
 
 ZONES = {"n1": "a", "n2": "a", "n3": "b", "n4": "b", "n5": "c"}
 NAMES = tuple(ZONES)
@@ -136,10 +137,12 @@ async def create(nc: Client, name: str, replicas: int = 3, sent: list[str] | Non
     after a timeout; each asking is appended to ``sent`` when given."""
     config = {"name": name, "subjects": [f"{name.lower()}.>"], "num_replicas": replicas}
 
-    async def fetch() -> dict:
-        return await api(nc, f"$JS.API.STREAM.CREATE.{name}", config, sent=sent)
+    async def answered() -> dict:
+        reply = await api(nc, f"$JS.API.STREAM.CREATE.{name}", config, sent=sent)
+        assert reply.get("error", {}).get("err_code") != 10008, reply
+        return reply
 
-    return await wait_for(fetch, lambda r: r.get("error", {}).get("err_code") != 10008, 30, f"create {name}")
+    return await apoll(answered, f"create {name}", 30, retry_on=(AssertionError,))
 
 
 def members(cl: dict) -> list[str]:
@@ -156,8 +159,12 @@ def settled(reply: dict, replicas: int = 3) -> bool:
 
 async def info_settled(nc: Client, stream: str, what: str, accept=lambda cl: True) -> dict:
     """Poll STREAM.INFO until it is :func:`settled` and ``accept(cluster)``; the reply."""
-    return await wait_for(lambda: api(nc, f"$JS.API.STREAM.INFO.{stream}"),
-                          lambda r: settled(r) and accept(r["cluster"]), 20, what)
+    async def done() -> dict:
+        reply = await api(nc, f"$JS.API.STREAM.INFO.{stream}")
+        assert settled(reply) and accept(reply["cluster"]), reply
+        return reply
+
+    return await apoll(done, what, 20, retry_on=(AssertionError,))
 
 
 def check_peers(kind: str, entries: list[dict]) -> None:
@@ -210,7 +217,7 @@ def test_jsz_meta_cluster_on_every_server(cluster):
         return True
 
     async def wait() -> None:
-        await poll(meta_settled, 15, "every server agreeing on a current meta leader")
+        await apoll(meta_settled, "every server agreeing on a current meta leader", 15, retry_on=())
 
     run(wait)
     for name, server in cluster.servers.items():
@@ -303,9 +310,11 @@ def test_stream_leader_stepdown_moves_the_leader(cluster):
         before = (await info_settled(nc, "STEP", "STEP settled"))["cluster"]["leader"]
         reply = await api(nc, "$JS.API.STREAM.LEADER.STEPDOWN.STEP", once=True)
         assert reply == {"type": STEPDOWN_RESPONSE, "success": True}
-        info = await wait_for(lambda: api(nc, "$JS.API.STREAM.INFO.STEP"),
-                              lambda r: r.get("cluster", {}).get("leader") not in (None, before),
-                              10, f"a stream leader other than {before}")
+        async def moved() -> dict:
+            reply = await api(nc, "$JS.API.STREAM.INFO.STEP")
+            assert reply.get("cluster", {}).get("leader") not in (None, before), reply
+            return reply
+        info = await apoll(moved, f"a stream leader other than {before}", 10, retry_on=(AssertionError,))
         ack = await publish(nc, "step.new", b"after step-down")
         assert ack == {"stream": "STEP", "seq": info["state"]["last_seq"] + 1}
         await nc.close()
@@ -319,8 +328,8 @@ def test_meta_leader_stepdown_from_the_system_account(cluster):
         before = meta_leader(cluster)
         reply = await api(sysc, "$JS.API.META.LEADER.STEPDOWN", once=True)
         assert reply == {"type": META_STEPDOWN_RESPONSE, "success": True}
-        await poll(lambda: meta_leader(cluster) not in (None, before), 10,
-                   f"/jsz agreeing on a meta leader other than {before}")
+        await apoll(lambda: meta_leader(cluster) not in (None, before),
+                    f"/jsz agreeing on a meta leader other than {before}", 10, retry_on=())
         await sysc.close()
 
     run(scenario)
@@ -452,8 +461,11 @@ def test_a_deleted_stream_is_no_longer_listed(cluster):
         await info_settled(nc, "GONE", "GONE settled")
         reply = await api(nc, "$JS.API.STREAM.DELETE.GONE", once=True)
         assert reply == {"type": STREAM_DELETE_RESPONSE, "success": True}
-        names = await wait_for(lambda: api(nc, "$JS.API.STREAM.NAMES"),
-                               lambda r: "GONE" not in (r.get("streams") or []), 10, "GONE not listed")
+        async def unlisted() -> dict:
+            reply = await api(nc, "$JS.API.STREAM.NAMES")
+            assert "GONE" not in (reply.get("streams") or []), reply
+            return reply
+        names = await apoll(unlisted, "GONE not listed", 10, retry_on=(AssertionError,))
         assert names["type"] == STREAM_NAMES_RESPONSE
         info = await api(nc, "$JS.API.STREAM.INFO.GONE")
         assert info["error"] == {"code": 404, "err_code": 10059, "description": "stream not found"}, info

@@ -18,7 +18,7 @@ import time
 
 import nats.errors
 import pytest
-from compat_support import poll, round_trip, run
+from compat_support import round_trip, run
 from js_support import (
     CONSUMER_CREATE_RESPONSE,
     NS,
@@ -26,11 +26,11 @@ from js_support import (
     api_error,
     error_triple,
     js_session,
-    wait_for,
 )
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError, ServiceUnavailableError
+from polling import apoll
 
 CONSUMER_NOT_FOUND = (404, 10014, "consumer not found")
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z$")
@@ -55,7 +55,7 @@ async def no_more(psub, timeout: float = 0.5) -> None:
     published in between is rightly delivered to the abandoned request."""
     with pytest.raises(nats.errors.TimeoutError):
         await psub.fetch(1, timeout=timeout)
-    await poll(lambda: _none_waiting(psub), 5, "the abandoned pull request to expire")
+    await apoll(lambda: _none_waiting(psub), "the abandoned pull request to expire", 5, retry_on=())
 
 
 async def _none_waiting(psub) -> bool:
@@ -167,7 +167,7 @@ def test_fetch_timeout_without_messages(js_server):
                 assert 0.3 < time.monotonic() - start < 3
             # A message published while a fetch waits is handed to it.
             fetch = asyncio.ensure_future(psub.fetch(1, timeout=5))
-            await poll(lambda: _waiting(s, "C", "D"), 5, "the pull request to be waiting")
+            await apoll(lambda: _waiting(s, "C", "D"), "the pull request to be waiting", 5, retry_on=())
             await s.js.publish("c.x", b"late")
             msgs = await fetch
             assert [m.data for m in msgs] == [b"late"]
@@ -260,8 +260,12 @@ def test_push_durable_subscribe(js_server):
             live = await sub.next_msg(timeout=5)
             assert (live.data, live.metadata.sequence.stream) == (b"live", 6)
             await live.ack_sync()
-            info = await wait_for(lambda: s.jsm.consumer_info("C", "P"),
-                                  lambda i: i.ack_floor.stream_seq == 6, 5, "acks to land")
+
+            async def acked():
+                i = await s.jsm.consumer_info("C", "P")
+                assert i.ack_floor.stream_seq == 6, i
+                return i
+            info = await apoll(acked, "acks to land", 5, retry_on=(AssertionError,))
             assert info.num_ack_pending == 0
 
     run(scenario)
@@ -279,10 +283,14 @@ def test_push_callback_auto_ack(js_server):
                 got.append(msg.data)
 
             await s.js.subscribe("c.>", durable="CB", cb=cb)
-            await poll(lambda: len(got) == 6, 5, "six messages")
+            await apoll(lambda: len(got) == 6, "six messages", 5)
             assert got == [b"%d" % i for i in range(6)]
-            info = await wait_for(lambda: s.jsm.consumer_info("C", "CB"),
-                                  lambda i: i.num_ack_pending == 0, 5, "auto-acks")
+
+            async def auto_acked():
+                i = await s.jsm.consumer_info("C", "CB")
+                assert i.num_ack_pending == 0, i
+                return i
+            info = await apoll(auto_acked, "auto-acks", 5, retry_on=(AssertionError,))
             assert info.ack_floor.stream_seq == 6
 
     run(scenario)
@@ -301,8 +309,12 @@ def test_push_deliver_group(js_server):
             for i in range(60):
                 await s.js.publish("c.x", b"%d" % i)
             await round_trip(s.nc)
-            info = await wait_for(lambda: s.jsm.consumer_info("C", "workers"),
-                                  lambda i: i.delivered.stream_seq == 60, 5, "all delivered")
+
+            async def delivered():
+                i = await s.jsm.consumer_info("C", "workers")
+                assert i.delivered.stream_seq == 60, i
+                return i
+            info = await apoll(delivered, "all delivered", 5, retry_on=(AssertionError,))
             await round_trip(s.nc)
             got = []
             for sub in subs:
@@ -857,7 +869,7 @@ def test_ephemeral_inactive_threshold(js_server):
                     return True
                 return False
 
-            await poll(gone, 5, "the inactive ephemeral consumer to go away")
+            await apoll(gone, "the inactive ephemeral consumer to go away", 5, retry_on=())
             assert [c.name for c in await s.jsm.consumers_info("C")] == ["KEEP"]
 
     run(scenario)

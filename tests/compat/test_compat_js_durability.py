@@ -29,9 +29,10 @@ from pathlib import Path
 
 import nats.errors
 import pytest
-from compat_support import connect, poll, run
+from compat_support import connect, run
 from js_support import listed
 from nats.js.api import ConsumerConfig, ObjectMeta, ObjectMetaOptions, StorageType
+from polling import apoll
 
 import servers
 from jetraft.jetstream import store_format
@@ -171,7 +172,7 @@ async def publish_until_killed(url: str, ledger: Ledger, round_no: int, srv) -> 
             ledger.acked[ack.seq] = payload
 
     async def killer() -> None:
-        await poll(lambda: len(ledger.acked) >= target, 60, f"{target} acks")
+        await apoll(lambda: len(ledger.acked) >= target, f"{target} acks", 60)
         sigkill(srv)
         killed.set()
         await asyncio.to_thread(srv.proc.wait, 10)
@@ -283,7 +284,7 @@ def test_streams_and_consumers_survive_sigkill(procs, server_kind, tmp_path):
                         await msg.ack()
                 return set(got) >= want
 
-            await poll(all_delivered, 10, "every message after the ack floor")
+            await apoll(all_delivered, "every message after the ack floor", 10, retry_on=())
             assert set(got) == want, got
         finally:
             await nc.close()

@@ -14,13 +14,13 @@ and Go's 10,000), the test says so and pins both answers.
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import pytest
 import servers
 from cluster import Cluster
 from compat_support import RawClient
+from polling import poll
 
 T = "io.nats.jetstream.api.v1."
 PAGED = {"total": 0, "offset": 0, "limit": 0}
@@ -258,17 +258,8 @@ def _meta_leader(c: Cluster) -> str | None:
     return next(iter(leaders)) if len(leaders) == 1 else None
 
 
-def _poll(check, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            result = check()
-        except (AssertionError, TimeoutError, EOFError, KeyError, ConnectionError):
-            result = None
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+#: What a check raises while a server cannot answer yet (counted as not yet by ``poll``).
+NOT_ANSWERING = (AssertionError, TimeoutError, EOFError, KeyError, ConnectionError)
 
 
 @pytest.fixture(scope="module", params=servers.KINDS)
@@ -279,19 +270,19 @@ def cluster(request, tmp_path_factory):
     try:
         c.start()
         c.wait_formed()
-        _poll(lambda: _meta_leader(c), 30, "a meta leader")
+        poll(lambda: _meta_leader(c), "a meta leader", 30, retry_on=NOT_ANSWERING)
         first = c.servers["n1"].address
-        created = _poll(lambda: (r := api(first, "$JS.API.STREAM.CREATE.KV", {**KV_CONFIG, "num_replicas": 3}))
-                        and "error" not in r and r, 30, "KV created")
+        created = poll(lambda: (r := api(first, "$JS.API.STREAM.CREATE.KV", {**KV_CONFIG, "num_replicas": 3}))
+                       and "error" not in r and r, "KV created", 30, retry_on=NOT_ANSWERING)
         assert created["config"]["num_replicas"] == 3
         # asked again until stored: the Nats-Msg-Id makes a message asked again a duplicate of
         # the first (acknowledged with "duplicate": true), never a second message
         stored = {"stream": "KV", "seq": 1}
-        _poll(lambda: {k: v for k, v in api(first, "kv.a", b"hi", headers={"Nats-Msg-Id": "kv-a"}).items()
-                       if k != "duplicate"} == stored, 30, "the message stored")
+        poll(lambda: {k: v for k, v in api(first, "kv.a", b"hi", headers={"Nats-Msg-Id": "kv-a"}).items()
+                      if k != "duplicate"} == stored, "the message stored", 30, retry_on=NOT_ANSWERING)
         for name, srv in c.servers.items():
-            _poll(lambda srv=srv: raw_request(srv.address, "$JS.API.DIRECT.GET.KV", b'{"seq":1}', timeout=2)[2] == b"hi",
-                  30, f"DIRECT.GET answered through {name}")
+            poll(lambda srv=srv: raw_request(srv.address, "$JS.API.DIRECT.GET.KV", b'{"seq":1}', timeout=2)[2] == b"hi",
+                 f"DIRECT.GET answered through {name}", 30, retry_on=NOT_ANSWERING)
         yield c
     finally:
         crashed = [n for n, s in c.servers.items() if not s.alive()]
@@ -317,5 +308,5 @@ def test_hostile_request_on_a_cluster(cluster, via, subject, body, expected):
     check_reply(cluster.servers[via].address, subject, body, expected)
     for name, srv in cluster.servers.items():
         assert srv.alive(), f"{name} exited\n{srv.output()[-3000:]}"
-        _poll(lambda srv=srv: raw_request(srv.address, "$JS.API.DIRECT.GET.KV", b'{"seq":1}', timeout=2)[2] == b"hi",
-              15, f"DIRECT.GET answered through {name}")
+        poll(lambda srv=srv: raw_request(srv.address, "$JS.API.DIRECT.GET.KV", b'{"seq":1}', timeout=2)[2] == b"hi",
+             f"DIRECT.GET answered through {name}", 15, retry_on=NOT_ANSWERING)

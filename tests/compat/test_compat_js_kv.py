@@ -14,8 +14,8 @@ from __future__ import annotations
 import contextlib
 
 import pytest
-from compat_support import connect, poll, run
-from js_support import listed, wait_for
+from compat_support import connect, run
+from js_support import listed
 from nats.js.api import StorageType
 from nats.js.errors import (
     APIError,
@@ -25,6 +25,7 @@ from nats.js.errors import (
     KeyWrongLastSequenceError,
     NoKeysError,
 )
+from polling import apoll
 
 NS = 1_000_000_000
 
@@ -311,7 +312,7 @@ def test_ttl_expires_values(start_server, tmp_path):
                 return True
             return False
 
-        await poll(gone, 10, "the value to expire")
+        await apoll(gone, "the value to expire", 10, retry_on=())
         assert (await kv.status()).values == 0
 
     kv_test(start_server, tmp_path, body, ttl=1)
@@ -416,8 +417,11 @@ def test_purge_deletes_removes_markers(start_server, tmp_path):
         await kv.delete("dead")
         assert await kv.purge_deletes(olderthan=0) is True
         # nats-server may answer the purge before its stream info shows it (seen under load)
-        state = await wait_for(lambda: js.stream_info("KV_B"), lambda si: si.state.messages == 1, 10,
-                               "the purge shows in stream info")
+        async def purged():
+            si = await js.stream_info("KV_B")
+            assert si.state.messages == 1, si.state
+            return si
+        state = await apoll(purged, "the purge shows in stream info", 10, retry_on=(AssertionError,))
         assert (state.state.messages, state.state.last_seq) == (1, 4)
         with pytest.raises(NoKeysError):
             await kv.history("dead")

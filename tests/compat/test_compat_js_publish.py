@@ -11,7 +11,7 @@ import asyncio
 import json
 
 import pytest
-from compat_support import poll, run
+from compat_support import run
 from js_support import (
     NS,
     api_error,
@@ -20,6 +20,7 @@ from js_support import (
 )
 from nats.js.api import StorageType
 from nats.js.errors import NoStreamResponseError
+from polling import apoll
 
 WRONG_STREAM = (400, 10060, "expected stream does not match")
 ROLLUP_REFUSED = (500, 10111, "rollup not permitted")
@@ -99,7 +100,7 @@ def test_dedupe_window_expires(js_server):
                 stored.append(ack)
                 return not ack.duplicate
 
-            await poll(stored_again, 5, "the duplicate window to pass")
+            await apoll(stored_again, "the duplicate window to pass", 5, retry_on=())
             assert (stored[-1].seq, stored[-1].duplicate) == (2, None)
             assert all(a.duplicate and a.seq == 1 for a in stored[:-1])
 

@@ -8,12 +8,20 @@ has to acknowledge it, and keeps nothing when nobody is interested.
 from __future__ import annotations
 
 from compat_support import run
-from js_support import api_error, error_triple, js_session, wait_for
+from js_support import api_error, error_triple, js_session
 from nats.js.api import AckPolicy, DeliverPolicy, RetentionPolicy
+from polling import apoll
 
 
 async def _messages(s, stream: str) -> int:
     return (await s.jsm.stream_info(stream)).state.messages
+
+
+async def _holds(s, stream: str, n: int) -> bool:
+    """True when ``stream`` holds ``n`` messages; an AssertionError with the count if not."""
+    got = await _messages(s, stream)
+    assert got == n, f"{stream} holds {got} messages"
+    return True
 
 
 def test_workqueue_forgets_acknowledged_messages(js_server):
@@ -27,11 +35,11 @@ def test_workqueue_forgets_acknowledged_messages(js_server):
             assert [m.data for m in msgs] == [b"1", b"2", b"3"]
             await msgs[0].ack_sync()
             await msgs[2].ack_sync()
-            await wait_for(lambda: _messages(s, "WQ"), lambda n: n == 1, 5, "two acked jobs removed")
+            await apoll(lambda: _holds(s, "WQ", 1), "two acked jobs removed", 5, retry_on=(AssertionError,))
             info = await s.jsm.stream_info("WQ")
             assert (info.state.first_seq, info.state.last_seq) == (2, 3)
             await msgs[1].ack_sync()
-            await wait_for(lambda: _messages(s, "WQ"), lambda n: n == 0, 5, "every job removed")
+            await apoll(lambda: _holds(s, "WQ", 0), "every job removed", 5, retry_on=(AssertionError,))
 
     run(scenario)
 
@@ -80,9 +88,9 @@ def test_interest_keeps_messages_until_every_consumer_acked(js_server):
             assert await _messages(s, "IN") == 2        # b still has to acknowledge both
             first = (await b.fetch(1, timeout=5))[0]
             await first.ack_sync()
-            await wait_for(lambda: _messages(s, "IN"), lambda n: n == 1, 5, "m2 acked by both consumers")
+            await apoll(lambda: _holds(s, "IN", 1), "m2 acked by both consumers", 5, retry_on=(AssertionError,))
             await s.jsm.delete_consumer("IN", "b")
-            await wait_for(lambda: _messages(s, "IN"), lambda n: n == 0, 5, "no interest left in m3")
+            await apoll(lambda: _holds(s, "IN", 0), "no interest left in m3", 5, retry_on=(AssertionError,))
 
     run(scenario)
 

@@ -12,7 +12,7 @@ import re
 
 import nats.errors
 import pytest
-from compat_support import connect, poll, run
+from compat_support import connect, run
 from js_support import (
     ACCOUNT_INFO_RESPONSE,
     NS,
@@ -27,6 +27,7 @@ from js_support import (
 )
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import NoStreamResponseError, NotFoundError
+from polling import apoll
 
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z$")
 ZERO_TIME = "0001-01-01T00:00:00Z"
@@ -530,7 +531,7 @@ def test_max_age_expires_messages(js_server):
                 st = (await s.jsm.stream_info("AGE")).state
                 return st.messages == 0
 
-            await poll(expired, 5, "messages to expire")
+            await apoll(expired, "messages to expire", 5, retry_on=())
             st = (await s.jsm.stream_info("AGE")).state
             # Sequences survive expiry: first_seq moves past the last.
             assert (st.first_seq, st.last_seq, st.bytes) == (3, 2, 0)

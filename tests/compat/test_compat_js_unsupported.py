@@ -23,10 +23,11 @@ import time
 import pytest
 import servers
 from cluster import Cluster, formed
-from compat_support import connect, poll, run
+from compat_support import connect, run
 from js_support import NS, js_session
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
+from polling import apoll
 
 STREAM_NOT_FOUND = {"code": 404, "err_code": 10059, "description": "stream not found"}
 CONSUMER_NOT_FOUND = {"code": 404, "err_code": 10014, "description": "consumer not found"}
@@ -253,7 +254,7 @@ def test_no_ack_stream_sends_no_acknowledgement(js_server):
             # WA's (each stream takes its messages on its own), so its count is polled.
             async def na_stored() -> bool:
                 return (await _api(s.nc, "$JS.API.STREAM.INFO.NA"))["state"]["messages"] == 1
-            await poll(na_stored, 5, "NA to hold its message")
+            await apoll(na_stored, "NA to hold its message", 5, retry_on=())
             await s.nc.flush()
             assert sub.pending_msgs == 0
 

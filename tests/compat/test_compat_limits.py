@@ -14,12 +14,12 @@ from compat_support import (
     close_all,
     connect,
     payloads,
-    poll,
     round_trip,
     run,
     take,
 )
 from nats.errors import MaxPayloadError
+from polling import apoll
 
 
 def test_max_payload_client_side(start_server):
@@ -99,7 +99,7 @@ def test_slow_consumer_is_cut_off(start_server):
             connz = server.monitor("/connz")
             return slow_cid not in [c["cid"] for c in connz["connections"]]
 
-        await poll(lambda: asyncio.to_thread(slow_gone), 15, "the slow consumer to be dropped")
+        await apoll(lambda: asyncio.to_thread(slow_gone), "the slow consumer to be dropped", 15, retry_on=())
         assert reader.is_connected and publisher.is_connected
         varz = await asyncio.to_thread(server.monitor, "/varz")
         assert varz["slow_consumers"] >= 1

@@ -22,12 +22,13 @@ import time
 import pytest
 import servers
 from cluster import Cluster
-from compat_support import connect, poll, round_trip, run
-from js_support import asked_again, wait_for
+from compat_support import connect, round_trip, run
+from js_support import asked_again
 from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import ServiceUnavailableError
+from polling import apoll
 
 JS_SERVERS = ("n1", "n2", "n3")
 PLAIN = "n4"
@@ -121,10 +122,10 @@ def test_each_request_answered_once(cluster):
             await round_trip(nc)
             for i in range(20):
                 await nc.publish("$JS.API.INFO", b"", reply=f"answers.{i}")
-            await poll(lambda: len(replies) == 20, 15, "20 answers")
+            await apoll(lambda: len(replies) == 20, "20 answers", 15)
             # a last request: later than any second answer to the first twenty
             await nc.publish("$JS.API.STREAM.NAMES", b"", reply="answers.last")
-            await poll(lambda: "answers.last" in replies, 15, "the last answer")
+            await apoll(lambda: "answers.last" in replies, "the last answer", 15)
             assert set(replies.values()) == {1}, replies
         finally:
             await nc.close()
@@ -151,7 +152,7 @@ def test_stream_through_plain_server(cluster):
                 except NoRespondersError:       # the leader's interest is on its way
                     return None
 
-            ack = await wait_for(first_ack, lambda a: a is not None, 15, "first ack")
+            ack = await apoll(first_ack, "first ack", 15, retry_on=())
             assert (ack.stream, ack.seq) == ("MIXED", 1)
             for i in range(1, 100):
                 ack = await js.publish(f"mixed.{i}", f"m{i}".encode())
@@ -183,8 +184,12 @@ def test_stream_through_plain_server(cluster):
             assert got == [f"m{i}".encode() for i in range(100)]
             cinfo = await js.consumer_info("MIXED", "PULL")
             assert cinfo.delivered.stream_seq == 100, cinfo
-            await wait_for(lambda: js.consumer_info("MIXED", "PULL"),
-                           lambda ci: ci.ack_floor.stream_seq == 100, 15, "acks applied")
+
+            async def acks_applied():
+                ci = await js.consumer_info("MIXED", "PULL")
+                assert ci.ack_floor.stream_seq == 100, ci
+                return ci
+            await apoll(acks_applied, "acks applied", 15, retry_on=(AssertionError,))
         finally:
             await nc.close()
         # the plain server is no member of the meta group either
@@ -217,10 +222,10 @@ def test_system_account_request_through_plain_server(cluster):
             body = json.dumps({"peer": "nobody"}).encode()
             for i in range(5):
                 await nc.publish("$JS.API.SERVER.REMOVE", body, reply=f"removes.{i}")
-            await poll(lambda: len(replies) == 5, 15, "5 answers")
+            await apoll(lambda: len(replies) == 5, "5 answers", 15)
             # a last request: later than any second answer to the first five
             await nc.publish("$JS.API.SERVER.REMOVE", body, reply="removes.last")
-            await poll(lambda: "removes.last" in replies, 15, "the last answer")
+            await apoll(lambda: "removes.last" in replies, "the last answer", 15)
             assert {len(answers) for answers in replies.values()} == {1}, replies
             for answers in replies.values():
                 assert answers[0]["type"] == SERVER_REMOVE_RESPONSE, answers
@@ -251,7 +256,7 @@ def test_no_jetstream_server_left(cluster):
                     return False
                 return False
 
-            await poll(refused, 20, "no responders once the JetStream servers are gone")
+            await apoll(refused, "no responders once the JetStream servers are gone", 20, retry_on=())
             with pytest.raises(NoRespondersError):
                 await nc.request("$JS.API.STREAM.INFO.MIXED", b"", timeout=2)
             with pytest.raises(NoRespondersError):

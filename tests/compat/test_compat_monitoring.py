@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 
-from compat_support import close_all, connect, poll, round_trip, run, server_info
+from compat_support import close_all, connect, round_trip, run, server_info
+from polling import apoll
 
 
 def test_healthz(monitored_server):
@@ -31,7 +32,7 @@ async def wait_for_fields(server, path: str, expected: dict, timeout: float = 10
         return all(doc.get(k) == v for k, v in expected.items())
 
     try:
-        await poll(matches, timeout, f"{path} to show {expected}")
+        await apoll(matches, f"{path} to show {expected}", timeout, retry_on=())
     except AssertionError as e:
         got = {k: doc.get(k) for k in expected}
         raise AssertionError(f"{e}; last seen {got}") from None

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import nats
 import pytest
-from compat_support import poll, run
+from compat_support import run
+from polling import apoll
 from test_compat_monitoring_varz import differences
 
 ACCOUNTS = """
@@ -60,7 +61,7 @@ def test_accountz_account_detail(pair):
             detail = server.monitor("/accountz?acc=A")["account_detail"]
             return (detail["client_connections"], detail["subscriptions"]) == (1, base["subscriptions"] + 2)
 
-        await poll(counted, 10, f"{server.kind} /accountz?acc=A to count the client")
+        await apoll(counted, f"{server.kind} /accountz?acc=A to count the client", 10, retry_on=())
         detail = server.monitor("/accountz?acc=A")
         await nc.close()
         return detail

@@ -10,7 +10,8 @@ from __future__ import annotations
 import nats
 import pytest
 from cluster import Cluster
-from compat_support import poll, run
+from compat_support import run
+from polling import apoll
 from test_compat_monitoring_varz import differences
 
 ACCOUNTS = """
@@ -38,7 +39,7 @@ async def traffic(server) -> list:
         by_name = {c.get("name"): c for c in server.monitor("/connz")["connections"]}
         return by_name.get("a", {}).get("out_msgs") == 2 and len(by_name) == 3
 
-    await poll(delivered, 10, f"{server.kind} /connz to count a's two messages")
+    await apoll(delivered, f"{server.kind} /connz to count a's two messages", 10, retry_on=())
     return [a, a2, b]
 
 

@@ -13,7 +13,8 @@ import subprocess
 
 import nats
 import pytest
-from compat_support import RawClient, poll, run
+from compat_support import RawClient, run
+from polling import apoll
 from servers import binary
 from test_compat_monitoring_varz import differences
 
@@ -65,7 +66,7 @@ def test_rtt_is_measured_for_connz_and_sys_connz(start_server):
             conns = {c.get("name"): c for c in server.monitor("/connz")["connections"]}
             return conns["timed"]["rtt"]
 
-        await poll(lambda: rtt() != "0s", 10, f"{server.kind} /connz to show a measured rtt")
+        await apoll(lambda: rtt() != "0s", f"{server.kind} /connz to show a measured rtt", 10, retry_on=())
         seen["http"] = rtt()
         msg = await sys_nc.request("$SYS.REQ.SERVER.PING.CONNZ", b"{}", timeout=5)
         data = json.loads(msg.data)["data"]
@@ -87,7 +88,7 @@ def test_sort_by_rtt_orders_the_measured_round_trips(start_server):
 
         def measured() -> bool:
             return all(c["rtt"] != "0s" for c in server.monitor("/connz")["connections"])
-        await poll(measured, 10, f"{server.kind} to measure every client's rtt")
+        await apoll(measured, f"{server.kind} to measure every client's rtt", 10, retry_on=())
         seen["doc"] = server.monitor("/connz?sort=rtt")
         for nc in clients:
             await nc.close()
@@ -115,7 +116,8 @@ async def _closed_scenario(server) -> None:
     def closed() -> set:
         return set(by_name(server.monitor("/connz?state=closed")))
 
-    await poll(lambda: {"leaver", "intruder"} <= closed(), 10, f"{server.kind} to list both closed connections")
+    await apoll(lambda: {"leaver", "intruder"} <= closed(), f"{server.kind} to list both closed connections", 10,
+                retry_on=())
     server.seen = {path: server.monitor(path) for path in CLOSED_PATHS}
     server.seen["/varz"] = server.monitor("/varz")
     await b.close()
@@ -187,7 +189,8 @@ def test_closed_connection_by_cid(pair):
             nc = await nats.connect(server.url, user="b", password="b", name="gone")
             cid = nc.client_id
             await nc.close()
-            await poll(lambda: "gone" in by_name(server.monitor("/connz?state=closed")), 10, "the close")
+            await apoll(lambda: "gone" in by_name(server.monitor("/connz?state=closed")), "the close", 10,
+                        retry_on=())
             seen.update({state: server.monitor(f"/connz?cid={cid}&state={state}")
                          for state in ("open", "closed", "all")})
         run(scenario)
@@ -206,7 +209,7 @@ def test_stale_connection_is_kept_with_its_reason(start_server):
 
     def reasons() -> list:
         return [c["reason"] for c in server.monitor("/connz?state=closed")["connections"]]
-    run(lambda: poll(lambda: "Stale Connection" in reasons(), 10, "the stale connection to be kept"))
+    run(lambda: apoll(lambda: "Stale Connection" in reasons(), "the stale connection to be kept", 10, retry_on=()))
     assert reasons().count("Stale Connection") == 1
     varz = server.monitor("/varz")
     assert varz["stale_connections"] == varz["stale_connection_stats"]["clients"] == 1
@@ -224,8 +227,8 @@ def test_max_closed_clients_keeps_the_last(start_server):
             nc = await nats.connect(server.url, name=f"c{i}")
             cids.append(nc.client_id)
             await nc.close()
-            await poll(lambda: cids[-1] in [c["cid"] for c in server.monitor("/connz?state=closed")["connections"]],
-                       10, "the close")
+            await apoll(lambda: cids[-1] in [c["cid"] for c in server.monitor("/connz?state=closed")["connections"]],
+                        "the close", 10, retry_on=())
     run(scenario)
     doc = server.monitor("/connz?state=closed")
     assert [c["cid"] for c in doc["connections"]] == cids[1:] and doc["total"] == 2

@@ -13,7 +13,8 @@ import time
 import nats
 import pytest
 from cluster import Cluster
-from compat_support import RawClient, poll, run
+from compat_support import RawClient, run
+from polling import apoll
 from test_compat_monitoring_varz import differences
 
 CONFIG = """
@@ -170,11 +171,11 @@ def test_ping_reaches_every_server_of_a_cluster(kind, tmp_path):
                 async def ping_until_all(subject=subject, inbox=inbox, answered=answered) -> bool:
                     await nc.publish(subject, b"", reply=inbox)
                     try:
-                        await poll(answered, 2, f"replies to {subject}")
+                        await apoll(answered, f"replies to {subject}", 2, retry_on=())
                     except AssertionError:
                         return False
                     return True
-                await poll(ping_until_all, 20, f"{want} replies to {subject}")
+                await apoll(ping_until_all, f"{want} replies to {subject}", 20, retry_on=())
                 got[probe] = list(replies)
                 await sub.unsubscribe()
             await nc.close()

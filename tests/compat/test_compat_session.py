@@ -10,7 +10,8 @@ import socket
 
 import pytest
 import servers
-from compat_support import RawClient, connect, poll, run
+from compat_support import RawClient, connect, run
+from polling import apoll
 
 SEED_HASH = "$2a$11$DRh4C0KNbNnD8K/hb/buWe1zPxEHrLEiDmuq1Mi0rRJiH/W25Qidm"
 AUTH = f"""
@@ -44,7 +45,7 @@ def test_commands_before_connect_without_auth_are_served(server):
 def test_max_connections(start_server):
     server = start_server("max_connections: 2\n", http=True)
     # The readiness probe's connection may not be reaped yet: wait until no client is left.
-    run(lambda: poll(lambda: server.monitor("/varz")["connections"] == 0, 10, "no connections"))
+    run(lambda: apoll(lambda: server.monitor("/varz")["connections"] == 0, "no connections", 10, retry_on=()))
     with RawClient(server.address) as first, RawClient(server.address) as second:
         first.connect()
         second.connect()

@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import json
 
-from compat_support import close_all, connect, json_type, poll, round_trip, run, server_info
+from compat_support import close_all, connect, json_type, round_trip, run, server_info
+from polling import apoll
 
 CONFIG = """
 max_payload: 65536
@@ -65,7 +66,7 @@ async def observe(server) -> dict:
         varz = await monitor("/varz")
         return varz["in_msgs"] == 8 and varz["out_msgs"] == 15
 
-    await poll(counted, 10, f"{server.kind} /varz to count 8 messages in, 15 out")
+    await apoll(counted, f"{server.kind} /varz to count 8 messages in, 15 out", 10, retry_on=())
     seen = {
         "info": server_info(pub),
         "varz": await monitor("/varz"),

@@ -17,8 +17,9 @@ import json
 import nats.errors
 
 import servers
-from compat_support import connect, poll, run
+from compat_support import connect, run
 from js_support import STREAM_CREATE_RESPONSE
+from polling import apoll
 from servers import js_config
 
 N = 10_000
@@ -146,7 +147,7 @@ def test_a_restart_brings_back_a_stream_with_10000_subjects(server_kind, tmp_pat
                     info.update(json.loads(reply.data))
                     return "error" not in info
 
-                await poll(answered, SLOW, "STREAM.INFO of BIG after the restart")
+                await apoll(answered, "STREAM.INFO of BIG after the restart", SLOW, retry_on=())
                 assert len(info["config"]["subjects"]) == N
                 assert await echo_round_trip(again) == b"echo:ping"
             finally:

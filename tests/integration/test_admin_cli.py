@@ -18,11 +18,11 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from polling import poll
 
 import servers
 from servers import js_config
@@ -109,18 +109,6 @@ def assert_clean_error(stderr: str, *needles: str) -> None:
 def field(text: str, label: str) -> list[str]:
     """The values of every ``Label: value`` row of an info page."""
     return re.findall(rf"^\s*{re.escape(label)}: (.*)$", text, re.M)
-
-
-def poll(predicate, timeout: float, what: str, interval: float = 0.05):
-    """Call ``predicate`` until it returns something truthy; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 # --------------------------------------------------------------------------- streams
@@ -419,7 +407,7 @@ def test_nats_server_only_cluster_step_down_and_meta_group(nats_cluster, tmp_pat
         res = app("stream", "add", "ORDERS", "--subjects", "orders.>", "--replicas", "3", code=None)
         return res if res.exit_code == 0 else None
 
-    added = poll(add_when_meta_ready, 20, "the meta group to accept a stream").stdout
+    added = poll(add_when_meta_ready, "the meta group to accept a stream", 20, retry_on=()).stdout
     assert field(added, "Replicas") == ["3"] and field(added, "Name") == ["C1"]
 
     def all_replicas_current():
@@ -427,7 +415,7 @@ def test_nats_server_only_cluster_step_down_and_meta_group(nats_cluster, tmp_pat
         replicas = field(info, "Replica")
         return info if len(replicas) == 2 and all(", current, seen " in r for r in replicas) else None
 
-    info = poll(all_replicas_current, 15, "both followers to be current")
+    info = poll(all_replicas_current, "both followers to be current", 15, retry_on=())
     old = field(info, "Leader")[0]
     assert old in ("n1", "n2", "n3")
 

@@ -13,7 +13,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -21,6 +20,7 @@ from pathlib import Path
 import nats
 import pytest
 from compat_support import server_info
+from polling import poll
 from servers import free_port
 
 BIN = Path(sys.executable).parent / "jetraft-server"
@@ -31,18 +31,6 @@ SEED_PASSWORD = "a very long s3cr3t! password"
 
 def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(BIN), *args], capture_output=True, text=True, timeout=timeout)
-
-
-def wait_for(predicate, timeout: float = 15.0, what: str = "condition"):
-    """Poll ``predicate`` until it returns a truthy value or the deadline passes."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 class Running:
@@ -56,7 +44,7 @@ class Running:
         self.err = tmp_path / "stderr.log"
         self.proc = subprocess.Popen([str(BIN), "-c", str(self.conf), *extra],
                                      stdout=self.out.open("w"), stderr=self.err.open("w"))
-        wait_for(lambda: self._ready(), what="jetraft-server to accept connections")
+        poll(self._ready, "jetraft-server to accept connections", retry_on=())
 
     def _ready(self) -> bool:
         if self.proc.poll() is not None:
@@ -253,7 +241,7 @@ def test_passwords_never_logged(running):
         await nc.close()
 
     asyncio.run(scenario())
-    wait_for(lambda: server.has_event("auth_failed"), what="auth_failed event")
+    poll(lambda: server.has_event("auth_failed"), "auth_failed event", retry_on=())
     server.stop()
     log = server.out.read_text() + server.err.read_text()
     assert "app-secret" not in log
@@ -293,7 +281,7 @@ def test_sighup_refuses_broken_file_and_keeps_serving(running):
     server = running("listen: 127.0.0.1:@PORT@\n")
     server.conf.write_text("listen: 127.0.0.1:@PORT@\nmax_payload: {\n")
     server.proc.send_signal(signal.SIGHUP)
-    wait_for(lambda: server.has_event("config_reload_failed"), what="config_reload_failed")
+    poll(lambda: server.has_event("config_reload_failed"), "config_reload_failed", retry_on=())
 
     async def scenario():
         nc = await nats.connect(f"nats://127.0.0.1:{server.port}", connect_timeout=5)
@@ -309,10 +297,10 @@ def test_sighup_with_another_pid_file_writes_it_and_the_stop_removes_it(running,
     server's PID at once, and a clean stop removes the file the server last wrote."""
     first, second = tmp_path / "first.pid", tmp_path / "second.pid"
     server = running(f'listen: 127.0.0.1:@PORT@\npid_file: "{first}"\n')
-    wait_for(first.exists, what="first pid file")
+    poll(first.exists, "first pid file")
     server.conf.write_text(server.conf.read_text().replace(str(first), str(second)))
     server.proc.send_signal(signal.SIGHUP)
-    wait_for(lambda: second.exists() and second.read_text().strip() != "", what="second pid file")
+    poll(lambda: second.exists() and second.read_text().strip() != "", "second pid file", retry_on=())
     assert second.read_text() == f"{server.proc.pid}\n"
     assert oct(second.stat().st_mode & 0o777) == "0o600"
     assert server.stop() == 0
@@ -329,7 +317,7 @@ def test_lame_duck_informs_clients_and_stops(running, tmp_path):
                      f"http: 127.0.0.1:{http_port}\n")
     healthz = f"http://127.0.0.1:{http_port}/healthz"
     assert urllib.request.urlopen(healthz, timeout=5).status == 200
-    wait_for(pid_file.exists, what="pid file")
+    poll(pid_file.exists, "pid file")
 
     async def scenario():
         ldm = asyncio.Event()

@@ -24,7 +24,8 @@ import time
 
 from click.testing import CliRunner
 from cluster import Cluster
-from test_admin_cli import BIN, Admin, assert_clean_error, field, poll
+from polling import poll
+from test_admin_cli import BIN, Admin, assert_clean_error, field
 from servers import js_config
 
 from jetraft.cli.admin import cli
@@ -430,7 +431,7 @@ def test_kv_purge_revert_compact(js_server, tmp_path):
         # (seen on nats-server): asked again until it reads the key
         result = admin("--json", "kv", "history", "REV", "k", code=None)
         return json.loads(result.stdout) if result.exit_code == 0 else None
-    after = poll(history_now, 10, "the compacted key's history")
+    after = poll(history_now, "the compacted key's history", 10, retry_on=())
     assert [e["revision"] for e in after] == [history[-1]["revision"]]
 
     for value in ("a", "b"):

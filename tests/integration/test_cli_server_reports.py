@@ -22,10 +22,11 @@ import pytest
 
 import servers
 from cluster import Cluster
+from polling import poll
 from jetraft.config import config_from_text
 from jetraft.net.monitoring.sysreq import USER_INFO, handle_user_info
 from jetraft.server import Server
-from test_admin_cli import BIN, Admin, assert_clean_error, poll
+from test_admin_cli import BIN, Admin, assert_clean_error
 
 #: A system account user (sys/sys); APP with a plain user (app) and a restricted one (lim).
 ACCOUNTS = """
@@ -160,7 +161,8 @@ def test_report_connections_by_closed_reason(both, tmp_path):
         def closed() -> list[dict]:
             out = admin("server", "report", "connections", "--state", "closed", "--json", code=None)
             return json.loads(out.stdout) if out.exit_code == 0 else []
-        poll(lambda: any(c.get("name") == f"gone-{kind}" for c in closed()), 15, f"{kind}: the closed connection")
+        poll(lambda: any(c.get("name") == f"gone-{kind}" for c in closed()), f"{kind}: the closed connection", 15,
+             retry_on=())
         out = admin("server", "report", "connections", "--state", "closed", "--closed-reason", "client", "--json")
         gone = [c for c in json.loads(out.stdout) if c.get("name") == f"gone-{kind}"]
         assert [c["reason"] for c in gone] == ["Client Closed"], out.stdout

@@ -16,7 +16,8 @@ import re
 
 import pytest
 from cluster import Cluster
-from test_admin_cli import Admin, assert_clean_error, field, poll
+from polling import poll
+from test_admin_cli import Admin, assert_clean_error, field
 
 # --------------------------------------------------------------------------- one server
 from servers import js_config
@@ -281,8 +282,8 @@ def test_no_meta_leader_is_one_line_saying_retry(cluster, tmp_path):
     for name in alive[:-1]:
         cluster.kill(name)
     survivor = cluster.servers[alive[-1]]
-    poll(lambda: not survivor.monitor("/jsz").get("meta_cluster", {}).get("leader"), 30,
-         "the survivor to see that the meta group has no leader")
+    poll(lambda: not survivor.monitor("/jsz").get("meta_cluster", {}).get("leader"),
+         "the survivor to see that the meta group has no leader", 30, retry_on=())
     admin = cluster_admin(cluster, tmp_path, alive[-1])
     out = admin("stream", "add", "LATE", "--subjects", "late.>", code=1)
     assert_clean_error(out.stderr, "err_code 10008", "meta leader", "retry")

@@ -28,7 +28,6 @@ import io
 import json
 import os
 import subprocess
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -36,6 +35,7 @@ import nats
 import nats.errors
 import pytest
 import trio
+from polling import apoll
 from servers import RunningServer, free_port, start_server
 
 from jetraft.config import config_from_text
@@ -83,18 +83,6 @@ def run(scenario, timeout: float = 120.0):
     async def bounded():
         return await asyncio.wait_for(scenario(), timeout)
     return asyncio.run(bounded())
-
-
-async def poll(predicate, what: str, timeout: float = DEADLINE):
-    """Await until ``await predicate()`` returns something true; returns it."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 async def request(nc, subject: str, body: bytes | dict = b"", timeout: float = 5.0) -> dict:
@@ -185,7 +173,7 @@ def test_a_full_disk_refuses_publishes_and_they_resume_when_it_grows(server_kind
             async def accepted():
                 reply = await request(nc, "full.data", payload(100_000))
                 return reply if "error" not in reply else None
-            reply = await poll(accepted, "a publish accepted after the disk grew")
+            reply = await apoll(accepted, "a publish accepted after the disk grew", DEADLINE, retry_on=())
             ledger[reply["seq"]] = payload(100_000)
             for i in range(100_001, 100_011):
                 reply = await request(nc, "full.data", payload(i))
@@ -272,14 +260,6 @@ class Node:
         return events(self.log.getvalue(), name)
 
 
-async def wait_until(predicate, what: str, timeout: float = DEADLINE):
-    with trio.move_on_after(timeout):
-        while not (value := predicate()):
-            await trio.sleep(0.01)
-        return value
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 async def client(url: str, scenario, timeout: float = 60.0):
     """Run ``await scenario(nc)`` with a nats-py connection to ``url`` in a worker thread
     (nats-py is asyncio; the servers run on this thread's trio loop)."""
@@ -325,15 +305,15 @@ async def test_a_failed_fsync_freezes_that_stream_alone_and_rolls_it_back(tmp_pa
             assert failed["path"].endswith(".blk")
 
             await trio.sleep(0)
-            await wait_until(lambda: node.events("jetstream_storage_retry_failed"),
-                             "a resume attempt that fails while the disk does")
+            await apoll(lambda: node.events("jetstream_storage_retry_failed"),
+                        "a resume attempt that fails while the disk does", DEADLINE, retry_on=())
             faults.clear()
 
             async def resumed(nc):
                 async def accepted():
                     reply = await request(nc, "a.data", payload(22))
                     return reply if "error" not in reply else None
-                return await poll(accepted, "stream A taking publishes again")
+                return await apoll(accepted, "stream A taking publishes again", DEADLINE, retry_on=())
             reply = await client(node.url, resumed)
             # sequence 21 went to the refused message, rolled back: never used twice
             assert reply == {"stream": "A", "seq": 22}
@@ -377,8 +357,8 @@ async def test_a_raft_log_that_fails_stops_its_group_on_that_server_alone(tmp_pa
 
             def cluster(node):
                 return node.server.jetstream.cluster
-            await wait_until(lambda: all(cluster(n).meta_group is not None and cluster(n).meta_group.leader
-                                         for n in nodes), "a meta leader known everywhere")
+            await apoll(lambda: all(cluster(n).meta_group is not None and cluster(n).meta_group.leader
+                                    for n in nodes), "a meta leader known everywhere", DEADLINE)
 
             async def setup(nc):
                 await create_stream(nc, {"name": "C", "subjects": ["c.>"], "num_replicas": 3})
@@ -390,7 +370,7 @@ async def test_a_raft_log_that_fails_stops_its_group_on_that_server_alone(tmp_pa
             await client(nodes[0].url, setup)
 
             key = ("$G", "C")
-            leader = await wait_until(lambda: cluster(nodes[0]).groups[key].leader, "C's leader")
+            leader = await apoll(lambda: cluster(nodes[0]).groups[key].leader, "C's leader", DEADLINE, retry_on=())
             victim = next(n for n in nodes if (n.name == leader) == (role == "leader"))
             others = [n for n in nodes if n is not victim]
             group = cluster(victim).groups[key]
@@ -410,7 +390,7 @@ async def test_a_raft_log_that_fails_stops_its_group_on_that_server_alone(tmp_pa
                         return None
                     return reply
                 for i in range(20, 40):
-                    reply = await poll(lambda i=i: accepted(i), "C accepting publishes")
+                    reply = await apoll(lambda i=i: accepted(i), "C accepting publishes", DEADLINE, retry_on=())
                     ledger[reply["seq"]] = payload(i)
                 assert "error" not in await request(nc, "d.data", b"stream D goes on")
                 return errors
@@ -433,13 +413,13 @@ async def test_a_raft_log_that_fails_stops_its_group_on_that_server_alone(tmp_pa
             assert {s: messages.get(s) for s in ledger} == ledger
 
             faults.clear()
-            [back] = await wait_until(lambda: victim.events("jetstream_storage_resumed"),
-                                      "the group resumed on its server")
+            [back] = await apoll(lambda: victim.events("jetstream_storage_resumed"),
+                                 "the group resumed on its server", DEADLINE, retry_on=())
             assert (back["stream"], back["group"]) == ("C", group.name)
             last = state["last_seq"]
             replica = victim.server.jetstream.accounts["$G"].streams["C"].stream
-            await wait_until(lambda: group.failed is None and replica.store.state().last_seq >= last,
-                             "the victim's replica caught up")
+            await apoll(lambda: group.failed is None and replica.store.state().last_seq >= last,
+                        "the victim's replica caught up", DEADLINE, retry_on=())
             for node in nodes:
                 node.server.shutdown()
 
@@ -486,7 +466,7 @@ async def test_a_consumer_state_file_that_cannot_be_written_freezes_its_stream(t
                 async def accepted():
                     reply = await request(nc, "w.data", payload(6))
                     return reply if "error" not in reply else None
-                return await poll(accepted, "stream W taking publishes again")
+                return await apoll(accepted, "stream W taking publishes again", DEADLINE, retry_on=())
             assert (await client(node.url, resumed))["stream"] == "W"
             assert [e["stream"] for e in node.events("jetstream_storage_resumed")] == ["W"]
             node.server.shutdown()

@@ -12,6 +12,7 @@ import io
 import json
 
 import trio
+from polling import apoll
 from servers import free_port
 
 from jetraft.config import config_from_text
@@ -31,14 +32,6 @@ class Node:
     def events(self, name: str) -> list[dict]:
         rows = [json.loads(line) for line in self.log.getvalue().splitlines()]
         return [r for r in rows if r["event"] == name]
-
-
-async def wait_until(predicate, what: str, timeout: float = DEADLINE):
-    with trio.move_on_after(timeout):
-        while not (value := predicate()):
-            await trio.sleep(0.005)
-        return value
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 class Raw:
@@ -129,30 +122,31 @@ async def test_an_exception_handling_a_route_closes_that_route_alone_and_it_come
         async with trio.open_nursery() as starting:
             for node in (n0, n1):
                 starting.start_soon(nursery.start, node.server.serve)
-        await wait_until(lambda: "n0" in n1.server.routes.peers and "n1" in n0.server.routes.peers,
-                         "the route is up")
+        await apoll(lambda: "n0" in n1.server.routes.peers and "n1" in n0.server.routes.peers,
+                    "the route is up", DEADLINE)
         n1.server.router.publish_from_route = failing_on("n0", n1.server.router.publish_from_route)  # src is n0
 
         # a message routed from n0 to n1 makes n1's route handling raise
         sub = await Raw.open(n1.server.client_port)
         await sub.send(b'CONNECT {"verbose":false}\r\nSUB x 1\r\nPING\r\n')
         assert await sub.line() == b"PONG"
-        await wait_until(lambda: n0.server.routes.match_remote("$G", "x") is not None, "interest in x on n0")
+        await apoll(lambda: n0.server.routes.match_remote("$G", "x") is not None, "interest in x on n0", DEADLINE)
         pub = await Raw.open(n0.server.client_port)
         await pub.send(b'CONNECT {"verbose":false}\r\nPUB x 1\r\na\r\nPING\r\n')
         assert await pub.line() == b"PONG"
 
-        [error] = await wait_until(lambda: n1.events("connection_error"), "the route's failure logged")
+        [error] = await apoll(lambda: n1.events("connection_error"), "the route's failure logged", DEADLINE,
+                             retry_on=())
         assert error["kind"] == "route" and "injected failure" in error["error"]
         assert error["peer_name"] == "n0" and "Traceback" in error["traceback"]
-        await wait_until(lambda: [e for e in n1.events("route_closed") if e["reason"] == "Internal Server Error"],
-                         "the route closed as Internal Server Error")
+        await apoll(lambda: [e for e in n1.events("route_closed") if e["reason"] == "Internal Server Error"],
+                    "the route closed as Internal Server Error", DEADLINE, retry_on=())
 
         # both servers are still up, and the route is dialled again
         del n1.server.router.publish_from_route  # the method again
-        await wait_until(lambda: len(n1.events("route_connected")) >= 2 and "n0" in n1.server.routes.peers,
-                         "the route is up again")
-        await wait_until(lambda: n0.server.routes.match_remote("$G", "x") is not None, "interest again")
+        await apoll(lambda: len(n1.events("route_connected")) >= 2 and "n0" in n1.server.routes.peers,
+                    "the route is up again", DEADLINE, retry_on=())
+        await apoll(lambda: n0.server.routes.match_remote("$G", "x") is not None, "interest again", DEADLINE)
         await pub.send(b"PUB x 1\r\nb\r\nPING\r\n")
         assert await pub.line() == b"PONG"
         assert await sub.line() == b"MSG x 1 1"

@@ -14,7 +14,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import nats
@@ -22,6 +21,7 @@ import nats.js.errors
 import pytest
 from cluster import Cluster
 from js_support import asked_again
+from polling import poll
 
 NAMES = ("n1", "n2", "n3")
 SYS_USERS = """
@@ -42,24 +42,12 @@ def health(server, query: str = "") -> tuple[int, dict]:
     return status, json.loads(body)
 
 
-def poll(fn, timeout: float, what: str):
-    """Call ``fn`` until it returns something true; return it. AssertionError at the deadline."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.05)
-    raise AssertionError(f"{what}: not seen within {timeout}s (last {last!r})")
-
-
 def meta_leader(c: Cluster) -> str:
     def agreed():
         leaders = {c.servers[n].monitor("/jsz").get("meta_cluster", {}).get("leader")
                    for n in NAMES if c.servers[n].alive()}
         return leaders.pop() if len(leaders) == 1 and None not in leaders else None
-    return poll(agreed, 30, "one meta leader seen by every server")
+    return poll(agreed, "one meta leader seen by every server", 30, retry_on=())
 
 
 @pytest.fixture
@@ -91,8 +79,8 @@ def test_a_stopped_server_is_shown_offline_in_jsz_and_the_report(three):
         return check
 
     # a follower learns it from the system account's events, which a loaded machine delays
-    poll(seen_offline(leader), 60, f"{leader} sees {victim} offline")
-    peer = poll(seen_offline(follower), 60, f"{follower} sees {victim} offline")
+    poll(seen_offline(leader), f"{leader} sees {victim} offline", 60, retry_on=())
+    peer = poll(seen_offline(follower), f"{follower} sees {victim} offline", 60, retry_on=())
     assert peer["current"] is False
     result = subprocess.run(
         [str(CLI), "--server", c.servers[follower].url, "--user", "sys", "--password", "sys",
@@ -116,7 +104,7 @@ def test_losing_the_meta_leader_is_unhealthy(three):
     texts = ("JetStream has not established contact with a meta leader",
              "JetStream is not current with the meta leader")
     status, body = poll(lambda: (lambda h: h if h[0] == 503 else None)(health(c.servers["n1"])),
-                        60, "n1 unhealthy without a meta leader")
+                        "n1 unhealthy without a meta leader", 60, retry_on=())
     assert body["status"] == "unavailable" and body["error"] in texts, body
     assert health(c.servers["n1"], "?js-server-only=true") == (200, {"status": "ok"})
 
@@ -172,7 +160,7 @@ def test_a_restarted_replica_is_unhealthy_until_it_caught_up(slow_catchup):
         return body if status == 503 and any(e.get("type") == "STREAM" and e.get("stream") == "S"
                                              and e["error"].startswith(prefix) for e in errors) else None
 
-    poll(stream_not_current, 60, f"{behind} reports the stream not current")
+    poll(stream_not_current, f"{behind} reports the stream not current", 60, retry_on=())
     assert health(c.servers[leader])[0] == 200
-    assert poll(lambda: (lambda h: h if h[0] == 200 else None)(health(server)), 180,
-                f"{behind} healthy once caught up")[1] == {"status": "ok"}
+    assert poll(lambda: (lambda h: h if h[0] == 200 else None)(health(server)),
+                f"{behind} healthy once caught up", 180, retry_on=())[1] == {"status": "ok"}

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import nats
 import pytest
+from polling import poll
 from servers import KINDS, _tcp_ready, binary, free_port, render_config
-from test_admin_cli import poll
 
 #: nats-server's file log line (logger/log.go): "[pid] date time.micros [LBL] message".
 LINE = re.compile(r"\[(\d+)\] (\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{6}) \[(INF|WRN|ERR|DBG|TRC|FTL)\] (.*)")
@@ -82,7 +82,7 @@ def start(kind: str, tmp_path: Path, extra: str = "", *args: str, log_name: str 
     p = Proc(kind, port, proc, log, out, err)
     try:
         poll(lambda: proc.poll() is not None or (_tcp_ready(port) and p.messages()),
-             timeout=20, what=f"{kind} to accept clients and log")
+             timeout=20, what=f"{kind} to accept clients and log", retry_on=())
         assert proc.poll() is None, p.context()
     except AssertionError:
         p.stop()
@@ -112,7 +112,7 @@ def test_log_file_lines_have_nats_server_format_and_wording(kind, how, tmp_path,
     else:
         p = start(kind, tmp_path, 'logfile: "@DIR@/server.log"\nlogtime: true\n')
     started.append(p)
-    poll(lambda: "Server is ready" in p.messages(), timeout=20, what=f"{kind}: 'Server is ready'")
+    poll(lambda: "Server is ready" in p.messages(), timeout=20, what=f"{kind}: 'Server is ready'", retry_on=())
     lines = [line.rstrip("\r") for line in p.lines()]
     assert lines, p.context()
     for line in lines:
@@ -130,7 +130,7 @@ def test_log_file_lines_have_nats_server_format_and_wording(kind, how, tmp_path,
 def test_logtime_false_drops_the_timestamp(kind, tmp_path, started):
     p = start(kind, tmp_path, 'log_file: "@DIR@/server.log"\nlogtime: false\n')
     started.append(p)
-    poll(lambda: "Server is ready" in p.messages(), timeout=20, what=f"{kind}: 'Server is ready'")
+    poll(lambda: "Server is ready" in p.messages(), timeout=20, what=f"{kind}: 'Server is ready'", retry_on=())
     for line in p.lines():
         assert LINE_NO_TIME.fullmatch(line.rstrip("\r")), line
 
@@ -140,7 +140,7 @@ def test_debug_flag_adds_dbg_lines(kind, tmp_path, started):
     p = start(kind, tmp_path, "", "-l", "@DIR@/server.log", "-D")
     started.append(p)
     asyncio.run(connect_and_close(p.port))
-    poll(lambda: any("[DBG]" in ln for ln in p.lines()), timeout=20, what=f"{kind}: a [DBG] line")
+    poll(lambda: any("[DBG]" in ln for ln in p.lines()), timeout=20, what=f"{kind}: a [DBG] line", retry_on=())
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -162,7 +162,7 @@ def test_rotation_names_backups_as_nats_server_and_purges(kind, keys, tmp_path, 
         asyncio.run(connect_and_close(p.port))
     poll(lambda: any("Purged log file" in m for m in p.messages()) or
          len([f for f in p.log.parent.iterdir() if f.name.startswith("server.log.")]) >= 1,
-         timeout=20, what=f"{kind}: a rotated file")
+         timeout=20, what=f"{kind}: a rotated file", retry_on=())
     p.stop()
     backups = sorted(f.name for f in p.log.parent.iterdir() if f.name.startswith("server.log."))
     assert backups, p.context()
@@ -194,7 +194,7 @@ def test_client_connection_lines_have_nats_server_wording(kind, tmp_path, starte
     created = re.compile(r"\[DBG\] 127\.0\.0\.1:\d+ - cid:\d+ - Client connection created")
     closed = re.compile(r"\[DBG\] 127\.0\.0\.1:\d+ - cid:\d+ - .*Client connection closed: Client Closed")
     poll(lambda: any(created.search(ln) for ln in p.lines()) and any(closed.search(ln) for ln in p.lines()),
-         timeout=20, what=f"{kind}: client connection lines")
+         timeout=20, what=f"{kind}: client connection lines", retry_on=())
 
 
 def test_events_nats_server_does_not_log_are_named_with_their_fields(tmp_path, started):
@@ -210,7 +210,7 @@ def test_events_nats_server_does_not_log_are_named_with_their_fields(tmp_path, s
 
     asyncio.run(asyncio.wait_for(add_stream(), 30))
     line = poll(lambda: next((m for m in p.messages() if m.startswith("jetstream_stream_created ")), None),
-                timeout=20, what="a jetstream_stream_created line")
+                timeout=20, what="a jetstream_stream_created line", retry_on=())
     assert "stream=ORDERS" in line and 'subjects=["orders.>"]' in line, line
 
 
@@ -237,6 +237,6 @@ def test_reload_moves_the_human_log_to_the_new_log_file(tmp_path, started):
     other = p.log.parent / "other.log"
     line = poll(lambda: other.exists() and next((ln for ln in other.read_text().splitlines()
                                                  if "config_reloaded" in ln), None),
-                timeout=20, what="the reload logged in the new file")
+                timeout=20, what="the reload logged in the new file", retry_on=())
     assert LINE_NO_TIME.fullmatch(line), line
     assert not any("config_reloaded" in ln for ln in p.lines())

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 import nats
 import pytest
 from cluster import Cluster
+from polling import poll
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.parser import text_string_to_metric_families
 from servers import start_server
@@ -63,22 +63,6 @@ def metrics_of(server) -> Samples:
     assert status == 200, text[:500]
     assert ctype == CONTENT_TYPE_PLAIN_0_0_4   # what a scraper without an Accept header gets
     return Samples(text)
-
-
-def poll(fn, timeout: float, what: str):
-    """Call ``fn`` until it returns something true; return it. AssertionError at the deadline."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = fn()
-        except AssertionError as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(0.05)
-    raise AssertionError(f"{what}: not seen within {timeout}s (last {last!r})")
 
 
 # ------------------------------------------------------------------ one server
@@ -217,7 +201,8 @@ def test_a_cluster_shows_one_leader_per_group_and_current_replicas(cluster):
             assert m.value("jetraft_routes") == 2
             assert m.value("jetraft_fsync_duration_seconds_count") > 0
         return scrapes
-    poll(settled, 30, "one leader per group, replicas current, every replica's metrics")
+    poll(settled, "one leader per group, replicas current, every replica's metrics", 30,
+         retry_on=(AssertionError,))
 
 
 # ------------------------------------------------------------------ the Grafana dashboard
@@ -241,7 +226,8 @@ def test_the_grafana_dashboard_queries_only_exposed_metrics(cluster):
     assert exprs
     exposed: set[str] = set()
     for n in NAMES:
-        exposed |= poll(lambda n=n: metrics_of(cluster.servers[n]).names(), 10, "a scrape")
+        exposed |= poll(lambda n=n: metrics_of(cluster.servers[n]).names(), "a scrape", 10,
+                        retry_on=(AssertionError,))
     for expr in exprs:
         used = set(re.findall(r"\bjetraft_[a-z0-9_]+", expr))
         assert used, f"panel query without a jetraft metric: {expr}"

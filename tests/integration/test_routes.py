@@ -11,12 +11,12 @@ import io
 import json
 import socket
 import time
-from collections.abc import Callable
 
 import nats
 import pytest
 import trio
 from cluster import Cluster
+from polling import apoll, poll
 from servers import free_port
 
 from jetraft.config import config_from_text
@@ -52,14 +52,6 @@ class Node:
         return [r for r in rows if name is None or r["event"] == name]
 
 
-async def wait_until(predicate: Callable[[], object], what: str, timeout: float = DEADLINE):
-    with trio.move_on_after(timeout):
-        while not (value := predicate()):
-            await trio.sleep(0.005)
-        return value
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 async def start_nodes(nursery: trio.Nursery, *nodes: Node) -> None:
     """Start every node at once (so that routes listed both ways are dialled together)."""
     async with trio.open_nursery() as starting:
@@ -86,7 +78,7 @@ async def test_app_frames_peer_changes_and_a_handler_that_raises():
     n1.routes.on_app("picky", reject)
     async with trio.open_nursery() as nursery:
         await start_nodes(nursery, n1, n2)
-        await wait_until(lambda: mesh_formed(n1, n2), "the route")
+        await apoll(lambda: mesh_formed(n1, n2), "the route", DEADLINE)
         peer = n1.routes.peers["n2"]
         assert (peer.server_name, peer.server_id, peer.cluster) == ("n2", n2.server.server_id, "C1")
         assert peer.tags == () and peer.jetstream is False
@@ -94,13 +86,13 @@ async def test_app_frames_peer_changes_and_a_handler_that_raises():
         assert n1.routes.send_app("nobody", "echo", b"x") is False
 
         assert n1.routes.send_app("n2", "echo", b"ping")
-        await wait_until(lambda: got, "the echo")
+        await apoll(lambda: got, "the echo", DEADLINE)
         assert got == [("n2", b"ping!")]
         assert n1.routes.peers["n2"].last_seen_ns >= peer.connected_ns
 
         # a body a handler rejects closes that route; the soliciting side dials it again
         assert n2.routes.send_app("n1", "picky", b"?")
-        await wait_until(lambda: len(n1.peer_changes) == 3, "the route to come back")
+        await apoll(lambda: len(n1.peer_changes) == 3, "the route to come back", DEADLINE)
         assert n1.peer_changes == [("n2", True), ("n2", False), ("n2", True)]
         assert any("APP frame of kind 'picky' rejected: ValueError: malformed body" in e["reason"]
                    for e in n1.events("route_refused"))
@@ -115,8 +107,8 @@ async def test_routes_dialled_both_ways_leave_one_route_without_flapping():
     nodes = [Node(f"n{i + 1}", route_config(f"n{i + 1}", ports[i], ports)) for i in range(3)]
     async with trio.open_nursery() as nursery:
         await start_nodes(nursery, *nodes)
-        await wait_until(lambda: mesh_formed(*nodes), "the mesh")
-        await wait_until(lambda: all(len(n.routes.connections) == 2 for n in nodes), "duplicates closed")
+        await apoll(lambda: mesh_formed(*nodes), "the mesh", DEADLINE)
+        await apoll(lambda: all(len(n.routes.connections) == 2 for n in nodes), "duplicates closed", DEADLINE)
         for node in nodes:
             for name, peer in node.routes.peers.items():
                 other = next(n for n in nodes if n.server.server_name == name)
@@ -138,8 +130,8 @@ async def test_five_servers_in_a_chain_of_seeds_form_a_full_mesh():
     nodes = [Node(f"n{i + 1}", route_config(f"n{i + 1}", ports[i], ports[i - 1:i])) for i in range(5)]
     async with trio.open_nursery() as nursery:
         await start_nodes(nursery, *nodes)
-        await wait_until(lambda: mesh_formed(*nodes), "the full mesh")
-        await wait_until(lambda: all(len(n.routes.connections) == 4 for n in nodes), "duplicates closed")
+        await apoll(lambda: mesh_formed(*nodes), "the full mesh", DEADLINE)
+        await apoll(lambda: all(len(n.routes.connections) == 4 for n in nodes), "duplicates closed", DEADLINE)
         for node in nodes:  # every peer came up once and never went down
             assert sorted(node.peer_changes) == sorted(
                 (n.server.server_name, True) for n in nodes if n is not node)
@@ -163,26 +155,26 @@ async def test_internal_interest_is_propagated_and_withdrawn():
     n1.routes.on_app("mark", lambda src, body: marks.append(body))
     async with trio.open_nursery() as nursery:
         await start_nodes(nursery, n1, n2)
-        await wait_until(lambda: mesh_formed(n1, n2), "the route")
+        await apoll(lambda: mesh_formed(n1, n2), "the route", DEADLINE)
         n1.routes.add_internal_interest("$G", "orders.>")
         n1.routes.add_internal_interest("$G", "orders.>")  # a second reference
-        await wait_until(lambda: n2.routes.has_remote_interest("$G", "orders.new"), "the interest on n2")
+        await apoll(lambda: n2.routes.has_remote_interest("$G", "orders.new"), "the interest on n2", DEADLINE)
         assert not n2.routes.has_remote_interest("$G", "other")
         assert not n2.routes.has_remote_interest("APP", "orders.new")  # per account
 
         n2.server.route_internal("$G", Outbound("orders.new", "_INBOX.r", b"NATS/1.0\r\nA: 1\r\n\r\n", b"x"))
-        await wait_until(lambda: routed, "the routed message")
+        await apoll(lambda: routed, "the routed message", DEADLINE)
         assert routed == [("n2", "$G", "orders.new", "_INBOX.r", b"NATS/1.0\r\nA: 1\r\n\r\n", b"x", (), None)]
 
         n1.routes.remove_internal_interest("$G", "orders.>")
         n2.routes.send_app("n1", "mark", b"1")
-        await wait_until(lambda: marks == [b"1"], "the first mark")
+        await apoll(lambda: marks == [b"1"], "the first mark", DEADLINE)
         assert n2.routes.has_remote_interest("$G", "orders.new")  # one reference is left
         n1.routes.remove_internal_interest("$G", "orders.>")
-        await wait_until(lambda: not n2.routes.has_remote_interest("$G", "orders.new"), "the withdrawal")
+        await apoll(lambda: not n2.routes.has_remote_interest("$G", "orders.new"), "the withdrawal", DEADLINE)
         n2.server.route_internal("$G", Outbound("orders.new", None, None, b"late"))
         n2.routes.send_app("n1", "mark", b"2")  # same route, so after any routed message
-        await wait_until(lambda: marks == [b"1", b"2"], "the second mark")
+        await apoll(lambda: marks == [b"1", b"2"], "the second mark", DEADLINE)
         assert len(routed) == 1
         n1.server.shutdown()
         n2.server.shutdown()
@@ -259,7 +251,7 @@ async def test_handshakes_that_are_refused_say_why():
         await peer.hello(user="ruser", password="rpass")
         info = await peer.next(rp.RouteInfo)
         assert (info.server_name, info.cluster, info.server_id) == ("n1", "C1", node.server.server_id)
-        await wait_until(lambda: "fake" in node.routes.peers, "the fake peer registered")
+        await apoll(lambda: "fake" in node.routes.peers, "the fake peer registered", DEADLINE)
         assert node.routes.peers["fake"].listen == "127.0.0.1:1"
         node.server.shutdown()
 
@@ -272,7 +264,7 @@ async def test_a_peer_that_stops_reading_loses_raft_frames_first_then_its_route(
         peer = await FakePeer.dial(port, rcvbuf=4096)
         await peer.hello()
         await peer.next(rp.RouteInfo)
-        await wait_until(lambda: "fake" in node.routes.peers, "the fake peer registered")
+        await apoll(lambda: "fake" in node.routes.peers, "the fake peer registered", DEADLINE)
         body = b"r" * 16384
         with trio.fail_after(DEADLINE):  # the peer never reads: raft frames start being dropped
             while node.routes.send_app("fake", "raft", body):
@@ -283,7 +275,7 @@ async def test_a_peer_that_stops_reading_loses_raft_frames_first_then_its_route(
         with trio.fail_after(DEADLINE):  # core frames are never dropped: past max_pending it closes
             while node.routes.send_app("fake", "jsapi", body):
                 await trio.sleep(0)
-        await wait_until(lambda: "fake" not in node.routes.peers, "the route closed")
+        await apoll(lambda: "fake" not in node.routes.peers, "the route closed", DEADLINE)
         closed = node.events("route_closed")[-1]
         assert closed["peer_name"] == "fake" and closed["reason"].startswith("Slow Consumer")
         assert "exceed max_pending 262144" in closed["reason"]
@@ -300,7 +292,7 @@ async def test_a_route_that_stops_answering_pings_is_closed_as_stale():
         await peer.next(rp.RouteInfo)
         await peer.next(rp.RoutePing)  # keepalive runs; the fake peer never answers
         await peer.stream.send_all(rp.PONG)  # an answer resets the count once...
-        await wait_until(lambda: "fake" not in node.routes.peers, "the stale route closed", timeout=5)
+        await apoll(lambda: "fake" not in node.routes.peers, "the stale route closed", 5)
         closed = node.events("route_closed")[-1]
         assert (closed["peer_name"], closed["reason"]) == ("fake", "Stale Connection")
         node.server.shutdown()
@@ -314,11 +306,12 @@ async def test_a_server_back_with_a_new_id_replaces_its_old_route_as_down_then_u
         before = await FakePeer.dial(port)
         await before.hello(server_id="NOLD")
         await before.next(rp.RouteInfo)
-        await wait_until(lambda: "fake" in node.routes.peers, "the first incarnation")
+        await apoll(lambda: "fake" in node.routes.peers, "the first incarnation", DEADLINE)
         after = await FakePeer.dial(port)  # the old socket is still open: a half-dead route
         await after.hello(server_id="NNEW")
         await after.next(rp.RouteInfo)
-        await wait_until(lambda: node.routes.peers["fake"].server_id == "NNEW", "the new incarnation")
+        await apoll(lambda: node.routes.peers["fake"].server_id == "NNEW", "the new incarnation", DEADLINE,
+                    retry_on=())
         assert node.peer_changes == [("fake", True), ("fake", False), ("fake", True)]
         with pytest.raises(EOFError):
             await before.next(rp.RouteErr)  # closed without a word: it is presumed dead
@@ -330,15 +323,6 @@ async def test_a_server_back_with_a_new_id_replaces_its_old_route_as_down_then_u
 
 def routez_names(c: Cluster, name: str) -> list[str]:
     return sorted(r["remote_name"] for r in c.servers[name].monitor("/routez")["routes"])
-
-
-def wait_for(predicate: Callable[[], object], what: str, timeout: float = DEADLINE):
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
-    return value
 
 
 def test_one_seed_route_each_forms_the_full_mesh_and_a_route_to_self_is_ignored(tmp_path):
@@ -376,12 +360,14 @@ def test_wrong_credentials_and_cluster_name_are_refused_and_logged(tmp_path):
         def refusals(c: Cluster, name: str) -> list[str]:
             return [e["reason"] for e in c.events(name) if e["event"] == "route_refused"]
 
-        wait_for(lambda: any("authorization violation" in r for r in refusals(good, "n1")), "n1 refusing")
-        wait_for(lambda: any("cluster name conflict" in r for r in refusals(good, "n2")), "n2 refusing")
-        wait_for(lambda: any("refused by the remote: authorization violation" in r
-                             for r in refusals(intruder, "intruder")), "the intruder told")
-        wait_for(lambda: any("refused by the remote: cluster name conflict" in r
-                             for r in refusals(alien, "alien")), "the alien told")
+        poll(lambda: any("authorization violation" in r for r in refusals(good, "n1")), "n1 refusing", DEADLINE,
+             retry_on=())
+        poll(lambda: any("cluster name conflict" in r for r in refusals(good, "n2")), "n2 refusing", DEADLINE,
+             retry_on=())
+        poll(lambda: any("refused by the remote: authorization violation" in r
+                         for r in refusals(intruder, "intruder")), "the intruder told", DEADLINE, retry_on=())
+        poll(lambda: any("refused by the remote: cluster name conflict" in r
+                         for r in refusals(alien, "alien")), "the alien told", DEADLINE, retry_on=())
         assert routez_names(intruder, "intruder") == [] and routez_names(alien, "alien") == []
         for name in good.members:
             assert routez_names(good, name) == sorted(set(good.members) - {name})
@@ -391,8 +377,8 @@ def test_a_killed_server_is_dropped_and_rejoins_when_restarted(tmp_path):
     with Cluster("jetraft", tmp_path, 3).start() as c:
         c.wait_formed()
         c.kill("n2")
-        wait_for(lambda: routez_names(c, "n1") == ["n3"] and routez_names(c, "n3") == ["n1"],
-                 "n1 and n3 to drop n2")
+        poll(lambda: routez_names(c, "n1") == ["n3"] and routez_names(c, "n3") == ["n1"],
+             "n1 and n3 to drop n2", DEADLINE, retry_on=())
         closed = [e for e in c.events("n1") if e["event"] == "route_closed" and e["peer_name"] == "n2"]
         assert closed and closed[-1]["reason"] == "Remote Closed"
         c.restart("n2")
@@ -432,19 +418,19 @@ async def test_connections_in_their_handshake_are_bounded(monkeypatch):
     async with trio.open_nursery() as nursery:
         await start_nodes(nursery, node)
         strangers = [await FakePeer.dial(port) for _ in range(3)]
-        await wait_until(lambda: len(node.routes.connections) == 3, "three connections accepted")
+        await apoll(lambda: len(node.routes.connections) == 3, "three connections accepted", DEADLINE)
         late = await FakePeer.dial(port)
         with trio.fail_after(DEADLINE):
             assert await late.stream.receive_some(65536) == b""  # closed without a word
-        refused = await wait_until(lambda: node.events("route_refused"), "the refusal logged")
+        refused = await apoll(lambda: node.events("route_refused"), "the refusal logged", DEADLINE, retry_on=())
         assert "3 route connections are in their handshake already (at most 3)" in refused[-1]["reason"]
         for stranger in strangers:
             await stranger.stream.aclose()
-        await wait_until(lambda: not node.routes.connections, "the strangers gone")
+        await apoll(lambda: not node.routes.connections, "the strangers gone", DEADLINE)
         peer = await FakePeer.dial(port)
         await peer.hello()
         await peer.next(rp.RouteInfo)
-        await wait_until(lambda: "fake" in node.routes.peers, "the fake peer registered")
+        await apoll(lambda: "fake" in node.routes.peers, "the fake peer registered", DEADLINE)
         node.server.shutdown()
 
 
@@ -497,16 +483,16 @@ async def test_a_batch_of_interests_arrives_whole_in_order_and_is_announced_once
 
     async with trio.open_nursery() as nursery:
         await start_nodes(nursery, n1, n2)
-        await wait_until(lambda: mesh_formed(n1, n2), "the route")
+        await apoll(lambda: mesh_formed(n1, n2), "the route", DEADLINE)
         assert n1.routes.send_app("n2", "mark", b"up")  # after the interest table of route-up
-        await wait_until(lambda: marks, "the first mark")
+        await apoll(lambda: marks, "the first mark", DEADLINE)
         assert marks[0] == (b"up", [])
         interest_changed.clear()
         nursery.start_soon(watch)
 
         n1.routes.add_internal_interests("$G", subjects)
         n1.routes.send_app("n2", "mark", b"subs")
-        await wait_until(lambda: len(marks) == 2, "the mark after the batch")
+        await apoll(lambda: len(marks) == 2, "the mark after the batch", DEADLINE)
         assert marks[1] == (b"subs", subjects)  # whole, in order, before the next frame
         assert interest_changed == [("$G",)]  # once for the frame of 3,000 subjects
         assert all(n2.routes.has_remote_interest("$G", s.replace("*", "y").replace(">", "z"))
@@ -519,14 +505,14 @@ async def test_a_batch_of_interests_arrives_whole_in_order_and_is_announced_once
         n1.routes.add_internal_interests("$G", subjects[:10])
         n1.routes.remove_internal_interests("$G", subjects[::2])
         n1.routes.send_app("n2", "mark", b"unsubs")
-        await wait_until(lambda: len(marks) == 3, "the mark after the withdrawal")
+        await apoll(lambda: len(marks) == 3, "the mark after the withdrawal", DEADLINE)
         kept = [s for i, s in enumerate(subjects) if i % 2 or i < 10]
         assert sorted(marks[2][1]) == sorted(kept)
         assert interest_changed == [("$G",), ("$G",)]
         n1.routes.remove_internal_interests("$G", subjects + subjects[1:10:2])  # every reference
-        await wait_until(lambda: n2.routes.remote_subscription_count()
-                         == n1.routes.interest.local_subscription_count(),
-                         "every $G interest withdrawn")
+        await apoll(lambda: n2.routes.remote_subscription_count()
+                    == n1.routes.interest.local_subscription_count(),
+                    "every $G interest withdrawn", DEADLINE)
         assert n1.routes.interest.local_subscription_count("$G") == 0
 
         # a stream's 10,000 subjects: three frames, three announcements, the same interest
@@ -534,7 +520,7 @@ async def test_a_batch_of_interests_arrives_whole_in_order_and_is_announced_once
         interest_changed.clear()
         n1.routes.add_internal_interests("$G", many)
         n1.routes.send_app("n2", "mark", b"many")
-        await wait_until(lambda: len(marks) == 4, "the mark after 10,000 subjects")
+        await apoll(lambda: len(marks) == 4, "the mark after 10,000 subjects", DEADLINE)
         assert marks[3] == (b"many", many)
         assert interest_changed == [("$G",)] * 3  # 4096 + 4096 + 1808
         n1.server.shutdown()
@@ -570,7 +556,7 @@ async def test_a_peer_of_minor_0_gets_one_sub_per_subject_and_a_peer_of_minor_1_
         for peer in (old, new):
             info = await peer.next(rp.RouteInfo)
             assert (info.version, info.minor) == (1, 1)  # this server announces minor 1
-        await wait_until(lambda: {"old", "new"} <= set(node.routes.peers), "both registered")
+        await apoll(lambda: {"old", "new"} <= set(node.routes.peers), "both registered", DEADLINE)
         assert node.routes.send_app("old", "mark", b"") and node.routes.send_app("new", "mark", b"")
 
         def mine(frames: list) -> list:
@@ -620,13 +606,13 @@ async def test_subs_from_a_peer_are_applied_before_the_frames_after_them():
         peer = await FakePeer.dial(port)
         await peer.hello(minor=1)
         await peer.next(rp.RouteInfo)
-        await wait_until(lambda: "fake" in node.routes.peers, "the fake peer registered")
+        await apoll(lambda: "fake" in node.routes.peers, "the fake peer registered", DEADLINE)
         changed.clear()
         await peer.stream.send_all(
             rp.encode_subs("APP", subjects) + rp.encode_unsub("APP", subjects[0])
             + rp.encode_sub("APP", subjects[0]) + rp.encode_unsubs("APP", subjects[1:3])
             + rp.encode_subs("APP", [subjects[5]]) + rp.encode_app("mark", b""))
-        await wait_until(lambda: marks, "the mark")
+        await apoll(lambda: marks, "the mark", DEADLINE)
         assert marks == [[*subjects[3:], subjects[0]]]
         assert node.routes.has_remote_interest("APP", "in.0.y") and not node.routes.has_remote_interest("APP", "in.1.q")
         assert [c for c in changed if c == ("APP",)] == [("APP",)] * 4  # SUBS, UNSUB, SUB, UNSUBS
@@ -634,6 +620,6 @@ async def test_subs_from_a_peer_are_applied_before_the_frames_after_them():
         await peer.stream.send_all(rp.encode_subs("APP", ["ok.1", "bad..subject", "ok.2"]))
         err = await peer.next(rp.RouteErr)
         assert err.code == rp.ERR_PROTOCOL and "invalid subject in SUBS: 'bad..subject'" in err.text
-        await wait_until(lambda: "fake" not in node.routes.peers, "the route closed")
+        await apoll(lambda: "fake" not in node.routes.peers, "the route closed", DEADLINE)
         assert node.routes.remote_subscription_count() == 0  # what it had sent is forgotten
         node.server.shutdown()

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import snappy
 from compat_support import connect, run
+from polling import poll
 from servers import js_config
 
 import servers
@@ -114,15 +115,6 @@ async def messages(nc, stream: str, last: int) -> list[dict]:
 def spool_files(store: Path) -> list[str]:
     d = store / "restore-tmp"
     return sorted(os.listdir(d)) if d.is_dir() else []
-
-
-def poll(check, timeout: float = 15.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got or time.monotonic() > deadline:
-            return got
-        time.sleep(0.05)
 
 
 def test_round_trip_keeps_messages_headers_gaps_and_consumer_state(jetraft):
@@ -224,7 +216,7 @@ def test_corrupt_or_truncated_data_is_refused_and_nothing_is_created(jetraft, tm
         assert final["error"]["description"].startswith("restore failed: snapshot data is")
         info = await api(nc, "$JS.API.STREAM.INFO.ORDERS")
         assert info["error"]["err_code"] == 10059
-        assert poll(lambda: not spool_files(tmp_path / "store"))
+        poll(lambda: not spool_files(tmp_path / "store"), "the restore spool emptied", retry_on=())
         assert not (tmp_path / "store" / "jetstream" / "$G" / "streams" / "ORDERS").exists()
         # the data, intact, restores afterwards
         final = await restore(nc, resp["config"], resp["state"], data)
@@ -300,7 +292,7 @@ def test_a_restore_past_its_storage_limit_is_refused(jetraft, tmp_path):
         assert final["error"]["err_code"] == 10062
         assert "exceed the limit of 1000 bytes" in final["error"]["description"]
         assert (await api(nc, "$JS.API.STREAM.INFO.SMALL"))["error"]["err_code"] == 10059
-        assert poll(lambda: not spool_files(tmp_path / "store"))
+        poll(lambda: not spool_files(tmp_path / "store"), "the restore spool emptied", retry_on=())
         await nc.close()
 
     run(scenario)
@@ -324,7 +316,7 @@ def test_a_restore_past_the_servers_file_store_limit_stops_at_the_chunk(tmp_path
             assert final["error"] == {"code": 500, "err_code": 10062, "description":
                                       "restore failed: insufficient storage resources available"}
             assert (await api(nc, "$JS.API.STREAM.INFO.BIGFILE"))["error"]["err_code"] == 10059
-            assert poll(lambda: not spool_files(tmp_path / "store"))
+            poll(lambda: not spool_files(tmp_path / "store"), "the restore spool emptied", retry_on=())
             await nc.close()
 
         run(scenario)
@@ -346,7 +338,8 @@ def test_a_client_that_stops_mid_restore_is_timed_out_and_its_files_removed(jetr
         assert spool_files(tmp_path / "store")          # the first chunk is spooled
         again = await api(nc, "$JS.API.STREAM.RESTORE.HALF", {"config": resp["config"], "state": resp["state"]})
         assert again["error"]["err_code"] == 10130       # the name is taken while it runs
-        assert await asyncio.to_thread(poll, lambda: not spool_files(tmp_path / "store"), 20)
+        await asyncio.to_thread(poll, lambda: not spool_files(tmp_path / "store"),
+                                "the abandoned restore's spool removed", 20, retry_on=())
         assert (await api(nc, "$JS.API.STREAM.INFO.HALF"))["error"]["err_code"] == 10059
         final = await restore(nc, resp["config"], resp["state"], data)
         assert final["state"]["messages"] == 20

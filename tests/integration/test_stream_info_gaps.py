@@ -20,7 +20,8 @@ import json
 import time
 
 import pytest
-from compat_support import connect, poll, run
+from compat_support import connect, run
+from polling import apoll
 from servers import js_config
 
 import servers
@@ -141,7 +142,7 @@ def test_info_of_a_stream_restored_with_a_gap_of_10_12(tmp_path, storage):
                     reply = await api(nc, "$JS.API.STREAM.INFO.GAP")
                     return "error" not in reply
 
-                await poll(loaded, 30, "STREAM.INFO of GAP after the restart")
+                await apoll(loaded, "STREAM.INFO of GAP after the restart", 30, retry_on=())
                 await details_while_others_are_answered(started[1].url)
                 # the dedupe window was rebuilt over the gap: a message id seen is a duplicate
                 ack = await nc.request("gap.b", b"again", timeout=REQUEST_TIMEOUT,

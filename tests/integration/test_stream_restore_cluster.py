@@ -21,6 +21,7 @@ import pytest
 from cluster import Cluster
 from compat_support import connect, run
 from nats.errors import TimeoutError as NatsTimeout
+from polling import poll
 from test_admin_cli import Admin, assert_clean_error
 from test_js_cluster import retry
 from test_stream_backup_restore import (
@@ -45,18 +46,6 @@ def cluster(tmp_path_factory):
         yield c
     finally:
         c.stop()
-
-
-def poll(check, timeout: float = 30.0, what: str = "condition"):
-    """``check()`` until it returns something true (that value) or ``timeout`` seconds pass
-    (AssertionError naming ``what`` and the last value)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"{what}: still {got!r} after {timeout}s"
-        time.sleep(0.1)
 
 
 def replica_of(c: Cluster, server: str, stream: str) -> dict | None:
@@ -174,7 +163,7 @@ def test_r3_round_trip_is_on_every_replica(cluster):
         for name in NAMES:
             got = await asyncio.to_thread(
                 poll, lambda name=name: (r := replica_of(c, name, "ORDERS")) and same_state(
-                    r["state"], before_info["state"]) and r, 30, f"ORDERS on {name}")
+                    r["state"], before_info["state"]) and r, f"ORDERS on {name}", 30, retry_on=())
             worker = next(x for x in got["consumer_detail"] if x["name"] == "worker")
             for key in ("delivered", "ack_floor", "num_ack_pending", "num_pending"):
                 assert worker[key] == before_consumer[key], (name, key)
@@ -211,14 +200,14 @@ def test_r3_round_trip_is_on_every_replica(cluster):
         c.restart(follower)
         await asyncio.to_thread(
             poll, lambda: (r := replica_of(c, follower, "ORDERS")) and same_state(
-                r["state"], before_info["state"]), 30, f"ORDERS on {follower} after its restart")
+                r["state"], before_info["state"]), f"ORDERS on {follower} after its restart", 30, retry_on=())
         nc = await connect(c.servers[new_leader].url)
         ack = await nc.jetstream(timeout=5).publish("orders.new", b"x")
         assert ack.seq == 11 and ack.stream == "ORDERS"
         for name in NAMES:
             await asyncio.to_thread(
                 poll, lambda name=name: (r := replica_of(c, name, "ORDERS")) and r["state"]["last_seq"] == 11,
-                30, f"the new message on {name}")
+                f"the new message on {name}", 30, retry_on=())
         await nc.close()
 
     run(scenario)
@@ -245,7 +234,7 @@ def test_a_restore_of_several_mib_reaches_every_replica(cluster):
         for name in NAMES:
             await asyncio.to_thread(
                 poll, lambda name=name: (r := replica_of(c, name, "BIG")) and same_state(r["state"], resp["state"]),
-                60, f"BIG on {name}")
+                f"BIG on {name}", 60, retry_on=())
         await nc.close()
 
     run(scenario)
@@ -270,7 +259,8 @@ def test_replicas_override_and_an_existing_stream(cluster):
         assert final["config"]["num_replicas"] == 1 and final["cluster"].get("replicas") in (None, [])
         assert same_state(final["state"], before_info["state"])
         assert await messages(nc, "NARROW", 10) == before_msgs
-        assert len(await asyncio.to_thread(poll, lambda: held_by(c, "NARROW"))) == 1
+        assert len(await asyncio.to_thread(poll, lambda: held_by(c, "NARROW"), "a NARROW replica", 30,
+                                           retry_on=())) == 1
         # a memory stream is refused in a cluster: its snapshot carries no messages
         mem = await api(nc, "$JS.API.STREAM.RESTORE.MEM", {
             "config": dict(resp["config"], name="MEM", subjects=["mem.>"], storage="memory"), "state": resp["state"]})
@@ -362,12 +352,12 @@ def test_admin_cli_backup_and_restore_against_the_cluster(cluster, tmp_path):
     assert info["config"]["num_replicas"] == 3
     assert info["state"]["messages"] == 7 and info["state"]["num_deleted"] == 2
     assert len(info["cluster"]["replicas"]) == 2
-    poll(lambda: held_by(c, "CLI") == list(NAMES), 30, "CLI on every server")
+    poll(lambda: held_by(c, "CLI") == list(NAMES), "CLI on every server", 30, retry_on=())
     (out / "stream.tar.s2").write_bytes(b"garbage")
     admin("stream", "rm", "CLI", "-f")
     result = admin("stream", "restore", str(out), code=1)
     assert_clean_error(result.stderr, "restore failed")
-    poll(lambda: not held_by(c, "CLI"), 30, "no CLI replica left")
+    poll(lambda: not held_by(c, "CLI"), "no CLI replica left", 30, retry_on=())
 
 
 def test_a_restorer_lost_mid_restore_leaves_no_stream(cluster):
@@ -389,18 +379,18 @@ def test_a_restorer_lost_mid_restore_leaves_no_stream(cluster):
         assert got == {"stopped": True}
         await nc.close()
         # while the data comes, only the restorer holds a replica
-        restorer = (await asyncio.to_thread(poll, lambda: held_by(c, "LOST"), 10, "the restorer"))[0]
+        restorer = (await asyncio.to_thread(poll, lambda: held_by(c, "LOST"), "the restorer", 10, retry_on=()))[0]
         c.kill(restorer)
         other = next(n for n in NAMES if n != restorer)
         nc = await connect(c.servers[other].url)
         await wait_gone(c, nc, "LOST", 40)
         c.restart(restorer)
         c.wait_formed()
-        await asyncio.to_thread(poll, lambda: replica_of(c, restorer, "HALF") is not None, 30,
-                                f"{restorer} back with its replicas")
+        await asyncio.to_thread(poll, lambda: replica_of(c, restorer, "HALF") is not None,
+                                f"{restorer} back with its replicas", 30, retry_on=())
         # its meta log catches up with the deletion
-        await asyncio.to_thread(poll, lambda: replica_of(c, restorer, "LOST") is None, 30,
-                                f"no LOST on {restorer}")
+        await asyncio.to_thread(poll, lambda: replica_of(c, restorer, "LOST") is None,
+                                f"no LOST on {restorer}", 30, retry_on=())
         assert await gone(nc, "LOST")
         spool = c.store_dir(restorer) / "restore-tmp"
         assert not spool.is_dir() or not os.listdir(spool)

@@ -19,6 +19,7 @@ import time
 import nats
 import pytest
 from cluster import Cluster
+from polling import poll
 from tls_support import PKI, CertPair, client_context
 
 
@@ -49,14 +50,6 @@ def run(scenario, timeout: float = 90.0) -> None:
 def tls_refusals(c: Cluster, name: str) -> list[str]:
     return [e["reason"] for e in c.events(name)
             if e["event"] == "route_refused" and "TLS handshake failed" in e["reason"]]
-
-
-def wait_for(predicate, what: str, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-    return value
 
 
 def test_routes_are_tls_and_an_r3_stream_replicates(cluster):
@@ -121,7 +114,7 @@ def test_route_without_a_valid_client_certificate_is_refused(cluster, pki, which
                 if not tls.recv(4096):
                     raise EOFError("closed")
     sock.close()
-    wait_for(lambda: any(why in r for r in tls_refusals(cluster, "n1")), f"route_refused: {why}")
+    poll(lambda: any(why in r for r in tls_refusals(cluster, "n1")), f"route_refused: {why}", 20, retry_on=())
     assert cluster.routes_of("n1") == {"n2", "n3"}
 
 
@@ -134,9 +127,9 @@ def test_a_server_with_another_ca_never_joins(cluster, pki, tmp_path):
     before = len(tls_refusals(cluster, "n1"))
     stranger.start()
     try:
-        wait_for(lambda: any("certificate" in r for r in tls_refusals(stranger, "n4")),
-                 "n4 refusing n1's certificate")
-        wait_for(lambda: len(tls_refusals(cluster, "n1")) > before, "n1 logging the failed route")
+        poll(lambda: any("certificate" in r for r in tls_refusals(stranger, "n4")),
+             "n4 refusing n1's certificate", 20, retry_on=())
+        poll(lambda: len(tls_refusals(cluster, "n1")) > before, "n1 logging the failed route", 20, retry_on=())
         assert stranger.routes_of("n4") == set()
         assert cluster.routes_of("n1") == {"n2", "n3"}
     finally:
@@ -162,8 +155,9 @@ def test_verify_and_map_routes_need_the_certificate_to_name_the_cluster_user(pki
     bad.start()
     try:
         for name in bad.members:
-            wait_for(lambda name=name: any("verify_and_map" in e["reason"] for e in bad.events(name)
-                                           if e["event"] == "route_refused"), f"{name} refusing the mapped route")
+            poll(lambda name=name: any("verify_and_map" in e["reason"] for e in bad.events(name)
+                                       if e["event"] == "route_refused"), f"{name} refusing the mapped route", 20,
+                 retry_on=())
             assert bad.routes_of(name) == set()
     finally:
         bad.stop()

@@ -8,6 +8,8 @@ Field for field as nats-server (2.15) reads and writes them:
 - ``AccountLimits``, ``AccountInfo`` -- server/jetstream.go.
 
 Conventions:
+- each field is declared once, as a :func:`gofield` attribute, in the Go struct's order
+  (which ``to_json()`` keeps);
 - durations are integer nanoseconds (Go ``time.Duration``);
 - timestamps are integer nanoseconds since the Unix epoch, UTC; ``None`` is Go's zero
   time, written ``"0001-01-01T00:00:00Z"`` (e.g. ``first_ts`` of an empty stream);
@@ -36,8 +38,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from jetraft import gofmt
 from jetraft.jetstream import errors as E
@@ -294,6 +297,7 @@ def _is_empty(f: _F, value: Any) -> bool:
 class _Model:
     """Spec-driven JSON mapping shared by the dataclasses below."""
 
+    #: The JSON fields in the Go struct's order, from the :func:`gofield` attributes (:func:`_go_fields`).
     _FIELDS: ClassVar[tuple[_F, ...]] = ()
     _GO_NAME: ClassVar[str] = ""
     #: Keys accepted on input but not kept (request-only flags), with their field kind.
@@ -353,116 +357,140 @@ class _Model:
         return obj
 
 
+_M = TypeVar("_M", bound=_Model)
+#: Key of a dataclass field's metadata holding its JSON field record (see :func:`gofield`).
+_SPEC = "jetraft.gofield"
+
+
+def gofield(kind: str, *, omit: bool = False, key: str = "", default: Any = dataclasses.MISSING,
+            factory: Callable[[], Any] | None = None, enum: tuple[str, ...] = (), enum_error: str = "") -> Any:
+    """A JSON field of a model, declared once as its dataclass attribute:
+    ``max_msgs: int = gofield("int64")``.
+
+    ``kind``, ``omit`` (Go's ``omitempty``), ``enum`` and ``enum_error`` are those of
+    :class:`_F`; ``key`` is the JSON key when it is not the attribute's name. The default
+    is ``default``, else ``factory()``, else the zero value of ``kind`` (``""``, ``0``,
+    ``False``, ``[]`` for a list kind, else ``None``). :func:`_go_fields` collects the
+    fields into the class's ``_FIELDS``, in declaration order (the Go struct's order,
+    which ``to_json`` keeps)."""
+    spec = _F(key, "", kind, omit, enum, enum_error)
+    metadata = {_SPEC: spec}
+    if default is not dataclasses.MISSING:
+        return field(default=default, metadata=metadata)
+    if factory is None and (kind in ("strlist", "durlist") or kind.startswith("objlist:")):
+        factory = list
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default="" if kind == "enum" else _zero(spec), metadata=metadata)
+
+
+def _go_fields(cls: type[_M]) -> type[_M]:
+    """Class decorator over ``@dataclass``: sets ``_FIELDS`` from the class's
+    :func:`gofield` attributes, in declaration order. Any other attribute must be a
+    request-only flag listed in ``_IGNORED`` (``StreamConfig.pedantic``)."""
+    specs = []
+    for f in dataclasses.fields(cls):
+        spec = f.metadata.get(_SPEC)
+        if spec is None:
+            if f.name not in cls._IGNORED:
+                raise TypeError(f"{cls.__name__}.{f.name} is neither a gofield nor in _IGNORED")
+            continue
+        specs.append(dataclasses.replace(spec, key=spec.key or f.name, attr=f.name))
+    cls._FIELDS = tuple(specs)
+    return cls
+
+
 # --- small nested types ---------------------------------------------------------------
 
 
+@_go_fields
 @dataclass
 class Placement(_Model):
     """``{"cluster","tags","preferred"}`` all omitempty (server/jetstream_cluster.go Placement)."""
 
-    cluster: str = ""
-    tags: list[str] = field(default_factory=list)
-    preferred: str = ""
+    cluster: str = gofield("str", omit=True)
+    tags: list[str] = gofield("strlist", omit=True)
+    preferred: str = gofield("str", omit=True)
 
     _GO_NAME = "Placement"
-    _FIELDS = (
-        _F("cluster", "cluster", "str", True),
-        _F("tags", "tags", "strlist", True),
-        _F("preferred", "preferred", "str", True),
-    )
 
     def is_empty(self) -> bool:
         """True for ``{}`` -- nats-server drops such a placement (checkStreamCfg)."""
         return not (self.cluster or self.tags or self.preferred)
 
 
+@_go_fields
 @dataclass
 class SubjectTransform(_Model):
     """``{"src","dest"}`` (SubjectTransformConfig; neither omitempty)."""
 
-    src: str = ""
-    dest: str = ""
+    src: str = gofield("str")
+    dest: str = gofield("str")
 
     _GO_NAME = "SubjectTransformConfig"
-    _FIELDS = (_F("src", "src", "str"), _F("dest", "dest", "str"))
 
 
+@_go_fields
 @dataclass
 class RePublish(_Model):
     """``{"src"?, "dest", "headers_only"?}`` (server/stream.go RePublish)."""
 
-    src: str = ""
-    dest: str = ""
-    headers_only: bool = False
+    src: str = gofield("str", omit=True)
+    dest: str = gofield("str")
+    headers_only: bool = gofield("bool", omit=True)
 
     _GO_NAME = "RePublish"
-    _FIELDS = (
-        _F("src", "src", "str", True),
-        _F("dest", "dest", "str"),
-        _F("headers_only", "headers_only", "bool", True),
-    )
 
 
+@_go_fields
 @dataclass
 class ConsumerLimits(_Model):
     """``{"inactive_threshold"? (ns), "max_ack_pending"?}`` (StreamConsumerLimits)."""
 
-    inactive_threshold: int = 0
-    max_ack_pending: int = 0
+    inactive_threshold: int = gofield("dur", omit=True)
+    max_ack_pending: int = gofield("int", omit=True)
 
     _GO_NAME = "StreamConsumerLimits"
-    _FIELDS = (
-        _F("inactive_threshold", "inactive_threshold", "dur", True),
-        _F("max_ack_pending", "max_ack_pending", "int", True),
-    )
 
 
+@_go_fields
 @dataclass
 class ExternalStream(_Model):
     """``{"api", "deliver"}`` (server/stream.go ExternalStream; neither omitempty)."""
 
-    api: str = ""
-    deliver: str = ""
+    api: str = gofield("str")
+    deliver: str = gofield("str")
 
     _GO_NAME = "ExternalStream"
-    _FIELDS = (_F("api", "api", "str"), _F("deliver", "deliver", "str"))
 
 
+@_go_fields
 @dataclass
 class StreamConsumerSource(_Model):
     """``{"name"?, "deliver_subject"?}`` (server/stream.go StreamConsumerSource)."""
 
-    name: str = ""
-    deliver_subject: str = ""
+    name: str = gofield("str", omit=True)
+    deliver_subject: str = gofield("str", omit=True)
 
     _GO_NAME = "StreamConsumerSource"
-    _FIELDS = (_F("name", "name", "str", True), _F("deliver_subject", "deliver_subject", "str", True))
 
 
+@_go_fields
 @dataclass
 class StreamSource(_Model):
     """A mirror or source (server/stream.go StreamSource). jetraft keeps mirrors and
     sources as the client's JSON; this type only checks them as nats-server decodes them
     (unknown keys, types, integer ranges)."""
 
-    name: str = ""
-    opt_start_seq: int = 0
-    opt_start_time: int | None = None
-    filter_subject: str = ""
-    subject_transforms: list[SubjectTransform | None] = field(default_factory=list)
-    external: ExternalStream | None = None
-    consumer: StreamConsumerSource | None = None
+    name: str = gofield("str")
+    opt_start_seq: int = gofield("uint64", omit=True)
+    opt_start_time: int | None = gofield("time", omit=True)
+    filter_subject: str = gofield("str", omit=True)
+    subject_transforms: list[SubjectTransform | None] = gofield("objlist:SubjectTransform", omit=True)
+    external: ExternalStream | None = gofield("obj:ExternalStream", omit=True)
+    consumer: StreamConsumerSource | None = gofield("obj:StreamConsumerSource", omit=True)
 
     _GO_NAME = "StreamSource"
-    _FIELDS = (
-        _F("name", "name", "str"),
-        _F("opt_start_seq", "opt_start_seq", "uint64", True),
-        _F("opt_start_time", "opt_start_time", "time", True),
-        _F("filter_subject", "filter_subject", "str", True),
-        _F("subject_transforms", "subject_transforms", "objlist:SubjectTransform", True),
-        _F("external", "external", "obj:ExternalStream", True),
-        _F("consumer", "consumer", "obj:StreamConsumerSource", True),
-    )
 
 
 # --- StreamConfig -----------------------------------------------------------------------
@@ -474,6 +502,7 @@ _COMPRESSION = ("none", "s2")
 _PERSIST = ("default", "async")
 
 
+@_go_fields
 @dataclass
 class StreamConfig(_Model):
     """A stream's configuration (server/stream.go StreamConfig).
@@ -487,87 +516,47 @@ class StreamConfig(_Model):
     ``pedantic`` is the request flag (StreamConfigRequest), never written.
     """
 
-    name: str = ""
-    description: str = ""
-    subjects: list[str] = field(default_factory=list)
-    retention: str = "limits"
-    max_consumers: int = 0
-    max_msgs: int = 0
-    max_bytes: int = 0
-    max_age: int = 0
-    max_msgs_per_subject: int = 0
-    max_msg_size: int = 0
-    discard: str = "old"
-    storage: str = ""
-    num_replicas: int = 0
-    no_ack: bool = False
-    duplicate_window: int = 0
-    placement: Placement | None = None
-    mirror: dict[str, Any] | None = None
-    sources: list[dict[str, Any]] | None = None
-    compression: str = "none"
-    first_seq: int = 0
-    subject_transform: SubjectTransform | None = None
-    republish: RePublish | None = None
-    allow_direct: bool = False
-    mirror_direct: bool = False
-    discard_new_per_subject: bool = False
-    sealed: bool = False
-    deny_delete: bool = False
-    deny_purge: bool = False
-    allow_rollup_hdrs: bool = False
-    consumer_limits: ConsumerLimits = field(default_factory=ConsumerLimits)
-    allow_msg_ttl: bool = False
-    subject_delete_marker_ttl: int = 0
-    allow_msg_counter: bool = False
-    allow_atomic: bool = False
-    allow_msg_schedules: bool = False
-    persist_mode: str = ""
-    allow_batched: bool = False
-    metadata: dict[str, str] | None = None
+    name: str = gofield("str")
+    description: str = gofield("str", omit=True)
+    subjects: list[str] = gofield("strlist", omit=True)
+    retention: str = gofield("enum", default="limits", enum=_RETENTION, enum_error="quoted")
+    max_consumers: int = gofield("int")
+    max_msgs: int = gofield("int64")
+    max_bytes: int = gofield("int64")
+    max_age: int = gofield("dur")
+    max_msgs_per_subject: int = gofield("int64")
+    max_msg_size: int = gofield("int32", omit=True)
+    discard: str = gofield("enum", default="old", enum=_DISCARD, enum_error="lower")
+    storage: str = gofield("enum", enum=_STORAGE, enum_error="quoted")
+    num_replicas: int = gofield("int")
+    no_ack: bool = gofield("bool", omit=True)
+    duplicate_window: int = gofield("dur", omit=True)
+    placement: Placement | None = gofield("obj:Placement", omit=True)
+    mirror: dict[str, Any] | None = gofield("source", omit=True)
+    sources: list[dict[str, Any]] | None = gofield("sourcelist", omit=True)
+    compression: str = gofield("enum", default="none", enum=_COMPRESSION, enum_error="unknown compression algorithm")
+    first_seq: int = gofield("uint64", omit=True)
+    subject_transform: SubjectTransform | None = gofield("obj:SubjectTransform", omit=True)
+    republish: RePublish | None = gofield("obj:RePublish", omit=True)
+    allow_direct: bool = gofield("bool")
+    mirror_direct: bool = gofield("bool")
+    discard_new_per_subject: bool = gofield("bool", omit=True)
+    sealed: bool = gofield("bool")
+    deny_delete: bool = gofield("bool")
+    deny_purge: bool = gofield("bool")
+    allow_rollup_hdrs: bool = gofield("bool")
+    consumer_limits: ConsumerLimits = gofield("obj:ConsumerLimits", factory=ConsumerLimits)
+    allow_msg_ttl: bool = gofield("bool")
+    subject_delete_marker_ttl: int = gofield("dur", omit=True)
+    allow_msg_counter: bool = gofield("bool", omit=True)
+    allow_atomic: bool = gofield("bool", omit=True)
+    allow_msg_schedules: bool = gofield("bool", omit=True)
+    persist_mode: str = gofield("enum", omit=True, enum=("default", "async", ""), enum_error="quoted")
+    allow_batched: bool = gofield("bool", omit=True)
+    metadata: dict[str, str] | None = gofield("map", omit=True)
     pedantic: bool = False
 
     _GO_NAME = "StreamConfigRequest"
-    _FIELDS = (
-        _F("name", "name", "str"),
-        _F("description", "description", "str", True),
-        _F("subjects", "subjects", "strlist", True),
-        _F("retention", "retention", "enum", enum=_RETENTION, enum_error="quoted"),
-        _F("max_consumers", "max_consumers", "int"),
-        _F("max_msgs", "max_msgs", "int64"),
-        _F("max_bytes", "max_bytes", "int64"),
-        _F("max_age", "max_age", "dur"),
-        _F("max_msgs_per_subject", "max_msgs_per_subject", "int64"),
-        _F("max_msg_size", "max_msg_size", "int32", True),
-        _F("discard", "discard", "enum", enum=_DISCARD, enum_error="lower"),
-        _F("storage", "storage", "enum", enum=_STORAGE, enum_error="quoted"),
-        _F("num_replicas", "num_replicas", "int"),
-        _F("no_ack", "no_ack", "bool", True),
-        _F("duplicate_window", "duplicate_window", "dur", True),
-        _F("placement", "placement", "obj:Placement", True),
-        _F("mirror", "mirror", "source", True),
-        _F("sources", "sources", "sourcelist", True),
-        _F("compression", "compression", "enum", enum=_COMPRESSION, enum_error="unknown compression algorithm"),
-        _F("first_seq", "first_seq", "uint64", True),
-        _F("subject_transform", "subject_transform", "obj:SubjectTransform", True),
-        _F("republish", "republish", "obj:RePublish", True),
-        _F("allow_direct", "allow_direct", "bool"),
-        _F("mirror_direct", "mirror_direct", "bool"),
-        _F("discard_new_per_subject", "discard_new_per_subject", "bool", True),
-        _F("sealed", "sealed", "bool"),
-        _F("deny_delete", "deny_delete", "bool"),
-        _F("deny_purge", "deny_purge", "bool"),
-        _F("allow_rollup_hdrs", "allow_rollup_hdrs", "bool"),
-        _F("consumer_limits", "consumer_limits", "obj:ConsumerLimits"),
-        _F("allow_msg_ttl", "allow_msg_ttl", "bool"),
-        _F("subject_delete_marker_ttl", "subject_delete_marker_ttl", "dur", True),
-        _F("allow_msg_counter", "allow_msg_counter", "bool", True),
-        _F("allow_atomic", "allow_atomic", "bool", True),
-        _F("allow_msg_schedules", "allow_msg_schedules", "bool", True),
-        _F("persist_mode", "persist_mode", "enum", True, enum=("default", "async", ""), enum_error="quoted"),
-        _F("allow_batched", "allow_batched", "bool", True),
-        _F("metadata", "metadata", "map", True),
-    )
     _IGNORED: ClassVar[dict[str, str]] = {"pedantic": "bool"}
 
     @classmethod
@@ -919,6 +908,7 @@ _REPLAY = ("instant", "original")
 _PRIORITY = ("none", "overflow", "pinned_client", "prioritized")
 
 
+@_go_fields
 @dataclass
 class ConsumerConfig(_Model):
     """A consumer's configuration (server/consumer.go ConsumerConfig).
@@ -928,80 +918,44 @@ class ConsumerConfig(_Model):
     ``pause_until`` are ns since the epoch or None.
     """
 
-    durable_name: str = ""
-    name: str = ""
-    description: str = ""
-    deliver_policy: str = "all"
-    opt_start_seq: int = 0
-    opt_start_time: int | None = None
-    ack_policy: str = "none"
-    ack_wait: int = 0
-    max_deliver: int = 0
-    backoff: list[int] = field(default_factory=list)
-    filter_subject: str = ""
-    filter_subjects: list[str] = field(default_factory=list)
-    replay_policy: str = "instant"
-    rate_limit_bps: int = 0
-    sample_freq: str = ""
-    max_waiting: int = 0
-    max_ack_pending: int = 0
-    flow_control: bool = False
-    headers_only: bool = False
-    max_batch: int = 0
-    max_expires: int = 0
-    max_bytes: int = 0
-    deliver_subject: str = ""
-    deliver_group: str = ""
-    idle_heartbeat: int = 0
-    inactive_threshold: int = 0
-    num_replicas: int = 0
-    mem_storage: bool = False
-    direct: bool = False
-    sourcing: bool = False
-    metadata: dict[str, str] | None = None
-    pause_until: int | None = None
-    priority_groups: list[str] = field(default_factory=list)
-    priority_policy: str = "none"
-    priority_timeout: int = 0
+    durable_name: str = gofield("str", omit=True)
+    name: str = gofield("str", omit=True)
+    description: str = gofield("str", omit=True)
+    deliver_policy: str = gofield("enum", default="all", enum=_DELIVER, enum_error="quoted")
+    opt_start_seq: int = gofield("uint64", omit=True)
+    opt_start_time: int | None = gofield("time", omit=True)
+    ack_policy: str = gofield("enum", default="none", enum=_ACK, enum_error="quoted")
+    ack_wait: int = gofield("dur", omit=True)
+    max_deliver: int = gofield("int", omit=True)
+    backoff: list[int] = gofield("durlist", omit=True)
+    filter_subject: str = gofield("str", omit=True)
+    filter_subjects: list[str] = gofield("strlist", omit=True)
+    replay_policy: str = gofield("enum", default="instant", enum=_REPLAY, enum_error="quoted")
+    rate_limit_bps: int = gofield("uint64", omit=True)
+    sample_freq: str = gofield("str", omit=True)
+    max_waiting: int = gofield("int", omit=True)
+    max_ack_pending: int = gofield("int", omit=True)
+    flow_control: bool = gofield("bool", omit=True)
+    headers_only: bool = gofield("bool", omit=True)
+    max_batch: int = gofield("int", omit=True)
+    max_expires: int = gofield("dur", omit=True)
+    max_bytes: int = gofield("int", omit=True)
+    deliver_subject: str = gofield("str", omit=True)
+    deliver_group: str = gofield("str", omit=True)
+    idle_heartbeat: int = gofield("dur", omit=True)
+    inactive_threshold: int = gofield("dur", omit=True)
+    num_replicas: int = gofield("int")
+    mem_storage: bool = gofield("bool", omit=True)
+    direct: bool = gofield("bool", omit=True)
+    sourcing: bool = gofield("bool", omit=True)
+    metadata: dict[str, str] | None = gofield("map", omit=True)
+    pause_until: int | None = gofield("time", omit=True)
+    priority_groups: list[str] = gofield("strlist", omit=True)
+    priority_policy: str = gofield("enum", omit=True, default="none", enum=_PRIORITY,
+                                   enum_error="raw:unknown priority policy: ")
+    priority_timeout: int = gofield("dur", omit=True)
 
     _GO_NAME = "ConsumerConfig"
-    _FIELDS = (
-        _F("durable_name", "durable_name", "str", True),
-        _F("name", "name", "str", True),
-        _F("description", "description", "str", True),
-        _F("deliver_policy", "deliver_policy", "enum", enum=_DELIVER, enum_error="quoted"),
-        _F("opt_start_seq", "opt_start_seq", "uint64", True),
-        _F("opt_start_time", "opt_start_time", "time", True),
-        _F("ack_policy", "ack_policy", "enum", enum=_ACK, enum_error="quoted"),
-        _F("ack_wait", "ack_wait", "dur", True),
-        _F("max_deliver", "max_deliver", "int", True),
-        _F("backoff", "backoff", "durlist", True),
-        _F("filter_subject", "filter_subject", "str", True),
-        _F("filter_subjects", "filter_subjects", "strlist", True),
-        _F("replay_policy", "replay_policy", "enum", enum=_REPLAY, enum_error="quoted"),
-        _F("rate_limit_bps", "rate_limit_bps", "uint64", True),
-        _F("sample_freq", "sample_freq", "str", True),
-        _F("max_waiting", "max_waiting", "int", True),
-        _F("max_ack_pending", "max_ack_pending", "int", True),
-        _F("flow_control", "flow_control", "bool", True),
-        _F("headers_only", "headers_only", "bool", True),
-        _F("max_batch", "max_batch", "int", True),
-        _F("max_expires", "max_expires", "dur", True),
-        _F("max_bytes", "max_bytes", "int", True),
-        _F("deliver_subject", "deliver_subject", "str", True),
-        _F("deliver_group", "deliver_group", "str", True),
-        _F("idle_heartbeat", "idle_heartbeat", "dur", True),
-        _F("inactive_threshold", "inactive_threshold", "dur", True),
-        _F("num_replicas", "num_replicas", "int"),
-        _F("mem_storage", "mem_storage", "bool", True),
-        _F("direct", "direct", "bool", True),
-        _F("sourcing", "sourcing", "bool", True),
-        _F("metadata", "metadata", "map", True),
-        _F("pause_until", "pause_until", "time", True),
-        _F("priority_groups", "priority_groups", "strlist", True),
-        _F("priority_policy", "priority_policy", "enum", True, enum=_PRIORITY, enum_error="raw:unknown priority policy: "),
-        _F("priority_timeout", "priority_timeout", "dur", True),
-    )
 
     @classmethod
     def decode(cls, data: dict[str, Any], *, path: str | None = None) -> ConsumerConfig:
@@ -1319,49 +1273,36 @@ def _has_wildcard(subject: str) -> bool:
 # --- state and info ---------------------------------------------------------------------
 
 
+@_go_fields
 @dataclass
 class LostStreamData(_Model):
     """``{"msgs": [seq...], "bytes": n}`` (server/store.go LostStreamData)."""
 
-    msgs: list[int] = field(default_factory=list)
-    bytes: int = 0
+    msgs: list[int] = gofield("raw", factory=list)
+    bytes: int = gofield("uint64")
 
     _GO_NAME = "LostStreamData"
-    _FIELDS = (_F("msgs", "msgs", "raw"), _F("bytes", "bytes", "uint64"))
 
 
+@_go_fields
 @dataclass
 class StreamState(_Model):
     """A stream's state (server/store.go StreamState); times are ns since the epoch or None."""
 
-    messages: int = 0
-    bytes: int = 0
-    first_seq: int = 0
-    first_ts: int | None = None
-    last_seq: int = 0
-    last_ts: int | None = None
-    num_subjects: int = 0
-    subjects: dict[str, int] | None = None
-    num_deleted: int = 0
-    deleted: list[int] | None = None
-    lost: LostStreamData | None = None
-    consumer_count: int = 0
+    messages: int = gofield("uint64")
+    bytes: int = gofield("uint64")
+    first_seq: int = gofield("uint64")
+    first_ts: int | None = gofield("time")
+    last_seq: int = gofield("uint64")
+    last_ts: int | None = gofield("time")
+    num_subjects: int = gofield("int", omit=True)
+    subjects: dict[str, int] | None = gofield("raw", omit=True)
+    num_deleted: int = gofield("int", omit=True)
+    deleted: list[int] | None = gofield("raw", omit=True)
+    lost: LostStreamData | None = gofield("obj:LostStreamData", omit=True)
+    consumer_count: int = gofield("int")
 
     _GO_NAME = "StreamState"
-    _FIELDS = (
-        _F("messages", "messages", "uint64"),
-        _F("bytes", "bytes", "uint64"),
-        _F("first_seq", "first_seq", "uint64"),
-        _F("first_ts", "first_ts", "time"),
-        _F("last_seq", "last_seq", "uint64"),
-        _F("last_ts", "last_ts", "time"),
-        _F("num_subjects", "num_subjects", "int", True),
-        _F("subjects", "subjects", "raw", True),
-        _F("num_deleted", "num_deleted", "int", True),
-        _F("deleted", "deleted", "raw", True),
-        _F("lost", "lost", "obj:LostStreamData", True),
-        _F("consumer_count", "consumer_count", "int"),
-    )
 
     def to_json(self) -> dict[str, Any]:
         out = super().to_json()
@@ -1371,54 +1312,37 @@ class StreamState(_Model):
         return out
 
 
+@_go_fields
 @dataclass
 class PeerInfo(_Model):
     """One replica (server/stream.go PeerInfo): ``active`` is ns since last seen."""
 
-    name: str = ""
-    current: bool = False
-    offline: bool = False
-    active: int = 0
-    lag: int = 0
-    peer: str = ""
-    pending: bool = False
+    name: str = gofield("str")
+    current: bool = gofield("bool")
+    offline: bool = gofield("bool", omit=True)
+    active: int = gofield("dur")
+    lag: int = gofield("uint64", omit=True)
+    peer: str = gofield("str")
+    pending: bool = gofield("bool", omit=True)
 
     _GO_NAME = "PeerInfo"
-    _FIELDS = (
-        _F("name", "name", "str"),
-        _F("current", "current", "bool"),
-        _F("offline", "offline", "bool", True),
-        _F("active", "active", "dur"),
-        _F("lag", "lag", "uint64", True),
-        _F("peer", "peer", "str"),
-        _F("pending", "pending", "bool", True),
-    )
 
 
+@_go_fields
 @dataclass
 class ClusterInfo(_Model):
     """``cluster`` of stream/consumer info (server/stream.go ClusterInfo); the leader is not in ``replicas``."""
 
-    name: str = ""
-    raft_group: str = ""
-    leader: str = ""
-    leader_since: int | None = None
-    system_account: bool = False
-    traffic_account: str = ""
-    replicas: list[PeerInfo] = field(default_factory=list)
-    desired: dict[str, Any] | None = None
+    name: str = gofield("str", omit=True)
+    raft_group: str = gofield("str", omit=True)
+    leader: str = gofield("str", omit=True)
+    leader_since: int | None = gofield("time", omit=True)
+    system_account: bool = gofield("bool", omit=True)
+    traffic_account: str = gofield("str", omit=True)
+    replicas: list[PeerInfo] = gofield("objlist:PeerInfo", omit=True)
+    desired: dict[str, Any] | None = gofield("raw", omit=True)
 
     _GO_NAME = "ClusterInfo"
-    _FIELDS = (
-        _F("name", "name", "str", True),
-        _F("raft_group", "raft_group", "str", True),
-        _F("leader", "leader", "str", True),
-        _F("leader_since", "leader_since", "time", True),
-        _F("system_account", "system_account", "bool", True),
-        _F("traffic_account", "traffic_account", "str", True),
-        _F("replicas", "replicas", "objlist:PeerInfo", True),
-        _F("desired", "desired", "raw", True),
-    )
 
     def to_json(self) -> dict[str, Any]:
         out = super().to_json()
@@ -1427,48 +1351,34 @@ class ClusterInfo(_Model):
         return out
 
 
+@_go_fields
 @dataclass
 class StreamInfo(_Model):
     """STREAM.INFO/CREATE body (server/stream.go StreamInfo); ``created``/``ts`` ns since the epoch."""
 
-    config: StreamConfig = field(default_factory=StreamConfig)
-    created: int | None = None
-    state: StreamState = field(default_factory=StreamState)
-    domain: str = ""
-    cluster: ClusterInfo | None = None
-    mirror: dict[str, Any] | None = None
-    sources: list[dict[str, Any]] | None = None
-    alternates: list[dict[str, Any]] | None = None
-    ts: int | None = None
+    config: StreamConfig = gofield("obj:StreamConfig", factory=StreamConfig)
+    created: int | None = gofield("time")
+    state: StreamState = gofield("obj:StreamState", factory=StreamState)
+    domain: str = gofield("str", omit=True)
+    cluster: ClusterInfo | None = gofield("obj:ClusterInfo", omit=True)
+    mirror: dict[str, Any] | None = gofield("raw", omit=True)
+    sources: list[dict[str, Any]] | None = gofield("raw", omit=True)
+    alternates: list[dict[str, Any]] | None = gofield("raw", omit=True)
+    ts: int | None = gofield("time")
 
     _GO_NAME = "StreamInfo"
-    _FIELDS = (
-        _F("config", "config", "obj:StreamConfig"),
-        _F("created", "created", "time"),
-        _F("state", "state", "obj:StreamState"),
-        _F("domain", "domain", "str", True),
-        _F("cluster", "cluster", "obj:ClusterInfo", True),
-        _F("mirror", "mirror", "raw", True),
-        _F("sources", "sources", "raw", True),
-        _F("alternates", "alternates", "raw", True),
-        _F("ts", "ts", "time"),
-    )
 
 
+@_go_fields
 @dataclass
 class SequenceInfo(_Model):
     """``{"consumer_seq","stream_seq","last_active"?}`` (server/consumer.go SequenceInfo)."""
 
-    consumer_seq: int = 0
-    stream_seq: int = 0
-    last_active: int | None = None
+    consumer_seq: int = gofield("uint64")
+    stream_seq: int = gofield("uint64")
+    last_active: int | None = gofield("time", omit=True)
 
     _GO_NAME = "SequenceInfo"
-    _FIELDS = (
-        _F("consumer_seq", "consumer_seq", "uint64"),
-        _F("stream_seq", "stream_seq", "uint64"),
-        _F("last_active", "last_active", "time", True),
-    )
 
     def to_json(self) -> dict[str, Any]:
         out = super().to_json()
@@ -1477,144 +1387,94 @@ class SequenceInfo(_Model):
         return out
 
 
+@_go_fields
 @dataclass
 class ConsumerInfo(_Model):
     """CONSUMER.INFO/CREATE body (server/consumer.go ConsumerInfo); durations ns, times ns since epoch."""
 
-    stream_name: str = ""
-    name: str = ""
-    created: int | None = None
-    config: ConsumerConfig | None = None
-    delivered: SequenceInfo = field(default_factory=SequenceInfo)
-    ack_floor: SequenceInfo = field(default_factory=SequenceInfo)
-    num_ack_pending: int = 0
-    num_redelivered: int = 0
-    num_waiting: int = 0
-    num_pending: int = 0
-    cluster: ClusterInfo | None = None
-    push_bound: bool = False
-    paused: bool = False
-    pause_remaining: int = 0
-    ts: int | None = None
-    priority_groups: list[dict[str, Any]] | None = None
+    stream_name: str = gofield("str")
+    name: str = gofield("str")
+    created: int | None = gofield("time")
+    config: ConsumerConfig | None = gofield("obj:ConsumerConfig", omit=True)
+    delivered: SequenceInfo = gofield("obj:SequenceInfo", factory=SequenceInfo)
+    ack_floor: SequenceInfo = gofield("obj:SequenceInfo", factory=SequenceInfo)
+    num_ack_pending: int = gofield("int")
+    num_redelivered: int = gofield("int")
+    num_waiting: int = gofield("int")
+    num_pending: int = gofield("uint64")
+    cluster: ClusterInfo | None = gofield("obj:ClusterInfo", omit=True)
+    push_bound: bool = gofield("bool", omit=True)
+    paused: bool = gofield("bool", omit=True)
+    pause_remaining: int = gofield("dur", omit=True)
+    ts: int | None = gofield("time")
+    priority_groups: list[dict[str, Any]] | None = gofield("raw", omit=True)
 
     _GO_NAME = "ConsumerInfo"
-    _FIELDS = (
-        _F("stream_name", "stream_name", "str"),
-        _F("name", "name", "str"),
-        _F("created", "created", "time"),
-        _F("config", "config", "obj:ConsumerConfig", True),
-        _F("delivered", "delivered", "obj:SequenceInfo"),
-        _F("ack_floor", "ack_floor", "obj:SequenceInfo"),
-        _F("num_ack_pending", "num_ack_pending", "int"),
-        _F("num_redelivered", "num_redelivered", "int"),
-        _F("num_waiting", "num_waiting", "int"),
-        _F("num_pending", "num_pending", "uint64"),
-        _F("cluster", "cluster", "obj:ClusterInfo", True),
-        _F("push_bound", "push_bound", "bool", True),
-        _F("paused", "paused", "bool", True),
-        _F("pause_remaining", "pause_remaining", "dur", True),
-        _F("ts", "ts", "time"),
-        _F("priority_groups", "priority_groups", "raw", True),
-    )
 
 
+@_go_fields
 @dataclass
 class PubAck(_Model):
     """Publish acknowledgement (server/stream.go PubAck): ``{"stream","seq","domain"?,"duplicate"?,...}``."""
 
-    stream: str = ""
-    seq: int = 0
-    domain: str = ""
-    duplicate: bool = False
-    val: str = ""
-    batch: str = ""
-    count: int = 0
+    stream: str = gofield("str")
+    seq: int = gofield("uint64")
+    domain: str = gofield("str", omit=True)
+    duplicate: bool = gofield("bool", omit=True)
+    val: str = gofield("str", omit=True)
+    batch: str = gofield("str", omit=True)
+    count: int = gofield("uint64", omit=True)
 
     _GO_NAME = "PubAck"
-    _FIELDS = (
-        _F("stream", "stream", "str"),
-        _F("seq", "seq", "uint64"),
-        _F("domain", "domain", "str", True),
-        _F("duplicate", "duplicate", "bool", True),
-        _F("val", "val", "str", True),
-        _F("batch", "batch", "str", True),
-        _F("count", "count", "uint64", True),
-    )
 
 
+@_go_fields
 @dataclass
 class AccountLimits(_Model):
     """JetStreamAccountLimits (server/jetstream.go); -1 = unlimited, bytes for the byte limits."""
 
-    max_memory: int = -1
-    max_storage: int = -1
-    max_streams: int = -1
-    max_consumers: int = -1
-    max_ack_pending: int = -1
-    memory_max_stream_bytes: int = -1
-    storage_max_stream_bytes: int = -1
-    max_bytes_required: bool = False
+    max_memory: int = gofield("int64", default=-1)
+    max_storage: int = gofield("int64", default=-1)
+    max_streams: int = gofield("int", default=-1)
+    max_consumers: int = gofield("int", default=-1)
+    max_ack_pending: int = gofield("int", default=-1)
+    memory_max_stream_bytes: int = gofield("int64", default=-1)
+    storage_max_stream_bytes: int = gofield("int64", default=-1)
+    max_bytes_required: bool = gofield("bool")
 
     _GO_NAME = "JetStreamAccountLimits"
-    _FIELDS = (
-        _F("max_memory", "max_memory", "int64"),
-        _F("max_storage", "max_storage", "int64"),
-        _F("max_streams", "max_streams", "int"),
-        _F("max_consumers", "max_consumers", "int"),
-        _F("max_ack_pending", "max_ack_pending", "int"),
-        _F("memory_max_stream_bytes", "memory_max_stream_bytes", "int64"),
-        _F("storage_max_stream_bytes", "storage_max_stream_bytes", "int64"),
-        _F("max_bytes_required", "max_bytes_required", "bool"),
-    )
 
 
+@_go_fields
 @dataclass
 class APIStats(_Model):
     """JetStreamAPIStats: ``{"level","total","errors","inflight"?}``."""
 
-    level: int = API_LEVEL
-    total: int = 0
-    errors: int = 0
-    inflight: int = 0
+    level: int = gofield("int", default=API_LEVEL)
+    total: int = gofield("uint64")
+    errors: int = gofield("uint64")
+    inflight: int = gofield("uint64", omit=True)
 
     _GO_NAME = "JetStreamAPIStats"
-    _FIELDS = (
-        _F("level", "level", "int"),
-        _F("total", "total", "uint64"),
-        _F("errors", "errors", "uint64"),
-        _F("inflight", "inflight", "uint64", True),
-    )
 
 
+@_go_fields
 @dataclass
 class AccountInfo(_Model):
     """ACCOUNT.INFO body (JetStreamAccountStats, server/jetstream.go), without ``type``."""
 
-    memory: int = 0
-    storage: int = 0
-    reserved_memory: int = 0
-    reserved_storage: int = 0
-    streams: int = 0
-    consumers: int = 0
-    limits: AccountLimits = field(default_factory=AccountLimits)
-    domain: str = ""
-    api: APIStats = field(default_factory=APIStats)
-    tiers: dict[str, Any] | None = None
+    memory: int = gofield("uint64")
+    storage: int = gofield("uint64")
+    reserved_memory: int = gofield("uint64")
+    reserved_storage: int = gofield("uint64")
+    streams: int = gofield("int")
+    consumers: int = gofield("int")
+    limits: AccountLimits = gofield("obj:AccountLimits", factory=AccountLimits)
+    domain: str = gofield("str", omit=True)
+    api: APIStats = gofield("obj:APIStats", factory=APIStats)
+    tiers: dict[str, Any] | None = gofield("raw", omit=True)
 
     _GO_NAME = "JetStreamAccountStats"
-    _FIELDS = (
-        _F("memory", "memory", "uint64"),
-        _F("storage", "storage", "uint64"),
-        _F("reserved_memory", "reserved_memory", "uint64"),
-        _F("reserved_storage", "reserved_storage", "uint64"),
-        _F("streams", "streams", "int"),
-        _F("consumers", "consumers", "int"),
-        _F("limits", "limits", "obj:AccountLimits"),
-        _F("domain", "domain", "str", True),
-        _F("api", "api", "obj:APIStats"),
-        _F("tiers", "tiers", "raw", True),
-    )
 
 
 _MODELS: dict[str, type[_Model]] = {

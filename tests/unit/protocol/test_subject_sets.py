@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jetraft.jetstream.api as js_api
-import jetraft.jetstream.model as js_model
+import jetraft.jetstream.model.stream as js_model
 import jetraft.protocol.subjects as subjects_mod
 from jetraft.jetstream.errors import JSApiError
 from jetraft.jetstream.model import SUBJECTS_TOO_COMPLEX, ConsumerConfig, StreamConfig

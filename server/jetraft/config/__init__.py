@@ -20,6 +20,7 @@ Every failure is a :class:`ConfigError` with ``message``, ``file``, ``line`` and
 ``column``; ``str(err)`` is ``"file:line:column: message"``.
 """
 
+from .builder import config_from_text, load_config, parse_route_url
 from .errors import ConfigError, Position
 from .model import (
     AccountConfig,
@@ -30,10 +31,7 @@ from .model import (
     RouteURL,
     ServerConfig,
     UserConfig,
-    config_from_text,
     is_bcrypt,
-    load_config,
-    parse_route_url,
     validate,
 )
 from .parser import parse_text

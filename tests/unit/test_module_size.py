@@ -13,7 +13,6 @@ LIMIT = 1000
 #: The modules still over LIMIT, each with the most lines it may have (lowered whenever it
 #: shrinks): each is to be split (the models declared once, the API by concern, ...).
 OVERSIZED: dict[str, int] = {
-    "jetstream/api.py": 1400,
     "jetstream/consumer.py": 1281,
     "jetstream/store.py": 1191,
 }

@@ -1,0 +1,165 @@
+"""The consumer requests of the ``$JS.API``: CONSUMER.CREATE (and DURABLE.CREATE), INFO,
+DELETE, NAMES and LIST, and pull requests (CONSUMER.MSG.NEXT).
+
+As nats-server server/jetstream_api.go (jsConsumerCreateRequest, jsConsumerInfoRequest,
+jsConsumerDeleteRequest, jsConsumerNamesRequest, jsConsumerListRequest) and
+server/consumer.go (processNextMsgRequest).
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from jetraft.jetstream import advisories as adv
+from jetraft.jetstream import errors as E
+from jetraft.jetstream.api.core import LIST_LIMIT, NAMES_LIMIT, AccountCore, Reply, StreamEntry
+from jetraft.jetstream.consumer import Consumer
+from jetraft.jetstream.errors import JSApiError, UnsupportedSetting
+from jetraft.jetstream.model import API_LEVEL, META_SERVER_LEVEL, META_SERVER_VERSION, ConsumerConfig
+from jetraft.jetstream.validate import (
+    check_consumer_create,
+    check_consumer_update,
+    check_new_consumer,
+    consumer_filters_unique,
+    same_consumer_config,
+)
+
+_NAME_CHARS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def new_consumer_name() -> str:
+    """A random 8-character ephemeral consumer name (nats-server createConsumerName)."""
+    return "".join(secrets.choice(_NAME_CHARS) for _ in range(8))
+
+
+class ConsumerRequests(AccountCore):
+    """The consumer handlers of the API (see the module docstring)."""
+
+    def consumer_create_refusal(self, subject: str, payload: bytes) -> JSApiError | None:
+        """The refusal of a CONSUMER.CREATE request on ``subject`` for a setting jetraft does
+        not act on (``ConsumerConfig.check_supported``), found without changing anything, or
+        None (also when the request fails an earlier check: handling it answers that). A
+        clustered stream's leader asks this before proposing the request."""
+        try:
+            self._consumer_request(subject.split("."), payload)
+        except UnsupportedSetting as err:
+            return err
+        except JSApiError:
+            return None
+        return None
+
+    def _consumer_request(self, tokens: list[str], payload: bytes) -> tuple[StreamEntry, ConsumerConfig, str]:
+        """CONSUMER.CREATE's checks of the request alone (:func:`check_consumer_create`): the
+        stream's entry, the checked config and the action. Raises JSApiError."""
+        sname, cfg, action = check_consumer_create(tokens, payload, lambda name: self._entry(name).stream.config,
+                                                   clustered=self.clustered)
+        return self.streams[sname], cfg, action
+
+    def _api_consumer_create(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
+        entry, cfg, action = self._consumer_request(tokens, payload)
+        name = cfg.durable_name or cfg.name
+        existing = entry.consumers.get(name) if name else None
+        if existing is not None:
+            if action == "create" and not same_consumer_config(cfg, existing.config):
+                raise E.consumer_already_exists()
+            if entry.stream.config.retention == "workqueue" and \
+                    not consumer_filters_unique(name, cfg, self._consumer_configs(entry)):
+                raise E.api_error("JSConsumerWQConsumerNotUniqueErr")
+            if not same_consumer_config(cfg, existing.config):
+                try:
+                    check_consumer_update(existing.config, cfg)
+                except ValueError as exc:
+                    raise E.consumer_create(str(exc)) from None
+                out = existing.update_config(cfg, now_ns)
+                self._write_consumer_meta(entry, existing)
+                return self._consumer_info(existing, now_ns), [Reply(m) for m in out]
+            return self._consumer_info(existing, now_ns)
+        if action == "update":
+            raise E.consumer_does_not_exist()
+        check_new_consumer(entry.stream.config, self._consumer_configs(entry), name, cfg)
+        if not self.clustered:      # a clustered stream's leader checks it before proposing
+            self.check_consumer_count_limit(entry, name)
+        if not name:
+            name = new_consumer_name()
+            cfg.name = name
+        elif not cfg.name:
+            cfg.name = name
+        consumer = Consumer(entry.stream, name, cfg, created_ns=now_ns, has_interest=self.interest)
+        consumer.advisory_interest = self.advisory_interest
+        entry.consumers[name] = consumer
+        self._write_consumer_meta(entry, consumer)
+        self.events.emit("jetstream_consumer_created", account=self.name, stream=entry.name,
+                         consumer=name, durable=bool(cfg.durable_name),
+                         kind="push" if cfg.deliver_subject else "pull")
+        return self._consumer_info(consumer, now_ns), (
+            self.advise(adv.consumer_action, entry.name, name, "create", now_ns)
+            + [Reply(m) for m in consumer.poll(now_ns)])
+
+    @staticmethod
+    def _consumer_configs(entry: StreamEntry) -> dict[str, ConsumerConfig]:
+        return {name: consumer.config for name, consumer in entry.consumers.items()}
+
+    def _consumer_info(self, consumer: Consumer, now_ns: int) -> dict[str, Any]:
+        """CONSUMER.INFO/CREATE body: the info with ``_nats.ver``/``_nats.level`` added to
+        the config's metadata (nats-server jetstream_versioning.go setDynamicConsumerMetadata;
+        CONSUMER.LIST does not add them)."""
+        info = consumer.info(now_ns)
+        config = dict(info.get("config") or {})
+        config["metadata"] = {**(config.get("metadata") or {}), META_SERVER_VERSION: self.server_version,
+                              META_SERVER_LEVEL: str(API_LEVEL)}
+        info["config"] = config
+        if self.cluster_info is not None:
+            # a consumer is replicated in its stream's RAFT group: the stream's cluster block
+            # (nats-server ConsumerInfo.Cluster, placed after num_pending)
+            cluster = self.cluster_info(consumer.stream.config.name)
+            if cluster:
+                items = list(info.items())
+                keys = [k for k, _ in items]
+                pos = keys.index("num_pending") + 1 if "num_pending" in keys else len(items)
+                items.insert(pos, ("cluster", cluster))
+                info = dict(items)
+        return info
+
+    def _consumer(self, sname: str, cname: str) -> tuple[StreamEntry, Consumer]:
+        entry = self._entry(sname)
+        consumer = entry.consumers.get(cname)
+        if consumer is None:
+            raise E.consumer_not_found()
+        return entry, consumer
+
+    def _api_consumer_info(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
+        if payload.strip():
+            raise E.not_empty_request()
+        _entry, consumer = self._consumer(tokens[4], tokens[5])
+        return self._consumer_info(consumer, now_ns)
+
+    def _api_consumer_delete(self, tokens: list[str], payload: bytes, now_ns: int):
+        if payload.strip():
+            raise E.not_empty_request()
+        entry, _consumer = self._consumer(tokens[4], tokens[5])
+        out = self._delete_consumer(entry, tokens[5], "deleted by request")
+        return {"success": True}, ([Reply(m) for m in out]
+                                   + self.advise(adv.consumer_action, entry.name, tokens[5], "delete", now_ns))
+
+    def _api_consumer_names(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
+        names, offset, page = self._page(payload, "JSApiConsumersRequest", tokens[4], NAMES_LIMIT)
+        return {"total": len(names), "offset": offset, "limit": NAMES_LIMIT, "consumers": page}
+
+    def _api_consumer_list(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
+        names, offset, page = self._page(payload, "JSApiConsumersRequest", tokens[4], LIST_LIMIT)
+        consumers = self.streams[tokens[4]].consumers
+        infos = [consumers[n].info(now_ns) for n in page]
+        return {"total": len(names), "offset": offset, "limit": LIST_LIMIT, "consumers": infos}
+
+    def _msg_next(self, sname: str, cname: str, reply: str | None, payload: bytes,
+                  now_ns: int) -> list[Reply] | None:
+        """A pull request (``$JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>``); None for an
+        unknown consumer (nats-server has no subscription for it: no responders)."""
+        entry = self.streams.get(sname)
+        consumer = entry.consumers.get(cname) if entry else None
+        if consumer is None:
+            return None
+        if not reply:
+            return []
+        return [Reply(m) for m in consumer.request_next(reply, payload, now_ns)]

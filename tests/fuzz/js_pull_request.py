@@ -1,4 +1,4 @@
-"""Fuzz target: the pull request decoder (jetraft.jetstream.consumer._parse_next_request).
+"""Fuzz target: the pull request decoder (jetraft.jetstream.consumer_pull._parse_next_request).
 
 Input: the body of a ``$JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>`` request.
 
@@ -16,7 +16,7 @@ import atheris
 from fuzz_support import main
 
 with atheris.instrument_imports() if __name__ == "__main__" else contextlib.nullcontext():
-    from jetraft.jetstream.consumer import _BadRequest, _parse_next_request
+    from jetraft.jetstream.consumer_pull import _BadRequest, _parse_next_request
 
 
 def TestOneInput(data: bytes) -> None:

@@ -10,12 +10,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 1000
 
-#: The modules still over LIMIT, each with the most lines it may have (lowered whenever it
-#: shrinks): each is to be split (the models declared once, the API by concern, ...).
-OVERSIZED: dict[str, int] = {
-    "jetstream/consumer.py": 1281,
-    "jetstream/store.py": 1191,
-}
+#: Modules allowed over LIMIT, each with the most lines it may have (lowered whenever it
+#: shrinks, removed once split): none today.
+OVERSIZED: dict[str, int] = {}
 
 
 def oversized(package: Path, allowed: dict[str, int]) -> list[str]:

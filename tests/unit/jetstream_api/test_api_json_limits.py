@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from jetraft.jetstream import gojson
 from jetraft.jetstream.api import JetStreamAccount
 from jetraft.jetstream.requests import decode_request, int_field
-from jetraft.jetstream.consumer import _BadRequest, _parse_next_request
+from jetraft.jetstream.consumer_pull import _BadRequest, _parse_next_request
 from jetraft.jetstream.errors import JSApiError
 from jetraft.events import EVENTS
 

@@ -1,0 +1,216 @@
+"""Pull requests of a JetStream consumer: the ``$JS.API.CONSUMER.MSG.NEXT`` request body,
+the waiting requests, and the statuses they are answered with (a mixin of
+:class:`~jetraft.jetstream.consumer.Consumer`).
+
+Behaviour follows nats-server ``server/consumer.go`` (``nextReqFromMsg``,
+``processNextMsgRequest``, ``nextWaiting``, ``processWaiting``, ``waitingRequest``); the
+statuses are listed in the docstring of :mod:`jetraft.jetstream.consumer`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from jetraft import gofmt
+from jetraft.protocol.client import status_headers
+
+from . import gojson
+from .outbound import Outbound
+
+__all__ = ["PENDING_BYTES", "PENDING_MSGS"]
+
+# Header names (nats-server server/consumer.go, server/stream.go).
+PENDING_MSGS = "Nats-Pending-Messages"
+PENDING_BYTES = "Nats-Pending-Bytes"
+
+
+def _status(code: int, text: str, pending: tuple[int, int] | None = None) -> bytes:
+    extra = None if pending is None else {PENDING_MSGS: str(pending[0]),
+                                          PENDING_BYTES: str(pending[1])}
+    return status_headers(code, text, extra)
+
+
+@dataclass(slots=True)
+class _Waiting:
+    """One waiting pull request (nats-server ``waitingRequest``): ``n`` messages still
+    wanted, ``b`` bytes still allowed (0: no limit), ``expires``/``hbt`` ns (0: none)."""
+
+    reply: str
+    n: int
+    b: int
+    expires: int
+    hb: int
+    hbt: int
+    no_wait: bool
+    d: int = 0
+
+
+class _BadRequest(Exception):
+    pass
+
+
+#: JSApiConsumerGetNextRequest and its embedded PriorityGroup (nats-server jetstream_api.go,
+#: consumer.go): each field's Go type.
+_GO_TYPES = {"expires": "time.Duration", "batch": "int", "max_bytes": "int", "no_wait": "bool",
+             "idle_heartbeat": "time.Duration", "group": "string", "min_pending": "int64",
+             "min_ack_pending": "int64", "id": "string", "priority": "int"}
+_INT64 = gojson.INT_RANGES["int64"]
+
+
+def _parse_next_request(payload: bytes) -> tuple[int, int, int, bool, int]:
+    """nats-server ``nextReqFromMsg``: ``(batch, expires ns, max_bytes, no_wait, hb ns)``.
+
+    A body starting with ``{`` is read as Go's ``json.Unmarshal`` reads it (unknown keys
+    ignored; see :mod:`jetraft.jetstream.gojson` for nesting and number limits); any other
+    body is a batch size when it is a decimal int64 (``strconv.Atoi``), else a batch of 1.
+    Raises _BadRequest with nats-server's reason (``Bad Request - <reason>``): Go's error for
+    malformed JSON (``invalid character ...``, ``unexpected end of JSON input``, ``exceeded
+    max depth``) or a mistyped field (``json: cannot unmarshal number 1e999 into Go struct
+    field .batch of type int``), or ``heartbeat value too large``.
+    """
+    req = payload.strip()     # Go bytes.TrimSpace (ASCII white space)
+    if not req:
+        return 1, 0, 0, False, 0
+    if req[:1] != b"{":
+        if _ATOI.fullmatch(req) and len(req) <= 20 and _INT64[0] <= int(req) <= _INT64[1]:
+            return int(req), 0, 0, False, 0
+        return 1, 0, 0, False, 0
+    try:
+        body = gojson.unmarshal(req)
+    except gojson.GoJSONError as exc:
+        raise _BadRequest(exc.unmarshal_text()) from None
+    vals: dict[str, Any] = {}
+    for key, raw in body.items():
+        gotype = _GO_TYPES.get(key)
+        if gotype is None or raw is None:
+            continue
+        if gotype in gojson.INT_RANGES:
+            value = gojson.go_int(raw, gotype)
+            ok = value is not None
+        else:
+            value = raw
+            ok = isinstance(raw, bool) if gotype == "bool" else isinstance(raw, str)
+        if not ok:
+            kind = gojson.json_kind(raw)
+            if kind == "number" and gotype in gojson.INT_RANGES:
+                kind = f"number {gojson.number_literal(raw)}"
+            raise _BadRequest(f"json: cannot unmarshal {kind} into Go struct field .{key} "
+                              f"of type {gotype}")
+        vals[key] = value
+    expires, hb = vals.get("expires", 0), vals.get("idle_heartbeat", 0)
+    if hb > 0 and hb * 2 > expires:
+        raise _BadRequest("heartbeat value too large")
+    return (vals.get("batch", 0), expires, vals.get("max_bytes", 0),
+            vals.get("no_wait", False), hb)
+
+
+_ATOI = re.compile(rb"[+-]?[0-9]+")
+
+
+class _PullRequests:
+    """The pull requests of a :class:`~jetraft.jetstream.consumer.Consumer` (its state is
+    the consumer's ``_waiting`` list)."""
+
+    def request_next(self, reply: str, payload: bytes, now_ns: int) -> list[Outbound]:
+        """``$JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>`` with reply ``reply``.
+
+        ``payload``: ``b""`` (one message), ``b"<n>"``, or JSON ``{"batch", "expires" (ns),
+        "no_wait", "max_bytes", "idle_heartbeat" (ns)}``. Returns the refusal status, or
+        whatever becomes deliverable (messages for this and other waiting requests)."""
+        out: list[Outbound] = []
+        if self._closed or not reply:
+            return out
+
+        def err(code: int, text: str) -> list[Outbound]:
+            out.append(Outbound(reply, None, _status(code, text), b""))
+            return out
+
+        cfg = self.config
+        if cfg.deliver_subject:
+            return err(409, "Consumer is push based")
+        try:
+            batch, expires, max_bytes, no_wait, hb = _parse_next_request(payload)
+        except _BadRequest as exc:
+            return err(400, f"Bad Request - {exc}")
+        batch = max(batch, 1)
+        if cfg.max_batch > 0 and batch > cfg.max_batch:
+            return err(409, f"Exceeded MaxRequestBatch of {cfg.max_batch}")
+        if expires > 0 and cfg.max_expires > 0 and expires > cfg.max_expires:
+            return err(409, f"Exceeded MaxRequestExpires of {gofmt.duration(cfg.max_expires)}")
+        if max_bytes > 0 and cfg.max_bytes > 0 and max_bytes > cfg.max_bytes:
+            return err(409, f"Exceeded MaxRequestMaxBytes of {cfg.max_bytes}")
+        self._sync_new()
+        if len(self._waiting) >= cfg.max_waiting > 0:
+            self._process_waiting(now_ns, False, out)
+        if no_wait:
+            msgs_pending = self._npc + len(self._rdq)
+            if msgs_pending == 0 and expires == 0:
+                self._last_request = now_ns
+                return err(404, "No Messages")
+            if msgs_pending > 0:
+                batch_pending = sum(w.n for w in self._waiting)
+                if msgs_pending < batch_pending:
+                    self._last_request = now_ns
+                    return err(408, "Requests Pending")
+        if len(self._waiting) >= cfg.max_waiting > 0:
+            return out if hb else err(409, "Exceeded MaxWaiting")
+        self._waiting.append(_Waiting(
+            reply, batch, max_bytes, now_ns + expires if expires else 0, hb,
+            now_ns + hb if hb else 0, no_wait))
+        self._last_request = now_ns
+        out.extend(self.poll(now_ns))
+        return out
+
+    def _next_waiting(self, size: int, now: int, out: list[Outbound]) -> _Waiting | None:
+        """nats-server ``nextWaiting`` (no priority groups): the request that takes a
+        message of ``size`` bytes, consuming one from its batch."""
+        while self._waiting:
+            wr = self._waiting[0]
+            if wr.expires and now >= wr.expires:
+                out.append(Outbound(wr.reply, None,
+                                    _status(408, "Request Timeout", (wr.n, wr.b)), b""))
+                self._waiting.pop(0)
+                continue
+            if wr.b > 0:
+                if size <= wr.b:
+                    wr.b -= size
+                    if wr.b == 0:
+                        wr.n = 1
+                else:
+                    out.append(Outbound(wr.reply, None, _status(
+                        409, "Message Size Exceeds MaxBytes", (wr.n, wr.b)), b""))
+                    self._waiting.pop(0)
+                    continue
+            if not self.has_interest(wr.reply):
+                self._waiting.pop(0)
+                continue
+            wr.d += 1
+            wr.n -= 1
+            self._waiting.pop(0)
+            if wr.n > 0:
+                self._waiting.append(wr)
+            return wr
+        return None
+
+    def _process_waiting(self, now: int, eos: bool, out: list[Outbound]) -> None:
+        """nats-server ``processWaiting``: expiries (408), one-shot no_wait requests at the
+        end of the stream (404), lost interest (dropped), heartbeats (100)."""
+        keep: list[_Waiting] = []
+        for wr in self._waiting:
+            expired = bool(wr.expires) and now >= wr.expires
+            if expired:
+                out.append(Outbound(wr.reply, None,
+                                    _status(408, "Request Timeout", (wr.n, wr.b)), b""))
+                continue
+            if eos and wr.no_wait and (not wr.expires or wr.d > 0):
+                out.append(Outbound(wr.reply, None, _status(404, "No Messages"), b""))
+                continue
+            if not self.has_interest(wr.reply):
+                continue
+            if wr.hbt and now >= wr.hbt:
+                out.append(self._heartbeat(wr.reply))
+                wr.hbt = now + wr.hb
+            keep.append(wr)
+        self._waiting = keep

@@ -118,8 +118,14 @@ def test_the_debian_package_on_a_new_host_runs_under_systemd_and_its_removal_kee
                        "jetraft --server nats://127.0.0.1:4222 account info >/dev/null 2>&1 && exit 0; "
                        "sleep 1; done; systemctl status jetraft --no-pager; exit 1")
         assert answered.returncode == 0, answered.stdout[-3000:].decode()
-        removed = ssh("apt-get remove -y jetraft && ! systemctl is-active --quiet jetraft "
-                      "&& test -d /var/lib/jetraft/jetstream && test -e /etc/jetraft/jetraft.conf")
+        stored = ssh("jetraft --server nats://127.0.0.1:4222 kv add DEB >/dev/null && "
+                     "jetraft --server nats://127.0.0.1:4222 kv put DEB k kept")
+        assert stored.returncode == 0, (stored.stdout[-2000:] + stored.stderr[-2000:]).decode()
+        removed = ssh("apt-get remove -y jetraft")
         assert removed.returncode == 0, (removed.stdout[-2000:] + removed.stderr[-2000:]).decode()
+        state = ssh("systemctl is-active jetraft")
+        assert state.stdout.decode().strip() != "active", "the server still runs after apt-get remove"
+        kept = ssh("ls /var/lib/jetraft/jetstream/*/streams/ && cat /etc/jetraft/jetraft.conf >/dev/null")
+        assert kept.returncode == 0 and b"KV_DEB" in kept.stdout, (kept.stdout + kept.stderr).decode()
     finally:
         lab.remove([spare])

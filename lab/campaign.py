@@ -43,10 +43,14 @@ from lab import topology
 from lab.schedule import MEMBERSHIP
 
 BIN = Path(sys.executable).parent
+#: The variables each flavour's runs deploy with. The Debian package carries jetraft alone:
+#: under nats-server, the spare that installs from it (topology.PACKAGE_HOSTS) installs from
+#: the wheelhouse like the others.
 FLAVOURS: dict[str, dict[str, str]] = {
     "jetraft": {},
-    "nats-server": {"jetraft_server_flavour": "nats-server"},
+    "nats-server": {"jetraft_server_flavour": "nats-server", "jetraft_server_install": "wheelhouse"},
     "nats-server-always": {"jetraft_server_flavour": "nats-server",
+                           "jetraft_server_install": "wheelhouse",
                            "jetraft_server_sync_interval": "always"},
 }
 #: Seconds the cluster has to recover after the last fault is healed: every server healthy,

@@ -81,6 +81,18 @@ class Machines(Protocol):
     def retire(self, names: list[str]) -> Path: ...
 
 
+def lab_package(dest: Path, wheelhouse: Path = ROOT / "build" / "wheelhouse") -> Path:
+    """The Debian package of ``wheelhouse`` (tools/deb.py, as ``make deb`` builds it) in
+    ``dest``, for the hosts the role installs from it (topology.PACKAGE_HOSTS; pass ``dest``
+    as ``jetraft_server_deb_dir``). Returns ``dest``. Raises DrillError with the builder's
+    words when it fails."""
+    result = subprocess.run([sys.executable, str(ROOT / "tools" / "deb.py"), "--wheelhouse",
+                             str(wheelhouse), "--out", str(dest)], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise DrillError(f"building the Debian package failed: {(result.stderr or result.stdout).strip()[-2000:]}")
+    return dest
+
+
 def next_wheelhouse(wheelhouse: Path, dest: Path, version: str) -> Path:
     """A wheelhouse in ``dest``: every wheel of ``wheelhouse`` but jetraft's, and jetraft
     built from this tree at ``version`` (its pyproject.toml and ``jetraft.__version__`` set
@@ -228,9 +240,14 @@ class DayTwo(Drills):
             raise DrillError("scaling needs a provider that makes new machines")
         loop = asyncio.get_running_loop()
 
+        extra: list[str] = []
+        if set(names) & set(topology.PACKAGE_HOSTS):
+            debs = await loop.run_in_executor(None, lab_package, self.artifacts / "deb")
+            extra = ["-e", f"jetraft_server_deb_dir={debs}"]
+
         async def change(result: DrillResult, work) -> int:
             await loop.run_in_executor(None, self.machines.add, names)
-            result.playbook_s = round(await self._playbook(result.name, "scale"), 1)
+            result.playbook_s = round(await self._playbook(result.name, "scale", *extra), 1)
             return time.time_ns()
         return await self._around(f"scale-{len(self.target.servers)}-to-"
                                   f"{len(self.target.servers) + len(names)}", [], change)

@@ -41,7 +41,7 @@ from typing import Any, Awaitable, Callable, Protocol
 
 import jetraft
 from lab import topology
-from lab.day_two import next_wheelhouse, run_playbook
+from lab.day_two import lab_package, next_wheelhouse, run_playbook
 from lab.drills import inventory_hosts
 from lab.nemesis import NemesisError
 from lab.schedule import Fault
@@ -67,15 +67,17 @@ class PlaybookMembership:
     ``run_dir``: where the playbooks' logs go (``membership-<action>.log``) and where an
     old machine's event log is kept (``logs/<host>/events.replaced-<ns>.jsonl``, which
     jetraft-validate reads beside the new machine's); ``await on_new_hosts(inventory)``
-    after a host was replaced (the nemesis reconnects to it)."""
+    after a host was replaced (the nemesis reconnects to it); ``build_package(dest) -> dest``
+    makes the Debian package a spare of topology.PACKAGE_HOSTS installs from (jetraft runs)."""
 
     def __init__(self, inventory: Path, run_dir: Path, *, flavour: str,
                  machines: Machines | None = None, extra: dict[str, Any] | None = None,
                  progress: Callable[[str], None] = lambda text: None,
-                 on_new_hosts: Callable[[Path], Awaitable[None]] | None = None):
+                 on_new_hosts: Callable[[Path], Awaitable[None]] | None = None,
+                 build_package: Callable[[Path], Path] = lab_package):
         self.inventory, self.run_dir, self.flavour = inventory, run_dir, flavour
         self.machines, self.extra, self.progress = machines, dict(extra or {}), progress
-        self.on_new_hosts = on_new_hosts
+        self.on_new_hosts, self.build_package = on_new_hosts, build_package
         self._upgrades = 0
 
     async def __call__(self, fault: Fault) -> dict[str, Any]:
@@ -115,11 +117,16 @@ class PlaybookMembership:
         if members & set(spares):
             return {"skipped": f"the spares ({', '.join(sorted(members & set(spares)))}) are "
                                "servers of the cluster already (a run on seven hosts)"}
+        extra: dict[str, str] = {}
+        if self.flavour == "jetraft" and set(spares) & set(topology.PACKAGE_HOSTS):
+            # a spare the role installs from the Debian package (jetraft_server_install: deb)
+            debs = await asyncio.to_thread(self.build_package, self.run_dir / "deb")
+            extra["jetraft_server_deb_dir"] = str(debs)
         self.progress(f"membership: {', '.join(spares)} boot as new machines, scale 5 -> 7")
         self.inventory = await asyncio.to_thread(self.machines.add, spares)
         if self.on_new_hosts is not None:
             await self.on_new_hosts(self.inventory)
-        up = await self.playbook("scale-up-down", "playbooks/scale.yml", {})
+        up = await self.playbook("scale-up-down", "playbooks/scale.yml", extra)
         self.progress(f"membership: {', '.join(spares)} retired, scale 7 -> 5")
         self.inventory = await asyncio.to_thread(self.machines.retire, spares)
         if self.on_new_hosts is not None:

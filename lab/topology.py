@@ -50,6 +50,10 @@ SPARE_HOSTS: tuple[LabHost, ...] = (
     LabHost("jr-c2", "c", "10.213.0.17"),
 )
 ALL_HOSTS: tuple[LabHost, ...] = HOSTS + SPARE_HOSTS
+#: The hosts the jetraft_server role installs from the Debian package (``make deb``;
+#: ``jetraft_server_install: deb``) rather than the wheelhouse: a spare, so that every scale-out
+#: joins a server of the package to servers of the wheelhouse.
+PACKAGE_HOSTS: tuple[str, ...] = ("jr-c2",)
 
 #: The Debian releases a lab host can run: suite name -> major version (preflight's
 #: "Debian 12", "Debian 13"), and the Python 3 each ships (the hosts' virtualenvs use it).
@@ -91,9 +95,12 @@ def host_suites(lab_suite: str = DEFAULT_LAB_SUITE) -> dict[str, str]:
 
 
 def suite_host_vars(lab_suite: str = DEFAULT_LAB_SUITE) -> dict[str, dict[str, str]]:
-    """The inventory's per-host ``jetraft_lab_suite`` (the host's Debian suite) in a lab of
-    ``lab_suite``, as both providers write it (testinfra checks each host runs it)."""
-    return {name: {"jetraft_lab_suite": suite} for name, suite in host_suites(lab_suite).items()}
+    """The inventory's per-host variables in a lab of ``lab_suite``, as both providers write
+    them: ``jetraft_lab_suite`` (the host's Debian suite; testinfra checks each host runs it)
+    and, for PACKAGE_HOSTS, ``jetraft_server_install: deb``."""
+    return {name: {"jetraft_lab_suite": suite,
+                   **({"jetraft_server_install": "deb"} if name in PACKAGE_HOSTS else {})}
+            for name, suite in host_suites(lab_suite).items()}
 
 
 def write_inventory(*, data_disks: dict[str, str], ssh_key: Path | None, known_hosts: Path | None,

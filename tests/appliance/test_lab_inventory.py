@@ -81,3 +81,15 @@ def test_retired_spares_leave_their_zone_groups_for_jetraft_retired(tmp_path):
                 "ansible_python_interpreter"):
         assert a3[key] == a1[key], key
     assert "jetraft_server_sys_password" not in a3       # the cluster's secrets stay with its servers
+
+
+def test_the_spare_of_the_package_installs_from_it_and_the_others_from_the_wheelhouse(tmp_path):
+    """Seven hosts as a scale-out leaves them: jr-c2 (topology.PACKAGE_HOSTS) has
+    ``jetraft_server_install: deb``; every other host keeps the role's default (the wheelhouse)."""
+    disks = {h.name: f"/dev/loop{i}" for i, h in enumerate(topology.ALL_HOSTS)}
+    topology.write_inventory(data_disks=disks, ssh_key=tmp_path / "key",
+                             known_hosts=tmp_path / "known_hosts", directory=tmp_path,
+                             host_vars=topology.suite_host_vars("mixed"))
+    hostvars = listed(tmp_path)["_meta"]["hostvars"]
+    assert {h: v.get("jetraft_server_install") for h, v in hostvars.items()} == {
+        **{h.name: None for h in topology.ALL_HOSTS}, "jr-c2": "deb"}

@@ -68,8 +68,13 @@ def test_scale_up_down_adds_the_spares_scales_out_then_retires_them_and_scales_d
 
     async def on_new_hosts(inventory):
         reconnected.append(inventory.name)
+    built = []
+
+    def build_package(dest):
+        built.append(dest)
+        return dest
     m = PlaybookMembership(tmp_path / "hosts.yml", tmp_path, flavour=flavour, machines=machines,
-                           on_new_hosts=on_new_hosts)
+                           on_new_hosts=on_new_hosts, build_package=build_package)
     calls = recording(m)
     inventories = []
     playbook = m.playbook
@@ -81,7 +86,12 @@ def test_scale_up_down_adds_the_spares_scales_out_then_retires_them_and_scales_d
     detail = asyncio.run(m(change("scale-up-down", ())))
     assert machines.calls == [("add", ["jr-a3", "jr-c2"]), ("retire", ["jr-a3", "jr-c2"])]
     assert reconnected == ["seven.yml", "retired.yml"]
-    assert calls == [("scale-up-down", "playbooks/scale.yml", {}, None),
+    # jr-c2 installs from the Debian package (topology.PACKAGE_HOSTS), which carries jetraft
+    # alone: built and named for jetraft only (the nats-server flavours install it from the
+    # wheelhouse, campaign.FLAVOURS)
+    package = {"jetraft_server_deb_dir": str(tmp_path / "deb")} if flavour == "jetraft" else {}
+    assert built == ([tmp_path / "deb"] if flavour == "jetraft" else [])
+    assert calls == [("scale-up-down", "playbooks/scale.yml", package, None),
                      ("scale-up-down", "playbooks/scale_down.yml", {}, None)]
     assert inventories == ["seven.yml", "retired.yml"]
     assert detail == {"action": "scale-up-down", "hosts": ["jr-a3", "jr-c2"],

@@ -21,14 +21,17 @@ from jetraft import __version__
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def write_inventory(tmp: Path, wheelhouse: Path) -> Path:
+def write_inventory(tmp: Path, wheelhouse: Path, **extra) -> Path:
+    """One local host installing from ``wheelhouse`` into ``tmp``; ``extra`` adds or replaces
+    its variables."""
     host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
             "jetraft_server_venv": str(tmp / "opt" / "jetraft"),
             "jetraft_server_python": sys.executable,
             "jetraft_server_wheelhouse": str(wheelhouse),
             "jetraft_server_wheelhouse_dest": str(tmp / "cache" / "wheelhouse"),
             # required by the role's argument specification, whatever the tags
-            "jetraft_server_sys_password": "unused", "jetraft_server_route_password": "unused"}
+            "jetraft_server_sys_password": "unused", "jetraft_server_route_password": "unused",
+            **extra}
     path = tmp / "hosts.yml"
     path.write_text(yaml.safe_dump({"jetraft": {"hosts": {"h1": host}}}))
     return path
@@ -57,6 +60,42 @@ def test_a_missing_wheelhouse_says_how_to_make_one(tmp_path):
     out = flat(result)
     assert result.returncode != 0
     assert "run `make wheelhouse` on the controller" in out, out[-2000:]
+
+
+def test_the_package_installation_without_a_package_says_how_to_make_one(tmp_path):
+    """jetraft_server_install deb with no package on the controller: the run stops before it
+    changes anything on the host, naming the directory and `make deb`."""
+    result = install(write_inventory(tmp_path, tmp_path / "nowhere", jetraft_server_install="deb",
+                                     jetraft_server_venv="/opt/jetraft",
+                                     jetraft_server_deb_dir=str(tmp_path / "no-debs")))
+    out = flat(result)
+    assert result.returncode != 0
+    assert f"no jetraft package in {tmp_path / 'no-debs'}" in out, out[-2000:]
+    assert "run `make deb` on the controller" in out, out[-2000:]
+    assert "changed=0" in result.stdout.split("PLAY RECAP")[-1], result.stdout[-3000:]
+    assert not (tmp_path / "cache").exists()
+
+
+def test_the_package_installation_takes_jetraft_in_the_package_s_place_only(tmp_path):
+    """The package carries jetraft alone, under /opt/jetraft: the nats-server flavour or
+    another virtualenv with jetraft_server_install deb is refused by name, before anything
+    is installed."""
+    debs = tmp_path / "debs"
+    debs.mkdir()
+    (debs / "jetraft_0.1.0-1_amd64.deb").write_bytes(b"not installed by this test")
+    flavour = install(write_inventory(tmp_path, tmp_path / "nowhere", jetraft_server_install="deb",
+                                      jetraft_server_venv="/opt/jetraft",
+                                      jetraft_server_flavour="nats-server",
+                                      jetraft_server_deb_dir=str(debs)))
+    assert flavour.returncode != 0
+    assert ("jetraft_server_flavour nats-server installs from the wheelhouse (keep "
+            "jetraft_server_install wheelhouse)") in flat(flavour), flat(flavour)[-2000:]
+    elsewhere = install(write_inventory(tmp_path, tmp_path / "nowhere", jetraft_server_install="deb",
+                                        jetraft_server_deb_dir=str(debs)))
+    assert elsewhere.returncode != 0
+    assert (f"jetraft_server_venv {tmp_path / 'opt' / 'jetraft'} is not where the package "
+            "installs") in flat(elsewhere), flat(elsewhere)[-2000:]
+    assert not (tmp_path / "cache").exists()
 
 
 def test_a_virtualenv_made_by_another_python_is_made_again(wheelhouse, tmp_path):

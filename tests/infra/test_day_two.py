@@ -11,6 +11,7 @@ time between acknowledgements is reported in drills.json (a figure, not an asser
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 import sys
 
@@ -18,7 +19,7 @@ import pytest
 
 from conftest import INVENTORY
 from lab import topology
-from lab.day_two import DayTwo
+from lab.day_two import DayTwo, run_playbook
 from lab.nspawn import NspawnLab
 from test_drills import assert_ledger
 
@@ -72,6 +73,34 @@ def test_scaling_five_servers_to_seven_while_publishing_loses_nothing(run_dir, l
     assert_ledger(r)
     assert r.replicas_current
     assert r.lost == [], f"acknowledged but missing: {r.lost[:10]} (ledger {r.ledger})"
+
+
+@pytest.mark.parametrize("host", topology.PACKAGE_HOSTS)
+def test_a_spare_installed_from_the_debian_package_runs_it_and_a_rerun_changes_nothing(run_dir, lab, host):
+    """The spare the role installed from `make deb`'s package (jetraft_server_install: deb)
+    during the scale-out above: dpkg has this tree's package installed, the server runs from
+    the package's virtualenv under the role's unit, the policy-rc.d that held the package's
+    first start back is gone, the operator's `jetraft` lists the streams, and deploy.yml run
+    again on the host changes nothing."""
+    import jetraft
+
+    def ssh(command: str) -> str:
+        done = subprocess.run(lab.ssh_argv(host, command), capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, (command, done.stdout[-2000:], done.stderr[-2000:])
+        return done.stdout.strip()
+
+    status = ssh("dpkg-query --show --showformat='${db:Status-Status} ${Version}' jetraft")
+    assert status == f"installed {deb.debian_version(jetraft.__version__)}"
+    assert ssh("readlink -f /opt/jetraft/bin") == f"/opt/jetraft/venvs/{jetraft.__version__}/bin"
+    assert ssh("systemctl is-active jetraft") == "active"
+    assert ssh("systemctl show --property FragmentPath --value jetraft") == "/etc/systemd/system/jetraft.service"
+    assert ssh("test -e /usr/sbin/policy-rc.d || echo gone") == "gone"
+    assert ssh("sh -lc 'jetraft stream ls --names'")        # the drills' streams, at least one
+    log = run_dir / f"deb-rerun-{host}.ansible.log"
+    asyncio.run(run_playbook("playbooks/deploy.yml", INVENTORY,
+                             ["--limit", host, "-e", f"jetraft_server_deb_dir={run_dir / 'deb'}"], log))
+    recap = re.search(rf"^{re.escape(host)}\s*:.*$", log.read_text().split("PLAY RECAP")[-1], re.M)
+    assert recap and " changed=0 " in recap.group(0) + " ", log.read_text()[-3000:]
 
 
 def test_scaling_seven_servers_back_to_five_while_publishing_loses_nothing(run_dir, lab, results):

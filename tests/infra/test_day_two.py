@@ -96,11 +96,31 @@ def test_a_spare_installed_from_the_debian_package_runs_it_and_a_rerun_changes_n
     assert ssh("systemctl show --property FragmentPath --value jetraft") == "/etc/systemd/system/jetraft.service"
     assert ssh("test -e /usr/sbin/policy-rc.d || echo gone") == "gone"
     assert ssh("sh -lc 'jetraft stream ls --names'")        # the drills' streams, at least one
-    log = run_dir / f"deb-rerun-{host}.ansible.log"
-    asyncio.run(run_playbook("playbooks/deploy.yml", INVENTORY,
-                             ["--limit", host, "-e", f"jetraft_server_deb_dir={run_dir / 'deb'}"], log))
-    recap = re.search(rf"^{re.escape(host)}\s*:.*$", log.read_text().split("PLAY RECAP")[-1], re.M)
-    assert recap and " changed=0 " in recap.group(0) + " ", log.read_text()[-3000:]
+
+    def deploy(name: str) -> tuple[str, str]:
+        """deploy.yml on the host alone: (its log, its PLAY RECAP line)."""
+        log = run_dir / f"deb-{name}-{host}.ansible.log"
+        asyncio.run(run_playbook("playbooks/deploy.yml", INVENTORY,
+                                 ["--limit", host, "-e", f"jetraft_server_deb_dir={run_dir / 'deb'}"], log))
+        text = log.read_text()
+        recap = re.search(rf"^{re.escape(host)}\s*:.*$", text.split("PLAY RECAP")[-1], re.M)
+        assert recap, text[-3000:]
+        return text, recap.group(0) + " "
+
+    text, recap = deploy("rerun")
+    assert " changed=0 " in recap, text[-3000:]
+    # the host's Python gone from under the package's virtualenv, as after an upgrade of
+    # Debian: the role has the package's postinst make it again, and the server restarted
+    venv = f"/opt/jetraft/venvs/{jetraft.__version__}"
+    ssh(f"rm -f {venv}/bin/python {venv}/bin/python3 {venv}/bin/python3.*; "
+        f"! /opt/jetraft/bin/jetraft-server --version")
+    text, recap = deploy("python-gone")
+    assert re.search(r"The package's virtualenv is made again for the host's Python\] \**\n"
+                     rf"changed: \[{re.escape(host)}\]", text), text[-4000:]
+    assert jetraft.__version__ in ssh("/opt/jetraft/bin/jetraft-server --version")
+    assert ssh("systemctl is-active jetraft") == "active"
+    text, recap = deploy("again")
+    assert " changed=0 " in recap, text[-3000:]
 
 
 def test_scaling_seven_servers_back_to_five_while_publishing_loses_nothing(run_dir, lab, results):

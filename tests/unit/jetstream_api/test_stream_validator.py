@@ -1,5 +1,5 @@
 """The one STREAM.CREATE / STREAM.UPDATE validator (jetraft.jetstream.validate), as the single
-server (JetStreamAccount) and a cluster's meta leader (jetstream/cluster.py) call it.
+server (JetStreamAccount) and a cluster's meta leader (the jetstream/cluster package) call it.
 
 The validator alone, with the parameters of each caller; the same bad requests through a
 single server and through the cluster controller are compared in

@@ -102,7 +102,7 @@ STATE_FLUSH_S = 0.1
 EXPIRY_CHECK_S = 0.25
 #: Chunk acks and restore data of stream snapshots (net/jetstream/snapshot.py).
 _TRANSFER_PREFIX = "$JS.SNAPSHOT."
-#: API requests that get no audit (jetstream/api.py answers them without one).
+#: API requests that get no audit (the jetstream/api package answers them without one).
 _UNAUDITED = ("$JS.API.DIRECT.GET.", "$JS.API.CONSUMER.MSG.NEXT.")
 _TRANSFER_API = "$JS.API.STREAM."
 #: API operations refused on a frozen stream (they would write its store or its consumers'

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Protocol
 
+from lab import topology
 from lab.drills import DrillError, DrillResult, Drills, Server, Target, until
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -24,11 +24,13 @@ What the contracts ([tool.importlinter] in pyproject.toml) cover:
 Imports under ``if TYPE_CHECKING:`` and inside functions count. Run by hand with
 ``lint-imports`` from the project root.
 
-Also here: no attribute starting with ``_`` is read outside its own class in server/jetraft
-and in tests/ (the tests, their helpers, the fuzz targets and the bench scripts): ruff's SLF001,
-configured in pyproject.toml; ``ruff check server/jetraft tests`` by hand. A module that needs
-another's state uses a public name or method; a test asserts through public behaviour or a
-documented read-only accessor, and a test helper's names used elsewhere are public.
+Also here, in server/jetraft, tests/ (the tests, their helpers, the fuzz targets and the bench
+scripts), lab/ and tools/: no attribute starting with ``_`` is read outside its own class (ruff's
+SLF001), and no name is used that is defined nowhere (F821: in a drill that runs only on the lab,
+such a slip fails only there); configured in pyproject.toml, ``ruff check server/jetraft tests lab
+tools`` by hand. A module that needs another's state uses a public name or method; a test asserts
+through public behaviour or a documented read-only accessor, and a test helper's names used
+elsewhere are public.
 """
 
 from __future__ import annotations
@@ -60,12 +62,13 @@ def test_the_layers_hold():
     assert "Contracts: 5 kept, 0 broken." in result.stdout, result.stdout
 
 
-#: What SLF001 covers: the server, and tests/ whole (tests, helpers, fuzz targets, benches).
-RUFF_PATHS = ("server/jetraft", "tests")
+#: What the lint rules cover: the server, tests/ whole (tests, helpers, fuzz targets, benches),
+#: the lab and the build tools.
+RUFF_PATHS = ("server/jetraft", "tests", "lab", "tools")
 
 
 def ruff(cwd: Path) -> subprocess.CompletedProcess[str]:
-    """``ruff check server/jetraft tests`` with cwd's pyproject.toml."""
+    """``ruff check server/jetraft tests lab tools`` with cwd's pyproject.toml."""
     return subprocess.run(
         [sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise",
          *RUFF_PATHS],
@@ -85,33 +88,38 @@ def python_only(directory: str, names: list[str]) -> list[str]:
             or not (n.endswith(".py") or os.path.isdir(os.path.join(directory, n)))]
 
 
-# A private attribute read from outside its class, planted in a copy of the tree: in a module of
-# the server, in a test, and in a fuzz target (outside pytest's test paths).
+# Planted in a copy of the tree, each named by its rule: a private attribute read from outside
+# its class (SLF001) in a module of the server, in a test and in a fuzz target (outside pytest's
+# test paths); a name defined nowhere (F821, which otherwise fails only when the line runs) in
+# the lab's drills and in a build tool.
 PLANTS = {
     "server module": ("server/jetraft/net/monitoring/monitor.py",
-                      "\n\ndef _peek(service):\n    return service._queue\n"),
+                      "\n\ndef _peek(service):\n    return service._queue\n", "SLF001"),
     "test": ("tests/unit/test_auth.py",
-             "\n\ndef test_peek():\n    assert perms_for('{}')._replies == {}\n"),
+             "\n\ndef test_peek():\n    assert perms_for('{}')._replies == {}\n", "SLF001"),
     "fuzz target": ("tests/fuzz/catchup_frames.py",
-                    "\n\ndef _peek():\n    return server().catchup._inbox\n"),
+                    "\n\ndef _peek():\n    return server().catchup._inbox\n", "SLF001"),
+    "lab drill": ("lab/day_two.py", "\n\ndef _spares():\n    return topologie.SPARE_HOSTS\n", "F821"),
+    "build tool": ("tools/deb.py", "\n\ndef _name():\n    return debian_versoin('1')\n", "F821"),
 }
 
 
 @pytest.mark.parametrize("case", list(PLANTS))
-def test_a_private_attribute_read_from_another_module_fails_the_suite(tmp_path, case):
+def test_a_planted_lint_violation_fails_the_suite(tmp_path, case):
     shutil.copytree(ROOT / "server" / "jetraft", tmp_path / "server" / "jetraft",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(ROOT / "tests", tmp_path / "tests", ignore=python_only)
+    for tree in ("tests", "lab", "tools"):
+        shutil.copytree(ROOT / tree, tmp_path / tree, ignore=python_only)
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     assert ruff(tmp_path).returncode == 0, "the copy is clean before the plant"
-    path, code = PLANTS[case]
+    path, code, rule = PLANTS[case]
     target = tmp_path / path
     target.write_text(target.read_text() + code)
 
     result = ruff(tmp_path)
 
     assert result.returncode == 1, result.stdout + result.stderr
-    assert f"{path}:" in result.stdout and "SLF001" in result.stdout, result.stdout
+    assert f"{path}:" in result.stdout and rule in result.stdout, result.stdout
 
 
 # One import that breaks one contract, and what lint-imports says about it.

@@ -298,12 +298,14 @@ class Cluster:
             time.sleep(0.05)
 
     def wait_meta_leader(self, timeout: float = 30.0) -> str:
-        """Poll /jsz until every server names the same meta leader; return its name, or raise
-        AssertionError with what each server names after ``timeout`` seconds."""
+        """Poll /jsz until every JetStream server (all but ``plain``) names the same meta
+        leader; return its name, or raise AssertionError with what each server names after
+        ``timeout`` seconds."""
         __tracebackhide__ = True
         deadline = time.monotonic() + timeout
         while True:
-            named = {n: s.monitor("/jsz").get("meta_cluster", {}).get("leader") for n, s in self.servers.items()}
+            named = {n: s.monitor("/jsz").get("meta_cluster", {}).get("leader") for n, s in self.servers.items()
+                     if n not in self.plain}
             leaders = set(named.values())
             if len(leaders) == 1 and None not in leaders:
                 return leaders.pop()

@@ -8,11 +8,13 @@ the same test runs against jetraft-server and nats-server.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 import filelock
 import pytest
 
 import servers  # tests/servers.py (pyproject.toml's pythonpath)
+from cluster import Cluster, formed
 from tls_support import PKI, make_pki
 
 #: The last lines of a server's output shown when a test fails.
@@ -130,3 +132,30 @@ def pki(tmp_path_factory) -> PKI:
     """A test CA with server, client and route certificates (tests/tls_support.py), one
     per test module."""
     return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="session")
+def formed_cluster(request, tmp_path_factory):
+    """Factory: ``formed_cluster(kind, name, size=3, *, users=(None,), **options)`` -> a context
+    manager giving a Cluster.
+
+    Builds ``Cluster(kind, <tmp>/<name>-<kind>N, size, **options)`` (tests/cluster.py: ``options``
+    are its keyword arguments, ``jetstream=True``, ``extra=...``, ``tags=...``); entered, it is
+    as :func:`cluster.formed` leaves it: started and formed; with JetStream, its servers agree
+    on a meta leader and each answers ``$JS.API.INFO`` for each of ``users`` ((user, password),
+    None: no credentials; name an account's user where clients without credentials have none),
+    asked again to a deadline. On the way out it is stopped, each server's output printed when
+    a test failed meanwhile. A fixture of any scope uses it::
+
+        @pytest.fixture(scope="module", params=servers.KINDS)
+        def cluster(request, formed_cluster):
+            with formed_cluster(request.param, "limits", 3, jetstream=True, extra=ACCOUNTS,
+                                users=[("a", "a")]) as c:
+                yield c
+    """
+    def make(kind: str, name: str, size: int = 3, *,
+             users: Sequence[tuple[str, str] | None] = (None,), **options):
+        c = Cluster(kind, tmp_path_factory.mktemp(f"{name}-{kind}"), size, **options)
+        return formed(c, request.session, users=users)
+
+    return make

@@ -17,7 +17,7 @@ import json
 
 import pytest
 import servers
-from cluster import Cluster, formed
+from cluster import Cluster
 from compat_support import connect, run
 from nats.errors import NoRespondersError
 from polling import apoll
@@ -200,11 +200,10 @@ def test_account_byte_limits_on_one_server(start_server, tmp_path):
 
 
 @pytest.fixture(scope="module", params=servers.KINDS)
-def cluster(request, tmp_path_factory):
+def cluster(request, formed_cluster):
     """A formed three-server cluster of one kind with account A's limits."""
-    with formed(Cluster(request.param, tmp_path_factory.mktemp(f"acclimits-{request.param}"), 3,
-                        jetstream=True, extra=ACCOUNTS), request.session,
-                users=[("a", "a"), ("b", "b"), ("c", "c")]) as c:
+    with formed_cluster(request.param, "acclimits", 3, jetstream=True, extra=ACCOUNTS,
+                        users=[("a", "a"), ("b", "b"), ("c", "c")]) as c:
         yield c
 
 

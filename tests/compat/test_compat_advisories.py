@@ -15,7 +15,6 @@ import re
 
 import pytest
 import servers
-from cluster import Cluster
 from compat_support import connect, json_type, run
 from js_support import js_session
 from nats.js.api import AckPolicy, ConsumerConfig
@@ -280,16 +279,11 @@ LEADER_ELECTED = {**COMMON, "stream": "string", "leader": "string", "replicas": 
 
 
 @pytest.fixture(params=servers.KINDS)
-def three(request, tmp_path):
+def three(request, formed_cluster):
     """A formed three-server cluster of one kind with an APP account and $SYS."""
-    c = Cluster(request.param, tmp_path / "c", 3, jetstream=True, extra=CLUSTER_ACCOUNTS)
-    try:
-        c.start()
-        c.wait_formed()
-        c.wait_meta_leader()
+    with formed_cluster(request.param, "advisories", 3, jetstream=True, extra=CLUSTER_ACCOUNTS,
+                        users=[(APP_USER, APP_PASSWORD)]) as c:
         yield c
-    finally:
-        c.stop()
 
 
 async def request_ok(nc, subject: str, body: dict | None = None) -> dict:

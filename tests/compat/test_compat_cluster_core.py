@@ -35,19 +35,12 @@ PROPAGATION = 10.0
 
 
 @pytest.fixture(scope="module", params=servers.KINDS)
-def cluster(request, tmp_path_factory):
+def cluster(request, formed_cluster):
     """A running, formed 3-server cluster of one kind (n1, n2, n3) for the whole module."""
-    c = Cluster(request.param, tmp_path_factory.mktemp(f"cluster-{request.param}"), 3, extra=ACCOUNTS)
-    try:
-        c.start()
-        c.wait_formed()
+    with formed_cluster(request.param, "cluster", 3, extra=ACCOUNTS) as c:
         yield c
-    finally:
-        crashed = [n for n, s in c.servers.items() if not s.alive()]
-        c.stop()
-        if crashed:
-            print(c.outputs())
-            pytest.fail(f"{request.param} servers exited during the tests: {crashed}")
+        if crashed := [n for n, s in c.servers.items() if not s.alive()]:
+            pytest.fail(f"{request.param} servers exited during the tests: {crashed}\n{c.outputs()}")
 
 
 @pytest.fixture(autouse=True)

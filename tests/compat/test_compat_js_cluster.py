@@ -68,27 +68,14 @@ def meta_leader(c: Cluster) -> str | None:
 
 
 @pytest.fixture(scope="module", params=servers.KINDS)
-def cluster(request, tmp_path_factory):
+def cluster(request, formed_cluster):
     """A formed five-server cluster of one kind, zones 2/2/1, with an agreed meta leader."""
-    c = Cluster(request.param, tmp_path_factory.mktemp(f"jscluster-{request.param}"), 5,
-                jetstream=True, unique_tag="az:", tags=[[f"az:{z}"] for z in ZONES.values()],
-                extra=config_extra())
-    failed_before = request.session.testsfailed
-    try:
-        c.start()
-        c.wait_formed()
-        deadline = time.monotonic() + 30
-        while meta_leader(c) is None:
-            assert time.monotonic() < deadline, f"no agreed meta leader\n{c.outputs()}"
-            time.sleep(0.05)
+    with formed_cluster(request.param, "jscluster", 5, jetstream=True, unique_tag="az:",
+                        tags=[[f"az:{z}"] for z in ZONES.values()], extra=config_extra(),
+                        users=[(APP_USER, APP_PASSWORD)]) as c:
         yield c
-    finally:
-        crashed = [n for n, s in c.servers.items() if not s.alive()]
-        c.stop()
-        if crashed or request.session.testsfailed > failed_before:
-            print(c.outputs())
-        if crashed:
-            pytest.fail(f"{request.param} servers exited during the tests: {crashed}")
+        if crashed := [n for n, s in c.servers.items() if not s.alive()]:
+            pytest.fail(f"{request.param} servers exited during the tests: {crashed}\n{c.outputs()}")
 
 
 def url(c: Cluster, name: str) -> str:

@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 import servers
-from cluster import Cluster
 from compat_support import RawClient
 from polling import poll
 
@@ -253,24 +252,15 @@ def test_nak_with_a_delay_go_refuses_is_a_plain_nak(start_server, tmp_path, nak)
 
 # --- a three-server cluster ------------------------------------------------------------------
 
-def _meta_leader(c: Cluster) -> str | None:
-    leaders = {s.monitor("/jsz").get("meta_cluster", {}).get("leader") for s in c.servers.values()}
-    return next(iter(leaders)) if len(leaders) == 1 else None
-
-
 #: What a check raises while a server cannot answer yet (counted as not yet by ``poll``).
 NOT_ANSWERING = (AssertionError, TimeoutError, EOFError, KeyError, ConnectionError)
 
 
 @pytest.fixture(scope="module", params=servers.KINDS)
-def cluster(request, tmp_path_factory):
+def cluster(request, formed_cluster):
     """Three servers of one kind with an R3 stream KV (allow_direct, one message) that every
     server answers DIRECT.GET for."""
-    c = Cluster(request.param, tmp_path_factory.mktemp(f"hostile-{request.param}"), 3, jetstream=True)
-    try:
-        c.start()
-        c.wait_formed()
-        poll(lambda: _meta_leader(c), "a meta leader", 30, retry_on=NOT_ANSWERING)
+    with formed_cluster(request.param, "hostile", 3, jetstream=True) as c:
         first = c.servers["n1"].address
         created = poll(lambda: (r := api(first, "$JS.API.STREAM.CREATE.KV", {**KV_CONFIG, "num_replicas": 3}))
                        and "error" not in r and r, "KV created", 30, retry_on=NOT_ANSWERING)
@@ -284,10 +274,7 @@ def cluster(request, tmp_path_factory):
             poll(lambda srv=srv: raw_request(srv.address, "$JS.API.DIRECT.GET.KV", b'{"seq":1}', timeout=2)[2] == b"hi",
                  f"DIRECT.GET answered through {name}", 30, retry_on=NOT_ANSWERING)
         yield c
-    finally:
-        crashed = [n for n, s in c.servers.items() if not s.alive()]
-        c.stop()
-        if crashed:
+        if crashed := [n for n, s in c.servers.items() if not s.alive()]:
             pytest.fail(f"{request.param} servers exited during the tests: {crashed}\n{c.outputs()}")
 
 

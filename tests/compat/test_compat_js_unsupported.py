@@ -22,7 +22,6 @@ import time
 
 import pytest
 import servers
-from cluster import Cluster, formed
 from compat_support import connect, run
 from js_support import NS, js_session
 from nats.errors import NoRespondersError
@@ -283,10 +282,9 @@ def test_key_value_and_object_store_defaults_of_nats_py_are_accepted(js_server):
 # --------------------------------------------------------------------------- clustered path
 
 @pytest.fixture(scope="module", params=servers.KINDS)
-def cluster(request, tmp_path_factory):
+def cluster(request, formed_cluster):
     """A formed three-server JetStream cluster of one kind with an agreed meta leader."""
-    with formed(Cluster(request.param, tmp_path_factory.mktemp(f"unsupported-{request.param}"), 3,
-                        jetstream=True), request.session) as c:
+    with formed_cluster(request.param, "unsupported", 3, jetstream=True) as c:
         yield c
 
 

@@ -208,21 +208,12 @@ def test_without_jetstream_leader_only_is_refused(start_server):
 # ---------------------------------------------------------------------- a 3-server cluster
 
 @pytest.fixture(scope="module", params=servers.KINDS)
-def three(request, tmp_path_factory):
+def three(request, formed_cluster):
     """A formed three-server JetStream cluster of one kind with an agreed meta leader and
     an R3 stream S (one message, consumer C)."""
-    c = Cluster(request.param, tmp_path_factory.mktemp(f"jsz-{request.param}"), 3, jetstream=True)
-    failed_before = request.session.testsfailed
-    try:
-        c.start()
-        c.wait_formed()
-        c.wait_meta_leader()
+    with formed_cluster(request.param, "jsz", 3, jetstream=True) as c:
         make_stream(c.servers["n1"], replicas=3)
         yield c
-    finally:
-        c.stop()
-        if request.session.testsfailed > failed_before:
-            print(c.outputs())
 
 
 def stream_details(server, query: str) -> list[dict]:

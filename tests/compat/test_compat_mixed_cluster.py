@@ -51,24 +51,11 @@ def meta_leader(c: Cluster) -> str | None:
 
 
 @pytest.fixture(scope="module", params=servers.KINDS)
-def cluster(request, tmp_path_factory):
+def cluster(request, formed_cluster):
     """A formed cluster of one kind: n1..n3 with JetStream and an agreed meta leader, n4
     without JetStream."""
-    c = Cluster(request.param, tmp_path_factory.mktemp(f"mixed-{request.param}"), 4,
-                jetstream=True, plain=(PLAIN,), extra=ACCOUNTS)
-    failed_before = request.session.testsfailed
-    try:
-        c.start()
-        c.wait_formed()
-        deadline = time.monotonic() + 30
-        while meta_leader(c) is None:
-            assert time.monotonic() < deadline, f"no agreed meta leader\n{c.outputs()}"
-            time.sleep(0.05)
+    with formed_cluster(request.param, "mixed", 4, jetstream=True, plain=(PLAIN,), extra=ACCOUNTS) as c:
         yield c
-    finally:
-        c.stop()
-        if request.session.testsfailed > failed_before:
-            print(c.outputs())
 
 
 async def plain_client(c: Cluster) -> Client:

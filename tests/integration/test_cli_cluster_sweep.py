@@ -25,15 +25,9 @@ accounts {
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    c = Cluster("jetraft", tmp_path_factory.mktemp("sweep"), 3, jetstream=True, extra=ACCOUNTS)
-    c.start()
-    try:
-        c.wait_formed()
-        c.wait_meta_leader()
+def cluster(formed_cluster):
+    with formed_cluster("jetraft", "sweep", 3, jetstream=True, extra=ACCOUNTS, users=[("app", "app")]) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def admins(c: Cluster, tmp_path) -> tuple[Admin, Admin]:

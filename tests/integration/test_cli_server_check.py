@@ -14,7 +14,6 @@ import time
 import pytest
 
 import servers
-from cluster import Cluster
 from test_admin_cli import Admin
 from servers import js_config
 
@@ -246,13 +245,12 @@ META = ("server", "check", "meta", "--expect", "3", "--lag-critical", "1000", "-
 
 
 @pytest.fixture(params=servers.KINDS)
-def meta_cluster(request, tmp_path):
+def meta_cluster(request, formed_cluster, tmp_path):
     """Three servers (n1..n3) of one kind with JetStream, formed with an agreed meta leader;
     yields (cluster, leader name, Admin of the system user over every URL)."""
-    with Cluster(request.param, tmp_path / request.param, 3, jetstream=True, extra=SYS_ACCOUNTS).start() as c:
-        c.wait_formed()
-        leader = c.wait_meta_leader()
-        yield c, leader, Admin(",".join(c.urls()), tmp_path, "--user", "sys", "--password", "sys")
+    with formed_cluster(request.param, "metacheck", 3, jetstream=True, extra=SYS_ACCOUNTS,
+                        users=[("app", "app")]) as c:
+        yield c, c.wait_meta_leader(), Admin(",".join(c.urls()), tmp_path, "--user", "sys", "--password", "sys")
 
 
 def poll_check(admin: Admin, args: tuple[str, ...], code: int, timeout: float = 30) -> str:

@@ -203,15 +203,9 @@ no_auth_user: app
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    c = Cluster("jetraft", tmp_path_factory.mktemp("daily"), 3, jetstream=True, extra=ACCOUNTS)
-    c.start()
-    try:
-        c.wait_formed()
-        c.wait_meta_leader()
+def cluster(formed_cluster):
+    with formed_cluster("jetraft", "daily", 3, jetstream=True, extra=ACCOUNTS) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def cluster_admin(c: Cluster, tmp_path, *names: str) -> Admin:

@@ -51,14 +51,13 @@ def meta_leader(c: Cluster) -> str:
 
 
 @pytest.fixture
-def three(server_kind, tmp_path):
-    c = Cluster(server_kind, tmp_path / "c", 3, jetstream=True, extra=SYS_USERS)
-    c.start()
-    try:
-        c.wait_formed()
+def three(server_kind, formed_cluster):
+    # Formed with a meta leader, but without the $JS.API.INFO probe of each server: after it,
+    # nats-server 2.15.1's follower sometimes did not show a stopped server offline within 60 s
+    # (2 runs in 8 here; 18 in 18 passed without the probe; the cause is not known).
+    with formed_cluster(server_kind, "three", 3, jetstream=True, extra=SYS_USERS,
+                        users=[]) as c:
         yield c
-    finally:
-        c.stop()
 
 
 @pytest.mark.timeout(240)
@@ -113,15 +112,10 @@ def test_losing_the_meta_leader_is_unhealthy(three):
 
 
 @pytest.fixture
-def slow_catchup(tmp_path):
-    c = Cluster("jetraft", tmp_path / "slow", 3, jetstream=True,
-                jetstream_extra="stream_compact: 300\nmax_outstanding_catchup: 512")
-    c.start()
-    try:
-        c.wait_formed()
+def slow_catchup(formed_cluster):
+    with formed_cluster("jetraft", "slow", 3, jetstream=True,
+                        jetstream_extra="stream_compact: 300\nmax_outstanding_catchup: 512") as c:
         yield c
-    finally:
-        c.stop()
 
 
 def test_a_restarted_replica_is_unhealthy_until_it_caught_up(slow_catchup):

@@ -48,21 +48,21 @@ def accounts_block() -> str:
 LAME_DUCK = "lame_duck_grace_period: 1s\nlame_duck_duration: 30s"
 
 
+def cluster_options(unique_tag: str | None = "az:") -> dict:
+    """The Cluster keyword arguments of the five servers: JetStream, ZONES, the accounts."""
+    return dict(jetstream=True, unique_tag=unique_tag, tags=[[f"az:{z}"] for z in ZONES.values()],
+                extra=accounts_block() + "\n" + LAME_DUCK)
+
+
 def make_cluster(workdir: Path, unique_tag: str | None = "az:") -> Cluster:
-    return Cluster("jetraft", workdir, 5, jetstream=True, unique_tag=unique_tag,
-                   tags=[[f"az:{z}"] for z in ZONES.values()],
-                   extra=accounts_block() + "\n" + LAME_DUCK)
+    return Cluster("jetraft", workdir, 5, **cluster_options(unique_tag))
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    c = make_cluster(tmp_path_factory.mktemp("jscluster"))
-    c.start()
-    try:
-        c.wait_formed()
+def cluster(formed_cluster):
+    with formed_cluster("jetraft", "jscluster", 5, users=[(APP["user"], APP["password"])],
+                        **cluster_options()) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def run(scenario: Callable[[], Awaitable[None]], timeout: float = 120.0) -> None:

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import nats
 import pytest
-from cluster import Cluster
 from polling import poll
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.parser import text_string_to_metric_families
@@ -160,16 +159,10 @@ def test_a_server_without_jetstream_says_so(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    c = Cluster("jetraft", tmp_path_factory.mktemp("metrics") / "c", 3, jetstream=True)
-    c.start()
-    try:
-        c.wait_formed()
-        c.wait_meta_leader()
+def cluster(formed_cluster):
+    with formed_cluster("jetraft", "metrics", 3, jetstream=True) as c:
         asyncio.run(asyncio.wait_for(_orders(c.servers["n1"].url, replicas=3), 90))
         yield c
-    finally:
-        c.stop()
 
 
 def test_a_cluster_shows_one_leader_per_group_and_current_replicas(cluster):

@@ -23,7 +23,7 @@ import bcrypt
 import nats
 import pytest
 import servers
-from cluster import Cluster, formed
+from cluster import Cluster
 from js_support import asked_again
 from nats.js.errors import APIError
 
@@ -46,11 +46,10 @@ def accounts_block() -> str:
 
 
 @pytest.fixture(scope="module", params=servers.KINDS)
-def cluster(request, tmp_path_factory):
-    with formed(Cluster(request.param, tmp_path_factory.mktemp(f"peerremove-{request.param}"), 5,
-                        jetstream=True, unique_tag="az:", tags=[[f"az:{z}"] for z in ZONES.values()],
-                        extra=accounts_block()), request.session,
-                users=[(APP["user"], APP["password"])]) as c:
+def cluster(request, formed_cluster):
+    with formed_cluster(request.param, "peerremove", 5, jetstream=True, unique_tag="az:",
+                        tags=[[f"az:{z}"] for z in ZONES.values()], extra=accounts_block(),
+                        users=[(APP["user"], APP["password"])]) as c:
         yield c
 
 

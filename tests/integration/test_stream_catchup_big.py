@@ -20,15 +20,10 @@ PAYLOAD = b"x" * 128
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    c = Cluster("jetraft", tmp_path_factory.mktemp("bigcatchup"), 5, jetstream=True, unique_tag="az:",
-                tags=[[f"az:{z}"] for z in ZONES.values()])
-    c.start()
-    try:
-        c.wait_formed()
+def cluster(formed_cluster):
+    with formed_cluster("jetraft", "bigcatchup", 5, jetstream=True, unique_tag="az:",
+                        tags=[[f"az:{z}"] for z in ZONES.values()]) as c:
         yield c
-    finally:
-        c.stop()
 
 
 async def publish_windowed(js, subject: str, n: int, window: int = 512) -> int:

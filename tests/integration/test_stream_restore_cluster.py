@@ -37,15 +37,9 @@ NAMES = ("n1", "n2", "n3")
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    c = Cluster("jetraft", tmp_path_factory.mktemp("restore"), 3, jetstream=True)
-    c.start()
-    try:
-        c.wait_formed()
-        c.wait_meta_leader()
+def cluster(formed_cluster):
+    with formed_cluster("jetraft", "restore", 3, jetstream=True) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def replica_of(c: Cluster, server: str, stream: str) -> dict | None:

@@ -36,7 +36,6 @@ import nats
 import pytest
 import servers
 import trio
-from cluster import Cluster, formed
 from compat_support import connect, run
 from test_stream_backup_restore import CHUNK, snapshot
 
@@ -228,12 +227,11 @@ def test_restores_started_together_past_max_streams(start_server, tmp_path, serv
 
 
 @pytest.fixture(scope="module", params=servers.KINDS)
-def cluster(request, tmp_path_factory):
+def cluster(request, formed_cluster):
     """A formed three-server cluster of one kind; n1 has the tag ``pin`` (a stream placed
     there is restored there)."""
-    c = Cluster(request.param, tmp_path_factory.mktemp(f"restorelimits-{request.param}"), 3,
-                jetstream=True, extra=ACCOUNTS, tags=[["pin"], [], []])
-    with formed(c, request.session, users=[("src", "src"), ("lim", "lim"), ("lim3", "lim3")]):
+    with formed_cluster(request.param, "restorelimits", 3, jetstream=True, extra=ACCOUNTS,
+                        tags=[["pin"], [], []], users=[("src", "src"), ("lim", "lim"), ("lim3", "lim3")]) as c:
         yield c
 
 

@@ -18,6 +18,7 @@ import time
 import pytest
 from cluster import Cluster
 from test_js_cluster import (
+    APP,
     ZONES,
     accounts_block,
     all_current,
@@ -34,16 +35,12 @@ COMPACT = 300
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    c = Cluster("jetraft", tmp_path_factory.mktemp("snapshots"), 5, jetstream=True, unique_tag="az:",
-                tags=[[f"az:{z}"] for z in ZONES.values()], extra=accounts_block(),
-                jetstream_extra=f"stream_compact: {COMPACT}\nmax_outstanding_catchup: 512")
-    c.start()
-    try:
-        c.wait_formed()
+def cluster(formed_cluster):
+    with formed_cluster("jetraft", "snapshots", 5, jetstream=True, unique_tag="az:",
+                        tags=[[f"az:{z}"] for z in ZONES.values()], extra=accounts_block(),
+                        jetstream_extra=f"stream_compact: {COMPACT}\nmax_outstanding_catchup: 512",
+                        users=[(APP["user"], APP["password"])]) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def events_of(c: Cluster, name: str, event: str, group: str, since_start: bool = False) -> list[dict]:

@@ -32,15 +32,9 @@ def route_tls(cert: CertPair, ca) -> str:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory, pki):
-    c = Cluster("jetraft", tmp_path_factory.mktemp("tlscluster"), 3, jetstream=True,
-                cluster_extra=route_tls(pki.server, pki.ca))
-    c.start()
-    try:
-        c.wait_formed()
+def cluster(formed_cluster, pki):
+    with formed_cluster("jetraft", "tlscluster", 3, jetstream=True, cluster_extra=route_tls(pki.server, pki.ca)) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def run(scenario, timeout: float = 90.0) -> None:

@@ -1,7 +1,7 @@
 """Stream and consumer settings jetraft does not act on: refused, never stored and ignored.
 
-Each setting below is one nats-server 2.15.1 acts on (mirrors, sources, republish, subject
-transforms, per-message TTLs, counters, ...) and jetraft does not. nats-server accepts it
+Each setting below is one nats-server 2.15.1 acts on (mirrors, sources, compression,
+per-message TTLs, counters, ...) and jetraft does not. nats-server accepts it
 (asserted: the test documents the difference); jetraft answers nats-server's error for an
 invalid configuration -- 10052 (500) for a stream, 10012 (500) for a consumer -- described
 ``"<setting> is not supported by jetraft"``, and nothing is created or changed (STREAM.INFO
@@ -46,10 +46,6 @@ STREAM_CASES = [
     ("mirror", {"name": "MIRD", "mirror": {"name": "ORIGIN"}, "mirror_direct": True}),
     ("sources", {"name": "SRC", "subjects": ["src.>"], "sources": [{"name": "ORIGIN"}]}),
     ("sources", {"name": "SRCT", "sources": [{"name": "ORIGIN", "opt_start_time": "2020-01-01T00:00:00Z"}]}),
-    ("subject_transform", {"name": "ST", "subjects": ["st.>"],
-                           "subject_transform": {"src": "st.>", "dest": "tr.>"}}),
-    ("republish", {"name": "RP", "subjects": ["rp.>"], "republish": {"src": "rp.>", "dest": "out.>"}}),
-    ("first_seq", {"name": "FS", "subjects": ["fs"], "first_seq": 100}),
     ("compression s2", {"name": "CMP", "subjects": ["cmp"], "compression": "s2"}),
     ("subject_delete_marker_ttl", {"name": "SDM", "subjects": ["sdm"], "allow_msg_ttl": True,
                                    "allow_rollup_hdrs": True, "subject_delete_marker_ttl": 5 * NS}),
@@ -63,8 +59,6 @@ STREAM_CASES = [
 
 #: (setting, what an update of stream U {"subjects": ["u"]} adds).
 UPDATE_CASES = [
-    ("republish", {"republish": {"src": "u", "dest": "u.out"}}),
-    ("subject_transform", {"subject_transform": {"src": "u", "dest": "u.t"}}),
     ("sources", {"sources": [{"name": "ORIGIN"}]}),
     ("compression s2", {"compression": "s2"}),
     ("subject_delete_marker_ttl", {"allow_msg_ttl": True, "allow_rollup_hdrs": True,
@@ -319,31 +313,29 @@ def test_clustered_refusals_leave_nothing_created_or_changed(cluster):
         try:
             not_unavailable = lambda r: r.get("error", {}).get("err_code") != 10008  # noqa: E731
             # create: refused by jetraft before the meta group assigns anything
-            body = {"name": "CR", "subjects": ["cr.>"], "num_replicas": 3,
-                    "republish": {"src": "cr.>", "dest": "out.>"}}
+            body = {"name": "CR", "subjects": ["cr.>"], "num_replicas": 3, "compression": "s2"}
             reply = await _ask_until(nc, "$JS.API.STREAM.CREATE.CR", body, not_unavailable)
             info = await _ask_until(other, "$JS.API.STREAM.INFO.CR", None, not_unavailable)
             if kind == "jetraft":
-                assert reply.get("error") == stream_refusal("republish"), reply
+                assert reply.get("error") == stream_refusal("compression s2"), reply
                 assert info.get("error") == STREAM_NOT_FOUND, info
             else:
                 assert "error" not in reply, reply
-                assert info["config"]["republish"]["dest"] == "out.>"
+                assert info["config"]["compression"] == "s2"
 
             # update of an R3 stream: refused, its config unchanged on every server
             base = {"name": "CU", "subjects": ["cu"], "num_replicas": 3}
             created = await _ask_until(nc, "$JS.API.STREAM.CREATE.CU", base, not_unavailable)
             assert "error" not in created, created
-            reply = await _ask_until(nc, "$JS.API.STREAM.UPDATE.CU", {**base, "subject_transform":
-                                                                     {"src": "cu", "dest": "cu.t"}},
+            reply = await _ask_until(nc, "$JS.API.STREAM.UPDATE.CU", {**base, "allow_atomic": True},
                                      not_unavailable)
             info = await _ask_until(other, "$JS.API.STREAM.INFO.CU", None, not_unavailable)
             if kind == "jetraft":
-                assert reply.get("error") == stream_refusal("subject_transform"), reply
-                assert "subject_transform" not in info["config"]
+                assert reply.get("error") == stream_refusal("allow_atomic"), reply
+                assert not info["config"].get("allow_atomic")
             else:
                 assert "error" not in reply, reply
-                assert info["config"]["subject_transform"] == {"src": "cu", "dest": "cu.t"}
+                assert info["config"]["allow_atomic"] is True
 
             # consumer on the R3 stream: refused by jetraft before its group takes the request
             config = {"durable_name": "RO", "ack_policy": "explicit", "replay_policy": "original"}

@@ -43,11 +43,15 @@ and will go through :meth:`Stream.ack_floor_for_retention` (not called by anythi
 from __future__ import annotations
 
 import base64
+import random
 from typing import Any
 
 from jetraft import gofmt
 from jetraft.config.durations import parse_duration
-from jetraft.protocol.headers import get_header
+from jetraft.protocol.headers import append_lines, get_header
+from jetraft.protocol.message import Message
+from jetraft.protocol.subjects import is_valid_literal_subject
+from jetraft.protocol.transform import MappingError, NoMatch, SubjectTransform
 
 from . import errors as E
 from .model import LostStreamData, StreamConfig, StreamInfo, StreamState
@@ -128,6 +132,8 @@ class Stream:
 
     def __init__(self, config: StreamConfig, store: Any, *, created_ns: int = 0,
                  domain: str = "", now_ns: int | None = None, rebuild_dedupe: bool = True) -> None:
+        self._transform: SubjectTransform | None = None     # subject_transform, parsed
+        self._republish: SubjectTransform | None = None     # republish src -> dest, parsed
         self.config = config.checked()
         self.store = store
         self.created_ns = created_ns
@@ -203,6 +209,32 @@ class Stream:
             self._dedupe.pop(msg_id, None)
             self._dedupe[msg_id] = (seq, ts)
 
+    @property
+    def config(self) -> StreamConfig:
+        """The stream's checked config; setting it (an update) parses its
+        ``subject_transform`` and ``republish`` again."""
+        return self._config
+
+    @config.setter
+    def config(self, cfg: StreamConfig) -> None:
+        self._config = cfg
+        st, rp = cfg.subject_transform, cfg.republish
+        self._transform = SubjectTransform.parse(st.src, st.dest) if st is not None else None
+        self._republish = SubjectTransform.parse(rp.src or ">", rp.dest) if rp is not None else None
+
+    def stored_subject(self, subject: str, now_ns: int) -> str:
+        """The subject a message published on ``subject`` is stored under: the stream's
+        ``subject_transform`` applied where its source takes the subject, else ``subject``
+        (nats-server stream.go processJetStreamMsg). ``{{random(n)}}`` draws from a
+        generator seeded with ``now_ns``, so that every replica applying the same entry
+        stores the same subject."""
+        if self._transform is None:
+            return subject
+        try:
+            return self._transform.match(subject, random.Random(now_ns).randrange)
+        except (MappingError, NoMatch):
+            return subject
+
     # --- publish -----------------------------------------------------------------------
     def _ack(self, seq: int, duplicate: bool = False) -> dict[str, Any]:
         ack: dict[str, Any] = {"stream": self.config.name}
@@ -222,8 +254,19 @@ class Stream:
         message timestamp (ns since the epoch). Raises :class:`JSApiError` for a refused
         message (see the module docstring for the checks and their codes), in the order
         of nats-server ``server/stream.go processJetStreamMsg``. A refused message changes
-        nothing.
+        nothing. :meth:`publish_message` also gives the message to republish.
         """
+        return self.publish_message(subject, headers, data, now_ns)[0]
+
+    def publish_message(self, subject: str, headers: bytes | None, data: bytes,
+                        now_ns: int) -> tuple[dict[str, Any], Message | None]:
+        """:meth:`publish`, and the message the stream's ``republish`` sends for it (None
+        without one, for a duplicate, or when its source does not take the stored subject):
+        on the destination subject, the stored headers followed by Nats-Stream, Nats-Subject
+        (the stored subject), Nats-Sequence, Nats-Time-Stamp and Nats-Last-Sequence (the
+        subject's previous sequence, 0 for none); with ``headers_only``, Nats-Msg-Size (the
+        payload's bytes) and no payload (nats-server stream.go processJetStreamMsg)."""
+        subject = self.stored_subject(subject, now_ns)
         cfg = self.config
         if cfg.sealed:
             raise E.stream_sealed()
@@ -255,7 +298,7 @@ class Stream:
                 self.prune_dedupe(now_ns)
                 seen = self._dedupe.get(msg_id)
                 if seen is not None:
-                    return self._ack(seen[0], duplicate=True)
+                    return self._ack(seen[0], duplicate=True), None
             last_id = _hdr(headers, EXPECTED_LAST_MSG_ID)
             if last_id and last_id != self.last_msg_id:
                 raise E.wrong_last_msg_id(self.last_msg_id)
@@ -278,6 +321,7 @@ class Stream:
         if ttl != 0:        # allow_msg_ttl: jetraft cannot expire it, so it is not stored
             raise E.message_ttl_unsupported()
         self._check_discard_new(subject, headers, data)
+        destination, previous = self._republish_target(subject)
 
         seq = self.store.store(subject, headers, data, now_ns)
         self.last_seq = seq
@@ -289,7 +333,29 @@ class Stream:
         elif rollup == "all":
             self.store.purge(None, keep=1)
         self.enforce_limits(subject)
-        return self._ack(seq)
+        republished = None
+        if destination is not None:
+            lines = (f"Nats-Stream: {cfg.name}\r\nNats-Subject: {subject}\r\nNats-Sequence: {seq}\r\n"
+                     f"Nats-Time-Stamp: {gofmt.format_time(now_ns)}\r\nNats-Last-Sequence: {previous}\r\n")
+            body = data
+            if cfg.republish is not None and cfg.republish.headers_only:
+                lines += f"Nats-Msg-Size: {len(data)}\r\n"
+                body = b""
+            republished = Message(destination, None, append_lines(headers, lines), body)
+        return self._ack(seq), republished
+
+    def _republish_target(self, subject: str) -> tuple[str | None, int]:
+        """(the republish destination of a message stored on ``subject``, the subject's
+        last sequence before it), or (None, 0) when nothing is republished."""
+        if self._republish is None:
+            return None, 0
+        try:
+            destination = self._republish.match(subject)
+        except (MappingError, NoMatch):
+            return None, 0
+        if not is_valid_literal_subject(destination):
+            return None, 0
+        return destination, self.store.last_seq_for_subject(subject)
 
     def _check_discard_new(self, subject: str, headers: bytes | None, data: bytes) -> None:
         """nats-server ``memstore.go storeRawMsg`` discard-new checks (10077 on refusal)."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["HeaderError", "Headers", "NATS_HDR_LINE", "encode", "get_header", "parse"]
+__all__ = ["HeaderError", "Headers", "NATS_HDR_LINE", "append_lines", "encode", "get_header", "parse"]
 
 NATS_HDR_LINE = b"NATS/1.0"
 _CRLF = b"\r\n"
@@ -158,3 +158,14 @@ def get_header(block: bytes | None, key: str) -> str | None:
             j += 1
         end = block.find(_CRLF, j)
         return _text(block[j:] if end < 0 else block[j:end])
+
+
+def append_lines(block: bytes | None, lines: str) -> bytes:
+    """A header block with ``lines`` (``"Key: value\\r\\n"`` each) after the lines of
+    ``block`` (None or empty: a new ``NATS/1.0`` block), keeping every line of ``block``
+    as it is, as nats-server adds its headers to a stored message it sends again (a
+    republish, a DIRECT.GET reply: server/stream.go genHeader)."""
+    if block:
+        base = block[:-2] if block.endswith(b"\r\n\r\n") else block
+        return base + lines.encode() + b"\r\n"
+    return NATS_HDR_LINE + b"\r\n" + lines.encode() + b"\r\n"

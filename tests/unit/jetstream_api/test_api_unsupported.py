@@ -19,7 +19,7 @@ from jetraft.jetstream.store import GroupCommit
 
 T0 = 1_800_000_000_000_000_000
 REPLY = "_INBOX.r"
-REPUBLISH = {"name": "RP", "subjects": ["rp.>"], "republish": {"src": "rp.>", "dest": "out.>"}}
+COMPRESSED = {"name": "RP", "subjects": ["rp.>"], "compression": "s2"}
 
 
 class Events:
@@ -51,8 +51,8 @@ def refusal(setting: str, err_code: int = 10052) -> dict:
 
 def test_stream_create_refused_before_anything_is_stored(tmp_path):
     acc = new_account(str(tmp_path))
-    reply = answer(acc, "$JS.API.STREAM.CREATE.RP", REPUBLISH)
-    assert reply["error"] == refusal("republish")
+    reply = answer(acc, "$JS.API.STREAM.CREATE.RP", COMPRESSED)
+    assert reply["error"] == refusal("compression s2")
     assert acc.streams == {}
     assert not os.path.exists(tmp_path / "jetstream" / "$G" / "streams" / "RP")
     assert acc.events.named("jetstream_stream_created") == []
@@ -95,7 +95,7 @@ def _older_jetraft_stream(tmp_path, config: dict, msgs: bytes = b"old records") 
 
 
 def test_recovery_does_not_load_a_stored_stream_with_an_unsupported_setting(tmp_path):
-    sdir = _older_jetraft_stream(tmp_path, REPUBLISH)
+    sdir = _older_jetraft_stream(tmp_path, COMPRESSED)
     before = {name: open(os.path.join(sdir, name), "rb").read() for name in ("meta.json", "msgs/1.blk")}
     acc = new_account(str(tmp_path))
     acc.recover(T0)
@@ -103,7 +103,7 @@ def test_recovery_does_not_load_a_stored_stream_with_an_unsupported_setting(tmp_
     assert acc.stream_for("rp.x") is None          # its subjects take nothing
     (problem,) = acc.events.named("jetstream_recovery_problem")
     assert problem["stream"] == "RP"
-    assert problem["detail"] == "stream not loaded: republish is not supported by jetraft; its files are kept"
+    assert problem["detail"] == "stream not loaded: compression s2 is not supported by jetraft; its files are kept"
     assert {name: open(os.path.join(sdir, name), "rb").read() for name in before} == before
     # A new stream of that name would adopt the old files: refused, the files kept.
     reply = answer(acc, "$JS.API.STREAM.CREATE.RP", {"name": "RP", "subjects": ["rp.>"]})
@@ -134,11 +134,11 @@ def test_recovery_does_not_load_a_stored_consumer_with_an_unsupported_setting(tm
 
 def test_a_replica_with_an_unsupported_setting_is_refused_before_old_files_go(tmp_path):
     """An assignment from an older jetraft's meta log: refused, nothing removed."""
-    sdir = _older_jetraft_stream(tmp_path, REPUBLISH)
+    sdir = _older_jetraft_stream(tmp_path, COMPRESSED)
     acc = new_account(str(tmp_path))
     with pytest.raises(Exception) as info:
-        acc.create_replica({**REPUBLISH, "storage": "file"}, T0)
-    assert info.value.to_json() == refusal("republish")
+        acc.create_replica({**COMPRESSED, "storage": "file"}, T0)
+    assert info.value.to_json() == refusal("compression s2")
     assert os.path.exists(os.path.join(sdir, "msgs", "1.blk"))
     assert "RP" not in acc.streams
 

@@ -868,15 +868,14 @@ def test_a_request_whose_routing_fails_is_answered_500_and_the_next_one_works(mo
 
 def test_settings_jetraft_does_not_act_on_are_refused_before_any_proposal():
     w = with_stream()
-    republish = {"name": "RP", "subjects": ["rp.>"], "storage": "memory",
-                 "republish": {"src": "rp.>", "dest": "out.>"}}
-    w.request("$JS.API.STREAM.CREATE.RP", republish)
+    compressed = {"name": "RP", "subjects": ["rp.>"], "storage": "memory", "compression": "s2"}
+    w.request("$JS.API.STREAM.CREATE.RP", compressed)
     w.request("$JS.API.STREAM.UPDATE.S", {**STREAM, "allow_atomic": True})
     w.request("$JS.API.CONSUMER.CREATE.S.d", {"stream_name": "S", "config": {
         "durable_name": "d", "ack_policy": "explicit", "replay_policy": "original"}})
     assert [b["error"] for _s, b in w.take_replies()] == [
         {"code": 500, "err_code": code, "description": f"{setting} is not supported by jetraft"}
-        for setting, code in (("republish", 10052), ("allow_atomic", 10052), ("replay_policy original", 10012))]
+        for setting, code in (("compression s2", 10052), ("allow_atomic", 10052), ("replay_policy original", 10012))]
     assert untouched(w)
 
 

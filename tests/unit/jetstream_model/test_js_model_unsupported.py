@@ -26,9 +26,6 @@ def stream(**fields) -> StreamConfig:
 @pytest.mark.parametrize(("setting", "fields"), [
     ("mirror", {"mirror": {"name": "O"}}),
     ("sources", {"subjects": ["s"], "sources": [{"name": "O"}]}),
-    ("subject_transform", {"subjects": ["a.>"], "subject_transform": {"src": "a.>", "dest": "b.>"}}),
-    ("republish", {"subjects": ["a.>"], "republish": {"src": "a.>", "dest": "b.>"}}),
-    ("first_seq", {"first_seq": 10}),
     ("compression s2", {"compression": "s2"}),
     ("mirror_direct", {"mirror_direct": True}),
     ("subject_delete_marker_ttl", {"subject_delete_marker_ttl": 2 * S}),

@@ -93,8 +93,10 @@ class JetStreamAccount(ApiDispatch, StreamRequests, ConsumerRequests, StreamRepl
                 data: bytes, now_ns: int) -> list[Reply]:
         """Store a message published on one of ``entry``'s subjects.
 
-        Returns the PubAck (to ``reply``, when there is one; ``needs_sync`` for a file
-        stream: send it only once the write is durable) followed by consumer deliveries.
+        Returns the message the stream's ``republish`` sends, the PubAck (to ``reply``, when
+        there is one; both ``needs_sync`` for a file stream: sent only once the write is
+        durable), then consumer deliveries. In a cluster every replica applies the publish
+        and only the leader sends what it returns, so a message is republished once.
         A refused message gets ``{"error": {...}, "stream": name, "seq": 0}`` and changes
         nothing (nats-server stream.go processJetStreamMsg).
         """
@@ -106,13 +108,15 @@ class JetStreamAccount(ApiDispatch, StreamRequests, ConsumerRequests, StreamRepl
                 refusal = self.publish_limit_refusal(entry, subject, headers, data)
                 if refusal is not None:
                     raise refusal
-            ack = stream.publish(subject, headers, data, now_ns)
+            ack, republished = stream.publish_message(subject, headers, data, now_ns)
         except JSApiError as err:
             if not reply:
                 return []
             body = {"error": err.to_json(), "stream": stream.config.name, "seq": 0}
             return [Reply(Outbound(reply, None, None, json_bytes(body)))]
         out: list[Reply] = []
+        if republished is not None:     # before the PubAck, as nats-server; durable first too
+            out.append(Reply(republished, needs_sync=entry.directory is not None))
         if reply:
             out.append(Reply(Outbound(reply, None, None, pub_ack_bytes(ack)),
                              needs_sync=entry.directory is not None))

@@ -120,8 +120,14 @@ class AccountCore:
         return [entry.stream.config for entry in self.streams.values()]
 
     def _create_stream(self, cfg: StreamConfig, now_ns: int, store: FileStore | None = None) -> StreamEntry:
+        """A new stream of ``cfg`` (or one over the opened ``store``), its first sequence
+        ``first_seq`` when set on a new store (nats-server: each replica's store purges to it
+        when it is made, filestore.go/memstore.go)."""
         if cfg.storage == "memory":
-            entry = StreamEntry(Stream(cfg, MemoryStore(), created_ns=now_ns, domain=self.domain))
+            memory = MemoryStore()
+            if cfg.first_seq > 0:
+                memory.compact_to(cfg.first_seq)
+            entry = StreamEntry(Stream(cfg, memory, created_ns=now_ns, domain=self.domain))
         else:
             sdir = layout.stream_dir(self.base, cfg.name)
             fileio.make_dirs(sdir)
@@ -129,6 +135,8 @@ class AccountCore:
             opened = store is not None
             if store is None:
                 store = FileStore(layout.msgs_dir(sdir), sync=self.sync, sync_always=self.sync_always)
+                if cfg.first_seq > 0:
+                    store.compact_to(cfg.first_seq)
             entry = StreamEntry(Stream(cfg, store, created_ns=now_ns, domain=self.domain,
                                        rebuild_dedupe=not opened), directory=sdir)
         self._add_stream(entry)

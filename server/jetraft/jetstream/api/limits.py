@@ -110,7 +110,8 @@ class LimitChecks(AccountCore):
             return None
         mem, file = self.usage()
         used = (mem + others[0]) if memory else (file + others[1])
-        size = entry.stream.store.msg_size(subject, headers, data) * max(1, cfg.num_replicas)
+        stored = entry.stream.stored_subject(subject, 0)     # its length only: the draw of a random() does not matter
+        size = entry.stream.store.msg_size(stored, headers, data) * max(1, cfg.num_replicas)
         return E.account_resources_exceeded() if used + size > cap else None
 
     def check_consumer_count_limit(self, entry: StreamEntry, name: str) -> None:

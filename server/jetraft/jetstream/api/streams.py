@@ -29,6 +29,7 @@ from jetraft.jetstream.requests import (
 from jetraft.jetstream.store import CorruptMessage, MessageNotFound
 from jetraft.jetstream.validate import check_stream_create, check_stream_update
 from jetraft.protocol.client import status_headers
+from jetraft.protocol.headers import append_lines
 
 
 class StreamRequests(AccountCore):
@@ -206,11 +207,5 @@ class StreamRequests(AccountCore):
             return status(404, "Message Not Found")
         extra = (f"Nats-Stream: {entry.name}\r\nNats-Subject: {sm.subject}\r\n"
                  f"Nats-Sequence: {sm.seq}\r\nNats-Time-Stamp: {gofmt.format_time(sm.ts)}\r\n")
-        if req.no_hdrs:
-            headers = None
-        elif sm.headers:
-            base = sm.headers[:-2] if sm.headers.endswith(b"\r\n\r\n") else sm.headers
-            headers = base + extra.encode() + b"\r\n"
-        else:
-            headers = b"NATS/1.0\r\n" + extra.encode() + b"\r\n"
+        headers = None if req.no_hdrs else append_lines(sm.headers, extra)
         return [Reply(Outbound(reply, None, headers, sm.data))]

@@ -11,6 +11,8 @@ from typing import Any, ClassVar
 from jetraft import gofmt
 from jetraft.jetstream import errors as E
 from jetraft.protocol.subjects import is_valid_subject, subject_matches
+from jetraft.protocol.transform import MappingError, validate_mapping
+from jetraft.protocol.transform import SubjectTransform as Transform
 from jetraft.protocol.subjects import (
     OverlapWorkExceeded,
     filters_overlap,
@@ -384,22 +386,35 @@ class StreamConfig(_Model):
                 raise bad(SUBJECTS_TOO_COMPLEX)
         if not cfg.subjects and not cfg.sources and cfg.mirror is None:
             raise bad("stream needs at least one configured subject or be a source/mirror")
-        if cfg.subject_transform is not None:
-            src = cfg.subject_transform.src
-            if src and not is_valid_subject(src):
-                raise E.api_error("JSStreamTransformInvalidSource", err=f"invalid subject {src}")
+        st = cfg.subject_transform
+        if st is not None:
+            if st.src and not is_valid_subject(st.src):
+                raise E.api_error("JSStreamTransformInvalidSource", err=f"invalid subject {st.src}")
+            try:
+                validate_mapping(st.src, st.dest)
+            except MappingError as exc:
+                raise E.api_error("JSStreamTransformInvalidDestination", err=str(exc)) from None
         if cfg.republish is not None:
             rp = cfg.republish = cfg.republish.copy()
             if not rp.src:
                 if pedantic:
                     raise E.api_error("JSPedanticErrF", err="republish source can not be empty")
                 rp.src = ">"
+            # ">" to ">" with a transform of the stream's one subject: republish what the
+            # transform stores (stream.go checkStreamCfg)
+            if (rp.dest == ">" and rp.src == ">" and st is not None and len(cfg.subjects) == 1
+                    and st.src == cfg.subjects[0]):
+                if pedantic:
+                    raise E.api_error("JSPedanticErrF",
+                                      err="implicit republish based on subject transform")
+                rp.src = rp.dest = st.dest
             if filters_overlap(cfg.subjects, [rp.dest]):     # the subjects' index is kept
                 raise bad("stream configuration for republish destination forms a cycle")
-            if not is_valid_subject(rp.src) or not is_valid_subject(rp.dest):
-                raise bad(
-                    f"stream configuration for republish with transform from '{rp.src}' to '{rp.dest}' not valid"
-                )
+            try:
+                Transform.parse(rp.src, rp.dest)
+            except MappingError:
+                raise bad(f"stream configuration for republish with transform from '{rp.src}' "
+                          f"to '{rp.dest}' not valid") from None
         if cfg.placement is not None and cfg.placement.is_empty():
             cfg.placement = None
         if cfg.placement is not None and cfg.placement.preferred:
@@ -413,8 +428,7 @@ class StreamConfig(_Model):
         jetraft enforces.
 
         Refused (each when set to anything but its default): ``mirror``, ``sources``,
-        ``subject_transform``, ``republish``, ``first_seq``, ``compression`` other than
-        none, ``mirror_direct``, ``subject_delete_marker_ttl``, ``allow_msg_counter``,
+        ``compression`` other than none, ``mirror_direct``, ``subject_delete_marker_ttl``, ``allow_msg_counter``,
         ``allow_atomic``, ``allow_msg_schedules``, ``persist_mode`` async, ``allow_batched``.
         ``allow_msg_ttl`` is accepted (nats-py sets it on every key-value bucket): a
         ``Nats-TTL`` header is then refused at publish (stream.py), never stored and kept.
@@ -424,12 +438,6 @@ class StreamConfig(_Model):
             return "mirror"
         if self.sources:
             return "sources"
-        if self.subject_transform is not None:
-            return "subject_transform"
-        if self.republish is not None:
-            return "republish"
-        if self.first_seq > 0:
-            return "first_seq"
         if self.compression not in ("", "none"):
             return f"compression {self.compression}"
         if self.mirror_direct:
@@ -480,7 +488,8 @@ class StreamConfig(_Model):
         nats-server ``configUpdateCheck`` (server/stream.go): returns the normalized new
         config; raises 10052 for a changed name, storage type, retention to/from
         workqueue, unsealing, cancelling deny_delete/deny_purge, disabling TTLs or
-        schedules, changing counters or persist mode; 10055 for a changed mirror; 10074
+        schedules, changing counters or persist mode, and (jetraft) a changed
+        ``first_seq``; 10055 for a changed mirror; 10074
         for replicas > 1 on a single server (``clustered=False``).
         """
         cfg = new.checked(pedantic=new.pedantic)
@@ -491,6 +500,10 @@ class StreamConfig(_Model):
             raise E.stream_replicas_not_supported()
         if cfg.storage != old.storage:
             raise bad("stream configuration update can not change storage type")
+        # nats-server takes a new first_seq and acts on it only when its file store next
+        # starts (purging every message below it); jetraft refuses the change instead
+        if cfg.first_seq != old.first_seq:
+            raise bad("stream configuration update can not change first sequence")
         if cfg.retention != old.retention and "workqueue" in (cfg.retention, old.retention):
             raise bad("stream configuration update can not change retention policy to/from workqueue")
         if not cfg.sealed and old.sealed:

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from jetraft import gofmt
 from jetraft.protocol.headers import Headers, HeaderError, get_header
 from jetraft.protocol.headers import encode as encode_headers
 from jetraft.protocol.headers import parse as parse_headers
@@ -199,14 +200,26 @@ def consumer_create_request(req: dict[str, Any]) -> ConsumerConfig:
 
 @dataclass(frozen=True, slots=True)
 class DirectGet:
-    """A DIRECT.GET request that can be served: the message at ``seq``, the last on
-    ``last_for``, or the first on ``next_for`` at or after ``seq``; ``no_hdrs``: without
-    the message's own headers."""
+    """A DIRECT.GET request that can be served (nats-server JSApiMsgGetRequest).
+
+    One message: the one at ``seq``, the last on ``last_for``, or the first on ``next_for``
+    at or after ``seq``. A batch (``batch`` > 0): up to ``batch`` messages from ``seq`` (or
+    the first at or after ``start_time``, ns), on ``next_for`` when given. A multi-last get
+    (``multi_last``): the last message of each subject matching one of its filters, at or
+    below ``up_to_seq`` or before ``up_to_time`` (ns), from ``seq`` on. ``max_bytes``: stop
+    once this many bytes were sent (0: the server's default); ``no_hdrs``: without the
+    message's own headers (ignored by a multi-last get, as nats-server)."""
 
     seq: int
     last_for: str
     next_for: str
     no_hdrs: bool
+    batch: int = 0
+    max_bytes: int = 0
+    start_time: int | None = None
+    multi_last: tuple[str, ...] = ()
+    up_to_seq: int = 0
+    up_to_time: int | None = None
 
 
 class DirectGetRefused(Exception):
@@ -217,14 +230,25 @@ class DirectGetRefused(Exception):
         self.text = text
 
 
+def _time_field(req: dict[str, Any], key: str) -> int | None:
+    """A ``time.Time`` pointer field: None when absent or null, else its ns since the epoch
+    (0 for Go's zero time, which is still a time that was given)."""
+    value = req.get(key)
+    if value is None:
+        return None
+    try:
+        return gofmt.parse_time(value) or 0
+    except (TypeError, ValueError):
+        raise DirectGetRefused("Malformed Request") from None
+
+
 def direct_get_request(by_subject: str | None, payload: bytes) -> DirectGet:
     """``$JS.API.DIRECT.GET.<stream>[.<by_subject>]``'s body read as nats-server reads it
     (stream.go processDirectGetRequest, processDirectGetLastBySubjectRequest): with Go's
     ``json.Unmarshal`` (unknown keys ignored). Raises DirectGetRefused ``Empty Request``
     (nothing asked), ``Malformed Request`` (anything Go's decoder refuses: bad JSON,
     nesting past the limit, a number outside its field's Go type) or ``Bad Request``
-    (fields that do not go together, fields with a subject in the subject, and batched
-    gets, which are not served yet)."""
+    (fields that do not go together, or fields with a subject in the subject)."""
     if not payload and by_subject is None:
         raise DirectGetRefused("Empty Request")
     req: dict[str, Any] = {}
@@ -240,21 +264,23 @@ def direct_get_request(by_subject: str | None, payload: bytes) -> DirectGet:
     last_for = req.get("last_by_subj") or ""
     next_for = req.get("next_by_subj") or ""
     batch = int(req.get("batch") or 0)
+    multi = tuple(req.get("multi_last") or ())
+    up_to_seq = int(req.get("up_to_seq") or 0)
+    start, up_to_time = _time_field(req, "start_time"), _time_field(req, "up_to_time")
     if by_subject is not None:
-        if last_for or next_for or req.get("multi_last") or seq or batch \
-                or req.get("start_time") is not None or req.get("up_to_seq") \
-                or req.get("up_to_time") is not None:
+        if last_for or next_for or multi or seq or batch or start is not None or up_to_seq \
+                or up_to_time is not None:
             raise DirectGetRefused("Bad Request")
         last_for = by_subject
     else:
-        if seq == 0 and not last_for and not next_for and not req.get("multi_last") \
-                and req.get("start_time") is None:
+        if seq == 0 and not last_for and not next_for and not multi and start is None:
             raise DirectGetRefused("Empty Request")
-        if (seq > 0 and last_for) or (last_for and next_for) or (last_for and batch > 0):
+        if ((seq > 0 and last_for) or (seq > 0 and start is not None) or (start is not None and last_for)
+                or (last_for and next_for) or (last_for and batch > 0) or (last_for and multi)
+                or (next_for and multi) or (up_to_seq > 0 and up_to_time is not None)):
             raise DirectGetRefused("Bad Request")
-        if batch > 1 or req.get("multi_last") or req.get("start_time") is not None:
-            raise DirectGetRefused("Bad Request")   # batched direct gets are not served yet
-    return DirectGet(seq, last_for, next_for, bool(req.get("no_hdrs")))
+    return DirectGet(seq, last_for, next_for, bool(req.get("no_hdrs")), batch,
+                     int(req.get("max_bytes") or 0), start, multi, up_to_seq, up_to_time)
 
 
 def check_fields(req: dict[str, Any], allowed: tuple[str, ...]) -> None:

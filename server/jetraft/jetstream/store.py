@@ -65,6 +65,7 @@ from .store_base import (
     MAX_SUBJECT_DETAILS,
     CorruptMessage,
     MemoryStore,
+    TooManyResults,
     MessageNotFound,
     StoredMessage,
     StreamState,
@@ -75,7 +76,7 @@ from .store_recovery import _Block, _Recovery
 
 __all__ = ["MAX_DELETED_DETAILS", "MAX_SUBJECT_DETAILS", "CorruptMessage", "FileStore",
            "MemoryStore", "MessageNotFound", "StoredMessage", "StreamState", "StorageError",
-           "msg_size"]
+           "TooManyResults", "msg_size"]
 
 DEFAULT_BLOCK_BYTES = 8 << 20
 

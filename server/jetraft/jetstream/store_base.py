@@ -22,12 +22,16 @@ from jetraft.storage.group_commit import StorageError
 
 from .store_index import Segment, SeqIndex
 
-__all__ = ["MAX_DELETED_DETAILS", "MAX_SUBJECT_DETAILS", "CorruptMessage", "MemoryStore",
+__all__ = ["MAX_DELETED_DETAILS", "MAX_SUBJECT_DETAILS", "CorruptMessage", "MemoryStore", "TooManyResults",
            "MessageNotFound", "StoredMessage", "StreamState", "msg_size"]
 
 
 class MessageNotFound(KeyError):
     """No message with that sequence: never stored, removed, purged or compacted away."""
+
+
+class TooManyResults(Exception):
+    """A multi-last get matched more subjects than it may answer."""
 
 
 class CorruptMessage(Exception):
@@ -307,6 +311,43 @@ class _IndexedStore:
             seqs = by_subject[name]
             n += bisect.bisect_left(seqs, last + 1) - bisect.bisect_left(seqs, start)
         return n
+
+    def seq_from_time(self, ts: int) -> int:
+        """The sequence of the first stored message at or after ``ts`` (ns since the epoch),
+        last_seq + 1 when there is none (nats-server ``GetSeqFromTime``). A binary search
+        over the sequences (messages' times grow with them): about log2(messages) loads."""
+        self._check_open()
+        lo, hi = self._first, self._last + 1         # the answer is in [lo, hi]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            found = self.load_next(">", mid)
+            if found is None:
+                hi = mid
+            elif found.ts >= ts:
+                hi = min(mid, found.seq)
+            else:
+                lo = found.seq + 1
+        nxt = self.load_next(">", lo) if lo <= self._last else None
+        return nxt.seq if nxt is not None else self._last + 1
+
+    def multi_last_seqs(self, filters: tuple[str, ...] | list[str], max_seq: int, limit: int) -> list[int]:
+        """The sequence of the last message at or below ``max_seq`` of each subject matching
+        one of ``filters``, ascending (nats-server ``MultiLastMsgs``). Raises
+        :class:`TooManyResults` past ``limit`` subjects."""
+        self._check_open()
+        names: set[str] = set()
+        for f in filters:
+            names.update(self._matching_subjects(f))
+        by_subject = self._index.by_subject
+        seqs: list[int] = []
+        for name in names:
+            found = by_subject[name]
+            i = bisect.bisect_right(found, max_seq)
+            if i:
+                seqs.append(found[i - 1])
+                if len(seqs) > limit:
+                    raise TooManyResults(limit)
+        return sorted(seqs)
 
     def _matching_subjects(self, filt: str) -> list[str]:
         by_subject = self._index.by_subject

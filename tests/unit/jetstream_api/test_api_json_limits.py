@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from jetraft.jetstream import gojson
 from jetraft.jetstream.api import JetStreamAccount
+from jetraft.jetstream.api.streams import DIRECT_GET_MAX_MSGS
 from jetraft.jetstream.requests import decode_request, int_field
 from jetraft.jetstream.consumer_pull import _BadRequest, _parse_next_request
 from jetraft.jetstream.errors import JSApiError
@@ -337,6 +338,23 @@ def test_direct_get_takes_no_hdr_and_ignores_unknown_keys(account):
     assert b"Nats-Sequence: 1\r\n" in reply.out.headers and reply.out.data == b"hi"
     (reply,) = account.handle_api("$JS.API.DIRECT.GET.KV", "_INBOX.r", None, b'{"seq":1,"no_hdr":true}', T0)
     assert (reply.out.headers, reply.out.data) == (None, b"hi")
+
+
+def test_one_direct_get_batch_sends_at_most_its_bound_and_says_what_is_left(account):
+    """A batch of a million over 5,000 stored messages: DIRECT_GET_MAX_MSGS messages then an
+    EOB whose Nats-Num-Pending is what is left; asked again from there, the rest."""
+    for i in range(5_000):
+        account.publish(account.streams["KV"], "kv.n", None, None, b"x", T0 + i)
+    out = account.handle_api("$JS.API.DIRECT.GET.KV", "_INBOX.r", None, b'{"seq":2,"batch":1000000}', T0)
+    assert len(out) == DIRECT_GET_MAX_MSGS + 1
+    eob = out[-1].out.headers.decode()
+    assert eob.startswith("NATS/1.0 204 EOB\r\n")
+    left = 5_001 - 1 - DIRECT_GET_MAX_MSGS            # "hi" at 1, then 5,000; asked from 2
+    assert f"Nats-Num-Pending: {left}\r\n" in eob
+    assert f"Nats-Last-Sequence: {1 + DIRECT_GET_MAX_MSGS}\r\n" in eob
+    rest = account.handle_api("$JS.API.DIRECT.GET.KV", "_INBOX.r", None,
+                              f'{{"seq":{2 + DIRECT_GET_MAX_MSGS},"batch":1000000}}'.encode(), T0)
+    assert len(rest) == left + 1 and "Nats-Num-Pending: 0\r\n" in rest[-1].out.headers.decode()
 
 
 API_SUBJECTS = ["$JS.API.STREAM.CREATE.X", "$JS.API.STREAM.UPDATE.KV", "$JS.API.STREAM.INFO.KV",

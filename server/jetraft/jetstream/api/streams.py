@@ -26,7 +26,7 @@ from jetraft.jetstream.requests import (
     msg_get_request,
     str_field,
 )
-from jetraft.jetstream.store import CorruptMessage, MessageNotFound
+from jetraft.jetstream.store import CorruptMessage, MessageNotFound, TooManyResults
 from jetraft.jetstream.validate import check_stream_create, check_stream_update
 from jetraft.protocol.client import status_headers
 from jetraft.protocol.headers import append_lines
@@ -173,39 +173,139 @@ class StreamRequests(AccountCore):
 
     def _direct_get(self, tokens: list[str], reply: str | None, payload: bytes) -> list[Reply] | None:
         """``$JS.API.DIRECT.GET.<stream>[.<subject>]`` (nats-server stream.go
-        processDirectGetRequest, processDirectGetLastBySubjectRequest): the message itself
-        with Nats-Stream, Nats-Subject, Nats-Sequence and Nats-Time-Stamp headers, or a
-        404/408 status. The body is read as Go's ``json.Unmarshal`` reads it (unknown keys
-        ignored): anything it refuses (bad JSON, nesting past the limit, a number outside
-        its field's Go type) is ``408 Malformed Request``. Streams without ``allow_direct``
-        do not answer (no responders)."""
+        processDirectGetRequest, processDirectGetLastBySubjectRequest, getDirectRequest,
+        getDirectMulti): the message itself with Nats-Stream, Nats-Subject, Nats-Sequence and
+        Nats-Time-Stamp headers, or a 404/408 status. A batch or multi-last get answers
+        each message with Nats-Num-Pending and Nats-Last-Sequence too, then ``204 EOB``
+        (with Nats-Num-Pending, Nats-Last-Sequence and, for multi-last, Nats-UpTo-Sequence).
+        The body is read as Go's ``json.Unmarshal`` reads it (unknown keys ignored): anything
+        it refuses is ``408 Malformed Request``. Streams without ``allow_direct`` do not
+        answer (no responders). One request sends at most DIRECT_GET_MAX_BYTES and
+        DIRECT_GET_MAX_MSGS of messages (at least one); its EOB's Nats-Num-Pending says what
+        is left, and the client asks again from there."""
         entry = self.streams.get(tokens[4])
         if entry is None or not entry.stream.config.allow_direct:
             return None
         if not reply:
             return []
-
-        def status(code: int, text: str) -> list[Reply]:
-            return [Reply(Outbound(reply, None, status_headers(code, text), b""))]
-
         try:
             req = direct_get_request(".".join(tokens[5:]) if len(tokens) > 5 else None, payload)
         except DirectGetRefused as refused:
-            return status(408, refused.text)
-        store = entry.stream.store
-        seq, last_for, next_for = req.seq, req.last_for, req.next_for
+            return [_status(reply, 408, refused.text)]
+        budget = DIRECT_GET_MAX_BYTES if req.max_bytes == 0 else min(req.max_bytes, DIRECT_GET_MAX_BYTES)
+        if req.multi_last:
+            return _direct_multi(entry, req, reply, budget)
+        return _direct_batch(entry, req, reply, budget)
+
+
+#: The most message bytes one DIRECT.GET request sends (subject, headers and payload of
+#: each, as nats-server counts them against ``max_bytes``): a client asks again from its
+#: EOB for the rest (nats-server's default is the server's max_pending, 64 MiB).
+DIRECT_GET_MAX_BYTES = 8 << 20
+#: The most messages one DIRECT.GET request sends, so that one request's work on the event
+#: loop is bounded whatever its ``batch`` (nats-server has no such bound).
+DIRECT_GET_MAX_MSGS = 4096
+#: The most subjects a multi-last get answers (nats-server stream.go getDirectMulti).
+MULTI_LAST_MAX = 1024
+
+
+def _status(reply: str, code: int, text: str, extra: str = "") -> Reply:
+    headers = status_headers(code, text) if not extra else (
+        f"NATS/1.0 {code} {text}\r\n{extra}\r\n".encode())
+    return Reply(Outbound(reply, None, headers, b""))
+
+
+def _sent(entry, reply: str, sm, lines: str, no_hdrs: bool) -> Reply:
+    """One message of a DIRECT.GET answer: the stored headers (unless ``no_hdrs``) followed
+    by the stream's lines for it and ``lines``."""
+    extra = (f"Nats-Stream: {entry.name}\r\nNats-Subject: {sm.subject}\r\n"
+             f"Nats-Sequence: {sm.seq}\r\nNats-Time-Stamp: {gofmt.format_time(sm.ts)}\r\n{lines}")
+    headers = None if no_hdrs else append_lines(sm.headers, extra)
+    return Reply(Outbound(reply, None, headers, sm.data))
+
+
+def _size(sm) -> int:
+    return len(sm.subject) + len(sm.headers or b"") + len(sm.data)
+
+
+def _direct_batch(entry, req, reply: str, budget: int) -> list[Reply]:
+    """One message, or a batch of them (nats-server getDirectRequest)."""
+    store = entry.stream.store
+    seq = store.seq_from_time(req.start_time) if req.start_time is not None else req.seq
+    is_batch = req.batch > 0
+    pending = valid_through = 0
+    if is_batch:
+        valid_through = store.state().last_seq
+        pending = store.num_pending((req.next_for,) if req.next_for else (), max(seq, 1), valid_through)
+    out: list[Reply] = []
+    last = sent_bytes = 0
+    for i in range(min(max(req.batch, 1), DIRECT_GET_MAX_MSGS)):
         try:
-            if next_for:
-                sm = store.load_next(next_for, seq)
-            elif seq > 0:
-                sm = store.load(seq)
+            if seq > 0 and not req.next_for:
+                sm = store.load(seq) if i == 0 and not is_batch else store.load_next(">", seq)
+            elif req.next_for:
+                sm = store.load_next(req.next_for, seq)
             else:
-                sm = store.load_last(last_for)
+                sm = store.load_last(req.last_for)
         except (MessageNotFound, CorruptMessage):
             sm = None
         if sm is None:
-            return status(404, "Message Not Found")
-        extra = (f"Nats-Stream: {entry.name}\r\nNats-Subject: {sm.subject}\r\n"
-                 f"Nats-Sequence: {sm.seq}\r\nNats-Time-Stamp: {gofmt.format_time(sm.ts)}\r\n")
-        headers = None if req.no_hdrs else append_lines(sm.headers, extra)
-        return [Reply(Outbound(reply, None, headers, sm.data))]
+            if req.batch > 1 and i > 0:
+                break
+            return [_status(reply, 404, "Message Not Found")]
+        if seq > 0 or req.next_for:
+            seq = sm.seq + 1
+        lines = ""
+        if is_batch:
+            pending = max(pending - 1, 0)
+            lines = f"Nats-Num-Pending: {pending}\r\nNats-Last-Sequence: {last}\r\n"
+        out.append(_sent(entry, reply, sm, lines, req.no_hdrs))
+        last = sm.seq
+        sent_bytes += _size(sm)
+        if sent_bytes >= budget:
+            break
+    if is_batch:
+        end = store.state().last_seq
+        if end > valid_through:
+            pending = store.num_pending((req.next_for,) if req.next_for else (), max(seq, 1), end)
+        out.append(_status(reply, 204, "EOB", f"Nats-Num-Pending: {pending}\r\nNats-Last-Sequence: {last}\r\n"))
+    return out
+
+
+def _direct_multi(entry, req, reply: str, budget: int) -> list[Reply]:
+    """The last message of each subject of ``req.multi_last`` (nats-server getDirectMulti)."""
+    store = entry.stream.store
+    st = store.state()
+    up_to = req.up_to_seq
+    if req.up_to_time is not None:
+        up_to = store.seq_from_time(req.up_to_time)
+        if up_to <= st.first_seq:
+            return [_status(reply, 404, "No Results")]
+        up_to -= 1
+    if up_to == 0:
+        up_to = st.last_seq
+    try:
+        seqs = store.multi_last_seqs(req.multi_last, up_to, MULTI_LAST_MAX)
+    except TooManyResults:
+        return [_status(reply, 413, "Too Many Results")]
+    if not seqs:
+        return [_status(reply, 404, "No Results")]
+    out: list[Reply] = []
+    pending, last, sent_bytes, sent = len(seqs), 0, 0, 0
+    for seq in seqs:
+        pending = max(pending - 1, 0)
+        if seq < req.seq:
+            continue
+        try:
+            sm = store.load(seq)
+        except (MessageNotFound, CorruptMessage):
+            return [_status(reply, 404, "Message Not Found")]
+        out.append(_sent(entry, reply, sm, f"Nats-Num-Pending: {pending}\r\nNats-Last-Sequence: {last}\r\n", False))
+        last = seq
+        sent_bytes += _size(sm)
+        sent += 1
+        if sent_bytes >= budget or sent >= DIRECT_GET_MAX_MSGS or (req.batch > 0 and sent >= req.batch):
+            break
+    out.append(_status(reply, 204, "EOB", f"Nats-Num-Pending: {pending}\r\nNats-Last-Sequence: {last}\r\n"
+                                           f"Nats-UpTo-Sequence: {up_to}\r\n"))
+    return out

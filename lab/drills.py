@@ -40,7 +40,7 @@ from pathlib import Path
 import nats
 import nats.errors
 import nats.js.errors
-from nats.js.api import StreamConfig
+from nats.js.api import StreamConfig, StreamSource
 
 UNIT = "jetraft.service"
 NFT_TABLE = "jetraft_drill"
@@ -313,11 +313,16 @@ class DrillResult:
     #: Seconds the drill's playbook ran (day-two drills, lab/day_two.py).
     playbook_s: float = 0.0
     ledger: str = ""
+    #: What the drill stream's R3 mirror and R3 sourcing stream hold that differs from the
+    #: drained stream once healed (empty: each holds every message once, the mirror at
+    #: the same sequences); None when the drill has no copies.
+    copy_problems: list[str] | None = None
 
     def summary(self) -> dict:
         d = asdict(self)
         for key in ("lost", "duplicates", "unexpected", "misplaced"):
             d[key] = len(getattr(self, key))
+        d.pop("copy_problems")
         return d
 
 
@@ -407,18 +412,23 @@ class Drills:
 
     async def _stream(self, js, name: str) -> str:
         subject = f"drill.{name.lower()}"
-        config = StreamConfig(name=name, subjects=[subject], num_replicas=3,
-                              duplicate_window=120.0)
+        await self._recreate(js, StreamConfig(name=name, subjects=[subject], num_replicas=3,
+                                              duplicate_window=120.0),
+                             f"stream {name} created (R3, one replica per zone)")
+        return subject
 
+    @staticmethod
+    async def _recreate(js, config: StreamConfig, what: str) -> None:
+        """Delete the stream ``config`` names (if there is one) and create it, asked again to
+        a deadline."""
         async def create():
             try:
-                await js.delete_stream(name)
+                await js.delete_stream(config.name)
             except Exception:
                 pass
             await js.add_stream(config)
             return True
-        await until(create, f"stream {name} created (R3, one replica per zone)")
-        return subject
+        await until(create, what)
 
     async def _all_current(self, js, stream: str) -> bool:
         info = await js.stream_info(stream)
@@ -544,12 +554,15 @@ class Drills:
             raise DrillError(f"stream {stream} has no known leader ({leader!r})")
         return found
 
-    async def _begin(self, js, name: str, servers: list[Server] | None):
-        """Log the drill, make its stream and start the workload; returns (stream, subject,
-        workload) once 50 publishes are acknowledged."""
+    async def _begin(self, js, name: str, servers: list[Server] | None, *, copies: bool = False):
+        """Log the drill, make its stream (with ``copies``, an R3 mirror of it and an R3
+        stream sourcing it, :meth:`_check_copies`) and start the workload; returns (stream,
+        subject, workload) once 50 publishes are acknowledged."""
         self.log(f"drill {name}: {', '.join(s.name for s in servers or []) or 'the stream leader'}")
         stream = name.upper().replace("-", "_")
         subject = await self._stream(js, stream)
+        if copies:
+            await self._copies(js, stream)
         info = await js.stream_info(stream)
         group = info.cluster.raft_group if info.cluster else None
         work = Workload(js, subject, f"{self.run_id}-{name}", pause_s=self.workload_pause_s)
@@ -557,12 +570,44 @@ class Drills:
         await work.wait_acks(0, 50, "50 acknowledged publishes before the fault")
         return stream, group, subject, work
 
+    async def _copies(self, js, stream: str) -> None:
+        for name, extra in ((f"{stream}_M", {"mirror": StreamSource(name=stream)}),
+                            (f"{stream}_S", {"sources": [StreamSource(name=stream)]})):
+            await self._recreate(js, StreamConfig(name=name, num_replicas=3, **extra),
+                                 f"stream {name} created (R3, from {stream})")
+
+    async def _check_copies(self, js, stream: str, subject: str, drained: list[tuple[int, str]],
+                            result: DrillResult) -> None:
+        """The drill stream's mirror holds its messages at the same sequences, and its
+        sourcing stream each of them once, once both have caught up (to a deadline)."""
+        want = [msg_id for _, msg_id in drained]
+        problems: list[str] = []
+        for name in (f"{stream}_M", f"{stream}_S"):
+            async def caught_up(name=name):
+                return (await js.stream_info(name)).state.messages >= len(drained)
+            try:
+                await until(caught_up, f"{name} holds the {len(drained)} messages of {stream}")
+            except DrillError as exc:
+                problems.append(str(exc))
+                continue
+            copy = await self._read_back(js, name, subject)
+            if name.endswith("_M") and copy != drained:
+                problems.append(f"{name}: {len(copy)} messages, differing from {stream} at "
+                                f"{next((i for i, (a, b) in enumerate(zip(copy, drained)) if a != b), len(drained))}")
+            if name.endswith("_S") and sorted(m for _, m in copy) != sorted(want):
+                problems.append(f"{name}: {len(copy)} messages ({len(set(m for _, m in copy))} distinct), "
+                                f"{len(want)} in {stream}")
+        result.copy_problems = problems
+        self.log(f"drill {result.name}: mirror and source of {stream} "
+                 + ("hold every message once" if not problems else "; ".join(problems)))
+        await self._delete(js, [f"{stream}_M", f"{stream}_S"])
+
     async def _outage(self, name: str, servers: list[Server] | None, nemesis: Nemesis, *, fault,
                       repair, client_excludes: list[Server] = ()) -> DrillResult:
         started, result = time.monotonic(), DrillResult(name)
         nc, js = await self._connect(client_excludes)
         try:
-            result.stream, result.group, subject, work = await self._begin(js, name, servers)
+            result.stream, result.group, subject, work = await self._begin(js, name, servers, copies=True)
             stream = result.stream
             if servers is None:
                 servers = await self._leader(js, stream)
@@ -592,6 +637,7 @@ class Drills:
             await work.stop()
             await self._delete(js, probes)
             drained = await self._read_back(js, stream, subject)
+            await self._check_copies(js, stream, subject, drained, result)
             result.client_reconnects = nc.stats.get("reconnects", 0)
             return self._finish(result, work, drained, started)
         finally:
@@ -614,7 +660,7 @@ class Drills:
         result.servers = [s.name for s in servers]
         nc, js = await self._connect()
         try:
-            result.stream, result.group, subject, work = await self._begin(js, name, servers)
+            result.stream, result.group, subject, work = await self._begin(js, name, servers, copies=True)
             stream = result.stream
             await self._note_client(nc, result)
             fault_ns = result.fault_ns = time.time_ns()
@@ -638,6 +684,7 @@ class Drills:
             result.replicas_current, result.healed_ns = True, time.time_ns()
             await work.stop()
             drained = await self._read_back(js, stream, subject)
+            await self._check_copies(js, stream, subject, drained, result)
             result.client_reconnects = nc.stats.get("reconnects", 0)
             return self._finish(result, work, drained, started)
         finally:

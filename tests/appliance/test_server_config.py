@@ -291,13 +291,13 @@ def test_an_account_limit_that_is_not_a_number_size_or_boolean_is_refused_before
     assert APP_PASSWORD not in out and SYS_PASSWORD not in out
 
 
-def test_an_account_limit_jetraft_does_not_enforce_is_refused_by_the_servers_check(tmp_path):
+def test_an_account_limit_the_server_does_not_know_is_refused_by_the_servers_check(tmp_path):
     inv = write_inventory(tmp_path, jetraft_server_accounts={
-        "APP": {"jetstream": {"max_ack_pending": 10}, "users": [{"user": "app", "password": APP_PASSWORD}]}})
+        "APP": {"jetstream": {"max_bogus": 10}, "users": [{"user": "app", "password": APP_PASSWORD}]}})
     result = deploy(inv)
     out = flat(result)
     assert result.returncode != 0
-    assert "failed to validate" in out and "accounts.APP.jetstream.max_ack_pending" in out, out[-3000:]
+    assert "failed to validate" in out and "accounts.APP.jetstream.max_bogus" in out, out[-3000:]
     assert APP_PASSWORD not in out and SYS_PASSWORD not in out
 
 

@@ -338,8 +338,8 @@ def test_systemd_accepts_the_nats_server_unit_and_rates_it_hardened(nats_flavour
 
 
 def test_nats_server_checks_the_file_before_it_is_put_in_place(tmp_path):
-    """The file is validated by nats-server itself: a limit only nats-server knows is taken
-    (jetraft-server refuses max_ack_pending), one it does not know is refused in its words."""
+    """The file is validated by nats-server itself: a limit it knows is taken, one it does
+    not know is refused in its words."""
     accepted = write_inventory(tmp_path / "ok", jetraft_server_flavour="nats-server", jetraft_server_accounts={
         "APP": {"jetstream": {"max_ack_pending": 10}, "users": [{"user": "app", "password": APP_PASSWORD}]}})
     result = render(accepted)

@@ -11,6 +11,7 @@ import json
 import socket
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import nats
 from nats.aio.client import Client
@@ -34,13 +35,14 @@ def json_type(value) -> str:
     return {str: "string", list: "array", dict: "object"}[type(value)]
 
 
-def run(scenario: Callable[[], Awaitable[None]], timeout: float = 60.0) -> None:
-    """Run an asyncio scenario to completion in a fresh event loop, bounded by ``timeout``."""
+def run(scenario: Callable[[], Awaitable[Any]], timeout: float = 60.0) -> Any:
+    """Run an asyncio scenario to completion in a fresh event loop, bounded by ``timeout``;
+    returns what it returns."""
 
-    async def bounded() -> None:
-        await asyncio.wait_for(scenario(), timeout)
+    async def bounded() -> Any:
+        return await asyncio.wait_for(scenario(), timeout)
 
-    asyncio.run(bounded())
+    return asyncio.run(bounded())
 
 
 async def connect(url: str, **options) -> Client:

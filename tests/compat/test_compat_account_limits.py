@@ -7,19 +7,25 @@ Enforced: ``max_streams`` (10027), ``max_consumers`` (10026: a stream's own
 ``mem_max_stream_bytes`` / ``disk_max_stream_bytes`` (10122), on stream create, update and
 consumer create, in nats-server's order (jetstream_api.go jsNonClusteredStreamLimitsCheck,
 jetstream_cluster.go jsClusteredStreamLimitsCheck and jsClusteredConsumerRequest, stream.go
-checkStreamCfg). ``$JS.API.INFO`` reports them. Every answer is compared as nats-server gives
-it; nothing is timed (a cluster's answers are asked again while it elects leaders).
+checkStreamCfg); ``max_ack_pending``, a consumer's default and upper bound (10121; consumer.go
+setConsumerConfigDefaults, checkConsumerCfg). ``$JS.API.INFO`` reports them. nats.py's own
+account-limits test (its tests/conf/js-limits.conf: every limit, a JetStream domain, a
+no_auth_user) runs here as it runs there, through the domain's API prefix too. Every answer
+is compared as nats-server gives it; nothing is timed (a cluster's answers are asked again
+while it elects leaders).
 """
 
 from __future__ import annotations
 
 import json
 
+import nats.js.api
 import pytest
 import servers
 from cluster import Cluster
-from compat_support import connect, run
+from compat_support import connect, round_trip, run
 from nats.errors import NoRespondersError
+from nats.js.errors import BadRequestError
 from polling import apoll
 
 #: The limits under test (unquoted sizes are powers of ten).
@@ -35,6 +41,7 @@ accounts {{
   A {{ users [ {{ user: a, password: a }} ], jetstream {{ {LIMITS} }} }}
   B {{ users [ {{ user: b, password: b }} ], jetstream {{ {BYTES} }} }}
   C {{ users [ {{ user: c, password: c }} ], jetstream {{ {BYTES} }} }}
+  D {{ users [ {{ user: d, password: d }} ], jetstream {{ max_ack_pending: 100 }} }}
   $SYS {{ users [ {{ user: sys, password: sys }} ] }}
 }}
 """
@@ -203,7 +210,7 @@ def test_account_byte_limits_on_one_server(start_server, tmp_path):
 def cluster(request, formed_cluster):
     """A formed three-server cluster of one kind with account A's limits."""
     with formed_cluster(request.param, "acclimits", 3, jetstream=True, extra=ACCOUNTS,
-                        users=[("a", "a"), ("b", "b"), ("c", "c")]) as c:
+                        users=[("a", "a"), ("b", "b"), ("c", "c"), ("d", "d")]) as c:
         yield c
 
 
@@ -225,6 +232,151 @@ def test_account_byte_limits_in_a_cluster(cluster, replicas):
         run(lambda: bytes_scenario(cluster.servers["n2"].url, replicas, user), timeout=120)
     finally:
         run(lambda: clean(cluster, user, ("F1", "F2", "F3", "M")), timeout=60)
+
+
+@pytest.mark.parametrize("replicas", [3, 1])
+def test_account_max_ack_pending_in_a_cluster(cluster, replicas):
+    """max_ack_pending: the stream's leader refuses a consumer above it before proposing and
+    gives the default it sets to every replica: the consumer keeps it under a new leader."""
+    try:
+        run(lambda: max_ack_pending_scenario(cluster.servers["n2"].url, replicas), timeout=120)
+    finally:
+        run(lambda: clean(cluster, "d", ("P",)), timeout=60)
+
+
+async def max_ack_pending_scenario(url: str, replicas: int) -> None:
+    nc = await connect(url, user="d", password="d")
+    api = asker(nc)
+
+    def create(name: str, **cfg) -> dict:
+        return api(f"$JS.API.CONSUMER.CREATE.P.{name}",
+                   {"stream_name": "P", "config": {"durable_name": name, "ack_policy": "explicit", **cfg}})
+
+    try:
+        assert (await api("$JS.API.INFO"))["limits"]["max_ack_pending"] == 100
+        assert error(await api("$JS.API.STREAM.CREATE.P", stream("P", num_replicas=replicas))) is None
+        first = await create("C1")
+        assert error(first) is None and first["config"]["max_ack_pending"] == 100, first
+        assert error(await create("C2", max_ack_pending=101)) == ACK_PENDING_EXCESS
+        assert error(await create("C1", max_ack_pending=101)) == ACK_PENDING_EXCESS     # an update too
+        assert error(await create("C1", max_ack_pending=100, description="x")) is None
+        if replicas > 1:
+            # the stream's (and so its consumers') leadership moves: the config was replicated
+            step = await api("$JS.API.STREAM.LEADER.STEPDOWN.P")
+            assert step.get("success") is True, step
+        info = await api("$JS.API.CONSUMER.INFO.P.C1")
+        assert error(info) is None and info["config"]["max_ack_pending"] == 100, info
+    finally:
+        await nc.close()
+
+
+#: nats.py's tests/conf/js-limits.conf (its AccountLimitsTest), with the test's store.
+NATS_PY_JS_LIMITS = """
+no_auth_user: "foo"
+accounts: {
+  A {
+    users: [{ user: "foo" }]
+    jetstream: {
+      max_mem: 64MB,
+      max_file: 32MB,
+      max_streams: 10,
+      max_consumers: 20,
+      max_ack_pending: 100,
+      memory_max_stream_bytes: 2048,
+      store_max_stream_bytes: 4096,
+      max_stream_bytes: true
+    }
+  }
+}
+"""
+ACK_PENDING_EXCESS = (400, 10121, "consumer max ack pending exceeds system limit of 100")
+
+
+def test_nats_py_account_limits_test_on_one_server(start_server, tmp_path):
+    """nats.py's AccountLimitsTest.test_account_limits: jetraft refused max_ack_pending (the
+    server did not start: the test timed out connecting) and did not answer the domain's
+    API prefix (``$JS.test-domain.API.>``: no responders)."""
+    server = start_server(NATS_PY_JS_LIMITS + f'jetstream {{ store_dir: "{tmp_path / "js"}", '
+                                              'domain: "test-domain" }\n')
+    run(lambda: nats_py_scenario(server.url), timeout=60)
+
+
+async def nats_py_scenario(url: str) -> None:
+    nc = await connect(url)
+    js = nc.jetstream()
+    try:
+        # as nats.py's test_account_limits
+        with pytest.raises(BadRequestError) as err:
+            await js.add_stream(name="limits", subjects=["limits"])
+        assert (err.value.err_code, err.value.description) == MAX_BYTES_REQUIRED[1:]
+        with pytest.raises(BadRequestError) as err:
+            await js.add_stream(name="limits", subjects=["limits"], max_bytes=65536)
+        assert (err.value.err_code, err.value.description) == MAX_STREAM_BYTES[1:]
+        si = await js.add_stream(name="limits", subjects=["limits"], max_bytes=128)
+        assert si.config.max_bytes == 128
+        await js.publish("limits", b"A" * 55)
+        assert (await js.stream_info("limits")).state.messages == 1
+        for _ in range(5):
+            await js.publish("limits", b"A")
+        info = await js.account_info()
+        assert (info.memory, info.storage, info.streams, info.consumers) == (0, 111, 1, 0)
+        assert info.limits == nats.js.api.AccountLimits(
+            max_memory=64 * 1024 * 1024, max_storage=32 * 1024 * 1024, max_streams=10, max_consumers=20,
+            max_ack_pending=100, memory_max_stream_bytes=2048, storage_max_stream_bytes=4096,
+            max_bytes_required=True)
+        assert (info.api.total, info.api.errors) == (4, 2)
+        assert info.domain == "test-domain" and info.tiers is None
+        # the domain's API prefix reaches the same account (the messages are limited)
+        assert (await nc.jetstream(domain="test-domain").stream_info("limits")).state.messages == 3
+
+        # max_ack_pending: the default explicit/all-ack consumers get, and their upper bound
+        def consumer(name: str, **cfg) -> dict:
+            return api(f"$JS.API.CONSUMER.CREATE.limits.{name}",
+                       {"stream_name": "limits", "config": {"durable_name": name, **cfg}})
+
+        async def api(subject: str, body: dict | None = None) -> dict:
+            raw = json.dumps(body).encode() if body is not None else b""
+            return json.loads((await nc.request(subject, raw, timeout=5)).data)
+
+        created = await consumer("C1", ack_policy="explicit")
+        assert error(created) is None and created["config"]["max_ack_pending"] == 100, created
+        assert error(await consumer("C2", ack_policy="explicit", max_ack_pending=101)) == ACK_PENDING_EXCESS
+        assert error(await consumer("C1", ack_policy="explicit", max_ack_pending=200)) == ACK_PENDING_EXCESS
+        exact = await consumer("C3", ack_policy="all", max_ack_pending=100)
+        assert exact["config"]["max_ack_pending"] == 100, exact
+        unlimited = await consumer("C4", ack_policy="explicit", max_ack_pending=-1)
+        assert unlimited["config"]["max_ack_pending"] == -1, unlimited
+        none = await consumer("C5", ack_policy="none")
+        assert error(none) is None and "max_ack_pending" not in none["config"], none
+        # a stream's consumer_limits come first
+        assert error(await api("$JS.API.STREAM.CREATE.L", {"name": "L", "subjects": ["l"], "max_bytes": 100,
+                                                          "consumer_limits": {"max_ack_pending": 50}})) is None
+        lower = await api("$JS.API.CONSUMER.CREATE.L.C", {"stream_name": "L", "config": {
+            "durable_name": "C", "ack_policy": "explicit"}})
+        assert lower["config"]["max_ack_pending"] == 50, lower
+
+        # the domain's prefix is mapped where it names the API (nats-server
+        # generateJSMappingTable): subscribers see the mapped subject, others keep theirs
+        seen: list[str] = []
+
+        async def saw(msg) -> None:
+            seen.append(msg.subject)
+        for subject in ("$JS.test-domain.API.>", "$JS.API.STREAM.INFO.>", "$KV.>"):
+            await nc.subscribe(subject, cb=saw)
+        domain_info = await api("$JS.test-domain.API.INFO")
+        assert domain_info["domain"] == "test-domain" and domain_info["streams"] == 2, domain_info
+        assert (await api("$JS.test-domain.API.STREAM.INFO.limits"))["state"]["messages"] == 3
+        await js.add_stream(name="KV_b", subjects=["$KV.b.>"], max_bytes=1000)
+        ack = await api("$JS.test-domain.API.$KV.b.k")
+        assert ack == {"stream": "KV_b", "domain": "test-domain", "seq": 1}, ack
+        for unmapped in ("$JS.test-domain.API.STREAM", "$JS.other.API.INFO"):
+            await nc.publish(unmapped, b"")
+        with pytest.raises(NoRespondersError):
+            await nc.request("$JS.other.API.STREAM.INFO.limits", b"", timeout=5)
+        await round_trip(nc)
+        assert sorted(seen) == ["$JS.API.STREAM.INFO.limits", "$JS.test-domain.API.STREAM", "$KV.b.k"], seen
+    finally:
+        await nc.close()
 
 
 async def clean(c: Cluster, user: str, streams: tuple[str, ...]) -> None:

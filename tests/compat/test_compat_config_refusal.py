@@ -61,8 +61,6 @@ CASES = [
     ("jetstream-key", 'jetstream {\n  store_dir: @STORE@\n  key: "s3cr3t"\n}\n', "jetstream.key", "3:3"),
     ("jetstream-cipher", 'jetstream {\n  store_dir: @STORE@\n  key: "s3cr3t"\n  cipher: aes\n}\n', "jetstream.", None),
     ("cluster-pool-size", "server_name: s\ncluster { name: c, port: -1, pool_size: 5 }\n", "cluster.pool_size", "2:30"),
-    ("account-js-max-ack-pending", "accounts { A { jetstream { max_ack_pending: 10 } } }\n",
-     "accounts.A.jetstream.max_ack_pending", "1:28"),
 ]
 
 

@@ -337,7 +337,7 @@ def test_a_replicated_stream_keeps_its_first_seq_and_stored_subjects_across_a_le
                 leader = (await stream_info(s, "SK"))["cluster"]["leader"]
                 return leader, acked
 
-        leader, acked = run_value(before)
+        leader, acked = run(before, timeout=120)
         c.kill(leader)
         survivor = next(n for n in names if n != leader)
 
@@ -372,13 +372,3 @@ def test_a_replicated_stream_keeps_its_first_seq_and_stored_subjects_across_a_le
                 await check(s)
 
         run(rejoined, timeout=120)
-
-
-def run_value(scenario):
-    """``run`` for a scenario that returns a value."""
-    box: list = []
-
-    async def keep():
-        box.append(await scenario())
-    run(keep, timeout=120)
-    return box[0]

@@ -1,6 +1,6 @@
 """Stream and consumer settings jetraft does not act on: refused, never stored and ignored.
 
-Each setting below is one nats-server 2.15.1 acts on (mirrors, sources, compression,
+Each setting below is one nats-server 2.15.1 acts on (mirrors and sources of another account,
 per-message TTLs, counters, ...) and jetraft does not. nats-server accepts it
 (asserted: the test documents the difference); jetraft answers nats-server's error for an
 invalid configuration -- 10052 (500) for a stream, 10012 (500) for a consumer -- described
@@ -42,11 +42,10 @@ def consumer_refusal(setting: str) -> dict:
 
 #: (setting named in jetraft's refusal, STREAM.CREATE body); every body is valid for nats-server.
 STREAM_CASES = [
-    ("mirror", {"name": "MIR", "mirror": {"name": "ORIGIN"}}),
-    ("mirror", {"name": "MIRD", "mirror": {"name": "ORIGIN"}, "mirror_direct": True}),
-    ("sources", {"name": "SRC", "subjects": ["src.>"], "sources": [{"name": "ORIGIN"}]}),
-    ("sources", {"name": "SRCT", "sources": [{"name": "ORIGIN", "opt_start_time": "2020-01-01T00:00:00Z"}]}),
-    ("compression s2", {"name": "CMP", "subjects": ["cmp"], "compression": "s2"}),
+    ("mirror external", {"name": "MIR", "mirror": {"name": "ORIGIN", "external": {"api": "$JS.hub.API",
+                                                                                  "deliver": ""}}}),
+    ("source external", {"name": "SRC", "subjects": ["src.>"],
+                         "sources": [{"name": "ORIGIN", "external": {"api": "$JS.hub.API", "deliver": ""}}]}),
     ("subject_delete_marker_ttl", {"name": "SDM", "subjects": ["sdm"], "allow_msg_ttl": True,
                                    "allow_rollup_hdrs": True, "subject_delete_marker_ttl": 5 * NS}),
     ("allow_msg_counter", {"name": "CNT", "subjects": ["cnt"], "allow_msg_counter": True}),
@@ -59,8 +58,7 @@ STREAM_CASES = [
 
 #: (setting, what an update of stream U {"subjects": ["u"]} adds).
 UPDATE_CASES = [
-    ("sources", {"sources": [{"name": "ORIGIN"}]}),
-    ("compression s2", {"compression": "s2"}),
+    ("source external", {"sources": [{"name": "ORIGIN", "external": {"api": "$JS.hub.API", "deliver": ""}}]}),
     ("subject_delete_marker_ttl", {"allow_msg_ttl": True, "allow_rollup_hdrs": True,
                                    "subject_delete_marker_ttl": 5 * NS}),
     ("allow_atomic", {"allow_atomic": True}),
@@ -69,8 +67,6 @@ UPDATE_CASES = [
 
 #: (setting, consumer config on stream C {"subjects": ["c.>"]}); valid for nats-server.
 CONSUMER_CASES = [
-    ("replay_policy original", {"durable_name": "RO", "ack_policy": "explicit", "replay_policy": "original"}),
-    ("rate_limit_bps", {"durable_name": "RL", "deliver_subject": "dl.rl", "rate_limit_bps": 8000}),
     ("priority_policy overflow", {"durable_name": "PO", "ack_policy": "explicit",
                                   "priority_policy": "overflow", "priority_groups": ["g"]}),
     ("priority_policy pinned_client", {"durable_name": "PC", "ack_policy": "explicit",
@@ -145,17 +141,18 @@ def test_consumer_settings_jetraft_does_not_act_on_are_refused_and_nothing_is_cr
                     assert "error" not in reply, (name, reply)
                     assert info["name"] == name
             # An update of a consumer to such a setting is refused too and changes nothing.
-            plain = {"durable_name": "UPD", "deliver_subject": "dl.upd", "ack_policy": "explicit"}
+            plain = {"durable_name": "UPD", "ack_policy": "explicit"}
             assert "error" not in await _api(s.nc, "$JS.API.CONSUMER.CREATE.C.UPD", {"stream_name": "C", "config": plain})
+            overflow = {"priority_policy": "overflow", "priority_groups": ["g"]}
             reply = await _api(s.nc, "$JS.API.CONSUMER.CREATE.C.UPD",
-                               {"stream_name": "C", "config": {**plain, "rate_limit_bps": 8000}})
+                               {"stream_name": "C", "config": {**plain, **overflow}})
             info = await _api(s.nc, "$JS.API.CONSUMER.INFO.C.UPD")
             if server_kind == "jetraft":
-                assert reply.get("error") == consumer_refusal("rate_limit_bps")
-                assert "rate_limit_bps" not in info["config"]
+                assert reply.get("error") == consumer_refusal("priority_policy overflow")
+                assert "priority_policy" not in info["config"]
             else:
                 assert "error" not in reply, reply
-                assert info["config"]["rate_limit_bps"] == 8000
+                assert info["config"]["priority_policy"] == "overflow"
 
     run(scenario)
 
@@ -313,15 +310,15 @@ def test_clustered_refusals_leave_nothing_created_or_changed(cluster):
         try:
             not_unavailable = lambda r: r.get("error", {}).get("err_code") != 10008  # noqa: E731
             # create: refused by jetraft before the meta group assigns anything
-            body = {"name": "CR", "subjects": ["cr.>"], "num_replicas": 3, "compression": "s2"}
+            body = {"name": "CR", "subjects": ["cr.>"], "num_replicas": 3, "allow_msg_counter": True}
             reply = await _ask_until(nc, "$JS.API.STREAM.CREATE.CR", body, not_unavailable)
             info = await _ask_until(other, "$JS.API.STREAM.INFO.CR", None, not_unavailable)
             if kind == "jetraft":
-                assert reply.get("error") == stream_refusal("compression s2"), reply
+                assert reply.get("error") == stream_refusal("allow_msg_counter"), reply
                 assert info.get("error") == STREAM_NOT_FOUND, info
             else:
                 assert "error" not in reply, reply
-                assert info["config"]["compression"] == "s2"
+                assert info["config"]["allow_msg_counter"] is True
 
             # update of an R3 stream: refused, its config unchanged on every server
             base = {"name": "CU", "subjects": ["cu"], "num_replicas": 3}
@@ -338,16 +335,17 @@ def test_clustered_refusals_leave_nothing_created_or_changed(cluster):
                 assert info["config"]["allow_atomic"] is True
 
             # consumer on the R3 stream: refused by jetraft before its group takes the request
-            config = {"durable_name": "RO", "ack_policy": "explicit", "replay_policy": "original"}
-            reply = await _ask_until(nc, "$JS.API.CONSUMER.CREATE.CU.RO", {"stream_name": "CU", "config": config},
+            config = {"durable_name": "PO", "ack_policy": "explicit", "priority_policy": "overflow",
+                      "priority_groups": ["g"]}
+            reply = await _ask_until(nc, "$JS.API.CONSUMER.CREATE.CU.PO", {"stream_name": "CU", "config": config},
                                      not_unavailable)
-            cinfo = await _ask_until(other, "$JS.API.CONSUMER.INFO.CU.RO", None, not_unavailable)
+            cinfo = await _ask_until(other, "$JS.API.CONSUMER.INFO.CU.PO", None, not_unavailable)
             if kind == "jetraft":
-                assert reply.get("error") == consumer_refusal("replay_policy original"), reply
+                assert reply.get("error") == consumer_refusal("priority_policy overflow"), reply
                 assert cinfo.get("error") == CONSUMER_NOT_FOUND, cinfo
             else:
                 assert "error" not in reply, reply
-                assert cinfo["config"]["replay_policy"] == "original"
+                assert cinfo["config"]["priority_policy"] == "overflow"
 
             # a TTL on an R3 stream with allow_msg_ttl: refused by jetraft, not stored
             ttl = {"name": "CT", "subjects": ["ct"], "num_replicas": 3, "allow_msg_ttl": True}

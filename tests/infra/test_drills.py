@@ -1,7 +1,9 @@
 """The zone-loss drills (destructive: they crash and partition servers). Each asserts
 what an operator needs: writes keep being acknowledged while any one zone is lost, the
 meta group answers, no write is acknowledged with two zones lost, every replica is
-current after healing, and nothing acknowledged is missing from the stream."""
+current after healing, and nothing acknowledged is missing from the stream; an R3 mirror
+and an R3 stream sourcing the drill's stream hold, once healed, each of its messages once
+(the mirror at the same sequences)."""
 
 from __future__ import annotations
 
@@ -68,6 +70,7 @@ def test_killing_a_zone_keeps_writes_and_the_meta_group_and_loses_nothing(drills
     assert r.meta_answered
     assert r.replicas_current
     assert r.lost == [], f"acknowledged but missing: {r.lost[:10]} (ledger {r.ledger})"
+    assert r.copy_problems == []
 
 
 def test_losing_two_zones_refuses_writes_and_healing_loses_nothing(drills, target, results):
@@ -76,6 +79,7 @@ def test_losing_two_zones_refuses_writes_and_healing_loses_nothing(drills, targe
     assert_ledger(r)
     assert r.replicas_current
     assert r.lost == [], f"acknowledged but missing: {r.lost[:10]} (ledger {r.ledger})"
+    assert r.copy_problems == []
 
 
 def test_partitioning_a_zone_keeps_writes_and_healing_loses_nothing(drills, target, results):
@@ -85,6 +89,7 @@ def test_partitioning_a_zone_keeps_writes_and_healing_loses_nothing(drills, targ
     assert r.meta_answered
     assert r.replicas_current
     assert r.lost == [], f"acknowledged but missing: {r.lost[:10]} (ledger {r.ledger})"
+    assert r.copy_problems == []
 
 
 def test_pausing_the_stream_leader_moves_the_leadership_and_loses_nothing(drills, target, results):
@@ -94,3 +99,4 @@ def test_pausing_the_stream_leader_moves_the_leadership_and_loses_nothing(drills
     assert r.meta_answered
     assert r.replicas_current
     assert r.lost == [], f"acknowledged but missing: {r.lost[:10]} (ledger {r.ledger})"
+    assert r.copy_problems == []

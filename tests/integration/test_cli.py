@@ -316,7 +316,8 @@ def test_lame_duck_informs_clients_and_stops(running, tmp_path):
                      f"lame_duck_grace_period: \"25s\"\npid_file: \"{pid_file}\"\n"
                      f"http: 127.0.0.1:{http_port}\n")
     healthz = f"http://127.0.0.1:{http_port}/healthz"
-    assert urllib.request.urlopen(healthz, timeout=5).status == 200
+    # the monitoring listener may come up a moment after the client port
+    poll(lambda: urllib.request.urlopen(healthz, timeout=5).status == 200, "healthz answers 200")
     poll(pid_file.exists, "pid file")
 
     async def scenario():

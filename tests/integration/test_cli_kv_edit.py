@@ -5,8 +5,8 @@ The tests taking ``js_server`` run once against each server kind: the edited set
 ``kv info`` and in nats-py's KeyValue status, the values already stored kept, every other
 stream setting kept, the duplicate window nats.go gives a TTL; a missing bucket and bad
 flag values as one ``nats: error:`` line with exit status 1; the settings jetraft refuses
-(compression, marker TTL, sources) as the server's one-line error on jetraft and
-applied on nats-server; republish applied on both. The JSON test runs both servers in one test and compares them. The
+(marker TTL) as the server's one-line error on jetraft and
+applied on nats-server; compression, republish and sources applied on both. The JSON test runs both servers in one test and compares them. The
 last test edits a three-replica bucket on a three-server jetraft cluster.
 """
 
@@ -125,36 +125,34 @@ def test_kv_edit_errors_are_one_line(js_server, tmp_path):
 
 
 def test_kv_edit_refused_settings_are_the_servers_error(js_server, tmp_path):
-    """Compression, marker TTL and sources: jetraft refuses each with its one-line error
-    (err_code 10052) and the bucket stays as it was; nats-server applies them. Republish is
+    """Marker TTL: jetraft refuses it with its one-line error (err_code 10052) and the
+    bucket stays as it was; nats-server applies it. Compression, republish and sources are
     applied by both servers and shown on the info page."""
     admin = Admin(js_server.url, tmp_path)
     admin("kv", "add", "CFG")
     admin("kv", "put", "CFG", "k", "v")
     republish = ("--republish-source", "$KV.CFG.>", "--republish-destination", "copy.>", "--republish-headers")
-    flags = {"compress": ("--compress",),
-             "subject_delete_marker_ttl": ("--marker-ttl", "10s"),
-             "sources": ("--source", "OTHER")}
+    flags = {"subject_delete_marker_ttl": ("--marker-ttl", "10s")}
     republished = admin("kv", "edit", "CFG", *republish).stdout
     assert field(republished, "Republishing Headers") == ["$KV.CFG.> to copy.>"]
     assert stream_config(admin, "KV_CFG")["republish"] == {"src": "$KV.CFG.>", "dest": "copy.>",
                                                            "headers_only": True}
+    shown = admin("kv", "edit", "CFG", "--compress").stdout
+    assert field(shown, "Compressed") == ["true"]
+    assert stream_config(admin, "KV_CFG")["compression"] == "s2"
+    admin("kv", "edit", "CFG", "--source", "OTHER")
+    sources = stream_config(admin, "KV_CFG")["sources"]
+    assert sources == [{"name": "KV_OTHER", "subject_transforms": [{"src": "$KV.OTHER.>", "dest": "$KV.CFG.>"}]}]
     if js_server.kind == "jetraft":
         before = stream_config(admin, "KV_CFG")
         for setting, args in flags.items():
             refused = admin("kv", "edit", "CFG", *args, code=1)
-            what = "compression s2" if setting == "compress" else setting
-            assert_clean_error(refused.stderr, f"{what} is not supported by jetraft (err_code 10052)")
+            assert_clean_error(refused.stderr, f"{setting} is not supported by jetraft (err_code 10052)")
             assert refused.stdout == ""
         assert stream_config(admin, "KV_CFG") == before
         return
-    shown = admin("kv", "edit", "CFG", *flags["compress"]).stdout
-    assert field(shown, "Compressed") == ["true"]
     marked = admin("kv", "edit", "CFG", *flags["subject_delete_marker_ttl"]).stdout
     assert field(marked, "Per-Key TTL Supported") == ["true"] and field(marked, "Limit Marker TTL") == ["10s"]
-    admin("kv", "edit", "CFG", *flags["sources"])
-    sources = stream_config(admin, "KV_CFG")["sources"]
-    assert sources == [{"name": "KV_OTHER", "subject_transforms": [{"src": "$KV.OTHER.>", "dest": "$KV.CFG.>"}]}]
     assert admin("kv", "get", "CFG", "k", "--raw").stdout == "v"
 
 

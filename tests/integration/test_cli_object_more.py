@@ -186,12 +186,8 @@ def test_edit_bad_input_is_one_line(js_server, tmp_path, server_kind):
     replicas = admin("object", "edit", "ED", "--replicas", "3", code=1)     # one server keeps one replica
     assert_clean_error(replicas.stderr, "err_code 10074", "use --replicas 1, or a cluster")
 
-    compressed = admin("object", "edit", "ED", "--compress", code=None)
-    if server_kind == "jetraft":                       # refused, never accepted and ignored
-        assert compressed.exit_code == 1, compressed.stdout
-        assert_clean_error(compressed.stderr, "compression s2 is not supported by jetraft", "err_code 10052")
-    else:
-        assert compressed.exit_code == 0, compressed.stderr
+    compressed = admin("object", "edit", "ED", "--compress", code=None)    # s2: both servers compress
+    assert compressed.exit_code == 0, compressed.stderr
     assert field(admin("object", "info", "ED").stdout, "Description") == ["same"]     # nothing else changed
 
 

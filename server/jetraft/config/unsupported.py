@@ -137,8 +137,10 @@ _ACCOUNT_JETSTREAM_LIMITS: dict[str, tuple[str, tuple[Any, ...]]] = {
     "cluster_traffic": ("string", ("system", "")),
 }
 #: The account JetStream limits jetraft enforces, by their configuration names (opts.go
-#: parseJetStreamForAccount), to their JetStreamAccountLimits JSON names.
-#: ``max_ack_pending`` would change consumers' stored defaults: it is refused.
+#: parseJetStreamForAccount), to their JetStreamAccountLimits JSON names. ``max_ack_pending``
+#: is a consumer's default and upper bound (consumer.go setConsumerConfigDefaults,
+#: checkConsumerCfg); in a cluster the stream's leader writes the default it gives into the
+#: request it proposes, so that every replica stores the same config.
 _ACCOUNT_JETSTREAM_ENFORCED: dict[str, str] = {
     **dict.fromkeys("max_memory max_mem mem memory".split(), "max_memory"),
     **dict.fromkeys("max_store max_file max_disk store disk".split(), "max_storage"),
@@ -148,5 +150,6 @@ _ACCOUNT_JETSTREAM_ENFORCED: dict[str, str] = {
     "max_bytes": "max_bytes_required",
     "mem_max_stream_bytes": "memory_max_stream_bytes", "memory_max_stream_bytes": "memory_max_stream_bytes",
     "disk_max_stream_bytes": "storage_max_stream_bytes", "store_max_stream_bytes": "storage_max_stream_bytes",
+    "max_ack_pending": "max_ack_pending",
 }
 

@@ -10,7 +10,7 @@ import hashlib
 
 from jetraft.jetstream import errors as E
 
-__all__ = ["ack_stream", "api_kind", "peer_hash", "response_type", "stream_of"]
+__all__ = ["ack_stream", "api_kind", "domain_api_subject", "peer_hash", "response_type", "stream_of"]
 
 _DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
@@ -20,6 +20,36 @@ def peer_hash(name: str) -> str:
     bytes of its SHA-256, each mapped onto 62 digits)."""
     digest = hashlib.sha256(name.encode()).digest()
     return "".join(_DIGITS[b % 62] for b in digest[:8])
+
+
+#: The API areas a JetStream domain's prefix reaches: ``$JS.<domain>.API.<area>.>`` is
+#: mapped to ``$JS.API.<area>.>`` (nats-server jetstream_api.go generateJSMappingTable).
+_DOMAIN_API_AREAS = frozenset(("STREAM", "CONSUMER", "DIRECT", "META", "SERVER", "ACCOUNT"))
+
+
+def domain_api_subject(subject: str, domain: str) -> str | None:
+    """The subject that ``subject``, published in an account JetStream serves, is mapped to
+    when the server's JetStream domain is ``domain``; None when it is not mapped. As the
+    account mappings nats-server adds (jetstream.go enableAllJetStreamServiceImportsAndMappings,
+    jetstream_api.go generateJSMappingTable): ``$JS.<domain>.API.INFO`` -> ``$JS.API.INFO``,
+    ``$JS.<domain>.API.<area>.>`` -> ``$JS.API.<area>.>`` for STREAM, CONSUMER, DIRECT, META,
+    SERVER and ACCOUNT, and ``$JS.<domain>.API.$KV.>`` / ``$OBJ.>`` -> ``$KV.>`` / ``$OBJ.>``
+    (the domain-qualified prefix of nats clients' ``jetstream(domain=...)``). Anything else
+    under ``$JS.<domain>.API.`` is left as it is (delivered to its own subscribers only)."""
+    prefix = f"$JS.{domain}.API."
+    if not domain or not subject.startswith(prefix):
+        return None
+    rest = subject[len(prefix):]
+    if rest == "INFO":
+        return "$JS.API.INFO"
+    area, dot, tail = rest.partition(".")
+    if not dot or not tail:
+        return None
+    if area in _DOMAIN_API_AREAS:
+        return "$JS.API." + rest
+    if area in ("$KV", "$OBJ"):
+        return rest
+    return None
 
 
 def ack_stream(subject: str) -> str:

@@ -31,6 +31,7 @@ import msgpack
 from jetraft.protocol import bounded_msgpack
 from jetraft.storage import fileio
 
+from . import store_compress as pack
 from . import store_format as fmt
 
 __all__ = ["SNAPSHOT_VERSION", "Alignment", "BlockWriter", "Missing", "StreamSnapshot",
@@ -145,7 +146,9 @@ def align_store(msgs_dir: str, snap: StreamSnapshot, *, expect_complete: bool,
     and return what is left to fetch: blocks the manifest does not list are removed (and
     blocks a FileStore set aside as ``.corrupt``), longer ones cut to their size, and a block
     named in ``cuts`` (first_seq -> offset of its first bad byte, from a FileStore's
-    ``recovery_report``) cut there. The records are checked by the FileStore that is opened
+    ``recovery_report``) cut there; a compressed block (jetstream/store_compress.py) counts
+    by the plain bytes it holds, and is written back plain when it is to be cut or
+    completed. The records are checked by the FileStore that is opened
     over the files afterwards. ``expect_complete``: the files should hold the whole
     manifest (this replica took the snapshot itself and fsynced its store first), so a
     block that is short or absent is reported as damage. Raises OSError (with the path)."""
@@ -178,13 +181,20 @@ def align_store(msgs_dir: str, snap: StreamSnapshot, *, expect_complete: bool,
             out.missing.append(Missing(start, 0, size))
             continue
         length = os.stat(path).st_size
+        plain = pack.packed_length(path)        # a compressed block: its plain bytes count
+        if plain is not None:
+            length = plain
+            if plain == size and cuts.get(start, size) >= size:
+                continue                        # whole, nothing to cut: stays compressed
         keep = min(length, size, cuts.get(start, size))
         if keep < fmt.BLOCK_HEADER_SIZE:
             keep = 0
         if length < size and start not in cuts and expect_complete:
             out.damage.append({"file": name, "offset": length, "kind": "short_block",
                                "detail": f"block holds {length} of its {size} bytes"})
-        if keep != length:
+        if plain is not None:                   # plain again, cut (and before a damaged chunk)
+            keep = pack.unpack_file(path, keep)
+        elif keep != length:
             fd = fileio.open_file(path, os.O_RDWR)
             try:
                 fileio.ftruncate(fd, keep, path)

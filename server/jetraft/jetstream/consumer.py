@@ -34,8 +34,12 @@ running nats-server 2.15.1):
 - push flow control and heartbeats (``needFlowControl``, ``sendFlowControl``,
   ``processFlowControl``, ``sendIdleHeartbeat``): ``100 FlowControl Request`` with reply
   ``$JS.FC.<stream>.<consumer>.<4 chars>``; delivery stalls while more than the window
-  (2 MiB, doubling on each answer up to 32 MiB) is unanswered; ``Nats-Consumer-Stalled``
-  on heartbeats while stalled.
+  (2 MiB, doubling on each answer up to 32 MiB; a message counts its deliver subject, ack
+  subject, headers and payload) is unanswered; ``Nats-Consumer-Stalled`` on heartbeats
+  while stalled. A push heartbeat goes ``idle_heartbeat`` after the last delivery or
+  heartbeat, when the deliver subject has interest.
+- the pace (``loopAndGatherMsgs``'s replay and rate limiter): ``replay_policy: original``
+  and ``rate_limit_bps`` (:mod:`~jetraft.jetstream.consumer_pacing`).
 
 Contract addition -- :class:`Delivery`: a delivered stream message is routed to the pull
 request's reply subject or the push deliver subject, yet the client must see the stored
@@ -52,10 +56,9 @@ Deviations from nats-server, by design:
 
 - a pull request body that is neither JSON nor an integer is a request for one message, as
   nats-server ``nextReqFromMsg`` does (not a 400: nats-server sends nothing else);
-- ``replay_policy: original``, ``rate_limit_bps``, ``sample_freq``, priority groups, ack
-  policy ``flow_control``, ``direct`` and ``sourcing`` are refused when the consumer is
-  created (model.py ``ConsumerConfig.check_supported``), so never reach this class; no
-  advisories are emitted;
+- priority groups, ack policy ``flow_control``, ``direct`` and ``sourcing`` are refused
+  when the consumer is created (model.py ``ConsumerConfig.check_supported``), so never
+  reach this class;
 - a message removed from the stream while pending is dropped from the pending set (as a
   term of that one message, whatever the ack policy; nats-server's ack-all consumer
   acknowledges everything below it then);
@@ -71,7 +74,8 @@ keeps its state, configuration, store reads, timer, lifecycle and INFO):
 :mod:`~jetraft.jetstream.consumer_state` (starting point, persisted and replica state),
 :mod:`~jetraft.jetstream.consumer_pull` (pull requests),
 :mod:`~jetraft.jetstream.consumer_delivery` (delivery, ack wait, flow control, heartbeats;
-:class:`Delivery`) and :mod:`~jetraft.jetstream.consumer_acks` (acks;
+:class:`Delivery`), :mod:`~jetraft.jetstream.consumer_pacing` (``replay_policy: original``,
+``rate_limit_bps``) and :mod:`~jetraft.jetstream.consumer_acks` (acks;
 :func:`parse_ack_subject`).
 """
 
@@ -84,6 +88,7 @@ from jetraft.protocol.subjects import subject_matches
 
 from .consumer_acks import SECOND, _Acking, parse_ack_subject
 from .consumer_delivery import Delivery, _Delivering
+from .consumer_pacing import _Pacing
 from .consumer_pull import _PullRequests, _status, _Waiting
 from .consumer_state import _ConsumerState
 from .model import ConsumerConfig, ConsumerInfo, SequenceInfo
@@ -96,7 +101,7 @@ __all__ = ["Consumer", "Delivery", "parse_ack_subject"]
 EPHEMERAL_INACTIVE_DEFAULT = 5 * SECOND
 
 
-class Consumer(_ConsumerState, _PullRequests, _Delivering, _Acking):
+class Consumer(_ConsumerState, _PullRequests, _Delivering, _Pacing, _Acking):
     """One consumer: its config, its delivery/ack state, its waiting pull requests.
 
     ``stream``: the parent :class:`~jetraft.jetstream.stream.Stream` (its ``store`` is read,
@@ -155,6 +160,7 @@ class Consumer(_ConsumerState, _PullRequests, _Delivering, _Acking):
         self._fc_init()
         self._fc_count = 0
         self._apply_config(config)
+        self._pace_init()
         if state:
             self._restore(state)
         else:
@@ -195,6 +201,7 @@ class Consumer(_ConsumerState, _PullRequests, _Delivering, _Acking):
             self._fc_init()
         if old.idle_heartbeat != config.idle_heartbeat:
             self._hb_next = now_ns + config.idle_heartbeat if config.idle_heartbeat else 0
+        self._pace_config(old, config)
         self._recount()
         self._pcheck = now_ns if self._pending else None
         self.dirty = True
@@ -282,6 +289,9 @@ class Consumer(_ConsumerState, _PullRequests, _Delivering, _Acking):
         eos = self._deliver_all(now_ns, out)
         if self._advisories:
             out.extend(self._take_advisories())
+        if self._holding(now_ns):
+            return out      # nats-server's delivery loop sleeps: no heartbeat, no 408
+        self._replay_caught_up()
         if cfg.deliver_subject:
             if cfg.idle_heartbeat and self._hb_next and now_ns >= self._hb_next:
                 if self._active:
@@ -293,10 +303,16 @@ class Consumer(_ConsumerState, _PullRequests, _Delivering, _Acking):
 
     def next_deadline(self) -> int | None:
         """ns since the epoch when :meth:`poll` must next run for a timer (ack wait,
-        backoff, NAK delay, request expiry, heartbeats, pause end, inactivity), or None."""
+        backoff, NAK delay, request expiry, heartbeats, pause end, inactivity, the turn of
+        a message that waits for its replay gap or the rate limit), or None. While a
+        message waits, request expiries and heartbeats wait with it."""
         if self._closed:
             return None
         times: list[int] = []
+        holding = bool(self._pace_due)
+        pace = self._pace_deadline()
+        if pace is not None:
+            times.append(pace)
         if self._pcheck is not None and self.config.ack_policy != "none" and self._pending:
             if self._pcheck_stale:     # acks may have removed the earliest deadline
                 due = [self._deadline(s) for s in self._pending if s not in self._rdq]
@@ -304,12 +320,13 @@ class Consumer(_ConsumerState, _PullRequests, _Delivering, _Acking):
                 self._pcheck_stale = False
             if self._pcheck is not None:
                 times.append(self._pcheck)
-        for wr in self._waiting:
+        for wr in [] if holding else self._waiting:
             if wr.expires:
                 times.append(wr.expires)
             if wr.hbt:
                 times.append(wr.hbt)
-        if self.config.deliver_subject and self.config.idle_heartbeat and self._hb_next:
+        if self.config.deliver_subject and self.config.idle_heartbeat and self._hb_next \
+                and not holding:
             times.append(self._hb_next)
         pause = self.config.pause_until
         if pause is not None:

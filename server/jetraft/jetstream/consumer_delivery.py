@@ -207,13 +207,16 @@ class _Delivering:
         pause = self.config.pause_until
         if pause is not None and now < pause:
             return False
+        if not self._pace_wait_over(now):
+            return False
         if self.config.deliver_subject:
             return self._active and not (self._maxpb > 0 and self._pbytes > self._maxpb)
         return bool(self._waiting)
 
     def _deliver_all(self, now: int, out: list[Outbound]) -> bool:
         """nats-server ``loopAndGatherMsgs``; returns whether it stopped at the end of the
-        stream (not on max_ack_pending)."""
+        stream (not on max_ack_pending, nor on a message waiting its turn: see
+        :mod:`~jetraft.jetstream.consumer_pacing`)."""
         cfg = self.config
         while self._can_deliver(now):
             self._lss_undo = None
@@ -228,25 +231,20 @@ class _Delivering:
             if cfg.headers_only:
                 headers, data = _headers_only(headers, data), b""
             size = len(sm.subject) + len(ack) + len(headers or b"") + len(data)
-            if cfg.deliver_subject:
-                target = cfg.deliver_subject
-                wr = None
-            else:
-                wr = self._next_waiting(size, now, out)
+            wr = None
+            if not cfg.deliver_subject:
+                wr = self._next_waiting(size, now, out, take=False)
                 if wr is None:
-                    if self._lss_undo is not None and self._lss_undo[0] == sm.seq:
-                        self._lss = [sm.seq] + (self._lss or [])
-                        self._sseq = self._lss_undo[1]
-                        self._npc += 1
-                    elif dc == 1 and sm.seq == self._sseq - 1:
-                        self._sseq -= 1
-                        self._npc += 1
-                    elif sm.seq not in self._rdq:
-                        self._rdc[sm.seq] = self._rdc.get(sm.seq, 0) - 1
-                        if self._rdc[sm.seq] <= 0:
-                            del self._rdc[sm.seq]
-                        self._rdq.insert(0, sm.seq)
+                    self._undo_pick(sm, dc)
+                    self._pace_stage = 0    # picked again for a later request: paced again
                     return True
+            if self._pace(sm, size, now):
+                self._undo_pick(sm, dc)
+                return False
+            if wr is None:
+                target = cfg.deliver_subject
+            else:
+                self._take_waiting(wr, size)
                 target = wr.reply
                 if wr.n > 0 and wr.hb:
                     wr.hbt = now + wr.hb
@@ -287,11 +285,13 @@ class _Delivering:
             if cfg.idle_heartbeat:
                 self._hb_next = now + cfg.idle_heartbeat
             if self._maxpb > 0:
-                self._pbytes += size
+                # nats-server jsPubMsg.size(): the deliver subject, not the stored one
+                psz = size - len(sm.subject) + len(target)
+                self._pbytes += psz
                 if not self._fcid and self._pbytes > self._maxpb // 2:
                     self._send_flow_control(out)
                 elif self._fcid and self._pbytes - self._fcsz >= self._maxpb:
-                    self._fcsz += size
+                    self._fcsz += psz
         else:
             self._last_request = now
 

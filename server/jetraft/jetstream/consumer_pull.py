@@ -163,9 +163,12 @@ class _PullRequests:
         out.extend(self.poll(now_ns))
         return out
 
-    def _next_waiting(self, size: int, now: int, out: list[Outbound]) -> _Waiting | None:
+    def _next_waiting(self, size: int, now: int, out: list[Outbound], *,
+                      take: bool = True) -> _Waiting | None:
         """nats-server ``nextWaiting`` (no priority groups): the request that takes a
-        message of ``size`` bytes, consuming one from its batch."""
+        message of ``size`` bytes, consuming one from its batch (``take=False``: only
+        finds it; :meth:`_take_waiting` consumes). Requests expired (408), too small for
+        the message (409) or without interest are dropped on the way."""
         while self._waiting:
             wr = self._waiting[0]
             if wr.expires and now >= wr.expires:
@@ -173,26 +176,30 @@ class _PullRequests:
                                     _status(408, "Request Timeout", (wr.n, wr.b)), b""))
                 self._waiting.pop(0)
                 continue
-            if wr.b > 0:
-                if size <= wr.b:
-                    wr.b -= size
-                    if wr.b == 0:
-                        wr.n = 1
-                else:
-                    out.append(Outbound(wr.reply, None, _status(
-                        409, "Message Size Exceeds MaxBytes", (wr.n, wr.b)), b""))
-                    self._waiting.pop(0)
-                    continue
+            if wr.b > 0 and size > wr.b:
+                out.append(Outbound(wr.reply, None, _status(
+                    409, "Message Size Exceeds MaxBytes", (wr.n, wr.b)), b""))
+                self._waiting.pop(0)
+                continue
             if not self.has_interest(wr.reply):
                 self._waiting.pop(0)
                 continue
-            wr.d += 1
-            wr.n -= 1
-            self._waiting.pop(0)
-            if wr.n > 0:
-                self._waiting.append(wr)
+            if take:
+                self._take_waiting(wr, size)
             return wr
         return None
+
+    def _take_waiting(self, wr: _Waiting, size: int) -> None:
+        """The first waiting request ``wr`` takes a message of ``size`` bytes."""
+        if wr.b > 0:
+            wr.b -= size
+            if wr.b == 0:
+                wr.n = 1
+        wr.d += 1
+        wr.n -= 1
+        self._waiting.pop(0)
+        if wr.n > 0:
+            self._waiting.append(wr)
 
     def _process_waiting(self, now: int, eos: bool, out: list[Outbound]) -> None:
         """nats-server ``processWaiting``: expiries (408), one-shot no_wait requests at the

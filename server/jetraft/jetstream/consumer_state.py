@@ -106,8 +106,10 @@ class _ConsumerState:
         list, int, str, bool and None only; the shape is checked by
         :func:`jetraft.jetstream.replica_state.check_consumer_state`, which lists its keys.
         Not included: ``stream``, ``name``, ``config``, ``created_ns`` (the caller's) and
-        ``has_interest``, and what :meth:`_apply_config` derives from the config."""
-        return {
+        ``has_interest``, and what :meth:`_apply_config` derives from the config. A consumer
+        that keeps a pace (replay original, a rate limit) adds ``pace``
+        (:meth:`~jetraft.jetstream.consumer_pacing._Pacing.pace_state`)."""
+        state = {
             "sseq": self._sseq, "dseq": self._dseq, "adflr": self._adflr, "asflr": self._asflr,
             "st_dc": self._st_dc, "st_ds": self._st_ds, "st_ac": self._st_ac, "st_as": self._st_as,
             "pending": [[s, p[0], p[1]] for s, p in self._pending.items()],
@@ -129,6 +131,9 @@ class _ConsumerState:
             "pblimit": self._pblimit, "maxpb": self._maxpb, "fc_count": self._fc_count,
             "dirty": self.dirty, "closed": self._closed,
         }
+        if self.paces:
+            state["pace"] = self.pace_state()
+        return state
 
     def restore_replica_state(self, state: dict) -> None:
         """Take the working state :meth:`replica_state` returned, as checked (and copied)
@@ -160,6 +165,8 @@ class _ConsumerState:
         self._pblimit, self._maxpb = state["pblimit"], state["maxpb"]
         self._fc_count = state["fc_count"]
         self.dirty, self._closed = state["dirty"], state["closed"]
+        if state.get("pace") is not None:
+            self.restore_pace_state(state["pace"])
 
     def _restore(self, state: dict) -> None:
         """nats-server ``applyState`` (plus the working sequences jetraft also keeps)."""

@@ -74,19 +74,10 @@ def consumer_state_path(sdir: str, consumer: str) -> str:
 
 
 def atomic_write(path: str, data: bytes) -> None:
-    """Replace ``path`` with ``data`` durably: temp file, fdatasync, rename, fsync the
-    directory, each step through the :mod:`~jetraft.storage.fileio` seam. A crash
-    leaves the old file or the new one. Raises OSError (FileNotFoundError when the
-    directory is gone)."""
-    tmp = path + ".tmp"
-    fd = fileio.open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, fileio.FILE_MODE)
-    try:
-        fileio.pwrite_all(fd, data, 0, tmp)
-        fileio.fdatasync(fd, tmp)
-    finally:
-        os.close(fd)
-    fileio.replace(tmp, path)
-    fileio.sync_directory(os.path.dirname(path))
+    """Replace ``path`` with ``data`` durably (:func:`jetraft.storage.fileio.atomic_write`:
+    temp file, fdatasync, rename, fsync the directory). A crash leaves the old file or the
+    new one. Raises OSError (FileNotFoundError when the directory is gone)."""
+    fileio.atomic_write(path, data)
 
 
 def write_state_files(writes: list[tuple[str, bytes]]) -> None:

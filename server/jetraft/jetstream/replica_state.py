@@ -151,13 +151,23 @@ _CONSUMER_FIELDS: dict[str, Check] = {
     "fc_count": _nat,
     "dirty": _bool, "closed": _bool,
 }
+#: Keys a consumer's replica state may leave out (a consumer without a pace has none):
+#: ``pace`` is [replay, lseq, last stored ts, due, stage, bucket credit, bucket filled at]
+#: (consumer_pacing.py).
+_CONSUMER_OPTIONAL: dict[str, Check] = {
+    "pace": _tuple(_bool, _nat, _int, _nat, _nat, _int, _opt(_int)),
+}
 
 
 def check_consumer_state(value: Any, where: str = "consumer state") -> dict[str, Any]:
-    """A checked copy of a :meth:`Consumer.replica_state` value (every key present, no
-    other, each of its type; pending and redelivery sequences unique; every waiting reply
-    a non-empty subject). Raises :class:`ReplicaStateError` naming ``where`` and the key."""
-    state = _dict(value, where, _CONSUMER_FIELDS)
+    """A checked copy of a :meth:`Consumer.replica_state` value (every key present but
+    those of :data:`_CONSUMER_OPTIONAL`, which may be left out; no other; each of its
+    type; pending and redelivery sequences unique; every waiting reply a non-empty
+    subject). Raises :class:`ReplicaStateError` naming ``where`` and the key."""
+    fields = dict(_CONSUMER_FIELDS)
+    if type(value) is dict:
+        fields.update({k: c for k, c in _CONSUMER_OPTIONAL.items() if k in value})
+    state = _dict(value, where, fields)
     _unique(state["pending"], f"{where}.pending")
     _unique(state["rdc"], f"{where}.rdc")
     for i, wr in enumerate(state["waiting"]):

@@ -26,6 +26,9 @@ Entries (msgpack arrays, see :func:`encode_entry`)::
     ["K", ts, interest, subject, reply, payload]           an ack ($JS.ACK...)
     ["F", ts, interest, subject]                           a flow-control reply ($JS.FC...)
     ["T", ts, interest, interest_changed]                  the leader's timers fired
+    ["S", ts, interest, iname, msgs, next_seq, pending, ident]
+                                                           what a mirror's or source's link
+                                                           fetched (jetstream/sourcing.py)
 
 ``ts``: the leader's clock in ns since the epoch, strictly increasing along the log
 (:meth:`StreamReplica.next_ts`); ``interest``: the deliver subjects of the stream's push
@@ -45,11 +48,12 @@ from jetraft.raft.types import Entry, EntryType
 from .api import JetStreamAccount, Reply
 from .admission import MAX_TS, subject_problem
 from .catchup import StreamSnapshot, StreamSnapshotError
+from .sourcing import FetchAnswer
 from .store import FileStore
 
-PUBLISH, API, ACK, FLOW_CONTROL, TICK = "P", "A", "K", "F", "T"
+PUBLISH, API, ACK, FLOW_CONTROL, TICK, SOURCED = "P", "A", "K", "F", "T", "S"
 
-_ARITY = {PUBLISH: 7, API: 7, ACK: 6, FLOW_CONTROL: 4, TICK: 4}
+_ARITY = {PUBLISH: 7, API: 7, ACK: 6, FLOW_CONTROL: 4, TICK: 4, SOURCED: 8}
 
 
 class EntryError(ValueError):
@@ -75,7 +79,7 @@ def decode_entry(data: bytes) -> list[Any]:
     if not isinstance(ts, int) or ts < 0 or not isinstance(interest, list) \
             or not all(isinstance(s, str) for s in interest):
         raise EntryError("stream entry has a bad timestamp or interest list")
-    strings = {PUBLISH: (3,), API: (3,), ACK: (3,), FLOW_CONTROL: (3,), TICK: ()}[kind]
+    strings = {PUBLISH: (3,), API: (3,), ACK: (3,), FLOW_CONTROL: (3,), TICK: (), SOURCED: (3,)}[kind]
     for i in strings:
         if not isinstance(item[i], str) or not item[i]:
             raise EntryError(f"stream entry {kind!r}: field {i} must be a subject")
@@ -95,6 +99,11 @@ def decode_entry(data: bytes) -> list[Any]:
         raise EntryError("stream entry 'K': payload must be bytes")
     if kind == TICK and not isinstance(item[3], bool):
         raise EntryError("stream entry 'T': interest_changed must be a bool")
+    if kind == SOURCED:
+        try:
+            item[4] = FetchAnswer.from_wire([item[4], item[5], item[6], None, item[7]])
+        except ValueError as exc:
+            raise EntryError(f"stream entry 'S': {exc}") from None
     return item
 
 
@@ -213,6 +222,8 @@ class StreamReplica:
                 return acc.ack(item[3], item[4], item[5], ts)
             if kind == FLOW_CONTROL:
                 return acc.flow_control(item[3], ts)
+            if kind == SOURCED:
+                return acc.apply_fetched(entry, item[3], item[4], ts)
             return acc.poll_stream(self.name, ts, interest_changed=item[3])
         finally:
             self.override.subjects = None
@@ -328,5 +339,6 @@ class StreamReplica:
 
     def leader_changed(self, leader: str | None, term: int) -> None:
         self.term = term
+        self.account.reset_links(self.name)     # a new leader starts its links from its store
         if self.on_leader is not None:
             self.on_leader(leader, term)

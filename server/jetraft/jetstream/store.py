@@ -44,6 +44,18 @@ served (``load`` raises :class:`CorruptMessage`), and its sequence is never reus
 other message stays readable. A checksum failure found later by ``load`` also raises
 :class:`CorruptMessage`.
 
+Compression (FileStore, stream ``compression: s2``): a block is compressed when the store
+starts the next one (nats-server 2.10 compresses a block once it is no longer the last);
+the last block never is. Written aside, fdatasynced and renamed over the plain block, so a
+crash leaves one whole file or the other; the plain bytes it holds, records and checksums,
+are unchanged, so offsets, sizes, index files, snapshots and catch-up are the same either
+way, and so are the message sizes the stream counts (``StreamState.bytes``: nats-server
+counts the messages, not the file). Reading a message decompresses the one or two 64 KiB
+chunks it lies in (a few are cached). Blocks sealed before compression was set (an update,
+a restart, a catch-up) are compressed one per block started. A failed compression leaves
+the block plain and is kept in :attr:`FileStore.pack_error`. Format and rules in
+:mod:`jetraft.jetstream.store_compress`.
+
 The parts are modules beside this one: :mod:`jetraft.jetstream.store_base` (the types, the
 shared index-backed store and :class:`MemoryStore`, imported here),
 :mod:`jetraft.jetstream.store_recovery` (opening a FileStore: recovery, block index files),
@@ -53,12 +65,15 @@ shared index-backed store and :class:`MemoryStore`, imported here),
 
 from __future__ import annotations
 
+import errno
 import os
 import zlib
+from collections import OrderedDict
 
 from jetraft.storage import fileio
-from jetraft.storage.group_commit import GroupCommit, StorageError, SyncFailed, storage_error
+from jetraft.storage.group_commit import GroupCommit, StorageError, SyncFailed, SyncFile, storage_error
 
+from . import store_compress as pack
 from . import store_format as fmt
 from .store_base import (
     MAX_DELETED_DETAILS,
@@ -79,16 +94,19 @@ __all__ = ["MAX_DELETED_DETAILS", "MAX_SUBJECT_DETAILS", "CorruptMessage", "File
            "TooManyResults", "msg_size"]
 
 DEFAULT_BLOCK_BYTES = 8 << 20
+#: Decompressed chunks of compressed blocks a FileStore keeps for the next reads.
+CHUNK_CACHE = 8
 
 
 class FileStore(_Recovery, _IndexedStore):
-    """``FileStore(directory, *, sync, block_bytes=8 MiB, sync_always=True)``.
+    """``FileStore(directory, *, sync, block_bytes=8 MiB, sync_always=True, compression="none")``.
 
     ``sync``: the server's shared GroupCommit. ``block_bytes``: a new block is started when
     a message would take the last one past this size (bytes). ``sync_always`` False makes
     :meth:`sync` a no-op unless called with ``force=True`` (nats-server's lazy
     ``sync_interval``: the server's interval timer forces it); True (default) makes every
-    ``sync()`` durable.
+    ``sync()`` durable. ``compression``: the stream's, "none" or "s2" (blocks are
+    compressed once sealed: see :meth:`set_compression`).
 
     Opening rebuilds the index from the blocks (see the module docstring for torn tails
     and checksum mismatches); ``recovery_report`` lists what was found, one dict per
@@ -100,9 +118,16 @@ class FileStore(_Recovery, _IndexedStore):
     """
 
     def __init__(self, directory: str | os.PathLike, *, sync: GroupCommit,
-                 block_bytes: int = DEFAULT_BLOCK_BYTES, sync_always: bool = True) -> None:
+                 block_bytes: int = DEFAULT_BLOCK_BYTES, sync_always: bool = True,
+                 compression: str = "none") -> None:
         super().__init__()
         self.directory = os.fspath(directory)
+        self.compression = _checked_compression(compression)
+        self._to_pack: list[_Block] = []
+        self._chunk_cache: OrderedDict[tuple[int, int], bytes] = OrderedDict()
+        #: The StorageError of the last block compression that failed (the block stayed
+        #: plain and is tried again when the next block is started), or None.
+        self.pack_error: StorageError | None = None
         self.block_bytes = block_bytes
         self.sync_always = sync_always
         self.recovery_report: list[dict] = []
@@ -186,6 +211,10 @@ class FileStore(_Recovery, _IndexedStore):
             if prev is not None:
                 self._write_index(prev)
                 self._maybe_free(prev)
+                if self.compression in pack.ALGORITHMS:
+                    self._pack(prev)
+                    while self._to_pack and self._pack(self._to_pack.pop(0)) is None:
+                        pass        # at most one queued block compressed (or tried) per block
             return blk, fmt.BLOCK_HEADER_SIZE
         return blk, self._write(blk, buf)
 
@@ -240,6 +269,93 @@ class FileStore(_Recovery, _IndexedStore):
                 return
             blk = blocks[0]
 
+    # --- compression -------------------------------------------------------------------
+    def set_compression(self, compression: str) -> None:
+        """Compress blocks from now on ("s2": every sealed block not compressed yet is
+        queued, and compressed one per block started) or not ("none": compressed blocks
+        stay so and are read as before). As nats-server, the setting is the stream's and
+        may change on update."""
+        self.compression = _checked_compression(compression)
+        if self.compression in pack.ALGORITHMS:
+            queued = set(map(id, self._to_pack))
+            self._to_pack += [b for b in self._blocks[:-1] if b.pack is None and id(b) not in queued]
+        else:
+            self._to_pack = []
+
+    def _pack(self, blk: _Block) -> bool | None:
+        """Compress sealed block ``blk`` (see the module docstring); True when it was
+        compressed now, None when it needs it no longer (compressed, deleted, the last
+        block) or the store is failed. False when it failed: the block stays plain
+        (:attr:`pack_error`) and is queued again; so is a block whose bytes no longer match
+        their crc32 (they are never compressed over: the record checksums report them)."""
+        if blk.pack is not None or blk not in self._blocks or blk is self._blocks[-1] \
+                or self.failed is not None or blk.unsure or blk.sf.failed is not None \
+                or blk.size > pack.MAX_PLAIN:
+            return None
+        tmp = blk.path + ".tmp"
+        fd = None
+        try:
+            plain = os.pread(blk.sf.fd, blk.size, 0)
+            if len(plain) != blk.size or zlib.crc32(plain) != blk.crc:
+                raise OSError(errno.EIO, "block bytes do not match their crc32", blk.path)
+            data = pack.pack_block(plain, pack.ALGORITHMS[self.compression])
+            packed = pack.read_packed(data)
+            fd = fileio.open_file(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, fileio.FILE_MODE)
+            fileio.pwrite_all(fd, data, 0, tmp)
+            fileio.fdatasync(fd, tmp)
+            fileio.replace(tmp, blk.path)
+        except (OSError, ValueError) as exc:
+            if fd is not None:
+                os.close(fd)
+                try:
+                    fileio.unlink(tmp)
+                except OSError:
+                    pass
+            err = exc if isinstance(exc, OSError) else OSError(errno.EIO, str(exc))
+            self.pack_error = storage_error("compress", blk.path, err)
+            if blk not in self._to_pack:
+                self._to_pack.append(blk)
+            return False
+        # the compressed file is durable under its own name; the rename is made durable by
+        # the next sync (the directory's fsync): until then either file is whole
+        self._gc.forget(blk.sf)
+        os.close(blk.sf.fd)
+        blk.sf = SyncFile(fd, blk.path, owner=self, size=len(data))
+        blk.pack = packed
+        self._gc.mark_dir_dirty(self.directory, self)
+        return True
+
+    def _chunk(self, blk: _Block, i: int) -> bytes:
+        """Chunk ``i`` of compressed block ``blk``, decompressed (cached). Raises
+        :class:`~jetraft.jetstream.store_compress.ChunkDamaged` or OSError."""
+        key = (blk.start, i)
+        got = self._chunk_cache.get(key)
+        if got is not None:
+            self._chunk_cache.move_to_end(key)
+            return got
+        pb = blk.pack
+        got = pack.decode_chunk(pb, i, os.pread(blk.sf.fd, pack.stored_len(pb, i), pb.offs[i]))
+        self._chunk_cache[key] = got
+        if len(self._chunk_cache) > CHUNK_CACHE:
+            self._chunk_cache.popitem(last=False)
+        return got
+
+    def _read_plain(self, blk: _Block, off: int, n: int) -> bytes:
+        """Up to ``n`` plain bytes of block ``blk`` from ``off`` (fewer at its end): from
+        the file, or from the chunks of a compressed block that hold them (at most ``n``
+        bytes and a chunk decompressed). Raises ChunkDamaged or OSError."""
+        n = min(n, blk.size - off)
+        if n <= 0:
+            return b""
+        pb = blk.pack
+        if pb is None:
+            return os.pread(blk.sf.fd, n, off)
+        first, last = off // pb.chunk, (off + n - 1) // pb.chunk
+        a = off - first * pb.chunk
+        if first == last:
+            return self._chunk(blk, first)[a:a + n]
+        return b"".join(self._chunk(blk, i) for i in range(first, last + 1))[a:a + n]
+
     def sync(self, force: bool = False, *, keep_doomed: bool = False) -> None:
         """Make everything written so far durable through the GroupCommit (one fsync per
         dirty file; the directory too after a block was created or deleted), then delete
@@ -272,13 +388,17 @@ class FileStore(_Recovery, _IndexedStore):
         """Up to ``n`` bytes of block ``first_seq`` from ``offset`` (fewer at its end), for a
         peer completing a snapshot: ``b""`` when the block does not reach ``offset`` (this
         replica is behind), None when this store has no such block (deleted once emptied,
-        or not started yet). Raises OSError on a read error."""
+        or not started yet). A compressed block serves the plain bytes it holds. Raises
+        OSError on a read error (EIO for a damaged chunk of a compressed block)."""
         self._check_open()
         for blk in self._blocks + self._doomed:
             if blk.start == first_seq:
                 if offset >= blk.size or offset < 0 or n <= 0:
                     return b""
-                return os.pread(blk.sf.fd, min(n, blk.size - offset), offset)
+                try:
+                    return self._read_plain(blk, offset, n)
+                except pack.ChunkDamaged as exc:      # never serve what fails its checksum
+                    raise OSError(errno.EIO, f"compressed block {exc}", blk.path) from None
         return b"" if first_seq > self._last else None
 
     def doomed_count(self) -> int:
@@ -306,7 +426,14 @@ class FileStore(_Recovery, _IndexedStore):
     # --- reading ---------------------------------------------------------------------
     def _fetch(self, seq, seg, i):
         blk, off, size = seg.owner, seg.off[i], seg.rsz[i]
-        buf = os.pread(blk.sf.fd, size, off)
+        if blk.pack is None:
+            buf = os.pread(blk.sf.fd, size, off)
+        else:
+            try:
+                buf = self._read_plain(blk, off, size)
+            except pack.ChunkDamaged as exc:
+                raise CorruptMessage(f"message {seq} fails its checksum ({blk.path}@{off}: "
+                                     f"compressed {exc})") from None
         got = fmt.read_header(buf, 0)
         if got is None or got[0].size != size or got[0].seq != seq \
                 or got[0].rtype != fmt.REC_MSG or not fmt.body_ok(buf, got[0], got[1]):
@@ -325,7 +452,8 @@ class FileStore(_Recovery, _IndexedStore):
         self._gc.forget_owner(self)
         for blk in self._blocks + self._doomed:
             os.close(blk.sf.fd)
-        self._blocks, self._doomed = [], []
+        self._blocks, self._doomed, self._to_pack = [], [], []
+        self._chunk_cache.clear()
 
     # --- after a storage failure -----------------------------------------------------
     def reopen_verified(self) -> FileStore:
@@ -390,7 +518,7 @@ class FileStore(_Recovery, _IndexedStore):
             raise storage_error("rollback", getattr(exc, "filename", None) or self.directory,
                                 exc) from exc
         fresh = FileStore(self.directory, sync=self._gc, block_bytes=self.block_bytes,
-                          sync_always=self.sync_always)
+                          sync_always=self.sync_always, compression=self.compression)
         fresh.recovered_last = fresh._last
         if fresh._last < self._last:
             try:
@@ -400,3 +528,13 @@ class FileStore(_Recovery, _IndexedStore):
                 fresh.close()
                 raise
         return fresh
+
+
+def _checked_compression(compression: str) -> str:
+    """``compression`` as a store takes it: "none" (also "") or an algorithm of
+    :data:`~jetraft.jetstream.store_compress.ALGORITHMS`; ValueError otherwise."""
+    if compression in ("", "none"):
+        return "none"
+    if compression not in pack.ALGORITHMS:
+        raise ValueError(f"unknown compression algorithm {compression!r}")
+    return compression

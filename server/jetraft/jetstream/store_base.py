@@ -526,6 +526,13 @@ class MemoryStore(_IndexedStore):
     """The message store of a ``storage: memory`` stream; nothing survives the process."""
 
     _WITH_OBJS = True
+    compression = "none"
+
+    def set_compression(self, compression: str) -> None:
+        """Keep the stream's ``compression`` and compress nothing: nats-server takes
+        ``compression: s2`` on a memory stream and its memory store ignores it
+        (server/memstore.go has no compression)."""
+        self.compression = compression
 
     @staticmethod
     def msg_size(subject: str, headers: bytes | None, data: bytes) -> int:

@@ -10,6 +10,13 @@ found); every change to the disk goes through :mod:`jetraft.storage.fileio`. As 
 ``server/filestore.go`` recovers its message blocks (``recoverMsgs``, ``recoverMsgBlock``,
 ``rebuildState``); the block and index file formats are jetraft's own
 (:mod:`jetraft.jetstream.store_format`).
+
+A compressed block (:mod:`jetraft.jetstream.store_compress`) is opened from the plain
+block it holds: from its index file without decompressing when every chunk checks out and
+the index names its plain length and crc32, else decompressed and walked, a damaged
+chunk's bytes read as damaged records (reported, never served). The last block is the one
+records are appended to: found compressed (the next block's creation was torn), it is
+written back plain first.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import zlib
 from jetraft.storage import fileio
 from jetraft.storage.group_commit import StorageError, SyncFile
 
+from . import store_compress as pack
 from . import store_format as fmt
 from .admission import MAX_SEQ, MAX_TS, subject_problem
 from .store_index import Segment
@@ -31,10 +39,11 @@ class _Block:
     ``unsure``: a failed write could not be undone (bytes past ``size`` may remain);
     ``crc``: crc32 of its ``size`` bytes (None: not known); ``pure``: it holds message
     records only, in sequence (it may have an index file); ``indexed``: the size its index
-    file was written for (-1: none)."""
+    file was written for (-1: none); ``pack``: None for a plain block file, the chunk table
+    of a compressed one (``size`` and ``crc`` are then the plain block's)."""
 
     __slots__ = ("start", "path", "sf", "size", "live", "external", "unsure", "crc", "pure",
-                 "indexed")
+                 "indexed", "pack")
 
     def __init__(self, start: int, path: str, fd: int, size: int, owner=None,
                  crc: int | None = 0) -> None:
@@ -48,6 +57,7 @@ class _Block:
         self.crc = crc
         self.pure = True
         self.indexed = -1
+        self.pack: pack.Packed | None = None
 
 
 class _Recovery:
@@ -68,41 +78,73 @@ class _Recovery:
             path = os.path.join(self.directory, name)
             with open(path, "rb") as f:
                 buf = f.read()
-            try:
-                head = fmt.check_block_header(buf)
-            except ValueError as exc:
-                raise StorageError(f"{path}: {exc}") from exc
             start = fmt.parse_block_name(name)
-            if head is not True:
-                self._last = max(self._last, start - 1)
-                if head is None and is_last:
-                    self._report(name, 0, "torn_tail", start, "block header torn")
-                    fileio.unlink(path)
-                    self._gc.fsync_dir_now(self.directory)
-                else:
+            packed, bad = None, []
+            if pack.is_packed(buf):
+                try:
+                    packed = pack.read_packed(buf)
+                except ValueError as exc:
+                    raise StorageError(f"{path}: {exc}") from exc
+                if packed is None:
+                    self._last = max(self._last, start - 1)
                     self._report(name, 0, "checksum_mismatch", start,
-                                 "damaged block header; block set aside as .corrupt")
+                                 "damaged compressed block header; block set aside as .corrupt")
                     fileio.replace(path, path + ".corrupt")
                     self._gc.fsync_dir_now(self.directory)
-                continue
+                    continue
+                if is_last:
+                    buf, bad = self._unpack_last(path, buf, packed)
+                    packed = None
+            if packed is None:
+                try:
+                    head = fmt.check_block_header(buf)
+                except ValueError as exc:
+                    raise StorageError(f"{path}: {exc}") from exc
+                if head is not True:
+                    self._last = max(self._last, start - 1)
+                    if head is None and is_last:
+                        self._report(name, 0, "torn_tail", start, "block header torn")
+                        fileio.unlink(path)
+                        self._gc.fsync_dir_now(self.directory)
+                    else:
+                        self._report(name, 0, "checksum_mismatch", start,
+                                     "damaged block header; block set aside as .corrupt")
+                        fileio.replace(path, path + ".corrupt")
+                        self._gc.fsync_dir_now(self.directory)
+                    continue
             fd = fileio.open_file(path, os.O_RDWR)
-            blk = _Block(start, path, fd, len(buf), self, zlib.crc32(buf))
+            if packed is None:
+                blk = _Block(start, path, fd, len(buf), self, zlib.crc32(buf))
+            else:
+                blk = _Block(start, path, fd, packed.plain_len, self, packed.plain_crc)
+                blk.pack = packed
             self._blocks.append(blk)
             self._last = max(self._last, start - 1)
-            if self._replay_index(blk, indexes.pop(start, None), buf):
+            if packed is not None and not pack.damaged_chunks(buf, packed) \
+                    and self._replay_index(blk, indexes.pop(start, None), packed.plain_len):
+                continue
+            if packed is not None:
+                buf, bad = pack.unpack(buf, packed)
+                if not bad and zlib.crc32(buf) != packed.plain_crc:
+                    self._report(name, 0, "checksum_mismatch", start,
+                                 "compressed block: plain crc32 mismatch; records checked one by one")
+                    blk.crc = zlib.crc32(buf)
+            elif self._replay_index(blk, indexes.pop(start, None), len(buf)):
                 continue
             self._blocks_walked += 1
             off = self._replay_fast(blk, name, buf)
-            if off == len(buf):
+            if off == len(buf) and not bad:
                 continue
             blk.pure = False
-            scan = fmt.scan_block(buf, is_last, off)
-            if scan.end < len(buf):
+            scan = fmt.scan_block(buf, is_last and packed is None, off)
+            if scan.end < len(buf) and packed is None:
                 fileio.ftruncate(fd, scan.end, path)
                 self._gc.fsync_now(fd, path)
                 blk.size = scan.end
                 blk.sf.truncated(scan.end)
                 blk.crc = zlib.crc32(memoryview(buf)[:scan.end])
+            scan.damage += [fmt.Damage("checksum_mismatch", a, 0, f"compressed block: {detail}")
+                            for _i, a, _b, detail in bad]
             events = sorted([(r.off, 0, r) for r in scan.records]
                             + [(d.offset, 1, d) for d in scan.damage],
                             key=lambda e: (e[0], e[1]))
@@ -114,11 +156,12 @@ class _Recovery:
                     self._replay(blk, ev, name, buf)
         for stale in indexes.values():     # of a block gone or set aside
             self._remove_index_file(stale)
-        for n in listing:                   # an index write cut short
-            if n.endswith(".idx.tmp"):
+        for n in listing:                   # an index write or a compression cut short
+            if n.endswith((".idx.tmp", ".blk.tmp", ".corrupt.tmp")):
                 self._remove_index_file(n)
         self._fix_first()
         self._ready = True
+        self.set_compression(self.compression)      # sealed plain blocks: to be compressed
         for blk in list(self._blocks):
             self._maybe_free(blk)
 
@@ -128,9 +171,10 @@ class _Recovery:
         checksums checked); the other blocks it opened were read from their index files."""
         return self._blocks_walked
 
-    def _replay_index(self, blk: _Block, idx_name: str | None, buf: bytes) -> bool:
-        """Index block ``buf`` from its index file when there is one that still describes
-        it (same length and crc32, in sequence after what came before); True when done.
+    def _replay_index(self, blk: _Block, idx_name: str | None, size: int) -> bool:
+        """Index block ``blk`` (``size`` bytes, plain) from its index file when there is one
+        that still describes it (same length and crc32, in sequence after what came before);
+        True when done.
         An index file that does not is removed (it is rewritten when the block is sealed or
         the store closed)."""
         if idx_name is None:
@@ -142,9 +186,9 @@ class _Recovery:
         except OSError:
             pass
         n = len(ix.subj) if ix is not None else 0
-        if ix is None or not n or ix.block_size != len(buf) or ix.block_crc != blk.crc \
+        if ix is None or not n or ix.block_size != size or ix.block_crc != blk.crc \
                 or ix.base != blk.start or self._last != ix.base - 1 \
-                or fmt.BLOCK_HEADER_SIZE + sum(ix.rsz) != len(buf) \
+                or fmt.BLOCK_HEADER_SIZE + sum(ix.rsz) != size \
                 or any(subject_problem(name) is not None for name in ix.names) \
                 or ix.base + n - 1 > MAX_SEQ:
             self._remove_index_file(idx_name)
@@ -157,8 +201,19 @@ class _Recovery:
         if empty:
             self._first = ix.base
         blk.live += n
-        blk.indexed = len(buf)
+        blk.indexed = size
         return True
+
+    def _unpack_last(self, path: str, buf: bytes, packed: pack.Packed
+                     ) -> tuple[bytes, list[tuple[int, int, int, str]]]:
+        """Write the last block, found compressed, back as the plain block it holds (records
+        are appended to it); returns its plain bytes and damaged chunks (their bytes zero:
+        damaged records to the scan). A damaged one is first copied to ``.corrupt``."""
+        plain, bad = pack.unpack(buf, packed)
+        if bad:
+            pack.write_aside(path + ".corrupt", buf)
+        pack.write_aside(path, plain)
+        return plain, bad
 
     def _remove_index_file(self, name: str) -> None:
         try:

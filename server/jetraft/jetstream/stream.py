@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import base64
 import random
+from collections.abc import Sequence
 from typing import Any
 
 from jetraft import gofmt
@@ -54,6 +55,7 @@ from jetraft.protocol.subjects import is_valid_literal_subject
 from jetraft.protocol.transform import MappingError, NoMatch, SubjectTransform
 
 from . import errors as E
+from . import sourcing
 from .model import LostStreamData, StreamConfig, StreamInfo, StreamState
 from .store import MAX_SUBJECT_DETAILS, CorruptMessage, MessageNotFound, StoredMessage
 
@@ -133,9 +135,10 @@ class Stream:
     def __init__(self, config: StreamConfig, store: Any, *, created_ns: int = 0,
                  domain: str = "", now_ns: int | None = None, rebuild_dedupe: bool = True) -> None:
         self._transform: SubjectTransform | None = None     # subject_transform, parsed
+        self._source_seqs: dict[str, int] | None = None     # sources' positions, read when first asked
         self._republish: SubjectTransform | None = None     # republish src -> dest, parsed
-        self.config = config.checked()
         self.store = store
+        self.config = config.checked()
         self.created_ns = created_ns
         self.domain = domain
         st = store.state()
@@ -218,6 +221,8 @@ class Stream:
     @config.setter
     def config(self, cfg: StreamConfig) -> None:
         self._config = cfg
+        self._source_seqs = None        # its sources may have changed: read back again
+        self.store.set_compression(cfg.compression)     # s2: sealed blocks compressed
         st, rp = cfg.subject_transform, cfg.republish
         self._transform = SubjectTransform.parse(st.src, st.dest) if st is not None else None
         self._republish = SubjectTransform.parse(rp.src or ">", rp.dest) if rp is not None else None
@@ -343,6 +348,69 @@ class Stream:
                 body = b""
             republished = Message(destination, None, append_lines(headers, lines), body)
         return self._ack(seq), republished
+
+    # --- mirror and sources (jetstream/sourcing.py) --------------------------------------
+    def source_positions(self) -> dict[str, tuple[int, str]]:
+        """(origin sequence, origin identity) of the last message stored from each source,
+        by index name, read back from the store when first asked and kept up to date by
+        :meth:`store_sourced`."""
+        if self._source_seqs is None:
+            inames = {spec.iname for spec in sourcing.specs_of(self.config) if not spec.mirror}
+            self._source_seqs = sourcing.source_positions(self.store, inames) if inames else {}
+        return self._source_seqs
+
+    def store_mirrored(self, msgs: Sequence[tuple[int, str, bytes | None, bytes, int]],
+                       spec: sourcing.SourceSpec) -> int:
+        """Store the origin's messages ``(seq, subject, headers, data, ts)`` at their own
+        sequences and times, the sequences between counting as deleted; those at or below
+        the last sequence are already here and skipped (nats-server processInboundMirrorMsg).
+        Returns how many were stored."""
+        stored = 0
+        for seq, subject, headers, data, ts in msgs:
+            if seq <= self.last_seq:
+                continue
+            subject = spec.transformed(subject) or subject
+            self.store.store_at(seq, subject, headers or None, data, ts)
+            self.last_seq = seq
+            self.enforce_limits(subject)
+            stored += 1
+        return stored
+
+    def store_sourced(self, msgs: Sequence[tuple[int, str, bytes | None, bytes, int]],
+                      spec: sourcing.SourceSpec, now_ns: int, ident: str = "",
+                      republished: list[Message] | None = None) -> tuple[int, E.JSApiError | None]:
+        """Store the messages of source ``spec`` ``(seq, subject, headers, data, ts)`` as
+        publishes of this stream with their Nats-Stream-Source header, skipping those at or
+        below the source's position (from the start when the origin's identity ``ident``
+        is not the one stored last: it was deleted and created again, nats-server issue
+        6206); a duplicate ``Nats-Msg-Id`` counts as stored
+        (nats-server processInboundSourceMsg). Stops at the first message refused (a
+        discard-new limit, say) and returns (how many were taken, that refusal or None):
+        the link asks for it again later. What ``republish`` sends for them is appended to
+        ``republished``."""
+        positions = self.source_positions()
+        done, known = positions.get(spec.iname, (0, ""))
+        if ident and known and ident != known:
+            done = 0
+        taken = 0
+        for seq, subject, headers, data, _ts in msgs:
+            if seq <= done:
+                continue
+            target = spec.transformed(subject)
+            if target is None:
+                continue
+            headers = append_lines(sourcing.strip_source_headers(headers),
+                                   f"{sourcing.SOURCE_HEADER}: {spec.header_value(seq, subject, ident)}\r\n")
+            try:
+                _ack, again = self.publish_message(target, headers, data, now_ns)
+            except E.JSApiError as err:
+                return taken, err
+            if again is not None and republished is not None:
+                republished.append(again)
+            positions[spec.iname] = (seq, ident)
+            done = seq
+            taken += 1
+        return taken, None
 
     def _republish_target(self, subject: str) -> tuple[str | None, int]:
         """(the republish destination of a message stored on ``subject``, the subject's

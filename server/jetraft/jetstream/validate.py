@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from jetraft.protocol.subjects import OverlapWorkExceeded, SubjectIndex, filters_overlap
+from jetraft.protocol.subjects import OverlapWorkExceeded, SubjectIndex, filters_overlap, subjects_overlap
 
 from . import errors as E
 from .model import (
@@ -84,6 +84,7 @@ def check_stream_create(payload: bytes, subject_name: str, others: Subjects, *,
     if cfg.num_replicas > 1 and not clustered:
         raise E.stream_replicas_not_supported()
     cfg.check_supported()       # refused before anything is stored or proposed
+    check_sources(cfg, existing, pedantic=pedantic)
     if unloaded and cfg.name in unloaded:
         raise E.stream_create(f"stream {cfg.name} is on disk but not loaded "
                               f"({unloaded[cfg.name]})")
@@ -98,7 +99,8 @@ def check_stream_create(payload: bytes, subject_name: str, others: Subjects, *,
 
 def check_stream_update(payload: bytes, subject_name: str, current: Callable[[str], StreamConfig],
                         others: Subjects, *, clustered: bool,
-                        meta_leader: bool = False) -> StreamConfig:
+                        meta_leader: bool = False,
+                        existing: Callable[[str], dict[str, Any] | None] | None = None) -> StreamConfig:
     """Check a ``$JS.API.STREAM.UPDATE.<subject_name>`` request body ``payload``; returns
     the new config.
 
@@ -136,8 +138,67 @@ def check_stream_update(payload: bytes, subject_name: str, current: Callable[[st
     else:
         cfg = StreamConfig.update_check(old, new, clustered=clustered).with_static_metadata()
         cfg.check_supported()
+    if existing is not None:
+        check_sources(cfg, existing, pedantic=bool(req.get("pedantic")) and not meta_leader)
     check_subjects_overlap(cfg.subjects, others)
     return cfg
+
+
+def check_sources(cfg: StreamConfig, existing: Callable[[str], dict[str, Any] | None], *,
+                  pedantic: bool = False) -> None:
+    """The checks of a mirror and sources that need the account's other streams
+    (``existing(name)``: a stream's config JSON or None), nats-server checkStreamCfg: 10030
+    / 10046 for a max_msg_size below the origin's; ``mirror_direct`` taken from the
+    origin's ``allow_direct`` (10157 with ``pedantic`` when they differ); 10052 "detected
+    cycle" when the streams' mirrors and sources lead back to this one (through sources,
+    only where the subjects overlap). An origin that does not exist yet is allowed."""
+    if cfg.mirror is not None:
+        origin = existing(str(cfg.mirror.get("name") or ""))
+        if origin is not None:
+            limit = int(origin.get("max_msg_size") or 0)
+            if cfg.max_msg_size > 0 and limit > 0 and cfg.max_msg_size < limit:
+                raise E.api_error("JSMirrorMaxMessageSizeTooBigErr")
+            direct = bool(origin.get("allow_direct"))
+            if pedantic and cfg.mirror_direct != direct:
+                raise E.api_error("JSPedanticErrF", err="origin stream has direct get set, mirror has it disabled")
+            cfg.mirror_direct = direct
+    for src in cfg.sources or ():
+        origin = existing(str(src.get("name") or ""))
+        if origin is not None:
+            limit = int(origin.get("max_msg_size") or 0)
+            if cfg.max_msg_size > 0 and limit > 0 and cfg.max_msg_size < limit:
+                raise E.api_error("JSSourceMaxMessageSizeTooBigErr")
+    _check_cycle(cfg, existing)
+
+
+def _check_cycle(cfg: StreamConfig, existing: Callable[[str], dict[str, Any] | None]) -> None:
+    """nats-server checkStreamCfg's cycle check: a breadth-first walk of mirrors and sources
+    from ``cfg``, bounded by the account's streams (each visited once)."""
+    to_visit: list[dict[str, Any]] = [cfg.to_json()]
+    visited: set[str] = set()
+    while to_visit:
+        current = to_visit.pop(0)
+        if str(current.get("name") or "") in visited:
+            continue
+        visited.add(str(current.get("name") or ""))
+        subjects = [str(x) for x in current.get("subjects") or ()]
+        for src in current.get("sources") or ():
+            if not isinstance(src, dict) or src.get("external") is not None:
+                continue
+            name = str(src.get("name") or "")
+            filt = str(src.get("filter_subject") or "")
+            if name in visited:
+                if not filt or any(subjects_overlap(subj, filt) for subj in subjects):
+                    raise E.stream_invalid_config("detected cycle")
+            elif (other := existing(name)) is not None:
+                to_visit.append(other)
+        mirror = current.get("mirror")
+        if isinstance(mirror, dict) and mirror.get("external") is None:
+            name = str(mirror.get("name") or "")
+            if name in visited:
+                raise E.stream_invalid_config("detected cycle")
+            if (other := existing(name)) is not None:
+                to_visit.append(other)
 
 
 _FIXED_CONSUMER_FIELDS = (
@@ -176,14 +237,16 @@ EPHEMERAL_INACTIVE_THRESHOLD = 5_000_000_000
 
 
 def check_consumer_create(tokens: list[str], payload: bytes, stream_config: Callable[[str], StreamConfig], *,
-                          clustered: bool) -> tuple[str, ConsumerConfig, str]:
+                          clustered: bool, max_ack_pending_limit: int = 0) -> tuple[str, ConsumerConfig, str]:
     """Check a CONSUMER.CREATE request (``tokens``: its subject split on dots; ``payload``:
     its body) by itself (nats-server jetstream_api.go jsConsumerCreateRequest, then
     checkConsumerCfg, then ``ConsumerConfig.check_supported``). Returns the stream's name,
     the checked config (static metadata set, an ephemeral's inactive threshold defaulted)
     and the action (``create``, ``update`` or ""). ``stream_config(name)``: the stream's
     config, raising JSApiError 10059 when there is none; ``clustered``: replicas > 1 are
-    accepted (else 10074). Raises JSApiError; changes nothing."""
+    accepted (else 10074); ``max_ack_pending_limit``: the account's ``max_ack_pending``
+    (> 0: the default ``max_ack_pending`` at most, and above it 10121). Raises JSApiError;
+    changes nothing."""
     req = decode_request(payload, "CreateConsumerRequest")
     if req is None:
         raise E.invalid_json("unexpected end of JSON input")
@@ -228,7 +291,7 @@ def check_consumer_create(tokens: list[str], payload: bytes, stream_config: Call
     stream = stream_config(sname)
     if len(cname or cfg.durable_name) > MAX_CONSUMER_NAME_LEN:
         raise E.consumer_name_too_long(MAX_CONSUMER_NAME_LEN)
-    cfg = cfg.checked(stream, pedantic=pedantic)
+    cfg = cfg.checked(stream, pedantic=pedantic, max_ack_pending_limit=max(max_ack_pending_limit, 0))
     cfg.check_supported()
     cfg.metadata = _static_consumer_metadata(cfg)
     if not cfg.durable_name and cfg.inactive_threshold <= 0:

@@ -193,6 +193,29 @@ def replace(src: str, dst: str) -> None:
     os.replace(src, dst)
 
 
+def atomic_write(path: str, data) -> None:
+    """Replace ``path`` with ``data`` durably: written to ``path + ".tmp"``, fdatasynced,
+    renamed over ``path``, the directory fsynced, each step through this seam. A crash
+    leaves the old file or the new one; a failed step removes the ``.tmp`` again. Raises
+    OSError (FileNotFoundError when the directory is gone)."""
+    tmp = path + ".tmp"
+    fd = open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    try:
+        try:
+            pwrite_all(fd, data, 0, tmp)
+            fdatasync(fd, tmp)
+        finally:
+            os.close(fd)
+        replace(tmp, path)
+    except OSError:
+        try:
+            unlink(tmp)
+        except OSError:
+            pass
+        raise
+    sync_directory(os.path.dirname(path) or ".")
+
+
 def errno_name(exc: BaseException | None) -> str | None:
     """The symbolic errno of an OSError (or of the OSError behind a storage error, found
     through ``errno`` attributes and ``__cause__``), e.g. "ENOSPC"; None if there is none."""

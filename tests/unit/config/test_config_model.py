@@ -451,14 +451,13 @@ def test_accounts_with_users_and_jetstream():
     assert config.warnings == ()
 
 
-NOT_ENFORCED = "is accepted; jetraft enforces max_bytes_required, max_consumers, max_memory, max_storage, max_streams, memory_max_stream_bytes, storage_max_stream_bytes)"
+NOT_ENFORCED = ("is accepted; jetraft enforces max_ack_pending, max_bytes_required, max_consumers, max_memory, "
+                "max_storage, max_streams, memory_max_stream_bytes, storage_max_stream_bytes)")
 
 
 @pytest.mark.parametrize(
     ("limits", "message"),
     [
-        ("max_ack_pending: 10", "s.conf:1:28: 'accounts.A.jetstream.max_ack_pending': this account JetStream limit "
-                                f"is not supported by jetraft (only -1, no limit, {NOT_ENFORCED}"),
         ("cluster_traffic: owner", "s.conf:1:28: 'accounts.A.jetstream.cluster_traffic': this account JetStream "
                                    f"limit is not supported by jetraft (only 'system', no limit, {NOT_ENFORCED}"),
         ("max_mem: big", "s.conf:1:37: accounts.A.jetstream.max_mem: expected an integer, got a string ('big')"),
@@ -483,7 +482,8 @@ def test_account_jetstream_limits_not_enforced_are_refused(limits: str, message:
         ("max_stream_bytes: true, memory_max_stream_bytes: 5, store_max_stream_bytes: 6",
          (("max_bytes_required", True), ("memory_max_stream_bytes", 5), ("storage_max_stream_bytes", 6))),
         ("max_bytes: false, max_mem: -1, max_file: 1G, max_ack_pending: -1",
-         (("max_bytes_required", False), ("max_memory", -1), ("max_storage", 1000 ** 3))),
+         (("max_bytes_required", False), ("max_memory", -1), ("max_storage", 1000 ** 3), ("max_ack_pending", -1))),
+        ("max_ack_pending: 100", (("max_ack_pending", 100),)),
         ("mem: 1K, memory: 2K, max_memory: 3K, store: 4, disk: 5, max_disk: 6, max_store: 7",
          (("max_memory", 3000), ("max_storage", 7))),      # the last alias written wins
     ],

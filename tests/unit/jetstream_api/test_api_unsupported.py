@@ -19,7 +19,7 @@ from jetraft.jetstream.store import GroupCommit
 
 T0 = 1_800_000_000_000_000_000
 REPLY = "_INBOX.r"
-COMPRESSED = {"name": "RP", "subjects": ["rp.>"], "compression": "s2"}
+ATOMIC = {"name": "RP", "subjects": ["rp.>"], "allow_atomic": True}
 
 
 class Events:
@@ -51,8 +51,8 @@ def refusal(setting: str, err_code: int = 10052) -> dict:
 
 def test_stream_create_refused_before_anything_is_stored(tmp_path):
     acc = new_account(str(tmp_path))
-    reply = answer(acc, "$JS.API.STREAM.CREATE.RP", COMPRESSED)
-    assert reply["error"] == refusal("compression s2")
+    reply = answer(acc, "$JS.API.STREAM.CREATE.RP", ATOMIC)
+    assert reply["error"] == refusal("allow_atomic")
     assert acc.streams == {}
     assert not os.path.exists(tmp_path / "jetstream" / "$G" / "streams" / "RP")
     assert acc.events.named("jetstream_stream_created") == []
@@ -63,23 +63,23 @@ def test_stream_update_refused_and_the_stored_config_is_unchanged(tmp_path):
     assert "error" not in answer(acc, "$JS.API.STREAM.CREATE.U", {"name": "U", "subjects": ["u"]})
     meta = tmp_path / "jetstream" / "$G" / "streams" / "U" / "meta.json"
     before = meta.read_bytes()
-    reply = answer(acc, "$JS.API.STREAM.UPDATE.U", {"name": "U", "subjects": ["u"], "compression": "s2"})
-    assert reply["error"] == refusal("compression s2")
+    reply = answer(acc, "$JS.API.STREAM.UPDATE.U", {"name": "U", "subjects": ["u"], "allow_atomic": True})
+    assert reply["error"] == refusal("allow_atomic")
     assert meta.read_bytes() == before
-    assert acc.streams["U"].stream.config.compression == "none"
+    assert acc.streams["U"].stream.config.allow_atomic is False
 
 
 def test_consumer_create_refused_before_anything_is_stored(tmp_path):
     acc = new_account(str(tmp_path))
     answer(acc, "$JS.API.STREAM.CREATE.C", {"name": "C", "subjects": ["c.>"]})
     body = {"stream_name": "C", "config": {"durable_name": "d", "ack_policy": "explicit",
-                                           "replay_policy": "original"}}
+                                           "priority_policy": "overflow", "priority_groups": ["g"]}}
     reply = answer(acc, "$JS.API.CONSUMER.CREATE.C.d", body)
-    assert reply["error"] == refusal("replay_policy original", 10012)
+    assert reply["error"] == refusal("priority_policy overflow", 10012)
     assert acc.streams["C"].consumers == {}
     assert not os.path.exists(tmp_path / "jetstream" / "$G" / "streams" / "C" / "obs" / "d")
     assert acc.consumer_create_refusal("$JS.API.CONSUMER.CREATE.C.d", json.dumps(body).encode()).to_json() \
-        == refusal("replay_policy original", 10012)
+        == refusal("priority_policy overflow", 10012)
     # a request failing an earlier check is not this refusal (handling it answers that)
     assert acc.consumer_create_refusal("$JS.API.CONSUMER.CREATE.C.d", b"{") is None
 
@@ -95,7 +95,7 @@ def _older_jetraft_stream(tmp_path, config: dict, msgs: bytes = b"old records") 
 
 
 def test_recovery_does_not_load_a_stored_stream_with_an_unsupported_setting(tmp_path):
-    sdir = _older_jetraft_stream(tmp_path, COMPRESSED)
+    sdir = _older_jetraft_stream(tmp_path, ATOMIC)
     before = {name: open(os.path.join(sdir, name), "rb").read() for name in ("meta.json", "msgs/1.blk")}
     acc = new_account(str(tmp_path))
     acc.recover(T0)
@@ -103,7 +103,7 @@ def test_recovery_does_not_load_a_stored_stream_with_an_unsupported_setting(tmp_
     assert acc.stream_for("rp.x") is None          # its subjects take nothing
     (problem,) = acc.events.named("jetstream_recovery_problem")
     assert problem["stream"] == "RP"
-    assert problem["detail"] == "stream not loaded: compression s2 is not supported by jetraft; its files are kept"
+    assert problem["detail"] == "stream not loaded: allow_atomic is not supported by jetraft; its files are kept"
     assert {name: open(os.path.join(sdir, name), "rb").read() for name in before} == before
     # A new stream of that name would adopt the old files: refused, the files kept.
     reply = answer(acc, "$JS.API.STREAM.CREATE.RP", {"name": "RP", "subjects": ["rp.>"]})
@@ -122,23 +122,25 @@ def test_recovery_does_not_load_a_stored_consumer_with_an_unsupported_setting(tm
     cdir = tmp_path / "jetstream" / "$G" / "streams" / "C" / "obs" / "old"
     cdir.mkdir(parents=True)
     (cdir / "meta.json").write_text(json.dumps({"config": {"durable_name": "old", "ack_policy": "explicit",
-                                                           "replay_policy": "original"}, "created": T0}))
+                                                           "priority_policy": "overflow",
+                                                           "priority_groups": ["g"]}, "created": T0}))
     again = new_account(str(tmp_path))
     again.recover(T0)
     assert list(again.streams["C"].consumers) == ["ok"]
     (problem,) = again.events.named("jetstream_recovery_problem")
     assert (problem["stream"], problem["consumer"]) == ("C", "old")
-    assert problem["detail"] == "consumer not loaded: replay_policy original is not supported by jetraft; its files are kept"
+    assert problem["detail"] == ("consumer not loaded: priority_policy overflow is not supported by jetraft; "
+                                 "its files are kept")
     assert (cdir / "meta.json").exists()
 
 
 def test_a_replica_with_an_unsupported_setting_is_refused_before_old_files_go(tmp_path):
     """An assignment from an older jetraft's meta log: refused, nothing removed."""
-    sdir = _older_jetraft_stream(tmp_path, COMPRESSED)
+    sdir = _older_jetraft_stream(tmp_path, ATOMIC)
     acc = new_account(str(tmp_path))
     with pytest.raises(Exception) as info:
-        acc.create_replica({**COMPRESSED, "storage": "file"}, T0)
-    assert info.value.to_json() == refusal("compression s2")
+        acc.create_replica({**ATOMIC, "storage": "file"}, T0)
+    assert info.value.to_json() == refusal("allow_atomic")
     assert os.path.exists(os.path.join(sdir, "msgs", "1.blk"))
     assert "RP" not in acc.streams
 

@@ -47,6 +47,9 @@ STREAM = "S"
 NOT_IN_WORKING_STATE = {"stream", "has_interest", "name", "config", "created_ns",
                         "_filters", "_maxp", "_ack_prefix", "_sfreq", "advisory_interest",
                         "_advisories"}
+#: Carried in the state's "pace" when the consumer keeps a pace (consumer_pacing.py); a
+#: consumer without one has them as it starts.
+PACE = {"_replay", "_replay_lseq", "_replay_lts", "_pace_due", "_pace_stage", "_rl_credit", "_rl_last"}
 
 
 class _Events:
@@ -112,9 +115,13 @@ CONSUMERS = {
             "ack_wait": 1 * SECOND},
     "EPUSH": {"name": "EPUSH", "deliver_subject": "push.e", "ack_policy": "explicit",
               "inactive_threshold": 3 * SECOND, "ack_wait": 1 * SECOND},
+    "REPLAY": {"durable_name": "REPLAY", "ack_policy": "explicit", "replay_policy": "original",
+               "filter_subject": "s.c.>", "ack_wait": 1 * SECOND},
+    "RATE": {"durable_name": "RATE", "deliver_subject": "push.r", "ack_policy": "explicit",
+             "rate_limit_bps": 8 * 50_000, "replay_policy": "original", "ack_wait": 2 * SECOND},
 }
-PULLS = ["PULL", "PULLA", "ALL", "LPS", "EPH"]
-DELIVER = {"PUSH": "push.p", "PUSHN": "push.n", "EPUSH": "push.e"}
+PULLS = ["PULL", "PULLA", "ALL", "LPS", "EPH", "REPLAY"]
+DELIVER = {"PUSH": "push.p", "PUSHN": "push.n", "EPUSH": "push.e", "RATE": "push.r"}
 SUBJECTS = ["s.a", "s.b", "s.c.x", "s.c.y"]
 
 
@@ -275,7 +282,8 @@ def test_the_workload_reaches_the_states_worth_covering():
     """The random workload above does exercise what the state carries (else its
     comparisons could pass with a state that leaves these out)."""
     seen: dict[str, bool] = {k: False for k in ("waiting", "rdq", "fcid", "lss", "rdc", "dedupe",
-                                                 "no_interest_since", "pending")}
+                                                 "no_interest_since", "pending", "replay hold",
+                                                 "rate hold")}
     for retention in STREAMS:
         for seed in range(4):
             a = Replica(STREAMS[retention])
@@ -290,6 +298,9 @@ def test_the_workload_reaches_the_states_worth_covering():
                         seen[key] |= bool(s[key])
                     seen["no_interest_since"] |= s["no_interest_since"] is not None \
                         and bool(c["config"].get("deliver_subject"))
+                    pace = s.get("pace")
+                    seen["replay hold"] |= bool(pace and pace[3] and pace[4] == 1)
+                    seen["rate hold"] |= bool(pace and pace[3] and pace[4] == 2)
     assert all(seen.values()), seen
 
 
@@ -306,7 +317,7 @@ def test_every_consumer_attribute_is_carried_or_documented():
     for name, ca in a.entry.consumers.items():
         cb = b.entry.consumers[name]
         assert set(vars(ca)) == set(vars(cb))
-        carried = {k if k == "dirty" else "_" + k for k in ca.replica_state()}
+        carried = {k if k == "dirty" else "_" + k for k in ca.replica_state()} | PACE
         unaccounted = set(vars(ca)) - carried - NOT_IN_WORKING_STATE
         assert not unaccounted, f"consumer attributes not in the replica state: {unaccounted}"
         for key in set(vars(ca)) - {"stream", "has_interest"}:
@@ -426,7 +437,9 @@ MALFORMED = {
     "stream config other name": (_set(["stream", "config", "name"], "T"), "stream.config.name"),
     "stream config other storage": (_set(["stream", "config", "storage"], "file"), "storage"),
     "consumer config bad": (_consumer_cfg(ack_policy="sometimes"), "consumers[0].config"),
-    "consumer config unsupported": (_consumer_cfg(replay_policy="original"), "consumers[0].config"),
+    "consumer config unsupported": (_consumer_cfg(sourcing=True), "consumers[0].config"),
+    "pace short": (_set(["consumers", 0, "state", "pace"], [True, 0, 0]), "pace"),
+    "pace bucket text": (_set(["consumers", 0, "state", "pace"], [True, 0, 0, 0, 0, 0, "now"]), "pace[6]"),
     "consumer name mismatch": (_set(["consumers", 0, "name"], "OTHER"), "consumers[0].name"),
     "consumer name invalid": (_set(["consumers", 0, "name"], "a.b"), "consumers[0].name"),
     "consumer repeated": (_dup_consumer, "repeated"),

@@ -24,10 +24,10 @@ def stream(**fields) -> StreamConfig:
 
 
 @pytest.mark.parametrize(("setting", "fields"), [
-    ("mirror", {"mirror": {"name": "O"}}),
-    ("sources", {"subjects": ["s"], "sources": [{"name": "O"}]}),
-    ("compression s2", {"compression": "s2"}),
-    ("mirror_direct", {"mirror_direct": True}),
+    ("mirror external", {"mirror": {"name": "O", "external": {"api": "$JS.hub.API", "deliver": ""}}}),
+    ("source external", {"subjects": ["s"], "sources": [{"name": "O", "external": {"api": "$JS.hub.API"}}]}),
+    ("source consumer", {"subjects": ["s"], "sources": [{"name": "O", "consumer": {"name": "c",
+                                                                                   "deliver_subject": "d"}}]}),
     ("subject_delete_marker_ttl", {"subject_delete_marker_ttl": 2 * S}),
     ("allow_msg_counter", {"allow_msg_counter": True}),
     ("allow_atomic", {"allow_atomic": True}),
@@ -54,6 +54,8 @@ def test_a_stream_setting_jetraft_does_not_act_on_is_refused(setting, fields):
      "consumer_limits": {"inactive_threshold": S, "max_ack_pending": 5}, "retention": "workqueue"},
     {"allow_msg_ttl": True, "allow_rollup_hdrs": True},     # nats-py key-value buckets
     {"compression": "none", "first_seq": 0, "persist_mode": "default", "sources": []},
+    {"compression": "s2"},                                  # file streams compress sealed blocks
+    {"compression": "s2", "storage": "memory"},             # ignored, as nats-server's memory store
 ])
 def test_settings_jetraft_acts_on_pass(fields):
     cfg = stream(**fields)
@@ -77,8 +79,6 @@ def consumer(**fields) -> ConsumerConfig:
 
 
 @pytest.mark.parametrize(("setting", "fields"), [
-    ("replay_policy original", {"replay_policy": "original"}),
-    ("rate_limit_bps", {"deliver_subject": "d", "rate_limit_bps": 8000}),
     ("priority_policy overflow", {"ack_policy": "explicit", "priority_policy": "overflow",
                                   "priority_groups": ["g"]}),
     ("priority_policy pinned_client", {"ack_policy": "explicit", "priority_policy": "pinned_client",
@@ -106,6 +106,8 @@ def test_a_consumer_setting_jetraft_does_not_act_on_is_refused(setting, fields):
      "metadata": {"k": "v"}, "pause_until": "2030-01-01T00:00:00Z", "deliver_policy": "by_start_sequence",
      "opt_start_seq": 4, "replay_policy": "instant"},
     {"deliver_subject": "d", "deliver_group": "q", "flow_control": True, "idle_heartbeat": S},
+    {"replay_policy": "original", "ack_policy": "explicit"},                    # consumer_pacing.py
+    {"deliver_subject": "d", "replay_policy": "original", "rate_limit_bps": 8000},
 ])
 def test_consumer_settings_jetraft_acts_on_pass(fields):
     cfg = consumer(**fields)

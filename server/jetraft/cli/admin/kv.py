@@ -413,8 +413,8 @@ def kv_edit(opts: Options, bucket: str, description: str | None, history: int | 
     """Change a bucket's settings (natscli kv edit): $JS.API.STREAM.UPDATE.KV_BUCKET with
     the stream's current config and the given flags applied, every other setting kept;
     prints the bucket's info as 'kv info' does. TTL in Go duration form, sizes in bytes
-    (suffixes K, M, G). A setting the server refuses (on jetraft: republish, sources,
-    compression, marker TTL, a replica count change) is its one-line error, exit status 1;
+    (suffixes K, M, G). A setting the server refuses (on jetraft: marker TTL, a replica
+    count change) is its one-line error, exit status 1;
     so is a bad flag value."""
     republish = None
     if republish_destination is not None:

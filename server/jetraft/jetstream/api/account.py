@@ -15,6 +15,7 @@ from jetraft.jetstream.api.dispatch import ApiDispatch
 from jetraft.jetstream.api.limits import LimitChecks
 from jetraft.jetstream.api.replicas import StreamReplicas
 from jetraft.jetstream.api.restores import SnapshotsAndRestores
+from jetraft.jetstream.api.sources import SourceLinks
 from jetraft.jetstream.api.streams import StreamRequests
 from jetraft.jetstream.consumer import Consumer
 from jetraft.jetstream.errors import JSApiError
@@ -23,7 +24,7 @@ from jetraft.jetstream.requests import json_bytes, pub_ack_bytes
 
 
 class JetStreamAccount(ApiDispatch, StreamRequests, ConsumerRequests, StreamReplicas,
-                       SnapshotsAndRestores, LimitChecks):
+                       SnapshotsAndRestores, LimitChecks, SourceLinks):
     """JetStream for one account (nats-server ``jsAccount``).
 
     ``name``: the account; ``store_dir``: JetStream's store directory (None: memory only,
@@ -115,6 +116,8 @@ class JetStreamAccount(ApiDispatch, StreamRequests, ConsumerRequests, StreamRepl
             body = {"error": err.to_json(), "stream": stream.config.name, "seq": 0}
             return [Reply(Outbound(reply, None, None, json_bytes(body)))]
         out: list[Reply] = []
+        if not ack.get("duplicate"):
+            self.wake_links(entry.name)
         if republished is not None:     # before the PubAck, as nats-server; durable first too
             out.append(Reply(republished, needs_sync=entry.directory is not None))
         if reply:
@@ -136,6 +139,18 @@ class JetStreamAccount(ApiDispatch, StreamRequests, ConsumerRequests, StreamRepl
         out: list[Reply] = []
         for name in list(self.streams):
             out.extend(self.poll_stream(name, now_ns))
+        return out
+
+    def run_links(self, name: str, now_ns: int) -> list[Reply]:
+        """A single server's links of stream ``name``: each fetch that is due answered from
+        this account's own origin and stored at once. At most one fetch per link per call
+        (FETCH_MAX_MSGS messages), so a catch-up yields between batches."""
+        entry = self.streams.get(name)
+        if entry is None or not entry.links_for and not (entry.stream.config.mirror or entry.stream.config.sources):
+            return []
+        out: list[Reply] = []
+        for link, req in self.fetches_due(entry, now_ns):
+            out.extend(self.apply_fetched(entry, link.spec.iname, self.answer_fetch(req), now_ns))
         return out
 
     def next_deadline(self) -> int | None:

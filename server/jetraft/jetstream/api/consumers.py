@@ -49,15 +49,22 @@ class ConsumerRequests(AccountCore):
             return None
         return None
 
-    def _consumer_request(self, tokens: list[str], payload: bytes) -> tuple[StreamEntry, ConsumerConfig, str]:
+    def _consumer_request(self, tokens: list[str], payload: bytes, *,
+                          account_limits: bool = True) -> tuple[StreamEntry, ConsumerConfig, str]:
         """CONSUMER.CREATE's checks of the request alone (:func:`check_consumer_create`): the
-        stream's entry, the checked config and the action. Raises JSApiError."""
-        sname, cfg, action = check_consumer_create(tokens, payload, lambda name: self._entry(name).stream.config,
-                                                   clustered=self.clustered)
+        stream's entry, the checked config and the action; with ``account_limits``, the
+        account's ``max_ack_pending`` bounds the config and its default. Raises JSApiError."""
+        sname, cfg, action = check_consumer_create(
+            tokens, payload, lambda name: self._entry(name).stream.config, clustered=self.clustered,
+            max_ack_pending_limit=self.limits.max_ack_pending if account_limits else 0)
         return self.streams[sname], cfg, action
 
     def _api_consumer_create(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
-        entry, cfg, action = self._consumer_request(tokens, payload)
+        # A clustered stream applies the request its leader proposed: the leader checked the
+        # account's max_ack_pending and wrote the default it gives into the request
+        # (LimitChecks.consumer_request_with_limits), so the replicas, whatever their own
+        # configuration says, store the same config.
+        entry, cfg, action = self._consumer_request(tokens, payload, account_limits=not self.clustered)
         name = cfg.durable_name or cfg.name
         existing = entry.consumers.get(name) if name else None
         if existing is not None:

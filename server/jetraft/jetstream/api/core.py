@@ -50,6 +50,10 @@ class StreamEntry:
     stream: Stream
     consumers: dict[str, Consumer] = field(default_factory=dict)
     directory: str | None = None
+    #: its mirror's or sources' links by index name (jetstream/api/sources.py), made for
+    #: the config ``links_for``
+    links: dict[str, Any] = field(default_factory=dict)
+    links_for: Any = None
 
     @property
     def name(self) -> str:
@@ -88,6 +92,10 @@ class AccountCore:
         #: are checked again then, with their bytes (:meth:`restore_attach_check`).
         self.restoring: set[str] = set()
         self._capture: SubjectIndex[str] = SubjectIndex()
+        #: origin stream -> the streams whose links fetch from it (jetstream/api/sources.py)
+        self.sourced_by: dict[str, set[str]] = {}
+        #: a link became due since the caller last looked (it clears it)
+        self.links_woken = False
         self.api_total = 0
         self.api_errors = 0
         #: the account's JetStream limits (the account's ``jetstream { ... }`` block)
@@ -147,6 +155,11 @@ class AccountCore:
         """STREAM.INFO body; ``dynamic`` adds ``_nats.ver``/``_nats.level`` to the config's
         metadata (CREATE, UPDATE and INFO do; LIST does not, as nats-server)."""
         info = entry.stream.info(now_ns, consumer_count=len(entry.consumers), **kw)
+        sourcing = self.source_info(entry, now_ns)
+        if sourcing:        # before "ts", as nats-server's StreamInfo orders them
+            ts = info.pop("ts")
+            info.update(sourcing)
+            info["ts"] = ts
         if dynamic:
             info["config"] = entry.stream.config.to_response_json(self.server_version)
         if self.cluster_info is not None:
@@ -154,6 +167,10 @@ class AccountCore:
             if cluster:
                 info["cluster"] = cluster
         return info
+
+    def source_info(self, entry: StreamEntry, now_ns: int) -> dict[str, Any]:
+        """STREAM.INFO's ``mirror``/``sources`` (jetstream/api/sources.py)."""
+        return {}
 
     def usage(self) -> tuple[int, int]:
         """Bytes stored in (memory, file) streams."""

@@ -1,20 +1,27 @@
-"""The account's JetStream limits (its ``jetstream { ... }`` block): streams, consumers and
-bytes, checked on creating or updating a stream or consumer, on a restore and on a publish.
+"""The account's JetStream limits (its ``jetstream { ... }`` block): streams, consumers,
+bytes and consumers' ``max_ack_pending``, checked on creating or updating a stream or
+consumer, on a restore and on a publish.
 
 As nats-server server/jetstream.go (checkLimits, checkBytesLimits, checkAllLimits,
 checkUsageLimits), server/jetstream_api.go (jsNonClusteredStreamLimitsCheck,
-tieredReservation), server/jetstream_cluster.go (jsClusteredStreamLimitsCheck) and
-server/stream.go (checkStreamCfg, processJetStreamMsg).
+tieredReservation), server/jetstream_cluster.go (jsClusteredStreamLimitsCheck,
+jsClusteredConsumerRequest), server/stream.go (checkStreamCfg, processJetStreamMsg) and
+server/consumer.go (setConsumerConfigDefaults, checkConsumerCfg).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 
 from jetraft.jetstream import errors as E
 from jetraft.jetstream.api.core import AccountCore, StreamEntry
 from jetraft.jetstream.errors import JSApiError
 from jetraft.jetstream.model import StreamConfig
+from jetraft.jetstream.requests import decode_request
+
+#: JSConsumerMaxPendingAckExcessErrF: a consumer's max_ack_pending above a limit.
+_MAX_ACK_PENDING_EXCESS = 10121
 
 
 class LimitChecks(AccountCore):
@@ -125,14 +132,41 @@ class LimitChecks(AccountCore):
 
     def consumer_limit_refusal(self, subject: str, payload: bytes) -> JSApiError | None:
         """The refusal of a CONSUMER.CREATE request on ``subject`` by the account's
-        ``max_consumers`` (:meth:`check_consumer_count_limit`), or None (also when the
-        request fails another check: handling it answers that). A clustered stream's leader
-        asks this before proposing the request: the account's limits are this server's
-        configuration, so they are checked once, never as the replicas apply the log."""
+        ``max_consumers`` (:meth:`check_consumer_count_limit`) or ``max_ack_pending`` (10121),
+        or None (also when the request fails another check: handling it answers that). A
+        clustered stream's leader asks this before proposing the request: the account's
+        limits are this server's configuration, so they are checked once, never as the
+        replicas apply the log."""
         try:
             entry, cfg, action = self._consumer_request(subject.split("."), payload)
             if action != "update":
                 self.check_consumer_count_limit(entry, cfg.durable_name or cfg.name)
         except JSApiError as err:
-            return err if err.err_code == 10026 else None
+            return err if err.err_code in (10026, _MAX_ACK_PENDING_EXCESS) else None
         return None
+
+    def consumer_request_with_limits(self, subject: str, payload: bytes) -> bytes:
+        """The CONSUMER.CREATE request on ``subject`` that a clustered stream's leader
+        proposes: ``payload`` itself, or, when the account's ``max_ack_pending`` lowers the
+        ``max_ack_pending`` the config gets by default (nats-server
+        setConsumerConfigDefaults), the request with that value written into its
+        ``config``. The replicas apply the request without the account's limits (their
+        configuration is theirs), so all of them store the leader's value, as nats-server's
+        consumer assignment carries the defaults its meta leader gave
+        (jsClusteredConsumerRequest). A request that fails a check is proposed as it is:
+        the replicas answer its error."""
+        if self.limits.max_ack_pending <= 0:
+            return payload
+        tokens = subject.split(".")
+        try:
+            _, limited, _ = self._consumer_request(tokens, payload)
+            _, plain, _ = self._consumer_request(tokens, payload, account_limits=False)
+        except JSApiError:
+            return payload
+        if limited.max_ack_pending == plain.max_ack_pending:
+            return payload
+        req = decode_request(payload, "CreateConsumerRequest") or {}
+        req["config"] = {**(req.get("config") or {}), "max_ack_pending": limited.max_ack_pending}
+        # ASCII escapes: a string the body held as invalid UTF-8 (surrogate-escaped) decodes
+        # back to the same text on the replicas
+        return json.dumps(req, separators=(",", ":")).encode()

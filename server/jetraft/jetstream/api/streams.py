@@ -64,7 +64,7 @@ class StreamRequests(AccountCore):
             self._remove_capture(entry)     # the other streams' subjects are left in the index
         try:
             cfg = check_stream_update(payload, tokens[4], lambda name: self._entry(name).stream.config,
-                                      self._capture, clustered=self.clustered)
+                                      self._capture, clustered=self.clustered, existing=self._config_json)
             if not self.clustered:      # a cluster's meta leader checks these before proposing
                 self.check_stream_bytes_limits(cfg)
                 self.check_stream_consumers_limit(cfg)

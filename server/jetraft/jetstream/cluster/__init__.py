@@ -3,6 +3,7 @@ the modules of this package), the actions it returns and the view it reads
 (:mod:`.actions`), and the meta group's state machine (:mod:`.meta_machine`)."""
 
 from jetraft.jetstream.cluster.actions import (
+    AppFrame,
     ChangePeer,
     CloseMeta,
     CloseReplica,
@@ -39,10 +40,11 @@ from jetraft.jetstream.cluster.core import (
     zone_of,
 )
 from jetraft.jetstream.cluster.meta_machine import MetaMachine
+from jetraft.jetstream.cluster.sources import ANSWER_FRAME, FETCH_FRAME
 
 __all__ = [
-    "BOOTSTRAP_SETTLE_NS", "EXPIRY_CHECK_NS", "MAX_HOPS", "META_GROUP", "RESTORE_LOST_NS",
-    "RESTORE_PROPOSED_NS", "ChangePeer", "CloseMeta", "CloseReplica", "ClusterController",
+    "ANSWER_FRAME", "FETCH_FRAME", "BOOTSTRAP_SETTLE_NS", "EXPIRY_CHECK_NS", "MAX_HOPS", "META_GROUP", "RESTORE_LOST_NS",
+    "RESTORE_PROPOSED_NS", "AppFrame", "ChangePeer", "CloseMeta", "CloseReplica", "ClusterController",
     "ClusterView", "Emit", "Forward", "ForwardedRequest", "GroupView", "Key", "MetaMachine",
     "OpenMeta", "OpenReplica", "Propose", "Read", "Refusal", "RemoveServer", "RoutePeerView",
     "Send", "SetInterest", "StartRestore", "StepDown", "ToMetaLeader", "decode_forward",

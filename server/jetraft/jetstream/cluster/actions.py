@@ -179,6 +179,16 @@ class Forward:
 
 
 @dataclass(frozen=True, slots=True)
+class AppFrame:
+    """Send ``body`` to ``server`` in a route APP frame of ``kind`` (a mirror's or source's
+    fetch and its answer, jetstream/cluster/sources.py); nothing when there is no route."""
+
+    server: str
+    kind: str
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class OpenReplica:
     """Create this server's replica of ``assignment`` and open its RAFT group with
     ``bootstrap`` as its first peers; ``campaign``: start an election at once if its log is

@@ -243,6 +243,8 @@ class ApiRouting(ControllerCore):
                 if refusal is not None:     # a setting jetraft does not act on, or the account's limit: not proposed
                     self._error(acc.name, reply, rtype, refusal)
                     return True
+                # the default max_ack_pending the account's limit gives, written in
+                payload = acc.consumer_request_with_limits(subject, payload)
             replica = self.view.replica(key)
             pull_inbox = reply if kind == "CONSUMER.MSG" else None
             data = encode_entry(API, replica.next_ts(now), self._push_interest(acc, stream, pull_inbox),

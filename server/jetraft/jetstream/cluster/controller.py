@@ -39,8 +39,8 @@ which request). The parts:
 
 The controller is one class made of its parts, each a module of this package over the shared
 state of :class:`~jetraft.jetstream.cluster.core.ControllerCore`: :mod:`.api_routing`,
-:mod:`.meta_requests`, :mod:`.replicas`, :mod:`.restores`, :mod:`.placing` and
-:mod:`.meta_group`; the meta group's state machine is :mod:`.meta_machine`, beside the
+:mod:`.meta_requests`, :mod:`.replicas`, :mod:`.restores`, :mod:`.placing`,
+:mod:`.meta_group` and :mod:`.sources` (mirrors' and sources' links); the meta group's state machine is :mod:`.meta_machine`, beside the
 stream's (:mod:`jetraft.jetstream.replicated`).
 """
 
@@ -52,9 +52,10 @@ from jetraft.jetstream.cluster.meta_requests import MetaRequests
 from jetraft.jetstream.cluster.placing import Placing
 from jetraft.jetstream.cluster.replicas import ReplicaLifecycle
 from jetraft.jetstream.cluster.restores import Restores
+from jetraft.jetstream.cluster.sources import SourceFeeds
 
 
-class ClusterController(ApiRouting, MetaRequests, Restores, ReplicaLifecycle, Placing, MetaGroup):
+class ClusterController(ApiRouting, MetaRequests, Restores, ReplicaLifecycle, Placing, MetaGroup, SourceFeeds):
     """Clustered JetStream's decisions on one server (see the module docstring).
 
     ``server_name``, ``cluster_name``, ``server_tags``, ``unique_tag`` and

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from collections.abc import Callable
 from typing import Any
 
 from jetraft.jetstream import errors as E
@@ -183,14 +184,17 @@ class MetaRequests(ControllerCore):
         self._stream_api(acc, stream, tokens, kind, read.subject, read.reply, read.headers,
                          read.payload, 0)
 
+    def _existing_config(self, account: str) -> Callable[[str], dict[str, Any] | None]:
+        """The config JSON of the account's stream ``name`` in the meta group's assignments."""
+        def existing(name: str) -> dict[str, Any] | None:
+            sa = self.meta.streams.get((account, name))
+            return sa.config if sa is not None else None
+        return existing
+
     def _create_stream(self, acc: JetStreamAccount, tokens: list[str], subject: str, reply: str,
                        headers: bytes | None, payload: bytes, hops: int, now: int) -> bool:
-        def existing_config(name: str) -> dict[str, Any] | None:
-            sa = self.meta.streams.get((acc.name, name))
-            return sa.config if sa is not None else None
-
         cfg, exists = check_stream_create(payload, tokens[4], self._account_subjects(acc.name),
-                                          existing=existing_config, clustered=True)
+                                          existing=self._existing_config(acc.name), clustered=True)
         key = (acc.name, cfg.name)
         # the account's limits, in nats-server's order (jsClusteredStreamRequest): its
         # checkStreamCfg, then jsClusteredStreamLimitsCheck
@@ -270,7 +274,7 @@ class MetaRequests(ControllerCore):
 
         try:
             cfg = check_stream_update(payload, stream, current, self._account_subjects(acc.name, stream),
-                                      clustered=True, meta_leader=True)
+                                      clustered=True, meta_leader=True, existing=self._existing_config(acc.name))
             acc.check_stream_bytes_limits(cfg)
             acc.check_stream_consumers_limit(cfg)
             if acc.byte_limited():

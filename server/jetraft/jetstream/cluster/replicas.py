@@ -81,6 +81,8 @@ class ReplicaLifecycle(ControllerCore):
                 if sa.vacated:
                     self._report_vacated(group, sa)
             self._maybe_tick(key, replica, group, now_ns, mono_ns)
+            if sa is None or sa.restore is None:
+                self._feed_sources(key, replica, group, now_ns)
         return self._take()
 
     def _maybe_tick(self, key: Key, replica: StreamReplica, group: GroupView, now: int,

@@ -348,14 +348,11 @@ class ConsumerConfig(_Model):
 
     def unsupported(self) -> str | None:
         """The first setting of this consumer config that jetraft does not act on (named as
-        in the JSON), or None. Refused: ``replay_policy`` original, ``rate_limit_bps``,
-        ``priority_policy`` other than none (and so ``priority_groups`` and
-        ``priority_timeout``, which need one), ``ack_policy`` flow_control, ``direct`` and
-        ``sourcing`` (nats-server's own consumers for mirrors and sources)."""
-        if self.replay_policy == "original":
-            return "replay_policy original"
-        if self.rate_limit_bps > 0:
-            return "rate_limit_bps"
+        in the JSON), or None. Refused: ``priority_policy`` other than none (and so
+        ``priority_groups`` and ``priority_timeout``, which need one), ``ack_policy``
+        flow_control, ``direct`` and ``sourcing`` (nats-server's own consumers for mirrors
+        and sources). ``replay_policy: original`` and ``rate_limit_bps`` are served
+        (jetstream/consumer_pacing.py)."""
         if self.priority_policy != "none":
             return f"priority_policy {self.priority_policy}"
         if self.priority_groups:

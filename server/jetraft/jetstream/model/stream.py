@@ -136,6 +136,95 @@ class StreamSource(_Model):
     _GO_NAME = "StreamSource"
 
 
+def _index_name(src: dict[str, Any]) -> str:
+    """nats-server StreamSource.composeIName: ``"<name> <filters> <dests>"`` (several joined
+    by a form feed; an external source's name carries its API prefix)."""
+    name = str(src.get("name") or "")
+    ext = src.get("external")
+    if isinstance(ext, dict):
+        name += ":" + str(ext.get("api") or "")
+    consumer = src.get("consumer")
+    if isinstance(consumer, dict):
+        name += ":C=" + str(consumer.get("name") or "")
+    transforms = [t for t in src.get("subject_transforms") or () if isinstance(t, dict)]
+    if not transforms:
+        return f"{name} {src.get('filter_subject') or '>'} >"
+    sources = "\f".join(str(t.get("src") or ">") for t in transforms)
+    dests = "\f".join(str(t.get("dest") or ">") for t in transforms)
+    return f"{name} {sources} {dests}"
+
+
+def _is_subset(a: str, b: str) -> bool:
+    """Whether every subject ``a`` matches is matched by ``b`` (nats-server subjectIsSubsetMatch)."""
+    ta, tb = a.split("."), b.split(".")
+    for i, t in enumerate(tb):
+        if t == ">":
+            return True
+        if i >= len(ta):
+            return False
+        if t == "*":
+            if ta[i] == ">":
+                return False
+            continue
+        if ta[i] != t:
+            return False
+    return len(ta) == len(tb)
+
+
+def _check_source(src: dict[str, Any], *, mirror: bool, marker_ttl: int = 0,
+                  cnames: set[str] | None = None) -> None:
+    """nats-server checkStreamCfg's checks of one mirror or source (its errors, in its
+    order); the checks that need the other streams are in jetstream/validate.py."""
+    kind = "Mirror" if mirror else "Source"
+    transforms = [t for t in src.get("subject_transforms") or () if isinstance(t, dict)]
+    consumer = src.get("consumer")
+    if mirror:
+        if isinstance(consumer, dict):
+            _check_source_consumer(src, consumer, "JSMirrorDurableConsumerCfgInvalid")
+        if src.get("filter_subject") and transforms:
+            raise E.api_error("JSMirrorMultipleFiltersNotAllowed")
+        if marker_ttl > 0:
+            raise E.stream_invalid_config("subject delete markers forbidden on mirrors")
+    elif src.get("filter_subject") and transforms:
+        raise E.api_error("JSSourceMultipleFiltersNotAllowed")
+    for i, t in enumerate(transforms):
+        tsrc, tdest = str(t.get("src") or ""), str(t.get("dest") or "")
+        if tsrc and not is_valid_subject(tsrc):
+            raise E.api_error(f"JS{kind}InvalidSubjectFilter", err=f"invalid subject {tsrc}")
+        try:
+            validate_mapping(tsrc, tdest)
+        except MappingError as exc:
+            raise E.api_error(f"JS{kind}InvalidTransformDestination", err=str(exc)) from None
+        if mirror:
+            for j, other in enumerate(transforms):
+                if i != j and _collide(tsrc or ">", str(other.get("src") or ">")):
+                    raise E.api_error("JSMirrorOverlappingSubjectFilters")
+    if not mirror:
+        for i, t in enumerate(transforms):
+            for j, other in enumerate(transforms):
+                if i != j and _is_subset(str(t.get("src") or ""), str(other.get("src") or "")):
+                    raise E.api_error("JSSourceOverlappingSubjectFilters")
+        if isinstance(consumer, dict):
+            _check_source_consumer(src, consumer, "JSSourceDurableConsumerCfgInvalid")
+            cname = f"{src.get('name')} {consumer.get('name') or ''}"
+            if cnames is not None:
+                if cname in cnames:
+                    raise E.api_error("JSSourceDurableConsumerDuplicateDetected")
+                cnames.add(cname)
+    if mirror and src.get("external") is None and not is_valid_asset_name(str(src.get("name") or "")):
+        raise E.api_error("JSMirrorInvalidStreamName")
+
+
+def _check_source_consumer(src: dict[str, Any], consumer: dict[str, Any], error: str) -> None:
+    deliver = str(consumer.get("deliver_subject") or "")
+    if not is_valid_asset_name(str(consumer.get("name") or "")):
+        raise E.api_error(error)
+    if not deliver or any(c in deliver for c in "*>") or not is_valid_subject(deliver):
+        raise E.api_error(error)
+    if src.get("opt_start_seq") or src.get("opt_start_time") is not None or src.get("filter_subject"):
+        raise E.api_error(error)
+
+
 # --- StreamConfig -----------------------------------------------------------------------
 
 _RETENTION = ("limits", "interest", "workqueue")
@@ -342,11 +431,19 @@ class StreamConfig(_Model):
                 raise E.api_error("JSMirrorWithBatchPublishErr")
             if cfg.allow_msg_schedules:
                 raise E.api_error("JSMirrorWithMsgSchedulesErr")
+            _check_source(cfg.mirror, mirror=True, marker_ttl=cfg.subject_delete_marker_ttl)
         if cfg.sources and cfg.allow_msg_schedules:
             raise E.api_error("JSSourceWithMsgSchedulesErr")
+        inames: set[str] = set()
+        cnames: set[str] = set()
         for src in cfg.sources or ():
             if not isinstance(src, dict) or not is_valid_asset_name(str(src.get("name") or "")):
                 raise E.api_error("JSSourceInvalidStreamName")
+            iname = _index_name(src)
+            if iname in inames:
+                raise E.api_error("JSSourceDuplicateDetected")
+            inames.add(iname)
+            _check_source(src, mirror=False, cnames=cnames)
         if not cfg.subjects:
             if cfg.mirror is None and not cfg.sources:
                 cfg.subjects = [cfg.name]
@@ -424,24 +521,25 @@ class StreamConfig(_Model):
 
     def unsupported(self) -> str | None:
         """The first setting of this (checked) config that jetraft does not act on, named as
-        in the JSON (``"mirror"``, ``"compression s2"``), or None when every setting is one
+        in the JSON (``"mirror external"``, ``"allow_atomic"``), or None when every setting is one
         jetraft enforces.
 
-        Refused (each when set to anything but its default): ``mirror``, ``sources``,
-        ``compression`` other than none, ``mirror_direct``, ``subject_delete_marker_ttl``, ``allow_msg_counter``,
+        Refused (each when set to anything but its default): a mirror or source with
+        ``external`` (another account or domain) or ``consumer`` (ADR-60's durable
+        sourcing), ``subject_delete_marker_ttl``, ``allow_msg_counter``,
         ``allow_atomic``, ``allow_msg_schedules``, ``persist_mode`` async, ``allow_batched``.
         ``allow_msg_ttl`` is accepted (nats-py sets it on every key-value bucket): a
         ``Nats-TTL`` header is then refused at publish (stream.py), never stored and kept.
+        ``compression`` s2 is acted on: a file stream's sealed blocks are compressed
+        (jetstream/store_compress.py); a memory stream ignores it, as nats-server's does.
         Every other field is enforced (docs/jetstream.md).
         """
-        if self.mirror is not None:
-            return "mirror"
-        if self.sources:
-            return "sources"
-        if self.compression not in ("", "none"):
-            return f"compression {self.compression}"
-        if self.mirror_direct:
-            return "mirror_direct"
+        for src in ([self.mirror] if self.mirror is not None else []) + list(self.sources or ()):
+            kind = "mirror" if src is self.mirror else "source"
+            if isinstance(src, dict) and src.get("external") is not None:
+                return f"{kind} external"
+            if isinstance(src, dict) and src.get("consumer") is not None:
+                return f"{kind} consumer"
         if self.subject_delete_marker_ttl > 0:
             return "subject_delete_marker_ttl"
         if self.allow_msg_counter:

@@ -12,6 +12,8 @@ carries out the actions it returns:
   The meta group (``_meta_``) spans every JetStream server of the cluster; each server in a
   stream assignment's peers holds a replica
   (:class:`~jetraft.jetstream.replicated.StreamReplica`) and its RAFT group.
+- **Mirrors and sources**: a link's fetch and its answer travel in APP frames ``"jssrc"``
+  and ``"jssrcans"`` (:mod:`jetraft.jetstream.cluster.sources`).
 - **Routes**: forwarded API requests travel in APP frames ``"jsapi"``, replies sent back
   through the server a request came from in ``"jsreply"``; a stream leader's interest in
   its subjects is internal route interest (nats-server subscribes the stream leader only,
@@ -43,6 +45,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import trio
 
 from jetraft.jetstream.cluster import (
+    ANSWER_FRAME,
+    FETCH_FRAME,
     META_GROUP,
     ClusterController,
     Key,
@@ -181,6 +185,8 @@ class ClusterJetStream(ControllerView, ActionRunner, MetaGroupRunner, ReplicaRun
         self.routes.on_app("jsmeta", self._on_meta_hello)
         self.routes.on_app("jsmetaop", self._on_meta_op)
         self.routes.on_app("jsusage", self._on_usage)
+        self.routes.on_app(FETCH_FRAME, self._on_source_fetch)
+        self.routes.on_app(ANSWER_FRAME, self._on_source_answer)
         self._hello_sent: dict[str, float] = {}    # peer -> trio time the leader last told it
         self._tick_failures = 0
         #: the meta index the replay at start-up reaches before replicas open (see
@@ -261,6 +267,12 @@ class ClusterJetStream(ControllerView, ActionRunner, MetaGroupRunner, ReplicaRun
     def _on_forwarded_api(self, src: str, body: bytes) -> None:
         _taken, actions = self.controller.forwarded(src, body, time.time_ns())
         self.execute(actions)
+
+    def _on_source_fetch(self, src: str, body: bytes) -> None:
+        self.execute(self.controller.source_fetch(src, body, time.time_ns()))
+
+    def _on_source_answer(self, src: str, body: bytes) -> None:
+        self.execute(self.controller.source_answer(src, body, time.time_ns()))
 
     def _on_reply(self, src: str, body: bytes) -> None:
         """A reply sent back through this server (see

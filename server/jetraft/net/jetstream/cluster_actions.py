@@ -24,6 +24,7 @@ from jetraft.jetstream.cluster import (
     CloseMeta,
     CloseReplica,
     Emit,
+    AppFrame,
     Forward,
     OpenMeta,
     OpenReplica,
@@ -71,6 +72,8 @@ class ActionRunner:
             elif kind is Forward:
                 if not self.routes.send_app(action.server, "jsapi", action.frame):
                     self.execute(list(action.unreachable))
+            elif kind is AppFrame:
+                self.routes.send_app(action.server, action.kind, action.body)
             elif kind is SetInterest:
                 if action.remove:
                     self.routes.remove_internal_interests(action.account, action.remove)

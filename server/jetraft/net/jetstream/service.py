@@ -332,9 +332,9 @@ class JetStreamService:
                 for name in acc.streams:
                     if (acc.name, name) in self.frozen:
                         continue            # paused until it resumes
-                    d = acc.stream_deadline(name)
-                    if d is not None and (deadline is None or d < deadline):
-                        deadline = d
+                    for d in (acc.stream_deadline(name), acc.sources_deadline(acc.streams[name])):
+                        if d is not None and (deadline is None or d < deadline):
+                            deadline = d
                 if acc.wants_expiry():
                     d = time.time_ns() + int(EXPIRY_CHECK_S * 1e9)
                     if deadline is None or d < deadline:
@@ -353,6 +353,9 @@ class JetStreamService:
                     self._guarded(name, sname, None, None,
                                   lambda acc=acc, sname=sname, changed=changed:
                                   acc.poll_stream(sname, now, interest_changed=changed))
+                    self._guarded(name, sname, None, None,
+                                  lambda acc=acc, sname=sname: acc.run_links(sname, now))
+                acc.links_woken = False
 
     async def _state_writer(self) -> None:
         while True:
@@ -614,7 +617,8 @@ class JetStreamService:
             return True
         self._guarded(account, name, reply, refusal,
                       lambda: acc.publish(entry, subject, reply, headers, payload, now))
-        if entry.consumers:     # new deliveries may bring a redelivery deadline forward
+        if entry.consumers or acc.links_woken:   # a redelivery deadline, or a mirror or source, is due
+            acc.links_woken = False
             self._wake.set()
         return True
 

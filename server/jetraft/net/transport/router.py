@@ -23,6 +23,7 @@ import json
 import random
 from typing import TYPE_CHECKING, Any
 
+from jetraft.jetstream.api_subjects import domain_api_subject
 from jetraft.jetstream.errors import not_enabled_for_account
 from jetraft.net.ports import JetStreamHandler, RouterHost, SystemRequests
 from jetraft.net.transport.route_interest import JS_API_QUEUE
@@ -86,8 +87,11 @@ class Router:
         stats.in_bytes += len(msg.payload) + (len(headers) if headers else 0)
         account = client.account
         jetstream = self.jetstream
-        if jetstream is not None and msg.subject.startswith("$JS.API."):
-            msg = jetstream.with_client_info(msg, client)
+        if jetstream is not None and msg.subject.startswith("$JS."):
+            if not msg.subject.startswith("$JS.API."):
+                msg = self._domain_mapped(account.name, msg)
+            if msg.subject.startswith("$JS.API."):
+                msg = jetstream.with_client_info(msg, client)
         subject = msg.subject
         reply = msg.reply
         # $SYS.REQ.USER.INFO is answered by the client's own server only (nats-server events.go)
@@ -103,6 +107,22 @@ class Router:
             delivered = True
         if not delivered and reply and client.no_responders:
             self._no_responders(client, subject, reply)
+
+    def _domain_mapped(self, account: str, msg: Message) -> Message:
+        """``msg``, published by a client of ``account``, with the subject the JetStream
+        domain's mapping gives it (:func:`~jetraft.jetstream.api_subjects.domain_api_subject`:
+        ``$JS.<domain>.API.STREAM.INFO.s`` -> ``$JS.API.STREAM.INFO.s``) when the server has
+        a domain and JetStream serves the account; ``msg`` otherwise. Applied where the
+        client published, as nats-server applies an account's mappings (client.go
+        selectMappedSubject): a peer gets the mapped subject."""
+        config = self._host.config
+        domain = config.jetstream.domain if config.jetstream is not None else None
+        if not domain or not msg.subject.startswith(f"$JS.{domain}.API."):
+            return msg
+        mapped = domain_api_subject(msg.subject, domain)
+        if mapped is None or account not in config.jetstream_accounts():
+            return msg
+        return Message(mapped, msg.reply, msg.headers, msg.payload)
 
     def publish_from_route(self, src: str, account: str, msg: Message, queues: tuple[str, ...] = ()) -> None:
         """A message a peer (server_name ``src``) routed here (nats-server route.go

@@ -1,0 +1,188 @@
+"""The account's mirrors and sources (jetstream/sourcing.py): each sourcing stream's links,
+what they fetch, and storing what the origins answer.
+
+A link runs where the stream is led: on a single server always; in a cluster on the
+stream's leader, which proposes each answer to the stream's RAFT group so that every
+replica stores it (:meth:`SourceLinks.apply_sourced`). What a link shows in STREAM.INFO
+(``mirror``, ``sources``: lag, active, error) is the leader's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jetraft.jetstream import errors as E
+from jetraft.jetstream.api.core import AccountCore, Reply, StreamEntry
+from jetraft.jetstream.sourcing import (
+    FETCH_TIMEOUT_NS,
+    IDLE_POLL_NS,
+    FetchAnswer,
+    FetchRequest,
+    SourceLink,
+    answer_fetch,
+    specs_of,
+)
+
+
+class SourceLinks(AccountCore):
+    """The links of the account's sourcing streams (see the module docstring)."""
+
+    def links(self, entry: StreamEntry) -> dict[str, SourceLink]:
+        """The stream's links by index name, made again (keeping the state of those whose
+        index name stays) when its config changed."""
+        cfg = entry.stream.config
+        if entry.links_for is not cfg:
+            old = entry.links
+            entry.links = {}
+            for spec in specs_of(cfg):
+                link = old.get(spec.iname)
+                if link is None or link.spec != spec:
+                    link = SourceLink(spec)
+                entry.links[spec.iname] = link
+                self.sourced_by.setdefault(spec.name, set()).add(entry.name)
+            entry.links_for = cfg
+        return entry.links
+
+    def start_link(self, entry: StreamEntry, link: SourceLink) -> None:
+        """Where a link starts asking (nats-server setupMirrorConsumer,
+        startingSequenceForSources, trySetupSourceConsumer): a mirror after its last
+        sequence; a source after the last message stored from it; else from its
+        ``opt_start_seq``, its ``opt_start_time`` (not before the stream's last message),
+        or, in a stream that no longer starts at 1, the time of its last message."""
+        stream = entry.stream
+        link.started = True
+        if link.spec.mirror:
+            link.next_seq = stream.last_seq + 1 if stream.last_seq else 0
+            return
+        pos = stream.source_positions().get(link.spec.iname)
+        if pos:
+            link.next_seq, link.ident = pos[0] + 1, pos[1]
+            return
+        spec, st = link.spec, stream.store.state()
+        if spec.start_seq:
+            return
+        last_ts = st.last_ts if st.last_seq else 0
+        if spec.start_time is not None:
+            link.start_time = max(spec.start_time, last_ts)
+        elif st.first_seq > 1 and last_ts:
+            link.start_time = last_ts
+
+    def fetches_due(self, entry: StreamEntry, now_ns: int) -> list[tuple[SourceLink, FetchRequest]]:
+        """The fetches the stream's links are due to make now (each marked in flight, sent
+        at ``now_ns``); one in flight for FETCH_TIMEOUT_NS is given up and made again."""
+        out = []
+        for link in self.links(entry).values():
+            if link.in_flight and now_ns - link.sent_ns >= FETCH_TIMEOUT_NS:
+                link.in_flight = False
+                link.peer += 1                  # ask another of the origin's servers
+                link.error = E.api_error("JSSourceConsumerSetupFailedErrF" if not link.spec.mirror
+                                         else "JSMirrorConsumerSetupFailedErrF",
+                                         err="origin did not answer").to_json()
+            if link.in_flight or link.due_ns > now_ns:
+                continue
+            link.sent_ns = now_ns
+            if not link.started:
+                self.start_link(entry, link)
+            link.in_flight = True
+            out.append((link, link.request()))
+        return out
+
+    def sources_deadline(self, entry: StreamEntry) -> int | None:
+        """The earliest ns at which one of the stream's links is due, or None."""
+        due = [link.due_ns for link in self.links(entry).values() if not link.in_flight]
+        return min(due) if due else None
+
+    def answer_fetch(self, req: FetchRequest) -> FetchAnswer:
+        """This server's answer to a fetch of one of the account's streams."""
+        entry = self.streams.get(req.origin)
+        if entry is None:
+            return answer_fetch(None, req)
+        return answer_fetch(entry.stream, req, entry.stream.created_ns)
+
+    def wake_links(self, origin: str) -> None:
+        """A message was stored in ``origin``: the links that fetch from it are due now
+        (and :attr:`links_woken` tells the caller to run them)."""
+        for name in self.sourced_by.get(origin, ()):
+            entry = self.streams.get(name)
+            for link in entry.links.values() if entry is not None else ():
+                if link.spec.name == origin and not link.in_flight:
+                    link.due_ns = 0
+                    self.links_woken = True
+
+    def fetched(self, entry: StreamEntry, link: SourceLink, answer: FetchAnswer,
+                refusal: E.JSApiError | None, now_ns: int) -> None:
+        """The leader's bookkeeping once an answer is stored (``refusal``: why a message of
+        it was not): where to ask next (read from what the stream now holds), lag, active,
+        error, and when."""
+        link.in_flight = False
+        if answer.error is not None:
+            link.failed(answer.error, now_ns)
+            return
+        link.active_ns = now_ns
+        stream = entry.stream
+        if link.ident and answer.ident and answer.ident != link.ident and not link.spec.mirror:
+            link.ident, link.next_seq, link.due_ns = answer.ident, 0, now_ns   # recreated: from its start
+            return
+        link.ident = answer.ident or link.ident
+        if refusal is not None:
+            pos = stream.source_positions().get(link.spec.iname)
+            if pos:
+                link.next_seq = pos[0] + 1
+            link.failed(refusal, now_ns)
+            return
+        link.error = None
+        link.start_time = None
+        link.lag = answer.pending
+        if answer.msgs or answer.next_seq > link.next_seq:
+            link.next_seq = answer.next_seq
+        link.due_ns = now_ns if answer.pending else now_ns + IDLE_POLL_NS
+
+    def apply_sourced(self, entry: StreamEntry, iname: str,
+                      msgs: tuple[tuple[int, str, bytes | None, bytes, int], ...],
+                      now_ns: int, ident: str = "") -> tuple[int, E.JSApiError | None, list[Reply]]:
+        """Store what a link fetched (every replica, in log order): ``(taken, refusal,
+        replies)``, the replies being consumer deliveries and republished messages. A spec
+        no longer in the config (an update removed it) takes nothing."""
+        link = self.links(entry).get(iname)
+        if link is None or not msgs:
+            return 0, None, []
+        spec, stream = link.spec, entry.stream
+        republished: list[Any] = []
+        if spec.mirror:
+            taken, refusal = stream.store_mirrored(msgs, spec), None
+        else:
+            taken, refusal = stream.store_sourced(msgs, spec, now_ns, ident, republished)
+        durable = entry.directory is not None
+        out: list[Reply] = [Reply(m, needs_sync=durable) for m in republished]
+        if taken:
+            self.wake_links(entry.name)
+            out.extend(self._poll_stream(entry, now_ns, removed=stream.config.retention == "interest"))
+        return taken, refusal, out
+
+    def apply_fetched(self, entry: StreamEntry, iname: str, answer: FetchAnswer, now_ns: int) -> list[Reply]:
+        """A fetch's answer applied (every replica of a clustered stream, the ``"S"`` log
+        entry): its messages stored, then the link's bookkeeping. Returns the replies the
+        leader sends."""
+        _taken, refusal, out = self.apply_sourced(entry, iname, answer.msgs, now_ns, answer.ident)
+        link = self.links(entry).get(iname)
+        if link is not None:
+            self.fetched(entry, link, answer, refusal, now_ns)
+        return out
+
+    def reset_links(self, name: str) -> None:
+        """The stream's leader changed: its links start again from what its store holds."""
+        entry = self.streams.get(name)
+        if entry is None:
+            return
+        for link in self.links(entry).values():
+            link.started = link.in_flight = False
+            link.due_ns = 0
+
+    def source_info(self, entry: StreamEntry, now_ns: int) -> dict[str, Any]:
+        """STREAM.INFO's ``mirror`` or ``sources`` for the stream ({} for neither)."""
+        links = self.links(entry)
+        specs = specs_of(entry.stream.config)
+        if not specs:
+            return {}
+        infos = [spec.info_json(links.get(spec.iname), now_ns) for spec in specs]
+        return {"mirror": infos[0]} if specs[0].mirror else {"sources": infos}

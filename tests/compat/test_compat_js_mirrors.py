@@ -1,0 +1,358 @@
+"""Mirrors and sources (nats-server 2.10), side by side on jetraft and nats-server 2.15.1
+with raw ``$JS.API`` requests and nats-py: the same stored messages (sequences, subjects,
+payloads, the ``Nats-Stream-Source`` header of a sourced message), the same ``mirror`` /
+``sources`` blocks in STREAM.INFO, the same config echo (``mirror_direct`` taken from the
+origin) and the same refusals, word for word.
+
+Differences, asserted: a mirror or source with ``external`` or ``consumer`` is refused by
+jetraft (10052, "... is not supported by jetraft"); a link to an origin with workqueue or
+interest retention shows an error on jetraft, where nats-server consumes it.
+"""
+
+from __future__ import annotations
+
+import base64
+
+import servers
+from compat_support import run
+from js_support import asked_again, js_session
+from polling import apoll
+
+from jetraft import gofmt
+from jetraft.jetstream.sourcing import stream_identity
+from jetraft.protocol import headers as hdr
+
+INVALID = 10052
+
+
+def error(code: int, err_code: int, description: str) -> dict:
+    return {"code": code, "err_code": err_code, "description": description}
+
+
+async def stored(s, stream: str) -> list[tuple[int, str, bytes, dict[str, str]]]:
+    """Every message of ``stream`` as (seq, subject, payload, headers), by STREAM.MSG.GET."""
+    info = await s.api(f"$JS.API.STREAM.INFO.{stream}")
+    out = []
+    for seq in range(info["state"]["first_seq"], info["state"]["last_seq"] + 1):
+        got = await s.api(f"$JS.API.STREAM.MSG.GET.{stream}", {"seq": seq})
+        if "error" in got:
+            continue
+        msg = got["message"]
+        raw = base64.b64decode(msg.get("hdrs", "")) if msg.get("hdrs") else b""
+        headers = {k: v[0] for k, v in hdr.parse(raw).fields.items()} if raw else {}
+        out.append((msg["seq"], msg["subject"], base64.b64decode(msg.get("data", "")), headers))
+    return out
+
+
+async def caught_up(s, stream: str, messages: int, block: str = "mirror") -> dict:
+    """STREAM.INFO of ``stream`` once it holds ``messages`` and its links show no lag."""
+    async def check():
+        info = await s.api(f"$JS.API.STREAM.INFO.{stream}")
+        links = [info[block]] if block == "mirror" else info.get(block, [])
+        ok = info["state"]["messages"] == messages and links and all(x["lag"] == 0 for x in links)
+        return info if ok else None
+    return await apoll(check, f"{stream} holds {messages} messages", timeout=20)
+
+
+def test_a_mirror_holds_the_origins_messages_at_their_sequences(js_server):
+    async def scenario():
+        async with js_session(js_server.url) as s:
+            origin = await s.api("$JS.API.STREAM.CREATE.O", {"name": "O", "subjects": ["o.>"],
+                                                             "allow_direct": True})
+            assert "error" not in origin, origin
+            for i in range(6):
+                await s.js.publish(f"o.{i % 3}", f"m{i}".encode(), headers={"K": str(i)})
+            assert (await s.api("$JS.API.STREAM.MSG.DELETE.O", {"seq": 3}))["success"]
+            created = await s.api("$JS.API.STREAM.CREATE.M", {"name": "M", "mirror": {"name": "O"}})
+            assert "error" not in created, created
+            assert created["config"]["mirror"] == {"name": "O"}
+            assert created["config"]["mirror_direct"] is True       # the origin's allow_direct
+            assert "subjects" not in created["config"]
+            info = await caught_up(s, "M", 5)
+            assert set(info["mirror"]) == {"name", "lag", "active"} and info["mirror"]["name"] == "O"
+            assert info["mirror"]["active"] >= 0
+            assert (info["state"]["first_seq"], info["state"]["last_seq"]) == (1, 6)
+            assert await stored(s, "M") == await stored(s, "O")
+            await s.js.publish("o.9", b"later")
+            await caught_up(s, "M", 6)
+            assert (await stored(s, "M"))[-1][:3] == (7, "o.9", b"later")
+            # a mirror takes no publishes of its own (it has no subjects) and refuses a
+            # changed mirror; removing the mirror promotes it (nats-server 2.12)
+            changed = await s.api("$JS.API.STREAM.UPDATE.M", {"name": "M", "mirror": {"name": "O",
+                                                                                    "filter_subject": "o.1"}})
+            assert changed["error"] == error(400, 10055, "stream mirror configuration can not be updated")
+            promoted = await s.api("$JS.API.STREAM.UPDATE.M", {"name": "M", "subjects": ["m.>"]})
+            assert "error" not in promoted and "mirror" not in promoted["config"], promoted
+            assert (await s.js.publish("m.x", b"own", stream="M")).seq == 8
+    run(scenario)
+
+
+def test_a_filtered_and_transformed_mirror_starts_where_asked(js_server):
+    async def scenario():
+        async with js_session(js_server.url) as s:
+            await s.api("$JS.API.STREAM.CREATE.O", {"name": "O", "subjects": ["o.>"]})
+            for i in range(8):
+                await s.js.publish(f"o.{'a' if i % 2 else 'b'}.{i}", f"m{i}".encode())
+            created = await s.api("$JS.API.STREAM.CREATE.M", {
+                "name": "M", "mirror": {"name": "O", "opt_start_seq": 3,
+                                        "subject_transforms": [{"src": "o.a.*", "dest": "mirrored.{{wildcard(1)}}"}]}})
+            assert "error" not in created, created
+            info = await caught_up(s, "M", 3)
+            assert info["mirror"]["subject_transforms"] == [{"src": "o.a.*", "dest": "mirrored.{{wildcard(1)}}"}]
+            got = [(seq, subject, data) for seq, subject, data, _ in await stored(s, "M")]
+            assert got == [(4, "mirrored.3", b"m3"), (6, "mirrored.5", b"m5"), (8, "mirrored.7", b"m7")]
+            # a source from a time (RFC 3339, as clients send it): the messages stored from then
+            middle = (await s.api("$JS.API.STREAM.MSG.GET.O", {"seq": 6}))["message"]["time"]
+            timed = await s.api("$JS.API.STREAM.CREATE.T", {"name": "T", "subjects": ["t"],
+                                                            "sources": [{"name": "O", "opt_start_time": middle}]})
+            assert "error" not in timed, timed
+            await caught_up(s, "T", 3, "sources")
+            assert [d for _, _, d, _ in await stored(s, "T")] == [b"m5", b"m6", b"m7"]
+    run(scenario)
+
+
+def test_sources_merge_origins_with_their_source_header(js_server):
+    async def scenario():
+        async with js_session(js_server.url) as s:
+            for name in ("A", "B"):
+                await s.api(f"$JS.API.STREAM.CREATE.{name}", {"name": name, "subjects": [f"{name.lower()}.>"]})
+            await s.js.publish("a.x", b"a1")
+            await s.js.publish("b.y", b"b1", headers={"Nats-Msg-Id": "same"})
+            await s.js.publish("a.z", b"a2")
+            await s.js.publish("b.y", b"b2", headers={"Nats-Msg-Id": "same"})   # deduped by B itself
+            created = await s.api("$JS.API.STREAM.CREATE.S", {
+                "name": "S", "subjects": ["s.>"],
+                "sources": [{"name": "A", "filter_subject": "a.x"},
+                            {"name": "B", "subject_transforms": [{"src": "b.>", "dest": "from-b.>"}]}]})
+            assert "error" not in created, created
+            info = await caught_up(s, "S", 2, "sources")
+            by_name = {x["name"]: x for x in info["sources"]}      # nats-server's order is a map's
+            assert sorted(by_name) == ["A", "B"]
+            assert by_name["A"]["filter_subject"] == "a.x"
+            assert by_name["B"]["subject_transforms"] == [{"src": "b.>", "dest": "from-b.>"}]
+            got = {(subject, data): h for _, subject, data, h in await stored(s, "S")}
+            assert set(got) == {("a.x", b"a1"), ("from-b.y", b"b1")}
+            ident = {name: stream_identity(gofmt.parse_time((await s.api(f"$JS.API.STREAM.INFO.{name}"))["created"]))
+                     for name in ("A", "B")}
+            assert got[("a.x", b"a1")]["Nats-Stream-Source"] == f"A 1 a.x > a.x {ident['A']}"
+            assert got[("from-b.y", b"b1")]["Nats-Stream-Source"] == f"B 1 b.> from-b.> b.y {ident['B']}"
+            assert got[("from-b.y", b"b1")]["Nats-Msg-Id"] == "same"
+            # its own subjects too
+            assert (await s.js.publish("s.own", b"own")).seq == 3
+            await s.js.publish("a.x", b"a3")
+            await caught_up(s, "S", 4, "sources")
+            # a removed source stops; one added starts from the start of its origin
+            await s.api("$JS.API.STREAM.UPDATE.S", {"name": "S", "subjects": ["s.>"],
+                                                    "sources": [{"name": "A", "filter_subject": "a.z"}]})
+            await caught_up(s, "S", 5, "sources")
+            subjects = [subject for _, subject, _, _ in await stored(s, "S")]
+            assert subjects[-1] == "a.z"
+    run(scenario)
+
+
+def test_a_source_created_before_its_origin_starts_when_the_origin_comes(js_server):
+    async def scenario():
+        async with js_session(js_server.url) as s:
+            created = await s.api("$JS.API.STREAM.CREATE.S", {"name": "S", "subjects": ["s"],
+                                                              "sources": [{"name": "LATER"}]})
+            assert "error" not in created, created
+            await s.api("$JS.API.STREAM.CREATE.LATER", {"name": "LATER", "subjects": ["later"]})
+            await s.js.publish("later", b"hello")
+            await caught_up(s, "S", 1, "sources")
+            # the origin deleted and created again: its messages are taken from its start
+            # (nats-server issue 6206), the source header naming the new identity
+            await s.api("$JS.API.STREAM.DELETE.LATER")
+            await s.api("$JS.API.STREAM.CREATE.LATER", {"name": "LATER", "subjects": ["later"]})
+            await s.js.publish("later", b"again")
+            await caught_up(s, "S", 2, "sources")
+            last = (await stored(s, "S"))[-1]
+            created = (await s.api("$JS.API.STREAM.INFO.LATER"))["created"]
+            assert last[2] == b"again"
+            assert last[3]["Nats-Stream-Source"] == f"LATER 1 > > later {stream_identity(gofmt.parse_time(created))}"
+    run(scenario)
+
+
+def test_mirror_and_source_refusals_are_nats_servers(js_server):
+    async def scenario():
+        async with js_session(js_server.url) as s:
+            await s.api("$JS.API.STREAM.CREATE.O", {"name": "O", "subjects": ["o.>"], "max_msg_size": 100})
+            cases = [
+                ({"name": "M", "subjects": ["x"], "mirror": {"name": "O"}},
+                 error(400, 10034, "stream mirrors can not contain subjects")),
+                ({"name": "M", "first_seq": 5, "mirror": {"name": "O"}},
+                 error(400, 10143, "stream mirrors can not have first sequence configured")),
+                ({"name": "M", "mirror": {"name": "O"}, "sources": [{"name": "P"}]},
+                 error(400, 10031, "stream mirrors can not also contain other sources")),
+                ({"name": "M", "mirror": {"name": "O", "filter_subject": "o.a",
+                                          "subject_transforms": [{"src": "o.b", "dest": "x"}]}},
+                 error(400, 10150, "mirror with multiple subject transforms cannot also have a single subject filter")),
+                ({"name": "M", "mirror": {"name": "O", "subject_transforms": [{"src": "o.*", "dest": "x"},
+                                                                            {"src": "o.a", "dest": "y"}]}},
+                 error(400, 10152, "mirror subject filters can not overlap")),
+                ({"name": "M", "mirror": {"name": "bad.name"}},
+                 error(400, 10142, "mirrored stream name is invalid")),
+                ({"name": "M", "max_msg_size": 10, "mirror": {"name": "O"}},
+                 error(400, 10030, "stream mirror must have max message size >= source")),
+                ({"name": "S", "subjects": ["s"], "sources": [{"name": "O"}, {"name": "O"}]},
+                 error(400, 10140, "duplicate source configuration detected")),
+                ({"name": "S", "subjects": ["s"], "sources": [{"name": "a b"}]},
+                 error(400, 10141, "sourced stream name is invalid")),
+                ({"name": "S", "subjects": ["s"], "max_msg_size": 10, "sources": [{"name": "O"}]},
+                 error(400, 10046, "stream source must have max message size >= target")),
+                ({"name": "S", "subjects": ["s"], "sources": [{"name": "O", "subject_transforms": [
+                    {"src": "o.>", "dest": "x.>"}, {"src": "o.a", "dest": "y"}]}]},
+                 error(400, 10147, "source filters can not overlap")),
+                ({"name": "S", "subjects": ["s"], "sources": [{"name": "O", "subject_transforms": [
+                    {"src": "o.*", "dest": "{{wildcard(2)}}"}]}]},
+                 None),
+            ]
+            for config, expected in cases:
+                got = await s.api(f"$JS.API.STREAM.CREATE.{config['name']}", config)
+                if expected is None:
+                    assert got["error"]["err_code"] == 10146, got
+                    continue
+                assert got.get("error") == expected, (config, got)
+            # a cycle: O sources C, C sources O
+            await s.api("$JS.API.STREAM.CREATE.C", {"name": "C", "subjects": ["c"], "sources": [{"name": "O"}]})
+            cycle = await s.api("$JS.API.STREAM.UPDATE.O", {"name": "O", "subjects": ["o.>"], "max_msg_size": 100,
+                                                            "sources": [{"name": "C"}]})
+            assert cycle.get("error") == error(500, INVALID, "detected cycle"), cycle
+            # what jetraft does not do yet, refused by name
+            external = await s.api("$JS.API.STREAM.CREATE.X", {"name": "X", "mirror": {
+                "name": "O", "external": {"api": "$JS.other.API", "deliver": ""}}})
+            if js_server.kind == "jetraft":
+                assert external.get("error") == error(500, INVALID, "mirror external is not supported by jetraft")
+            else:
+                assert "error" not in external, external
+    run(scenario)
+
+
+def test_a_mirror_of_a_workqueue_stream_reports_what_jetraft_does_not_do(js_server):
+    async def scenario():
+        async with js_session(js_server.url) as s:
+            await s.api("$JS.API.STREAM.CREATE.W", {"name": "W", "subjects": ["w"], "retention": "workqueue"})
+            await s.js.publish("w", b"job")
+            created = await s.api("$JS.API.STREAM.CREATE.M", {"name": "M", "mirror": {"name": "W"}})
+            assert "error" not in created, created
+            if js_server.kind != "jetraft":
+                await caught_up(s, "M", 1)
+                return
+
+            async def refused():
+                info = await s.api("$JS.API.STREAM.INFO.M")
+                return info["mirror"].get("error")
+            err = await apoll(refused, "the mirror's error")
+            assert err == error(500, 10045, "sourcing or mirroring a workqueue or interest stream is not "
+                                            "supported by jetraft")
+            assert (await s.api("$JS.API.STREAM.INFO.W"))["state"]["messages"] == 1
+    run(scenario)
+
+
+def test_replicated_mirrors_and_sources_keep_every_message_once_across_step_down_and_sigkill(formed_cluster,
+                                                                                             server_kind):
+    """Three servers: an R3 origin with an R3 mirror and an R3 stream sourcing it, and an R1
+    origin on one server mirrored by an R1 stream on another (the fetch travels between
+    them). Publishes go on through a step-down of the mirror's and the source's leaders and
+    a SIGKILL of the R3 mirror's leader (then to the R3 origin only: the R1 streams may be on
+    the killed server): the mirrors hold the origins' messages at their sequences, the
+    source each message exactly once; the killed server, started again, all of them."""
+    tags = [["n:0"], ["n:1"], ["n:2"]]
+    with formed_cluster(server_kind, "mirrors", 3, jetstream=True, tags=tags) as c:
+        names = list(c.servers)
+        acked: dict[str, list[int]] = {"o.x": [], "p.x": []}
+
+        async def publish(s, k: int, subjects: tuple[str, ...] = ("o.x", "p.x")) -> None:
+            for subject in subjects:
+                await asked_again(lambda subject=subject: s.js.publish(subject, str(k).encode(),
+                                                                        headers={"Nats-Msg-Id": f"{subject}{k}"}),
+                                  f"message {k} acknowledged")
+                acked[subject].append(k)
+
+        async def info(s, name: str) -> dict:
+            return await asked_again(lambda: s.api(f"$JS.API.STREAM.INFO.{name}"), f"{name} info")
+
+        async def holds(s, name: str, n: int) -> dict:
+            async def check():
+                got = await info(s, name)
+                return got if got.get("state", {}).get("messages") == n else None
+            return await apoll(check, f"{name} holds {n}", timeout=60)
+
+        async def check(s, mirrors: tuple[str, ...] = ("M", "PM")) -> None:
+            for name in mirrors:
+                keys = acked["o.x" if name == "M" else "p.x"]
+                got = await holds(s, name, len(keys))
+                assert got["state"]["last_seq"] == len(keys), got["state"]
+                assert [(q, d) for q, _, d, _ in await stored(s, name)] == [(k + 1, str(k).encode()) for k in keys]
+            await holds(s, "S", len(acked["o.x"]))
+            assert sorted(int(d) for _, _, d, _ in await stored(s, "S")) == sorted(acked["o.x"])
+
+        async def before() -> str:
+            async with js_session(c.servers[names[0]].url) as s:
+                for body in ({"name": "O", "subjects": ["o.>"], "num_replicas": 3},
+                             {"name": "P", "subjects": ["p.>"], "placement": {"tags": ["n:0"]}},
+                             {"name": "M", "mirror": {"name": "O"}, "num_replicas": 3},
+                             {"name": "PM", "mirror": {"name": "P"}, "placement": {"tags": ["n:1"]}},
+                             {"name": "S", "subjects": ["s"], "sources": [{"name": "O"}], "num_replicas": 3}):
+                    created = await asked_again(lambda body=body: s.api(f"$JS.API.STREAM.CREATE.{body['name']}", body),
+                                                f"{body['name']} created")
+                    assert "error" not in created, created
+                for k in range(10):
+                    await publish(s, k)
+                for name in ("M", "S"):
+                    await asked_again(lambda name=name: s.api(f"$JS.API.STREAM.LEADER.STEPDOWN.{name}"), "step-down")
+                for k in range(10, 20):
+                    await publish(s, k)
+                await check(s)
+                return (await info(s, "M"))["cluster"]["leader"]
+
+        leader = run(before, timeout=180)
+        c.kill(leader)
+        survivor = next(n for n in names if n != leader)
+
+        async def after() -> None:
+            async with js_session(c.servers[survivor].url) as s:
+                for k in range(20, 30):
+                    await publish(s, k, ("o.x",))
+                await check(s, ("M",))
+
+        run(after, timeout=180)
+        c.restart(leader)
+
+        async def rejoined() -> None:
+            async with js_session(c.servers[leader].url) as s:
+                await check(s)
+
+        run(rejoined, timeout=180)
+
+
+def test_sources_and_a_mirror_take_nothing_twice_across_a_restart(tmp_path, server_kind):
+    """File streams: a mirror and a stream with a source, the server stopped and started
+    again over the same store, the origin published to meanwhile: each holds every
+    message once, the source's position read back from its headers."""
+    store = tmp_path / "store"
+
+    async def before(url):
+        async with js_session(url) as s:
+            await s.api("$JS.API.STREAM.CREATE.O", {"name": "O", "subjects": ["o"]})
+            await s.api("$JS.API.STREAM.CREATE.M", {"name": "M", "mirror": {"name": "O"}})
+            await s.api("$JS.API.STREAM.CREATE.S", {"name": "S", "subjects": ["s"], "sources": [{"name": "O"}]})
+            for i in range(5):
+                await s.js.publish("o", f"m{i}".encode())
+            await caught_up(s, "M", 5)
+            await caught_up(s, "S", 5, "sources")
+
+    async def after(url):
+        async with js_session(url) as s:
+            for i in range(5, 8):
+                await s.js.publish("o", f"m{i}".encode())
+            await caught_up(s, "M", 8)
+            await caught_up(s, "S", 8, "sources")
+            assert [d for _, _, d, _ in await stored(s, "S")] == [f"m{i}".encode() for i in range(8)]
+            assert [(q, d) for q, _, d, _ in await stored(s, "M")] == [(i + 1, f"m{i}".encode()) for i in range(8)]
+
+    for step in (before, after):
+        server = servers.start_server(server_kind, tmp_path / step.__name__, servers.js_config(store), name=server_kind)
+        try:
+            run(lambda: step(server.url))
+        finally:
+            server.stop()

@@ -366,6 +366,30 @@ def test_pull_request_heartbeats_beside_messages_and_a_full_waiting_queue(js_ser
     run(scenario)
 
 
+def test_a_no_wait_request_held_by_max_ack_pending_ends_at_its_next_heartbeat(js_server):
+    """nats.py's fetch of a batch (a no_wait request with an expiry and a heartbeat) from a
+    consumer whose max_ack_pending stops it part-way: the messages it may take, then 404 No
+    Messages when its heartbeat comes due, long before its expiry."""
+    async def scenario():
+        async with js_session(js_server.url) as s:
+            await s.jsm.add_stream(name="MA", subjects=["ma.>"])
+            await s.publish_many("ma.a", [str(i).encode() for i in range(9)])
+            await s.jsm.add_consumer("MA", durable_name="M", ack_policy=AckPolicy.EXPLICIT, max_ack_pending=5)
+            inbox = s.nc.new_inbox()
+            arrivals = await watch(s.nc, inbox)
+            sent = time.monotonic()
+            await s.nc.publish("$JS.API.CONSUMER.MSG.NEXT.MA.M",
+                               json.dumps({"batch": 20, "expires": 2 * NS, "no_wait": True,
+                                           "idle_heartbeat": 100_000_000}).encode(), reply=inbox)
+            await apoll(lambda: arrivals.with_status("404"), "the request's 404", 10)
+            assert [m.data for _, m in arrivals.items if not status_of(m)] == [str(i).encode() for i in range(5)]
+            (at, end), = arrivals.with_status("404")
+            assert end.headers == {"Status": "404", "Description": "No Messages"}
+            assert at - sent < 1.5, at - sent
+
+    run(scenario)
+
+
 def test_nats_py_fetch_with_heartbeat(js_server):
     async def scenario():
         async with js_session(js_server.url) as s:

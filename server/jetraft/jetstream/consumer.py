@@ -298,7 +298,10 @@ class Consumer(_ConsumerState, _PullRequests, _Delivering, _Pacing, _Acking):
                     out.append(self._heartbeat(cfg.deliver_subject))
                 self._hb_next = now_ns + cfg.idle_heartbeat
         else:
-            self._process_waiting(now_ns, eos, out)
+            # nats-server's delivery loop, woken by its waiting requests' timer (the next
+            # expiry or heartbeat), runs processWaiting(true): a no_wait request that got
+            # messages and is held by max_ack_pending is then finished with a 404
+            self._process_waiting(now_ns, eos or self._request_timer_due(now_ns), out)
         return out
 
     def next_deadline(self) -> int | None:

@@ -201,6 +201,10 @@ class _PullRequests:
         if wr.n > 0:
             self._waiting.append(wr)
 
+    def _request_timer_due(self, now: int) -> bool:
+        """Whether a waiting request's expiry or heartbeat is due at ``now`` (ns)."""
+        return any((wr.expires and now >= wr.expires) or (wr.hbt and now >= wr.hbt) for wr in self._waiting)
+
     def _process_waiting(self, now: int, eos: bool, out: list[Outbound]) -> None:
         """nats-server ``processWaiting``: expiries (408), one-shot no_wait requests at the
         end of the stream (404), lost interest (dropped), heartbeats (100)."""

@@ -20,6 +20,7 @@ from jetraft.events import EVENTS
 from jetraft.jetstream.api import JetStreamAccount
 from jetraft.jetstream.cluster import (
     META_GROUP,
+    AppFrame,
     ChangePeer,
     CloseMeta,
     CloseReplica,
@@ -118,6 +119,7 @@ class World:
         self.sent: list[Outbound] = []                         # every message sent, as sent
         self.sent_via: list[str | None] = []
         self.forwards: list[tuple[str, Any]] = []              # (server, ForwardedRequest)
+        self.frames: list[tuple[str, str, bytes]] = []          # AppFrame: (server, kind, body)
         self.unreachable: set[str] = set()                     # servers with no route
         #: server -> wall-clock ns since which no route to it is up (unreachable_since)
         self.no_route_since: dict[str, int] = {}
@@ -205,7 +207,7 @@ class World:
         """Apply a meta entry assigning stream ``name`` to ``peers`` (as every server of the
         meta group applies it, whoever proposed it); then elect ``leader`` in its group
         when this server holds a replica. Returns the stream's key."""
-        body = {"name": name, "subjects": list(subjects or (f"{name.lower()}.>",)),
+        body = {"name": name, "subjects": list(subjects if subjects is not None else (f"{name.lower()}.>",)),
                 "num_replicas": len(peers), "storage": "memory", **config}
         cfg, _exists = check_stream_create(json.dumps(body).encode(), name, [], existing=lambda _n: None,
                                            clustered=True)    # as the meta leader stores it
@@ -251,6 +253,8 @@ class World:
                     self.run(list(a.unreachable))
                 else:
                     self.forwards.append((a.server, decode_forward(a.frame)))
+            elif t is AppFrame:
+                self.frames.append((a.server, a.kind, a.body))
             elif t is SetInterest:
                 self.interest_changes.append(a)
             elif t is Emit:

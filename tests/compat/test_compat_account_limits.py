@@ -25,6 +25,7 @@ import servers
 from cluster import Cluster
 from compat_support import connect, round_trip, run
 from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import BadRequestError
 from polling import apoll
 
@@ -264,7 +265,9 @@ async def max_ack_pending_scenario(url: str, replicas: int) -> None:
             # the stream's (and so its consumers') leadership moves: the config was replicated
             step = await api("$JS.API.STREAM.LEADER.STEPDOWN.P")
             assert step.get("success") is True, step
-        info = await api("$JS.API.CONSUMER.INFO.P.C1")
+        # the consumer's new leader answers once elected; no server answers before that
+        info = await apoll(lambda: api("$JS.API.CONSUMER.INFO.P.C1"), "C1's info after a step-down",
+                           30, retry_on=(NatsTimeoutError,))
         assert error(info) is None and info["config"]["max_ack_pending"] == 100, info
     finally:
         await nc.close()

@@ -17,6 +17,7 @@ functions, no I/O; imported by every layer above.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import re
 
@@ -135,3 +136,13 @@ def time_string(when: _dt.datetime) -> str:
     ``2024-05-01 10:00:00.123456 +0000 UTC``."""
     text = when.astimezone(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
     return text.rstrip("0").rstrip(".") + " +0000 UTC"
+
+
+#: nats-server's hash alphabet (accounts.go ``digits``).
+_HASH_DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def go_hash(text: str) -> str:
+    """nats-server events.go getHash: 8 characters of ``text``'s SHA-256 in base 62."""
+    digest = hashlib.sha256(text.encode()).digest()
+    return "".join(_HASH_DIGITS[b % 62] for b in digest[:8])

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from compat_support import connect
+from compat_support import connect, run
 from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
@@ -124,3 +124,56 @@ async def listed(call: Callable[[], Awaitable[list]], asks: int = 3) -> list:
             if ask == asks - 1:
                 raise
     raise AssertionError("asks must be at least 1")
+
+
+async def stream_leader(s: Session, name: str) -> str:
+    """The server that leads stream ``name`` now (STREAM.INFO asked again while electing)."""
+    info = await asked_again(lambda: s.api(f"$JS.API.STREAM.INFO.{name}"), f"{name} info")
+    return info["cluster"]["leader"]
+
+
+def across_step_down_and_sigkill(c: Any, bodies: list[dict], step_down: tuple[str, ...], killed: str,
+                                 publish: Callable[[Session, int, str], Awaitable[None]],
+                                 check: Callable[[Session, str], Awaitable[None]],
+                                 timeout: float = 240.0) -> None:
+    """A three-server cluster ``c`` (tests/cluster.py) through leader changes: the streams
+    ``bodies`` created; messages 0-9 published, the ``step_down`` streams' leaders stepped
+    down, 10-19 published, ``check``; the server leading ``killed`` SIGKILLed, 20-29
+    published through another, ``check``; the killed server started again and ``check``
+    asked of it. ``publish(s, k, phase)`` and ``check(s, phase)`` get the phase
+    ("before", "after", "rejoined")."""
+    names = list(c.servers)
+
+    async def before() -> str:
+        async with js_session(c.servers[names[0]].url) as s:
+            for body in bodies:
+                created = await asked_again(lambda body=body: s.api(f"$JS.API.STREAM.CREATE.{body['name']}", body),
+                                            f"{body['name']} created")
+                assert "error" not in created, created
+            for k in range(10):
+                await publish(s, k, "before")
+            for name in step_down:
+                await asked_again(lambda name=name: s.api(f"$JS.API.STREAM.LEADER.STEPDOWN.{name}"), "step-down")
+            for k in range(10, 20):
+                await publish(s, k, "before")
+            await check(s, "before")
+            return await stream_leader(s, killed)
+
+    leader = run(before, timeout=timeout)
+    c.kill(leader)
+    survivor = next(n for n in names if n != leader)
+
+    async def after() -> None:
+        async with js_session(c.servers[survivor].url) as s:
+            for k in range(20, 30):
+                await publish(s, k, "after")
+            await check(s, "after")
+
+    run(after, timeout=timeout)
+    c.restart(leader)
+
+    async def rejoined() -> None:
+        async with js_session(c.servers[leader].url) as s:
+            await check(s, "rejoined")
+
+    run(rejoined, timeout=timeout)

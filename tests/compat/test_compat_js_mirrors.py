@@ -4,9 +4,9 @@ payloads, the ``Nats-Stream-Source`` header of a sourced message), the same ``mi
 ``sources`` blocks in STREAM.INFO, the same config echo (``mirror_direct`` taken from the
 origin) and the same refusals, word for word.
 
-Differences, asserted: a mirror or source with ``external`` or ``consumer`` is refused by
-jetraft (10052, "... is not supported by jetraft"); a link to an origin with workqueue or
-interest retention shows an error on jetraft, where nats-server consumes it.
+Differences, asserted: a mirror or source with ``external`` is refused by jetraft (10052,
+"... is not supported by jetraft"). Workqueue and interest origins and the ``consumer``
+block: tests/compat/test_compat_js_durable_sourcing.py.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import base64
 
 import servers
 from compat_support import run
-from js_support import asked_again, js_session
+from js_support import across_step_down_and_sigkill, asked_again, js_session
 from polling import apoll
 
 from jetraft import gofmt
@@ -227,27 +227,6 @@ def test_mirror_and_source_refusals_are_nats_servers(js_server):
     run(scenario)
 
 
-def test_a_mirror_of_a_workqueue_stream_reports_what_jetraft_does_not_do(js_server):
-    async def scenario():
-        async with js_session(js_server.url) as s:
-            await s.api("$JS.API.STREAM.CREATE.W", {"name": "W", "subjects": ["w"], "retention": "workqueue"})
-            await s.js.publish("w", b"job")
-            created = await s.api("$JS.API.STREAM.CREATE.M", {"name": "M", "mirror": {"name": "W"}})
-            assert "error" not in created, created
-            if js_server.kind != "jetraft":
-                await caught_up(s, "M", 1)
-                return
-
-            async def refused():
-                info = await s.api("$JS.API.STREAM.INFO.M")
-                return info["mirror"].get("error")
-            err = await apoll(refused, "the mirror's error")
-            assert err == error(500, 10045, "sourcing or mirroring a workqueue or interest stream is not "
-                                            "supported by jetraft")
-            assert (await s.api("$JS.API.STREAM.INFO.W"))["state"]["messages"] == 1
-    run(scenario)
-
-
 def test_replicated_mirrors_and_sources_keep_every_message_once_across_step_down_and_sigkill(formed_cluster,
                                                                                              server_kind):
     """Three servers: an R3 origin with an R3 mirror and an R3 stream sourcing it, and an R1
@@ -258,27 +237,23 @@ def test_replicated_mirrors_and_sources_keep_every_message_once_across_step_down
     source each message exactly once; the killed server, started again, all of them."""
     tags = [["n:0"], ["n:1"], ["n:2"]]
     with formed_cluster(server_kind, "mirrors", 3, jetstream=True, tags=tags) as c:
-        names = list(c.servers)
         acked: dict[str, list[int]] = {"o.x": [], "p.x": []}
 
-        async def publish(s, k: int, subjects: tuple[str, ...] = ("o.x", "p.x")) -> None:
-            for subject in subjects:
+        async def publish(s, k: int, phase: str) -> None:
+            for subject in ("o.x",) if phase == "after" else ("o.x", "p.x"):
                 await asked_again(lambda subject=subject: s.js.publish(subject, str(k).encode(),
                                                                         headers={"Nats-Msg-Id": f"{subject}{k}"}),
                                   f"message {k} acknowledged")
                 acked[subject].append(k)
 
-        async def info(s, name: str) -> dict:
-            return await asked_again(lambda: s.api(f"$JS.API.STREAM.INFO.{name}"), f"{name} info")
-
         async def holds(s, name: str, n: int) -> dict:
             async def check():
-                got = await info(s, name)
+                got = await asked_again(lambda: s.api(f"$JS.API.STREAM.INFO.{name}"), f"{name} info")
                 return got if got.get("state", {}).get("messages") == n else None
             return await apoll(check, f"{name} holds {n}", timeout=60)
 
-        async def check(s, mirrors: tuple[str, ...] = ("M", "PM")) -> None:
-            for name in mirrors:
+        async def check(s, phase: str) -> None:
+            for name in ("M",) if phase == "after" else ("M", "PM"):
                 keys = acked["o.x" if name == "M" else "p.x"]
                 got = await holds(s, name, len(keys))
                 assert got["state"]["last_seq"] == len(keys), got["state"]
@@ -286,43 +261,13 @@ def test_replicated_mirrors_and_sources_keep_every_message_once_across_step_down
             await holds(s, "S", len(acked["o.x"]))
             assert sorted(int(d) for _, _, d, _ in await stored(s, "S")) == sorted(acked["o.x"])
 
-        async def before() -> str:
-            async with js_session(c.servers[names[0]].url) as s:
-                for body in ({"name": "O", "subjects": ["o.>"], "num_replicas": 3},
-                             {"name": "P", "subjects": ["p.>"], "placement": {"tags": ["n:0"]}},
-                             {"name": "M", "mirror": {"name": "O"}, "num_replicas": 3},
-                             {"name": "PM", "mirror": {"name": "P"}, "placement": {"tags": ["n:1"]}},
-                             {"name": "S", "subjects": ["s"], "sources": [{"name": "O"}], "num_replicas": 3}):
-                    created = await asked_again(lambda body=body: s.api(f"$JS.API.STREAM.CREATE.{body['name']}", body),
-                                                f"{body['name']} created")
-                    assert "error" not in created, created
-                for k in range(10):
-                    await publish(s, k)
-                for name in ("M", "S"):
-                    await asked_again(lambda name=name: s.api(f"$JS.API.STREAM.LEADER.STEPDOWN.{name}"), "step-down")
-                for k in range(10, 20):
-                    await publish(s, k)
-                await check(s)
-                return (await info(s, "M"))["cluster"]["leader"]
-
-        leader = run(before, timeout=180)
-        c.kill(leader)
-        survivor = next(n for n in names if n != leader)
-
-        async def after() -> None:
-            async with js_session(c.servers[survivor].url) as s:
-                for k in range(20, 30):
-                    await publish(s, k, ("o.x",))
-                await check(s, ("M",))
-
-        run(after, timeout=180)
-        c.restart(leader)
-
-        async def rejoined() -> None:
-            async with js_session(c.servers[leader].url) as s:
-                await check(s)
-
-        run(rejoined, timeout=180)
+        across_step_down_and_sigkill(
+            c, [{"name": "O", "subjects": ["o.>"], "num_replicas": 3},
+                {"name": "P", "subjects": ["p.>"], "placement": {"tags": ["n:0"]}},
+                {"name": "M", "mirror": {"name": "O"}, "num_replicas": 3},
+                {"name": "PM", "mirror": {"name": "P"}, "placement": {"tags": ["n:1"]}},
+                {"name": "S", "subjects": ["s"], "sources": [{"name": "O"}], "num_replicas": 3}],
+            ("M", "S"), "M", publish, check, timeout=180)
 
 
 def test_sources_and_a_mirror_take_nothing_twice_across_a_restart(tmp_path, server_kind):

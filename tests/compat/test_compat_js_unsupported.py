@@ -71,7 +71,6 @@ CONSUMER_CASES = [
                                   "priority_policy": "overflow", "priority_groups": ["g"]}),
     ("priority_policy pinned_client", {"durable_name": "PC", "ack_policy": "explicit",
                                        "priority_policy": "pinned_client", "priority_groups": ["g"]}),
-    ("ack_policy flow_control", {"name": "AF", "deliver_subject": "dl.af", "ack_policy": "flow_control"}),
     ("direct", {"name": "DI", "deliver_subject": "dl.di", "direct": True}),
     ("sourcing", {"name": "SO", "deliver_subject": "dl.so", "sourcing": True}),
 ]

@@ -287,6 +287,7 @@ class Consumer(_ConsumerState, _PullRequests, _Delivering, _Pacing, _Acking):
             elif self._no_interest_since is None:
                 self._no_interest_since = now_ns
         eos = self._deliver_all(now_ns, out)
+        self._flow_control_ack_due(out)
         if self._advisories:
             out.extend(self._take_advisories())
         if self._holding(now_ns):
@@ -296,6 +297,10 @@ class Consumer(_ConsumerState, _PullRequests, _Delivering, _Pacing, _Acking):
             if cfg.idle_heartbeat and self._hb_next and now_ns >= self._hb_next:
                 if self._active:
                     out.append(self._heartbeat(cfg.deliver_subject))
+                    # flow_control acks: what was delivered since the last answer is asked
+                    # for at the heartbeat too (nats-server loopAndGatherMsgs, hbc)
+                    if cfg.ack_policy == "flow_control" and self._pending and not self._fcid:
+                        self._send_flow_control(out)
                 self._hb_next = now_ns + cfg.idle_heartbeat
         else:
             # nats-server's delivery loop, woken by its waiting requests' timer (the next

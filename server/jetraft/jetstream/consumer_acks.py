@@ -23,6 +23,8 @@ __all__ = ["parse_ack_subject"]
 SECOND = 1_000_000_000
 
 ACK_TERM_REASON_REMOVED = "Unacknowledged message was deleted"
+#: The most messages below a reset's sequence an interest stream checks for release at once.
+RESET_RELEASE_MAX = 100_000
 
 
 def parse_ack_subject(subject: str) -> tuple[int, int, int, int, int]:
@@ -135,6 +137,78 @@ class _Acking:
         self._lat = now
         self.dirty = True
         return True
+
+    @property
+    def ack_floor_seq(self) -> int:
+        """The stream sequence of the ack floor (every message up to it is acknowledged)."""
+        return self._asflr
+
+    def link_step(self, ack_seq: int, seqs: tuple[int, ...], now_ns: int) -> None:
+        """A durable link's fetch answered from this consumer (jetstream/sourcing.py
+        LinkStep, ``ack_policy: flow_control``): every message up to ``ack_seq`` is
+        acknowledged, as a flow-control answer acknowledges (nats-server
+        processFlowControl), then ``seqs`` (ascending) are delivered once each; one
+        answered again (its answer was lost) stays pending. Work is bounded by the
+        pending messages and ``seqs``."""
+        if self._closed:
+            return
+        if ack_seq > self._asflr:
+            below = [p[0] for s, p in self._pending.items() if s <= ack_seq]
+            if below:
+                self._ack(ack_seq, max(below), now_ns)
+        for seq in seqs:
+            if seq < self._sseq or seq <= self._asflr:
+                continue
+            dseq = self._dseq
+            self._dseq += 1
+            self._pending[seq] = [dseq, now_ns]
+            self._st_dc = max(self._st_dc, dseq)
+            self._st_ds = max(self._st_ds, seq)
+            self._sseq = seq + 1
+            self._npc = max(self._npc - 1, 0)
+            self._ldt = now_ns
+            self.dirty = True
+
+    def reset_start(self, seq: int) -> int:
+        """``$JS.API.CONSUMER.RESET`` (nats-server 2.14 resetStartingSeqLocked and
+        resetLocalStartingSeq): deliver from stream sequence ``seq`` on (0: the ack floor
+        + 1) as if nothing was delivered before it: pending and redelivery state dropped,
+        every message below it acknowledged. Returns the sequence reset to. Raises
+        ValueError ``"below start seq"``, ``"below start time"`` or ``"not allowed"``
+        (deliver policies last, last per subject and new) before changing anything. On an
+        interest stream the messages below it that no consumer needs any more go with the
+        next retention check, up to RESET_RELEASE_MAX of them at once."""
+        cfg = self.config
+        if seq == 0:
+            seq = self._asflr + 1
+        elif cfg.deliver_policy == "all":
+            pass
+        elif cfg.deliver_policy == "by_start_sequence":
+            if seq < cfg.opt_start_seq:
+                raise ValueError("below start seq")
+        elif cfg.deliver_policy == "by_start_time" and cfg.opt_start_time is not None:
+            if seq < self._store.seq_from_time(cfg.opt_start_time):
+                raise ValueError("below start time")
+        else:
+            raise ValueError("not allowed")
+        seq = max(seq, 1)
+        old_floor = self._asflr
+        self._pending.clear()
+        self._rdc.clear()
+        self._rdq = []
+        self._sseq, self._dseq = seq, 1
+        self._adflr, self._asflr = 0, seq - 1
+        self._st_dc, self._st_ds = 0, seq - 1
+        self._st_ac, self._st_as = 0, seq - 1
+        self._ldt = self._lat = None
+        self._lss = None
+        self._pcheck = None
+        if self.stream.config.retention == "interest" and seq - 1 > old_floor:
+            first = max(old_floor + 1, self._store.state().first_seq)
+            self._acked.extend(range(first, min(seq, first + RESET_RELEASE_MAX)))
+        self._recount()
+        self.dirty = True
+        return seq
 
     def _ack_one(self, sseq: int, dseq: int, now: int, record: bool = True) -> None:
         """Remove pending ``sseq`` (delivered as ``dseq``) as acknowledged: working floor

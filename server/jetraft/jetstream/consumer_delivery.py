@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from jetraft.protocol import headers as hdr
 from jetraft.protocol.client import status_headers
 
 from . import advisories as adv
@@ -21,7 +22,7 @@ from .consumer_pull import _status
 from .outbound import Outbound
 from .store import CorruptMessage, MessageNotFound, StoredMessage
 
-__all__ = ["CONSUMER_STALLED", "Delivery", "LAST_CONSUMER", "LAST_STREAM", "MSG_SIZE"]
+__all__ = ["CONSUMER_STALLED", "Delivery", "LAST_CONSUMER", "LAST_STREAM", "MSG_SIZE", "flow_control_last"]
 
 # Header names (nats-server server/consumer.go, server/stream.go).
 LAST_CONSUMER = "Nats-Last-Consumer"
@@ -52,6 +53,24 @@ class Delivery(Outbound):
     def msg_subject(self) -> str:
         """The subject written on the wire."""
         return self.deliver_as or self.subject
+
+
+def flow_control_last(headers: bytes | None) -> tuple[int, int] | None:
+    """``(stream seq, consumer seq)`` a flow-control answer reports stored
+    (``Nats-Last-Stream``, ``Nats-Last-Consumer``; nats-server processFlowControl), or None
+    when it carries no stream sequence. A malformed number counts as 0."""
+    if not headers:
+        return None
+    try:
+        fields = hdr.parse(headers)
+    except hdr.HeaderError:
+        return None
+
+    def num(key: str) -> int:
+        v = (fields.get(key) or "").strip()
+        return int(v) if v.isascii() and v.isdigit() and len(v) <= 20 else 0
+    sseq = num(LAST_STREAM)
+    return (sseq, num(LAST_CONSUMER)) if sseq > 0 else None
 
 
 def _headers_only(headers: bytes | None, data: bytes) -> bytes:
@@ -308,17 +327,30 @@ class _Delivering:
         out.append(Outbound(self.config.deliver_subject, self._fcid,
                             status_headers(100, "FlowControl Request"), b""))
 
-    def process_flow_control(self, subject: str, now_ns: int) -> list[Outbound]:
+    def process_flow_control(self, subject: str, now_ns: int,
+                             last: tuple[int, int] | None = None) -> list[Outbound]:
         """A client's answer on ``subject`` to the last flow-control request (nats-server
         ``processFlowControl``): the window doubles (up to 32 MiB), the answered bytes are
-        released and delivery resumes. An answer to an older request is ignored."""
+        released and delivery resumes. An answer to an older request is ignored. With
+        ``ack_policy: flow_control`` the answer is the ack: ``last`` (its
+        ``Nats-Last-Stream`` and ``Nats-Last-Consumer`` headers, :func:`flow_control_last`)
+        acknowledges every message up to that stream sequence, as an ack of policy all."""
         if not self._fcid or subject != self._fcid:
             return []
         if self._maxpb < self._pblimit:
             self._maxpb = min(self._maxpb * 2, self._pblimit)
         self._pbytes = max(self._pbytes - self._fcsz, 0)
         self._fcid, self._fcsz = "", 0
+        if self.config.ack_policy == "flow_control" and last is not None and last[0] > 0:
+            self._ack(last[0], max(last[1], 0), now_ns)
         return self.poll(now_ns)
+
+    def _flow_control_ack_due(self, out: list[Outbound]) -> None:
+        """``ack_policy: flow_control`` acks only by flow-control answers, so one is asked
+        for when delivery stops at ``max_ack_pending`` (nats-server needSendFlowControl)."""
+        if self.config.ack_policy == "flow_control" and self._active and not self._fcid \
+                and self._maxp > 0 and len(self._pending) >= self._maxp:
+            self._send_flow_control(out)
 
     def _heartbeat(self, subject: str) -> Outbound:
         """nats-server ``sendIdleHeartbeat``."""

@@ -24,11 +24,18 @@ Entries (msgpack arrays, see :func:`encode_entry`)::
     ["P", ts, interest, subject, reply, headers, data]     a publish on a stream subject
     ["A", ts, interest, subject, reply, headers, payload]  a $JS.API request that changes state
     ["K", ts, interest, subject, reply, payload]           an ack ($JS.ACK...)
-    ["F", ts, interest, subject]                           a flow-control reply ($JS.FC...)
+    ["F", ts, interest, subject(, last)]                   a flow-control reply ($JS.FC...);
+                                                           last: [stream seq, consumer seq]
+                                                           it reports (an ack_policy
+                                                           flow_control ack) or nil
     ["T", ts, interest, interest_changed]                  the leader's timers fired
     ["S", ts, interest, iname, msgs, next_seq, pending, ident]
                                                            what a mirror's or source's link
                                                            fetched (jetstream/sourcing.py)
+    ["L", ts, interest, consumer, ack_seq, seqs]           a durable link's acks (every message
+                                                           up to ack_seq) and deliveries
+                                                           (seqs) on its consumer of this
+                                                           stream (jetstream/sourcing.py LinkStep)
 
 ``ts``: the leader's clock in ns since the epoch, strictly increasing along the log
 (:meth:`StreamReplica.next_ts`); ``interest``: the deliver subjects of the stream's push
@@ -48,12 +55,14 @@ from jetraft.raft.types import Entry, EntryType
 from .api import JetStreamAccount, Reply
 from .admission import MAX_TS, subject_problem
 from .catchup import StreamSnapshot, StreamSnapshotError
-from .sourcing import FetchAnswer
+from .sourcing import LINK_CREATE_REPLY, FetchAnswer, LinkStep
 from .store import FileStore
 
-PUBLISH, API, ACK, FLOW_CONTROL, TICK, SOURCED = "P", "A", "K", "F", "T", "S"
+PUBLISH, API, ACK, FLOW_CONTROL, TICK, SOURCED, LINK = "P", "A", "K", "F", "T", "S", "L"
 
-_ARITY = {PUBLISH: 7, API: 7, ACK: 6, FLOW_CONTROL: 4, TICK: 4, SOURCED: 8}
+_ARITY = {PUBLISH: 7, API: 7, ACK: 6, FLOW_CONTROL: 4, TICK: 4, SOURCED: 8, LINK: 6}
+#: The most deliveries one "L" entry carries (a fetch answers at most FETCH_MAX_MSGS).
+_LINK_SEQS_MAX = 4096
 
 
 class EntryError(ValueError):
@@ -73,13 +82,20 @@ def decode_entry(data: bytes) -> list[Any]:
         raise EntryError(f"undecodable stream entry: {exc}") from None
     if not isinstance(item, list) or len(item) < 3 or item[0] not in _ARITY:
         raise EntryError("stream entry is not [kind, ts, interest, ...]")
-    if len(item) != _ARITY[item[0]]:
+    if item[0] == FLOW_CONTROL and len(item) == _ARITY[FLOW_CONTROL] + 1:
+        last = item.pop()       # the optional last field (entries before it have none)
+        if last is not None and not (isinstance(last, list) and len(last) == 2
+                                     and all(isinstance(n, int) and n >= 0 for n in last)):
+            raise EntryError("stream entry 'F': last must be [stream seq, consumer seq] or nil")
+        item.append(tuple(last) if last is not None else None)
+    elif len(item) != _ARITY[item[0]]:
         raise EntryError(f"stream entry {item[0]!r} has {len(item)} fields, wants {_ARITY[item[0]]}")
     kind, ts, interest = item[0], item[1], item[2]
     if not isinstance(ts, int) or ts < 0 or not isinstance(interest, list) \
             or not all(isinstance(s, str) for s in interest):
         raise EntryError("stream entry has a bad timestamp or interest list")
-    strings = {PUBLISH: (3,), API: (3,), ACK: (3,), FLOW_CONTROL: (3,), TICK: (), SOURCED: (3,)}[kind]
+    strings = {PUBLISH: (3,), API: (3,), ACK: (3,), FLOW_CONTROL: (3,), TICK: (), SOURCED: (3,),
+               LINK: (3,)}[kind]
     for i in strings:
         if not isinstance(item[i], str) or not item[i]:
             raise EntryError(f"stream entry {kind!r}: field {i} must be a subject")
@@ -95,6 +111,10 @@ def decode_entry(data: bytes) -> list[Any]:
         if problem is not None or ts > MAX_TS:
             raise EntryError(f"stream entry 'P': subject or reply {problem}" if problem
                              else f"stream entry 'P': timestamp {ts} is out of range")
+    if kind == LINK and not (isinstance(item[4], int) and item[4] >= 0 and isinstance(item[5], list)
+                             and len(item[5]) <= _LINK_SEQS_MAX
+                             and all(isinstance(n, int) and n > 0 for n in item[5])):
+        raise EntryError("stream entry 'L': ack_seq must be a sequence and seqs a list of them")
     if kind == ACK and not isinstance(item[5], bytes):
         raise EntryError("stream entry 'K': payload must be bytes")
     if kind == TICK and not isinstance(item[3], bool):
@@ -217,13 +237,17 @@ class StreamReplica:
             if kind == PUBLISH:
                 return acc.publish(entry, item[3], item[4], item[5], item[6], ts)
             if kind == API:
+                if item[4] == LINK_CREATE_REPLY:
+                    return acc.link_api(item[3], item[4], item[6], ts)
                 return acc.handle_api(item[3], item[4], item[5], item[6], ts) or []
             if kind == ACK:
                 return acc.ack(item[3], item[4], item[5], ts)
             if kind == FLOW_CONTROL:
-                return acc.flow_control(item[3], ts)
+                return acc.flow_control(item[3], ts, item[4] if len(item) > 4 else None)
             if kind == SOURCED:
                 return acc.apply_fetched(entry, item[3], item[4], ts)
+            if kind == LINK:
+                return acc.apply_link_step(self.name, LinkStep(item[3], item[4], tuple(item[5])), ts)
             return acc.poll_stream(self.name, ts, interest_changed=item[3])
         finally:
             self.override.subjects = None

@@ -354,6 +354,7 @@ ERROR_EXTRAS: dict[str, dict[str, Any]] = {
     E.STREAM_LIST_RESPONSE: {**_PAGED, "streams": []},
     E.CONSUMER_NAMES_RESPONSE: {**_PAGED, "consumers": []},
     E.CONSUMER_LIST_RESPONSE: {**_PAGED, "consumers": []},
+    E.CONSUMER_RESET_RESPONSE: {"reset_seq": 0},
 }
 
 

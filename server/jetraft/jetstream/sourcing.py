@@ -20,18 +20,28 @@ origin (nats-server's are hidden too, ``direct`` consumers).
   (:func:`source_positions`, nats-server startingSequenceForSources).
 
 Origins are streams of the same account; ``external`` (another account or domain) is
-refused at create. An origin with workqueue or interest retention is not read (its messages
-go when its consumers take them, and a read is not one): the link reports
-:data:`RETENTION_REFUSED` in its ``error``.
+refused at create.
+
+A **durable link** (nats-server 2.14, ADR-60) reads an origin with workqueue or interest
+retention, or any origin through the durable consumer its ``consumer`` block names: the
+link's position is a consumer of the origin with ``ack_policy: flow_control``
+(``JS_MIRROR_<hash>`` or ``JS_SRC_<hash>``, created on the first fetch, when no
+``consumer`` is named). Its fetches go to the origin's leader (:func:`origin_answer`);
+a fetch from sequence N acknowledges every message before N (the link asks again only
+once the previous answer is stored, so a message leaves a workqueue origin only once the
+sourcing stream holds it) and the messages answered count as delivered
+(:class:`LinkStep`, replicated in the origin's group). The link's identity of the origin
+must be known before anything is acknowledged: an origin deleted and created again is
+never acknowledged on the old one's sequences.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
 from jetraft import gofmt
+from jetraft.gofmt import go_hash
 
 from jetraft.protocol import headers as hdr
 from jetraft.protocol.subjects import subject_matches
@@ -54,18 +64,17 @@ FETCH_TIMEOUT_NS = 5_000_000_000
 POSITION_SCAN_MAX = 100_000
 #: The header a sourced message carries (nats-server JSStreamSource).
 SOURCE_HEADER = "Nats-Stream-Source"
-#: nats-server's hash alphabet (accounts.go ``digits``) and its system hash length.
-_DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-#: What a link to an origin with workqueue or interest retention reports.
-RETENTION_REFUSED = "sourcing or mirroring a workqueue or interest stream is not supported by jetraft"
+#: The reply subject of the CONSUMER.CREATE that makes a link's consumer: its answer is
+#: dropped, never sent (an API request without a reply is not handled, as nats-server's).
+LINK_CREATE_REPLY = "$JS.LINK.CREATED"
+#: The heartbeat a link's consumer is created with, ns (nats-server sourceHealthHB).
+LINK_HEARTBEAT_NS = 1_000_000_000
 
 
 def stream_identity(created_ns: int) -> str:
-    """A stream's identity: 8 characters of the SHA-256 of its creation time in RFC 3339
-    (nats-server stream.go identity, events.go getHash), so that a source sees its origin
-    deleted and created again."""
-    digest = hashlib.sha256(gofmt.format_time(created_ns).encode()).digest()
-    return "".join(_DIGITS[b % 62] for b in digest[:8])
+    """A stream's identity: :func:`go_hash` of its creation time in RFC 3339 (nats-server
+    stream.go identity), so that a source sees its origin deleted and created again."""
+    return go_hash(gofmt.format_time(created_ns))
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +93,8 @@ class SourceSpec:
     filter_subject: str
     transforms: tuple[tuple[str, str], ...]
     filters: tuple[tuple[str, SubjectTransform | None], ...] = field(compare=False)
+    #: the durable consumer of the origin the ``consumer`` block names ("" for none)
+    consumer: str = ""
 
     @classmethod
     def parse(cls, raw: dict[str, Any], *, mirror: bool) -> SourceSpec:
@@ -102,10 +113,14 @@ class SourceSpec:
         start_time = raw.get("opt_start_time")
         if isinstance(start_time, str):          # the client's JSON: RFC 3339
             start_time = gofmt.parse_time(start_time)
-        return cls(name=name, iname=f"{name} {sources} {dests}", mirror=mirror,
+        block = raw.get("consumer")
+        consumer = str(block.get("name") or "") if isinstance(block, dict) else ""
+        head = f"{name}:C={go_hash(consumer)}" if consumer else name     # composeIName
+        return cls(name=name, iname=f"{head} {sources} {dests}", mirror=mirror,
                    start_seq=int(raw.get("opt_start_seq") or 0),
                    start_time=start_time if isinstance(start_time, int) else None,
-                   filter_subject=filter_subject, transforms=pairs, filters=filters)
+                   filter_subject=filter_subject, transforms=pairs, filters=filters,
+                   consumer=consumer)
 
     def transformed(self, subject: str) -> str | None:
         """The subject a message of the origin stored on ``subject`` is kept under here,
@@ -123,8 +138,8 @@ class SourceSpec:
     def header_value(self, seq: int, subject: str, ident: str) -> str:
         """``Nats-Stream-Source`` for the origin's message ``seq`` on ``subject``, its
         identity ``ident`` last (nats-server genSourceHeader)."""
-        _, sources, dests = self.iname.split(" ", 2)
-        return f"{self.name} {seq} {sources} {dests} {subject}" + (f" {ident}" if ident else "")
+        head, sources, dests = self.iname.split(" ", 2)
+        return f"{head} {seq} {sources} {dests} {subject}" + (f" {ident}" if ident else "")
 
     def info_json(self, link: SourceLink | None, now_ns: int) -> dict[str, Any]:
         """StreamSourceInfo (nats-server stream.go sourceInfo): ``name``, ``lag``,
@@ -146,6 +161,43 @@ def specs_of(config: Any) -> list[SourceSpec]:
     if config.mirror is not None:
         return [SourceSpec.parse(config.mirror, mirror=True)]
     return [SourceSpec.parse(s, mirror=False) for s in config.sources or () if isinstance(s, dict)]
+
+
+def link_consumer(stream: str, account: str, spec: SourceSpec, specs: list[SourceSpec],
+                  domain: str = "") -> tuple[str, bool]:
+    """``(consumer name, named)``: the durable consumer of the origin a link of stream
+    ``stream`` keeps its position in: the ``consumer`` block's (named), else nats-server's
+    stable name (createStableConsumerHash, createSourcingConsumerHash): ``JS_MIRROR_`` or
+    ``JS_SRC_`` and the hash of ``"<stream> <account>[ <domain>]"`` (and the source's index
+    name when the stream sources that origin more than once)."""
+    if spec.consumer:
+        return spec.consumer, True
+    ident = f"{stream} {account}" + (f" {domain}" if domain else "")
+    if spec.mirror:
+        return f"JS_MIRROR_{go_hash(ident)}", False
+    if sum(1 for other in specs if other.name == spec.name) > 1:
+        ident = f"{go_hash(ident)} {spec.iname}"
+        return f"JS_SRC_{go_hash(ident)}", False
+    return f"JS_SRC_{go_hash(go_hash(ident))}", False
+
+
+def link_consumer_config(name: str, filters: tuple[str, ...], *, mirror: bool, stream: str,
+                         account: str) -> dict[str, Any]:
+    """The CONSUMER.CREATE config of a link's consumer made on the first fetch
+    (nats-server's sourcing consumer, upgraded to durable for an interest or workqueue
+    origin in jsConsumerCreateRequest): flow-control acks, a 1 s heartbeat, the link's
+    filters; its deliver subject is never subscribed (the link fetches)."""
+    kind = "mirror" if mirror else "src"
+    cfg: dict[str, Any] = {"durable_name": name, "name": name, "deliver_policy": "all",
+                           "ack_policy": "flow_control", "deliver_subject": f"$JS.{'M' if mirror else 'S'}.{go_hash('deliver ' + name)}",
+                           "flow_control": True, "idle_heartbeat": LINK_HEARTBEAT_NS,
+                           "metadata": {f"_nats.{kind}.stream": stream, f"_nats.{kind}.acc": account}}
+    if filters and ">" not in filters:
+        if len(filters) == 1:
+            cfg["filter_subject"] = filters[0]
+        else:
+            cfg["filter_subjects"] = list(filters)
+    return cfg
 
 
 @dataclass(slots=True)
@@ -172,17 +224,25 @@ class SourceLink:
     ident: str = ""
     sent_ns: int = 0
     peer: int = 0
+    #: the origin's consumer a durable link keeps its position in (:func:`link_consumer`),
+    #: whether the config named it, and the sourcing stream's name
+    consumer: str = ""
+    named: bool = False
+    asker: str = ""
 
     def request(self) -> FetchRequest:
         """The next fetch: from ``next_seq`` once known, else from the spec's
         ``opt_start_seq``, else its ``opt_start_time``, else from the start."""
         spec = self.spec
+        durable = (self.consumer, self.named, spec.mirror, self.asker)
+        filters = tuple(f for f, _ in spec.filters)
         if self.next_seq:
-            return FetchRequest(spec.name, self.next_seq, None, tuple(f for f, _ in spec.filters), self.ident)
+            return FetchRequest(spec.name, self.next_seq, None, filters, self.ident, FETCH_MAX_MSGS,
+                                FETCH_MAX_BYTES, *durable)
         start_time = self.start_time if self.start_time is not None else (
             spec.start_time if spec.start_seq == 0 else None)
-        return FetchRequest(spec.name, max(spec.start_seq, 1), start_time, tuple(f for f, _ in spec.filters),
-                            self.ident)
+        return FetchRequest(spec.name, max(spec.start_seq, 1), start_time, filters, self.ident,
+                            FETCH_MAX_MSGS, FETCH_MAX_BYTES, *durable)
 
     def failed(self, error: E.JSApiError | dict[str, Any], now_ns: int) -> None:
         self.error = error.to_json() if isinstance(error, E.JSApiError) else error
@@ -195,7 +255,9 @@ class FetchRequest:
     """Ask ``origin`` for its messages from ``start_seq`` (or, when ``start_time`` is set,
     from the first stored at or after it, ns) matching any of ``filters``; ``ident``: the
     origin's identity the asker knows ("" for none), to be answered with no messages when
-    the origin is another stream of the same name now."""
+    the origin is another stream of the same name now. ``consumer``: the origin's consumer
+    of a durable link (``named``: the config named it, else it is made when missing);
+    ``mirror``: the asker is a mirror; ``asker``: the sourcing stream's name."""
 
     origin: str
     start_seq: int
@@ -204,26 +266,38 @@ class FetchRequest:
     ident: str = ""
     max_msgs: int = FETCH_MAX_MSGS
     max_bytes: int = FETCH_MAX_BYTES
+    consumer: str = ""
+    named: bool = False
+    mirror: bool = False
+    asker: str = ""
+
+    def durable(self, retention: str) -> bool:
+        """Whether the fetch goes through the origin's consumer: one named in the config,
+        or an origin whose messages go when consumed (workqueue, interest)."""
+        return bool(self.consumer) and (self.named or retention != "limits")
 
     def to_wire(self) -> list[Any]:
         return [self.origin, self.start_seq, self.start_time, list(self.filters), self.ident,
-                self.max_msgs, self.max_bytes]
+                self.max_msgs, self.max_bytes, self.consumer, self.named, self.mirror, self.asker]
 
     @classmethod
     def from_wire(cls, item: Any) -> FetchRequest:
         """Raises ValueError for anything but what :meth:`to_wire` makes."""
-        if not isinstance(item, list) or len(item) != 7:
-            raise ValueError("fetch request is not a 7-list")
-        origin, start_seq, start_time, filters, ident, max_msgs, max_bytes = item
+        if not isinstance(item, list) or len(item) != 11:
+            raise ValueError("fetch request is not an 11-list")
+        origin, start_seq, start_time, filters, ident, max_msgs, max_bytes, consumer, named, mirror, asker = item
         if not (isinstance(origin, str) and isinstance(start_seq, int) and start_seq >= 0
                 and isinstance(ident, str)
                 and (start_time is None or isinstance(start_time, int))
                 and isinstance(filters, list) and 0 < len(filters) <= 64
                 and all(isinstance(f, str) and f for f in filters)
-                and isinstance(max_msgs, int) and isinstance(max_bytes, int)):
+                and isinstance(max_msgs, int) and isinstance(max_bytes, int)
+                and isinstance(consumer, str) and isinstance(named, bool) and isinstance(mirror, bool)
+                and isinstance(asker, str)):
             raise ValueError("fetch request has bad fields")
         return cls(origin, start_seq, start_time, tuple(filters), ident,
-                   max(1, min(max_msgs, FETCH_MAX_MSGS)), max(1, min(max_bytes, FETCH_MAX_BYTES)))
+                   max(1, min(max_msgs, FETCH_MAX_MSGS)), max(1, min(max_bytes, FETCH_MAX_BYTES)),
+                   consumer, named, mirror, asker)
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,16 +337,14 @@ class FetchAnswer:
         return cls(tuple(out), next_seq, pending, error, ident)
 
 
-def answer_fetch(origin: Any, req: FetchRequest, created_ns: int = 0) -> FetchAnswer:
+def answer_fetch(origin: Any, req: FetchRequest, created_ns: int = 0, min_seq: int = 1) -> FetchAnswer:
     """What the origin stream (a :class:`~jetraft.jetstream.stream.Stream`, or None when
-    this server has no such stream; ``created_ns`` its creation time) answers: at most ``max_msgs`` messages and about
-    ``max_bytes`` (at least one message) from ``start_seq``, in sequence order. Work is
-    bounded by the answer's size: one indexed lookup per filter and message."""
+    this server has no such stream; ``created_ns`` its creation time) answers: at most
+    ``max_msgs`` messages and about ``max_bytes`` (at least one message) from ``start_seq``
+    (not below ``min_seq``), in sequence order. Work is bounded by the answer's size: one
+    indexed lookup per filter and message."""
     if origin is None:
         return FetchAnswer(error=E.stream_not_found().to_json())
-    if origin.config.retention != "limits":
-        return FetchAnswer(error=E.api_error("JSSourceConsumerSetupFailedErrF",
-                                             err=RETENTION_REFUSED).to_json())
     ident = stream_identity(created_ns)
     if req.ident and req.ident != ident:     # another stream of that name: start again
         return FetchAnswer(ident=ident)
@@ -280,7 +352,7 @@ def answer_fetch(origin: Any, req: FetchRequest, created_ns: int = 0) -> FetchAn
     seq = req.start_seq
     if req.start_time is not None:
         seq = store.seq_from_time(req.start_time)
-    seq = max(seq, 1)
+    seq = max(seq, min_seq, 1)
     msgs: list[tuple[int, str, bytes | None, bytes, int]] = []
     size = 0
     every = ">" in req.filters
@@ -312,6 +384,46 @@ def answer_fetch(origin: Any, req: FetchRequest, created_ns: int = 0) -> FetchAn
     last = store.state().last_seq
     pending = store.num_pending(req.filters if not every else (), seq, last) if seq <= last else 0
     return FetchAnswer(tuple(msgs), seq, pending, ident=ident)
+
+
+@dataclass(frozen=True, slots=True)
+class LinkStep:
+    """What a durable link's fetch did to its consumer of the origin, replicated in the
+    origin's group: every message up to ``ack_seq`` acknowledged (0: none), then ``seqs``
+    (ascending stream sequences) delivered."""
+
+    consumer: str
+    ack_seq: int
+    seqs: tuple[int, ...]
+
+
+def origin_answer(origin: Any, consumers: Any, req: FetchRequest, created_ns: int, account: str = ""
+                  ) -> tuple[FetchAnswer, dict[str, Any] | None, LinkStep | None]:
+    """The origin's side of a fetch (``origin``: the stream or None; ``consumers``: its
+    consumers by name; ``account``: their account's name): ``(answer, create, step)``. ``create``: the CONSUMER.CREATE config
+    of a durable link's missing consumer (the link asks again once it exists); ``step``:
+    the durable link's acks and deliveries (see the module docstring). A durable fetch is
+    answered by the origin's leader only. A named consumer that is missing answers 10014;
+    one whose ack policy is not flow_control, 10214 (mirror) or 10217 (source)."""
+    if origin is None or not req.durable(origin.config.retention):
+        return answer_fetch(origin, req, created_ns), None, None
+    consumer = consumers.get(req.consumer)
+    if consumer is None:
+        if req.named:
+            return FetchAnswer(error=E.consumer_not_found().to_json()), None, None
+        cfg = link_consumer_config(req.consumer, req.filters, mirror=req.mirror, stream=req.asker,
+                                   account=account)
+        return FetchAnswer(next_seq=req.start_seq, ident=stream_identity(created_ns)), cfg, None
+    if consumer.config.ack_policy != "flow_control":
+        return FetchAnswer(error=E.api_error("JSMirrorConsumerRequiresAckFCErr" if req.mirror
+                                             else "JSSourceConsumerRequiresAckFCErr").to_json()), None, None
+    answer = answer_fetch(origin, req, created_ns, min_seq=consumer.ack_floor_seq + 1)
+    if answer.error is not None or (req.ident and answer.ident != req.ident):
+        return answer, None, None
+    # nothing is acknowledged before the asker knows which origin it holds messages of
+    ack_seq = req.start_seq - 1 if req.ident and req.start_time is None else 0
+    step = LinkStep(req.consumer, ack_seq, tuple(m[0] for m in answer.msgs))
+    return answer, None, (step if step.ack_seq > 0 or step.seqs else None)
 
 
 def strip_source_headers(headers: bytes | None) -> bytes | None:

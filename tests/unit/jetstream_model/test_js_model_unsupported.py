@@ -26,8 +26,6 @@ def stream(**fields) -> StreamConfig:
 @pytest.mark.parametrize(("setting", "fields"), [
     ("mirror external", {"mirror": {"name": "O", "external": {"api": "$JS.hub.API", "deliver": ""}}}),
     ("source external", {"subjects": ["s"], "sources": [{"name": "O", "external": {"api": "$JS.hub.API"}}]}),
-    ("source consumer", {"subjects": ["s"], "sources": [{"name": "O", "consumer": {"name": "c",
-                                                                                   "deliver_subject": "d"}}]}),
     ("subject_delete_marker_ttl", {"subject_delete_marker_ttl": 2 * S}),
     ("allow_msg_counter", {"allow_msg_counter": True}),
     ("allow_atomic", {"allow_atomic": True}),
@@ -85,7 +83,6 @@ def consumer(**fields) -> ConsumerConfig:
                                        "priority_groups": ["g"]}),
     ("priority_policy prioritized", {"ack_policy": "explicit", "priority_policy": "prioritized",
                                      "priority_groups": ["g"]}),
-    ("ack_policy flow_control", {"deliver_subject": "d", "ack_policy": "flow_control"}),
     ("direct", {"deliver_subject": "d", "direct": True}),
     ("sourcing", {"deliver_subject": "d", "sourcing": True}),
 ])

@@ -150,7 +150,9 @@ class JetStreamAccount(ApiDispatch, StreamRequests, ConsumerRequests, StreamRepl
             return []
         out: list[Reply] = []
         for link, req in self.fetches_due(entry, now_ns):
-            out.extend(self.apply_fetched(entry, link.spec.iname, self.answer_fetch(req), now_ns))
+            answer, origin_out = self.answer_fetch(req, now_ns)
+            out.extend(origin_out)
+            out.extend(self.apply_fetched(entry, link.spec.iname, answer, now_ns))
         return out
 
     def next_deadline(self) -> int | None:
@@ -193,12 +195,17 @@ class JetStreamAccount(ApiDispatch, StreamRequests, ConsumerRequests, StreamRepl
         out.extend(Reply(m) for m in consumer.poll(now_ns))
         return out
 
-    def flow_control(self, subject: str, now_ns: int) -> list[Reply]:
-        """A client's answer to a flow-control request (``$JS.FC.<stream>.<consumer>...``)."""
+    def flow_control(self, subject: str, now_ns: int, last: tuple[int, int] | None = None) -> list[Reply]:
+        """A client's answer to a flow-control request (``$JS.FC.<stream>.<consumer>...``);
+        ``last``: the stream and consumer sequences it reports stored, the ack of a consumer
+        with ``ack_policy: flow_control`` (see ``Consumer.process_flow_control``)."""
         found = self._consumer_from_subject(subject, FC_PREFIX)
         if found is None:
             return []
-        return [Reply(m) for m in found[1].process_flow_control(subject, now_ns)]
+        entry, consumer = found
+        out = [Reply(m) for m in consumer.process_flow_control(subject, now_ns, last)]
+        out.extend(self._apply_retention(entry, now_ns))
+        return out
 
     def knows_consumer(self, subject: str, prefix: str) -> bool:
         """Whether the ack or flow-control ``subject`` names one of our consumers."""

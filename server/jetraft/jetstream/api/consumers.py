@@ -13,6 +13,7 @@ from typing import Any
 
 from jetraft.jetstream import advisories as adv
 from jetraft.jetstream import errors as E
+from jetraft.jetstream import gojson
 from jetraft.jetstream.api.core import LIST_LIMIT, NAMES_LIMIT, AccountCore, Reply, StreamEntry
 from jetraft.jetstream.consumer import Consumer
 from jetraft.jetstream.errors import JSApiError, UnsupportedSetting
@@ -134,6 +135,43 @@ class ConsumerRequests(AccountCore):
         if consumer is None:
             raise E.consumer_not_found()
         return entry, consumer
+
+    def has_consumer(self, tokens: list[str]) -> bool:
+        """Whether ``$JS.API.CONSUMER.<op>.<stream>.<consumer>`` (split) names a consumer here."""
+        entry = self.streams.get(tokens[4]) if len(tokens) == 6 else None
+        return entry is not None and tokens[5] in entry.consumers
+
+    def _api_consumer_reset(self, tokens: list[str], payload: bytes,
+                            now_ns: int) -> tuple[dict[str, Any], list[Reply]]:
+        """``$JS.API.CONSUMER.RESET.<stream>.<consumer>`` with ``{"seq": n}`` or nothing
+        (nats-server 2.14 processResetReq): the consumer's info and ``reset_seq``. Raises
+        10025 for a body that is not JSON (json.Unmarshal's words), 10204 "invalid reset:
+        ..." for a sequence its deliver policy does not allow. Also returns what the
+        consumer then sends."""
+        entry, consumer = self._consumer(tokens[4], tokens[5])
+        seq = 0
+        if payload:
+            try:
+                req = gojson.merge_objects(payload) or {}
+            except gojson.GoJSONError as exc:
+                raise E.invalid_json(exc.unmarshal_text()) from None
+            except gojson.NotAnObject as exc:
+                raise E.invalid_json(f"json: cannot unmarshal {gojson.json_kind(exc.value)} into Go value "
+                                     "of type server.JSApiConsumerResetRequest") from None
+            raw = req.get("seq", 0)
+            if raw is not None and (isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw < 1 << 64):
+                raise E.invalid_json(f"json: cannot unmarshal {gojson.json_kind(raw)} into Go struct field "
+                                     "JSApiConsumerResetRequest.seq of type uint64")
+            seq = raw or 0
+        try:
+            reset = consumer.reset_start(seq)
+        except ValueError as exc:
+            raise E.api_error("JSConsumerInvalidResetErr", err=str(exc)) from None
+        out = self._apply_retention(entry, now_ns)
+        out.extend(Reply(m) for m in consumer.poll(now_ns))
+        body = self._consumer_info(consumer, now_ns)
+        body["reset_seq"] = reset
+        return body, out
 
     def _api_consumer_info(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
         if payload.strip():

@@ -92,6 +92,8 @@ class ApiDispatch(AccountCore):
             return self._msg_next(tokens[5], tokens[6], reply, payload, now_ns)
         if not reply:
             return []
+        if kind == "CONSUMER.RESET" and not self.has_consumer(tokens):
+            return []       # nats-server: the consumer itself listens on it; nothing answers
         if subject == "$JS.API.INFO":
             handler, rtype = self._api_info, E.ACCOUNT_INFO_RESPONSE
         else:
@@ -162,6 +164,8 @@ class ApiDispatch(AccountCore):
             if op in ("NAMES", "LIST") and n == 5:
                 return ((self._api_consumer_names, E.CONSUMER_NAMES_RESPONSE) if op == "NAMES"
                         else (self._api_consumer_list, E.CONSUMER_LIST_RESPONSE))
+            if op == "RESET" and n == 6:
+                return self._api_consumer_reset, E.CONSUMER_RESET_RESPONSE
             if op in ("INFO", "DELETE") and n == 6:
                 return ((self._api_consumer_info, E.CONSUMER_INFO_RESPONSE) if op == "INFO"
                         else (self._api_consumer_delete, E.CONSUMER_DELETE_RESPONSE))

@@ -13,15 +13,24 @@ from typing import Any
 
 from jetraft.jetstream import errors as E
 from jetraft.jetstream.api.core import AccountCore, Reply, StreamEntry
+from jetraft.jetstream.requests import json_bytes
 from jetraft.jetstream.sourcing import (
     FETCH_TIMEOUT_NS,
+    LINK_CREATE_REPLY,
     IDLE_POLL_NS,
     FetchAnswer,
     FetchRequest,
+    LinkStep,
     SourceLink,
     answer_fetch,
+    link_consumer,
+    origin_answer,
     specs_of,
 )
+
+#: The err_code a durable fetch sent to one of the origin's servers that does not lead
+#: it is answered with (10009, JSClusterNotLeaderErr): the link asks another at once.
+NOT_LEADER = 10009
 
 
 class SourceLinks(AccountCore):
@@ -34,10 +43,13 @@ class SourceLinks(AccountCore):
         if entry.links_for is not cfg:
             old = entry.links
             entry.links = {}
-            for spec in specs_of(cfg):
+            specs = specs_of(cfg)
+            for spec in specs:
                 link = old.get(spec.iname)
                 if link is None or link.spec != spec:
                     link = SourceLink(spec)
+                link.consumer, link.named = link_consumer(entry.name, self.name, spec, specs, self.domain)
+                link.asker = entry.name
                 entry.links[spec.iname] = link
                 self.sourced_by.setdefault(spec.name, set()).add(entry.name)
             entry.links_for = cfg
@@ -92,12 +104,49 @@ class SourceLinks(AccountCore):
         due = [link.due_ns for link in self.links(entry).values() if not link.in_flight]
         return min(due) if due else None
 
-    def answer_fetch(self, req: FetchRequest) -> FetchAnswer:
-        """This server's answer to a fetch of one of the account's streams."""
+    def origin_fetch(self, req: FetchRequest) -> tuple[FetchAnswer, dict[str, Any] | None, LinkStep | None]:
+        """The origin's side of a fetch of one of the account's streams, changing nothing:
+        ``(answer, create, step)`` (jetstream/sourcing.py :func:`origin_answer`)."""
         entry = self.streams.get(req.origin)
         if entry is None:
-            return answer_fetch(None, req)
-        return answer_fetch(entry.stream, req, entry.stream.created_ns)
+            return answer_fetch(None, req), None, None
+        return origin_answer(entry.stream, entry.consumers, req, entry.stream.created_ns, self.name)
+
+    def answer_fetch(self, req: FetchRequest, now_ns: int) -> tuple[FetchAnswer, list[Reply]]:
+        """A single server's answer to a fetch of one of the account's streams, a durable
+        link's consumer made and moved at once; returns the answer and what the origin's
+        changes send (advisories, deliveries)."""
+        answer, create, step = self.origin_fetch(req)
+        out: list[Reply] = []
+        if create is not None:
+            subject, payload = self.link_consumer_request(req.origin, create)
+            out.extend(self.link_api(subject, LINK_CREATE_REPLY, payload, now_ns))
+        if step is not None:
+            out.extend(self.apply_link_step(req.origin, step, now_ns))
+        return answer, out
+
+    def link_api(self, subject: str, reply: str | None, payload: bytes, now_ns: int) -> list[Reply]:
+        """An API request applied; the answer to a link consumer's create
+        (:data:`LINK_CREATE_REPLY`) is dropped, its advisories are kept."""
+        out = self.handle_api(subject, reply, None, payload, now_ns) or []
+        return [r for r in out if r.out.subject != LINK_CREATE_REPLY] if reply == LINK_CREATE_REPLY else out
+
+    @staticmethod
+    def link_consumer_request(origin: str, config: dict[str, Any]) -> tuple[str, bytes]:
+        """The CONSUMER.CREATE request (subject, payload) that makes a durable link's consumer."""
+        subject = f"$JS.API.CONSUMER.DURABLE.CREATE.{origin}.{config['durable_name']}"
+        return subject, json_bytes({"stream_name": origin, "config": config})
+
+    def apply_link_step(self, origin: str, step: LinkStep, now_ns: int) -> list[Reply]:
+        """A durable link's acks and deliveries on its consumer of ``origin`` (every replica
+        of a clustered origin, the ``"L"`` log entry): the acknowledged messages leave a
+        workqueue or interest origin. A consumer or stream gone meanwhile takes nothing."""
+        entry = self.streams.get(origin)
+        consumer = entry.consumers.get(step.consumer) if entry is not None else None
+        if consumer is None:
+            return []
+        consumer.link_step(step.ack_seq, step.seqs, now_ns)
+        return self._apply_retention(entry, now_ns)
 
     def wake_links(self, origin: str) -> None:
         """A message was stored in ``origin``: the links that fetch from it are due now
@@ -116,6 +165,10 @@ class SourceLinks(AccountCore):
         error, and when."""
         link.in_flight = False
         if answer.error is not None:
+            if answer.error.get("err_code") == NOT_LEADER:
+                link.peer += 1      # a durable fetch reached a follower: the next server, now
+                link.due_ns = now_ns
+                return
             link.failed(answer.error, now_ns)
             return
         link.active_ns = now_ns

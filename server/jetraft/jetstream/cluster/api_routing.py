@@ -38,6 +38,7 @@ from jetraft.jetstream.cluster.core import (
     ControllerCore,
     restore_in_progress,
 )
+from jetraft.jetstream.consumer_delivery import flow_control_last
 from jetraft.jetstream.replicated import (
     ACK,
     API,
@@ -75,7 +76,7 @@ class ApiRouting(ControllerCore):
                 taken = True
             return taken, self._take()
         if subject.startswith("$JS.ACK.") or subject.startswith("$JS.FC."):
-            return self._ack(acc, subject, reply, payload, now_ns), self._take()
+            return self._ack(acc, subject, reply, headers, payload, now_ns), self._take()
         entry = acc.stream_for(subject)
         if entry is None:
             return False, []
@@ -102,8 +103,8 @@ class ApiRouting(ControllerCore):
         self._out.append(Propose(group.name, data, refused))
         return True, self._take()
 
-    def _ack(self, acc: JetStreamAccount, subject: str, reply: str | None, payload: bytes,
-             now: int) -> bool:
+    def _ack(self, acc: JetStreamAccount, subject: str, reply: str | None, headers: bytes | None,
+             payload: bytes, now: int) -> bool:
         stream = ack_stream(subject)
         key = (acc.name, stream)
         replica, group = self.view.replica(key), self.view.group(key)
@@ -113,7 +114,9 @@ class ApiRouting(ControllerCore):
         if subject.startswith("$JS.ACK."):
             data = encode_entry(ACK, replica.next_ts(now), interest, subject, reply, payload)
         else:
-            data = encode_entry(FLOW_CONTROL, replica.next_ts(now), interest, subject)
+            last = flow_control_last(headers)
+            data = encode_entry(FLOW_CONTROL, replica.next_ts(now), interest, subject,
+                                list(last) if last is not None else None)
         self._out.append(Propose(group.name, data))
         return True
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from jetraft import gofmt
+from jetraft.gofmt import go_hash
 from jetraft.jetstream import errors as E
 from jetraft.protocol.subjects import is_valid_subject, subject_matches
 from jetraft.protocol.transform import MappingError, validate_mapping
@@ -145,7 +146,7 @@ def _index_name(src: dict[str, Any]) -> str:
         name += ":" + str(ext.get("api") or "")
     consumer = src.get("consumer")
     if isinstance(consumer, dict):
-        name += ":C=" + str(consumer.get("name") or "")
+        name += ":C=" + go_hash(str(consumer.get("name") or ""))
     transforms = [t for t in src.get("subject_transforms") or () if isinstance(t, dict)]
     if not transforms:
         return f"{name} {src.get('filter_subject') or '>'} >"
@@ -525,8 +526,7 @@ class StreamConfig(_Model):
         jetraft enforces.
 
         Refused (each when set to anything but its default): a mirror or source with
-        ``external`` (another account or domain) or ``consumer`` (ADR-60's durable
-        sourcing), ``subject_delete_marker_ttl``, ``allow_msg_counter``,
+        ``external`` (another account or domain), ``subject_delete_marker_ttl``, ``allow_msg_counter``,
         ``allow_atomic``, ``allow_msg_schedules``, ``persist_mode`` async, ``allow_batched``.
         ``allow_msg_ttl`` is accepted (nats-py sets it on every key-value bucket): a
         ``Nats-TTL`` header is then refused at publish (stream.py), never stored and kept.
@@ -538,8 +538,6 @@ class StreamConfig(_Model):
             kind = "mirror" if src is self.mirror else "source"
             if isinstance(src, dict) and src.get("external") is not None:
                 return f"{kind} external"
-            if isinstance(src, dict) and src.get("consumer") is not None:
-                return f"{kind} consumer"
         if self.subject_delete_marker_ttl > 0:
             return "subject_delete_marker_ttl"
         if self.allow_msg_counter:

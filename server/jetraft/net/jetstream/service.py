@@ -73,6 +73,7 @@ from jetraft.events import rfc3339_ns
 from jetraft.jetstream import errors as E
 from jetraft.jetstream import layout
 from jetraft.jetstream.api import ACK_PREFIX, API_PREFIX, FC_PREFIX, JetStreamAccount, Reply
+from jetraft.jetstream.consumer_delivery import flow_control_last
 from jetraft.jetstream.outbound import Outbound
 from jetraft.jetstream.requests import ERROR_EXTRAS, INTERNAL_ERROR_TEXT, json_bytes, with_request_info
 from jetraft.jetstream.store import FileStore
@@ -598,7 +599,7 @@ class JetStreamService:
                     return acc.knows_consumer(subject, prefix)      # dropped: redelivered later
                 out = self._guarded(account, sname, None, None,
                                     (lambda: acc.ack(subject, reply, payload, now)) if ack
-                                    else (lambda: acc.flow_control(subject, now)))
+                                    else (lambda: acc.flow_control(subject, now, flow_control_last(headers))))
                 self._wake.set()
                 return bool(out) or acc.knows_consumer(subject, prefix)
         entry = acc.stream_for(subject)

@@ -193,7 +193,25 @@ def test_a_mirror_or_source_empties_a_workqueue_origin(js_server):
                 (i + 1, "v", p) for i, p in enumerate(payloads)]
             assert [h["Nats-Stream-Source"].rsplit(" ", 1)[0] for *_, h in sourced] == [
                 f"V {i + 1} > > v" for i in range(5)]
+            await gone_with_their_links(s, {"M": "W", "S": "V"})
     run(scenario)
+
+
+async def gone_with_their_links(s, links: dict[str, str]) -> None:
+    """Each sourcing stream in ``links`` (name -> origin) deleted: its origin's link consumer
+    goes with it (nats-server tryDeleteMirrorConsumer, tryDeleteSourceConsumer)."""
+    for name in links:
+        deleted = await asked_again(lambda name=name: s.api(f"$JS.API.STREAM.DELETE.{name}"), f"{name} deleted")
+        assert deleted.get("success") is True, deleted
+
+    async def none_left():
+        for origin in links.values():
+            listed = await asked_again(lambda origin=origin: s.api(f"$JS.API.CONSUMER.NAMES.{origin}"),
+                                       f"{origin}'s consumers")
+            if listed.get("consumers"):
+                return False
+        return True
+    await apoll(none_left, "the link consumers deleted with their streams", timeout=30)
 
 
 def test_a_mirror_of_an_interest_origin_leaves_the_messages_to_its_other_consumers(js_server):
@@ -380,7 +398,7 @@ def test_replicated_workqueue_links_keep_every_message_once_across_step_down_and
                                   f"{subject} {k} acknowledged")
                 acked[subject].append(k)
 
-        async def check(s, _phase: str) -> None:
+        async def check(s, phase: str) -> None:
             n = len(acked["w.x"])
 
             async def emptied():
@@ -395,6 +413,8 @@ def test_replicated_workqueue_links_keep_every_message_once_across_step_down_and
             assert [(q, d) for q, _, d, _ in mirrored] == [(k + 1, str(k).encode()) for k in acked["w.x"]]
             sourced = await asked_again(lambda: stored(s, "S"), "S's messages")
             assert sorted(int(d) for _, _, d, _ in sourced) == sorted(acked["v.x"])
+            if phase == "rejoined":
+                await gone_with_their_links(s, {"M": "W", "S": "V"})
 
         across_step_down_and_sigkill(
             c, [{"name": "W", "subjects": ["w.>"], "retention": "workqueue", "num_replicas": 3},

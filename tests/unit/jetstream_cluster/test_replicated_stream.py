@@ -186,10 +186,27 @@ def test_next_ts_strictly_increases_past_applied_entries(trio_of_replicas):
     msgpack.packb(["P", 1, [], "orders..a", None, None, b""]),
     msgpack.packb(["P", 1, [], "orders.a", "_INBOX.x 1\r\n", None, b""]),
     msgpack.packb(["P", 1 << 63, [], "orders.a", None, None, b""]),
+    # a durable link's step and a flow-control answer's acked sequences
+    msgpack.packb(["L", 1, [], "C", -1, [1]]),
+    msgpack.packb(["L", 1, [], "C", 1, [0]]),
+    msgpack.packb(["L", 1, [], "C", 1, "1"]),
+    msgpack.packb(["L", 1, [], "C", 1, list(range(1, 5000))]),
+    msgpack.packb(["L", 1, [], "", 1, [2]]),
+    msgpack.packb(["F", 1, [], "$JS.FC.S.C.abcd", [1]]),
+    msgpack.packb(["F", 1, [], "$JS.FC.S.C.abcd", [1, -1]]),
+    msgpack.packb(["F", 1, [], "$JS.FC.S.C.abcd", "1 1"]),
+    msgpack.packb(["F", 1, [], "$JS.FC.S.C.abcd", None, None]),
 ])
 def test_malformed_entries_are_refused(data):
     with pytest.raises(EntryError):
         decode_entry(data)
+
+
+def test_a_flow_control_entry_carries_what_its_answer_acked_or_nothing():
+    assert decode_entry(msgpack.packb(["F", 1, [], "$JS.FC.S.C.abcd"]))[3:] == ["$JS.FC.S.C.abcd"]
+    assert decode_entry(msgpack.packb(["F", 1, [], "$JS.FC.S.C.abcd", [5, 4]]))[3:] == ["$JS.FC.S.C.abcd", (5, 4)]
+    assert decode_entry(msgpack.packb(["F", 1, [], "$JS.FC.S.C.abcd", None]))[4] is None
+    assert decode_entry(msgpack.packb(["L", 1, [], "C", 3, [4, 5]]))[3:] == ["C", 3, [4, 5]]
 
 
 def test_a_malformed_entry_is_reported_and_skipped(trio_of_replicas):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 from jetraft.jetstream.api import JetStreamAccount
+from jetraft.jetstream.consumer_delivery import flow_control_last
 from jetraft.jetstream.sourcing import FetchRequest, LinkStep, SourceSpec, link_consumer, origin_answer
 from jetraft.storage import GroupCommit
 
@@ -147,3 +148,26 @@ def test_a_flow_control_answer_acknowledges_what_it_reports_stored():
     assert state(acc, "W") == (1, 3, 3) and acc.streams["W"].consumers["F"].ack_floor_seq == 2
     acc.flow_control(fc, T0 + 3 * SECOND, (3, 3))      # answered already: ignored
     assert state(acc, "W") == (1, 3, 3)
+
+
+def test_a_flow_control_answer_with_bad_headers_acks_nothing():
+    assert flow_control_last(None) is None and flow_control_last(b"") is None
+    assert flow_control_last(b"not headers") is None
+    assert flow_control_last(b"NATS/1.0\r\nNats-Last-Stream: x\r\n\r\n") is None
+    assert flow_control_last(b"NATS/1.0\r\nNats-Last-Stream: 99999999999999999999999\r\n\r\n") is None
+    assert flow_control_last(b"NATS/1.0\r\nNats-Last-Stream: 7\r\nNats-Last-Consumer: -2\r\n\r\n") == (7, 0)
+    assert flow_control_last(b"NATS/1.0\r\nNats-Last-Stream: 7\r\nNats-Last-Consumer: 3\r\n\r\n") == (7, 3)
+
+
+def test_a_reset_body_is_checked_as_nats_server_decodes_it():
+    acc = account()
+    origin(acc, "limits", 3)
+    cfg = {"durable_name": "R", "ack_policy": "explicit"}
+    assert "error" not in api(acc, "$JS.API.CONSUMER.CREATE.W.R", {"stream_name": "W", "config": cfg})
+    for body in (b'{"seq": -1}', b'{"seq": "2"}', b'[1]', b'{"seq": 1.5}'):
+        out = acc.handle_api("$JS.API.CONSUMER.RESET.W.R", "_INBOX.r", None, body, T0)
+        got = json.loads(out[0].out.data)
+        assert got["error"]["err_code"] == 10025 and got["reset_seq"] == 0, (body, got)
+    assert acc.handle_api("$JS.API.CONSUMER.RESET.W.NOPE", "_INBOX.r", None, b"", T0) == []
+    ok = json.loads(acc.handle_api("$JS.API.CONSUMER.RESET.W.R", "_INBOX.r", None, b'{"seq": 2}', T0)[0].out.data)
+    assert (ok["reset_seq"], ok["num_pending"], ok["ack_floor"]["stream_seq"]) == (2, 2, 1)

@@ -125,6 +125,29 @@ class SourceLinks(AccountCore):
             out.extend(self.apply_link_step(req.origin, step, now_ns))
         return answer, out
 
+    def made_link_consumers(self, name: str, config: Any) -> list[tuple[str, str]]:
+        """``(origin, consumer)`` of the link consumers stream ``name`` (``config``: its
+        StreamConfig) has jetraft make (those no ``consumer`` block names): deleted with the
+        stream, as nats-server's tryDeleteMirrorConsumer and tryDeleteSourceConsumer do."""
+        specs = specs_of(config)
+        out = []
+        for spec in specs:
+            cname, named = link_consumer(name, self.name, spec, specs, self.domain)
+            if not named:
+                out.append((spec.name, cname))
+        return out
+
+    def drop_link_consumers(self, made: list[tuple[str, str]], now_ns: int) -> list[Reply]:
+        """A single server's deletion of a deleted stream's link consumers (``made``, from
+        :meth:`made_link_consumers`) that exist; returns the advisories it sends."""
+        out: list[Reply] = []
+        for origin, cname in made:
+            entry = self.streams.get(origin)
+            if entry is not None and cname in entry.consumers:
+                out.extend(self.link_api(f"$JS.API.CONSUMER.DELETE.{origin}.{cname}", LINK_CREATE_REPLY,
+                                         b"", now_ns))
+        return out
+
     def link_api(self, subject: str, reply: str | None, payload: bytes, now_ns: int) -> list[Reply]:
         """An API request applied; the answer to a link consumer's create
         (:data:`LINK_CREATE_REPLY`) is dropped, its advisories are kept."""

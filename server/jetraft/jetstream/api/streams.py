@@ -116,9 +116,11 @@ class StreamRequests(AccountCore):
             raise E.not_empty_request()
         entry = self._entry(tokens[4])
         consumers = list(entry.consumers)
+        made = [] if self.clustered else self.made_link_consumers(entry.name, entry.stream.config)
         out = [Reply(m) for m in self.delete_replica(entry.name)]
         self.events.emit("jetstream_stream_deleted", account=self.name, stream=entry.name)
-        return {"success": True}, out + self.deleted_advisories(entry.name, consumers, now_ns)
+        out += self.deleted_advisories(entry.name, consumers, now_ns)
+        return {"success": True}, out + self.drop_link_consumers(made, now_ns)
 
     def deleted_advisories(self, stream: str, consumers: list[str], now_ns: int) -> list[Reply]:
         """The advisories of a stream's deletion, as nats-server sends them: a

@@ -32,6 +32,7 @@ from jetraft.jetstream.meta import (
     MetaChange,
     StreamAssignment,
 )
+from jetraft.jetstream.model import StreamConfig
 from jetraft.jetstream.outbound import Outbound
 from jetraft.jetstream.replicated import (
     TICK,
@@ -41,6 +42,7 @@ from jetraft.jetstream.replicated import (
 from jetraft.jetstream.requests import (
     json_bytes,
 )
+from jetraft.jetstream.sourcing import LINK_CREATE_REPLY
 
 
 class ReplicaLifecycle(ControllerCore):
@@ -227,6 +229,7 @@ class ReplicaLifecycle(ControllerCore):
                 self._out.extend(answer)
                 for r in acc.deleted_advisories(sa.name, consumers, now_ns):
                     self._send(sa.account, r.out)
+                self._drop_link_consumers(acc, sa)
         elif kind == "server_removed":
             self._server_removed(change)
         elif kind == "member_store" and change.server == self.me:
@@ -241,6 +244,20 @@ class ReplicaLifecycle(ControllerCore):
                     assigned = self.ensure_assigned(now_ns)
                     self._out.extend(assigned)
         return self._take()
+
+    def _drop_link_consumers(self, acc: Any, sa: StreamAssignment) -> None:
+        """The deleted stream's link consumers (jetstream/sourcing.py) deleted from their
+        origins, one request each to the origin's leader, as nats-server's deleting leader
+        tries once (tryDeleteMirrorConsumer): one that fails stays, as there."""
+        try:
+            made = acc.made_link_consumers(sa.name, StreamConfig.from_json(sa.config))
+        except Exception:  # noqa: BLE001 - a config this version cannot read has no links to drop
+            return
+        for origin, cname in made:
+            subject = f"$JS.API.CONSUMER.DELETE.{origin}.{cname}"
+            if (acc.name, origin) in self.meta.streams:
+                self._stream_api(acc, origin, subject.split("."), "CONSUMER.DELETE", subject,
+                                 LINK_CREATE_REPLY, None, b"", 0, via_meta=True)
 
     def _ensure_replica(self, sa: StreamAssignment, kind: str,
                         old_peers: tuple[str, ...] = ()) -> None:

@@ -12,10 +12,12 @@ block: tests/compat/test_compat_js_durable_sourcing.py.
 from __future__ import annotations
 
 import base64
+import json
 
 import servers
+from nats.errors import NoRespondersError
 from compat_support import run
-from js_support import across_step_down_and_sigkill, asked_again, js_session
+from js_support import across_step_down_and_sigkill, asked_again, js_session, stream_leader
 from polling import apoll
 
 from jetraft import gofmt
@@ -301,3 +303,61 @@ def test_sources_and_a_mirror_take_nothing_twice_across_a_restart(tmp_path, serv
             run(lambda: step(server.url))
         finally:
             server.stop()
+
+
+async def direct_get(s, stream: str, seq: int) -> tuple[str, str, bytes] | None:
+    """(Nats-Stream, Nats-Sequence, payload) of ``$JS.API.DIRECT.GET.<stream>`` for ``seq``;
+    None when nothing answers (no responders)."""
+    try:
+        msg = await s.nc.request(f"$JS.API.DIRECT.GET.{stream}", json.dumps({"seq": seq}).encode(), timeout=5)
+    except NoRespondersError:
+        return None
+    return msg.headers.get("Nats-Stream"), msg.headers.get("Nats-Sequence"), msg.data
+
+
+def test_a_caught_up_mirror_answers_its_origins_direct_gets_where_the_origin_is_not(js_server):
+    """mirror_direct (nats-server subscribeToMirrorDirect): a mirror without allow_direct
+    answers no direct get of its own, but once caught up it answers its origin's, as
+    itself (nats-server picks the origin or the mirror at random; jetraft on one server
+    the origin while it exists)."""
+    async def scenario():
+        async with js_session(js_server.url) as s:
+            await s.api("$JS.API.STREAM.CREATE.O", {"name": "O", "subjects": ["o.>"], "allow_direct": True})
+            for i in range(3):
+                await s.js.publish(f"o.{i}", f"m{i}".encode())
+            created = await s.api("$JS.API.STREAM.CREATE.M", {"name": "M", "mirror": {"name": "O"}})
+            assert created["config"]["mirror_direct"] is True and created["config"]["allow_direct"] is False
+            await caught_up(s, "M", 3)
+            assert await direct_get(s, "M", 2) is None
+            # the origin and its mirror share nats-server's queue group: either may answer
+            got = await direct_get(s, "O", 2)
+            assert got is not None and got[0] in ("O", "M") and got[1:] == ("2", b"m1"), got
+            assert (await s.api("$JS.API.STREAM.DELETE.O"))["success"] is True
+            assert await apoll(lambda: direct_get(s, "O", 2), "the mirror answers") == ("M", "2", b"m1")
+    run(scenario)
+
+
+def test_a_mirror_answers_its_origins_direct_gets_on_its_own_server_in_a_cluster(formed_cluster, server_kind):
+    """Three servers: origin O (R1, allow_direct) on one, its mirror M (R1) on another: a
+    client of the mirror's server has its direct gets of O answered by M."""
+    tags = [["n:0"], ["n:1"], ["n:2"]]
+    with formed_cluster(server_kind, "mdirect", 3, jetstream=True, tags=tags) as c:
+        async def scenario():
+            async with js_session(c.servers[list(c.servers)[0]].url) as s:
+                for body in ({"name": "O", "subjects": ["o.>"], "allow_direct": True, "placement": {"tags": ["n:0"]}},
+                             {"name": "M", "mirror": {"name": "O"}, "placement": {"tags": ["n:1"]}}):
+                    created = await asked_again(lambda body=body: s.api(f"$JS.API.STREAM.CREATE.{body['name']}", body),
+                                                f"{body['name']} created")
+                    assert "error" not in created, created
+                for i in range(3):
+                    await asked_again(lambda i=i: s.js.publish(f"o.{i}", f"m{i}".encode(),
+                                                               headers={"Nats-Msg-Id": str(i)}), "published")
+                mirror_server = await stream_leader(s, "M")
+            async with js_session(c.servers[mirror_server].url) as s:
+                await caught_up(s, "M", 3)
+
+                async def answered_by_mirror():
+                    got = await direct_get(s, "O", 2)
+                    return got if got is not None and got[0] == "M" else None
+                assert await apoll(answered_by_mirror, "M answers O's direct get", timeout=30) == ("M", "2", b"m1")
+        run(scenario, timeout=120)

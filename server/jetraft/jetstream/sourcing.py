@@ -229,6 +229,10 @@ class SourceLink:
     consumer: str = ""
     named: bool = False
     asker: str = ""
+    #: the link lagged its origin by fewer than 10 messages once (a mirror with
+    #: mirror_direct answers the origin's direct gets from then on, nats-server
+    #: subscribeToMirrorDirect)
+    caught_up: bool = False
 
     def request(self) -> FetchRequest:
         """The next fetch: from ``next_seq`` once known, else from the spec's

@@ -28,6 +28,9 @@ from jetraft.jetstream.sourcing import (
     specs_of,
 )
 
+#: A mirror answers its origin's direct gets once it lags fewer messages than this
+#: (nats-server dgetCaughtUpThresh).
+DIRECT_CAUGHT_UP = 10
 #: The err_code a durable fetch sent to one of the origin's servers that does not lead
 #: it is answered with (10009, JSClusterNotLeaderErr): the link asks another at once.
 NOT_LEADER = 10009
@@ -125,6 +128,24 @@ class SourceLinks(AccountCore):
             out.extend(self.apply_link_step(req.origin, step, now_ns))
         return answer, out
 
+    def direct_mirror(self, origin: str, runs_links: Any = None) -> str | None:
+        """A stream of this account that answers ``origin``'s direct gets (nats-server
+        subscribeToMirrorDirect): a mirror of it with ``mirror_direct`` whose link once
+        lagged fewer than DIRECT_CAUGHT_UP messages (and goes on answering, the origin
+        deleted or not, as nats-server's subscription stays); only among
+        those ``runs_links(name)`` says this server runs the links of (every one on a single
+        server). None when there is none."""
+        for name in sorted(self.sourced_by.get(origin, ())):
+            entry = self.streams.get(name)
+            cfg = entry.stream.config if entry is not None else None
+            if cfg is None or not cfg.mirror_direct or cfg.mirror is None or \
+                    (runs_links is not None and not runs_links(name)):
+                continue
+            link = next(iter(self.links(entry).values()), None)
+            if link is not None and link.spec.name == origin and link.caught_up:
+                return name
+        return None
+
     def made_link_consumers(self, name: str, config: Any) -> list[tuple[str, str]]:
         """``(origin, consumer)`` of the link consumers stream ``name`` (``config``: its
         StreamConfig) has jetraft make (those no ``consumer`` block names): deleted with the
@@ -209,6 +230,7 @@ class SourceLinks(AccountCore):
         link.error = None
         link.start_time = None
         link.lag = answer.pending
+        link.caught_up = link.caught_up or answer.pending < DIRECT_CAUGHT_UP
         if answer.msgs or answer.next_seq > link.next_seq:
             link.next_seq = answer.next_seq
         link.due_ns = now_ns if answer.pending else now_ns + IDLE_POLL_NS

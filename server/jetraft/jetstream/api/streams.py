@@ -182,12 +182,21 @@ class StreamRequests(AccountCore):
         (with Nats-Num-Pending, Nats-Last-Sequence and, for multi-last, Nats-UpTo-Sequence).
         The body is read as Go's ``json.Unmarshal`` reads it (unknown keys ignored): anything
         it refuses is ``408 Malformed Request``. Streams without ``allow_direct`` do not
-        answer (no responders). One request sends at most DIRECT_GET_MAX_BYTES and
+        answer (no responders), unless a caught-up mirror with ``mirror_direct`` answers
+        for one that is not on this server (as itself: Nats-Stream names the mirror). One
+        request sends at most DIRECT_GET_MAX_BYTES and
         DIRECT_GET_MAX_MSGS of messages (at least one); its EOB's Nats-Num-Pending says what
         is left, and the client asks again from there."""
         entry = self.streams.get(tokens[4])
-        if entry is None or not entry.stream.config.allow_direct:
-            return None
+        cfg = entry.stream.config if entry is not None else None
+        # in a cluster the routing lets through only the direct gets a stream answers: its
+        # own (allow_direct) and, on a mirror's leader, its origin's (mirror_direct)
+        if cfg is None or not (cfg.allow_direct or (self.clustered and cfg.mirror_direct)):
+            # a caught-up mirror with mirror_direct answers for an origin not here
+            mirror = None if self.clustered else self.direct_mirror(tokens[4])
+            if mirror is None:
+                return None
+            entry = self.streams[mirror]
         if not reply:
             return []
         try:

@@ -188,6 +188,16 @@ class ApiRouting(ControllerCore):
         only the leader answers)."""
         key = (acc.name, stream)
         rtype = response_type(tokens)
+        if kind == "DIRECT.GET" and not routed and not self._led(acc.name, stream):
+            # a caught-up mirror with mirror_direct that this server leads answers for its
+            # origin, as itself (nats-server subscribeToMirrorDirect): a read near the client
+            mirror = acc.direct_mirror(stream, lambda name: self._led(acc.name, name))
+            group = self.view.group((acc.name, mirror)) if mirror is not None else None
+            if group is not None:
+                if reply:
+                    local = ".".join(["$JS", "API", "DIRECT", "GET", mirror, *tokens[5:]])
+                    self._out.append(Read(group.name, acc.name, local, reply, headers, payload, ()))
+                return True
         sa = self.meta.streams.get(key)
         if sa is None:
             if kind in ("DIRECT.GET", "CONSUMER.MSG"):

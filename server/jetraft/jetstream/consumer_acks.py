@@ -24,7 +24,7 @@ SECOND = 1_000_000_000
 
 ACK_TERM_REASON_REMOVED = "Unacknowledged message was deleted"
 #: The most messages below a reset's sequence an interest stream checks for release at once.
-RESET_RELEASE_MAX = 100_000
+RESET_RELEASE_MAX = 10_000
 
 
 def parse_ack_subject(subject: str) -> tuple[int, int, int, int, int]:
@@ -176,8 +176,9 @@ class _Acking:
         every message below it acknowledged. Returns the sequence reset to. Raises
         ValueError ``"below start seq"``, ``"below start time"`` or ``"not allowed"``
         (deliver policies last, last per subject and new) before changing anything. On an
-        interest stream the messages below it that no consumer needs any more go with the
-        next retention check, up to RESET_RELEASE_MAX of them at once."""
+        interest stream the first RESET_RELEASE_MAX messages below it that no consumer needs
+        any more are removed at once (bounded work); any further ones stay until another
+        consumer's ack or a purge takes them."""
         cfg = self.config
         if seq == 0:
             seq = self._asflr + 1

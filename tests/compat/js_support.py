@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import servers
 from compat_support import connect, run
 from nats.aio.client import Client
 from nats.errors import NoRespondersError
@@ -177,3 +178,15 @@ def across_step_down_and_sigkill(c: Any, bodies: list[dict], step_down: tuple[st
             await check(s, "rejoined")
 
     run(rejoined, timeout=timeout)
+
+
+def across_restarts(kind: str, tmp_path: Any, *steps: Callable[[str], Awaitable[None]]) -> None:
+    """Each of ``steps`` (``step(url)``) run on a server of ``kind`` started over the same
+    store directory, the server stopped after each: what one step stored, the next finds."""
+    store = tmp_path / "store"
+    for step in steps:
+        server = servers.start_server(kind, tmp_path / step.__name__, servers.js_config(store), name=kind)
+        try:
+            run(lambda step=step, server=server: step(server.url))
+        finally:
+            server.stop()

@@ -14,10 +14,9 @@ from __future__ import annotations
 import base64
 import json
 
-import servers
 from nats.errors import NoRespondersError
 from compat_support import run
-from js_support import across_step_down_and_sigkill, asked_again, js_session, stream_leader
+from js_support import across_restarts, across_step_down_and_sigkill, asked_again, js_session, stream_leader
 from polling import apoll
 
 from jetraft import gofmt
@@ -276,8 +275,6 @@ def test_sources_and_a_mirror_take_nothing_twice_across_a_restart(tmp_path, serv
     """File streams: a mirror and a stream with a source, the server stopped and started
     again over the same store, the origin published to meanwhile: each holds every
     message once, the source's position read back from its headers."""
-    store = tmp_path / "store"
-
     async def before(url):
         async with js_session(url) as s:
             await s.api("$JS.API.STREAM.CREATE.O", {"name": "O", "subjects": ["o"]})
@@ -297,12 +294,7 @@ def test_sources_and_a_mirror_take_nothing_twice_across_a_restart(tmp_path, serv
             assert [d for _, _, d, _ in await stored(s, "S")] == [f"m{i}".encode() for i in range(8)]
             assert [(q, d) for q, _, d, _ in await stored(s, "M")] == [(i + 1, f"m{i}".encode()) for i in range(8)]
 
-    for step in (before, after):
-        server = servers.start_server(server_kind, tmp_path / step.__name__, servers.js_config(store), name=server_kind)
-        try:
-            run(lambda: step(server.url))
-        finally:
-            server.stop()
+    across_restarts(server_kind, tmp_path, before, after)
 
 
 async def direct_get(s, stream: str, seq: int) -> tuple[str, str, bytes] | None:

@@ -1,7 +1,7 @@
 """Stream and consumer settings jetraft does not act on: refused, never stored and ignored.
 
 Each setting below is one nats-server 2.15.1 acts on (mirrors and sources of another account,
-per-message TTLs, counters, ...) and jetraft does not. nats-server accepts it
+counters, ...) and jetraft does not. nats-server accepts it
 (asserted: the test documents the difference); jetraft answers nats-server's error for an
 invalid configuration -- 10052 (500) for a stream, 10012 (500) for a consumer -- described
 ``"<setting> is not supported by jetraft"``, and nothing is created or changed (STREAM.INFO
@@ -183,31 +183,6 @@ def test_a_ttl_header_on_a_stream_without_allow_msg_ttl_is_answered_as_nats_serv
     run(scenario)
 
 
-def test_a_ttl_header_on_a_stream_with_allow_msg_ttl_is_refused_by_jetraft_never_kept(js_server, server_kind):
-    """nats-server stores the message and removes it when its TTL passes; jetraft does not
-    remove messages one by one, so it refuses the message rather than keep it."""
-    async def scenario():
-        async with js_session(js_server.url) as s:
-            created = await _api(s.nc, "$JS.API.STREAM.CREATE.TT", {"name": "TT", "subjects": ["tt"],
-                                                                    "allow_msg_ttl": True})
-            assert "error" not in created, created
-            for ttl in ("5", "never"):
-                msg = await s.nc.request("tt", b"x", timeout=5, headers={"Nats-TTL": ttl})
-                body = json.loads(msg.data)
-                if server_kind == "jetraft":
-                    assert body == {"error": {"code": 400, "err_code": 10166,
-                                              "description": "per-message TTL is not supported by jetraft"},
-                                    "stream": "TT", "seq": 0}
-                else:
-                    assert "error" not in body and body["seq"] >= 1, body
-            plain = json.loads((await s.nc.request("tt", b"y", timeout=5)).data)
-            assert "error" not in plain, plain     # a message without a TTL is stored as usual
-            state = (await _api(s.nc, "$JS.API.STREAM.INFO.TT"))["state"]
-            assert state["messages"] == (1 if server_kind == "jetraft" else 3)
-
-    run(scenario)
-
-
 def test_max_consumers_is_enforced(js_server):
     async def scenario():
         async with js_session(js_server.url) as s:
@@ -346,23 +321,6 @@ def test_clustered_refusals_leave_nothing_created_or_changed(cluster):
                 assert "error" not in reply, reply
                 assert cinfo["config"]["priority_policy"] == "overflow"
 
-            # a TTL on an R3 stream with allow_msg_ttl: refused by jetraft, not stored
-            ttl = {"name": "CT", "subjects": ["ct"], "num_replicas": 3, "allow_msg_ttl": True}
-            assert "error" not in await _ask_until(nc, "$JS.API.STREAM.CREATE.CT", ttl, not_unavailable)
-            ack = None
-            deadline = time.monotonic() + 15
-            while ack is None:
-                try:
-                    ack = json.loads((await nc.request("ct", b"x", timeout=2, headers={"Nats-TTL": "5"})).data)
-                except (NatsTimeoutError, NoRespondersError):
-                    assert time.monotonic() < deadline
-                    await asyncio.sleep(0.05)
-            state = (await _ask_until(other, "$JS.API.STREAM.INFO.CT", None, not_unavailable))["state"]
-            if kind == "jetraft":
-                assert ack["error"]["err_code"] == 10166, ack
-                assert state["messages"] == 0
-            else:
-                assert "error" not in ack, ack
         finally:
             await nc.close()
             await other.close()

@@ -586,14 +586,6 @@ def message_ttl_invalid() -> JSApiError:
     return api_error("JSMessageTTLInvalidErr")
 
 
-def message_ttl_unsupported() -> UnsupportedSetting:
-    """10166 (400) "per-message TTL is not supported by jetraft": JSMessageTTLDisabledErr's
-    code with jetraft's reason -- a ``Nats-TTL`` on a stream with ``allow_msg_ttl`` (jetraft
-    does not remove messages one by one, so such a message is refused, not kept)."""
-    err = api_error("JSMessageTTLDisabledErr")
-    return UnsupportedSetting(err.code, err.err_code, f"per-message TTL {UNSUPPORTED}", err.constant)
-
-
 def message_ttl_disabled() -> JSApiError:
     """10166 (400) "per-message TTL is disabled" -- JSMessageTTLDisabledErr."""
     return api_error("JSMessageTTLDisabledErr")

@@ -36,8 +36,8 @@ from .store import FileStore
 from .stream import Stream
 
 __all__ = ["RecoveredStream", "atomic_write", "consumer_dir", "consumer_state_path", "msgs_dir",
-           "recover_consumers", "recover_streams", "stream_dir", "streams_dir", "write_consumer_meta",
-           "write_state_files", "write_stream_meta"]
+           "read_ttl_index", "recover_consumers", "recover_streams", "stream_dir", "streams_dir",
+           "ttl_index_path", "write_consumer_meta", "write_state_files", "write_stream_meta"]
 
 #: ``problem(stream, consumer or None, path, detail)``: report what recovery could not load.
 Problem = Callable[[str, "str | None", str, str], None]
@@ -46,6 +46,7 @@ T = TypeVar("T")
 
 META = "meta.json"
 STATE = "state.json"
+TTL_INDEX = "ttl.idx"
 
 
 def streams_dir(store_dir: str, account: str) -> str:
@@ -81,8 +82,9 @@ def atomic_write(path: str, data: bytes) -> None:
 
 
 def write_state_files(writes: list[tuple[str, bytes]]) -> None:
-    """Write consumer state files (``(path, bytes)``, see :func:`consumer_state_path`)
-    durably; a consumer whose directory is gone (deleted meanwhile) is skipped. Raises
+    """Write consumer state files and TTL indexes (``(path, bytes)``, see
+    :func:`consumer_state_path`, :func:`ttl_index_path`) durably; one whose directory is
+    gone (deleted meanwhile) is skipped. Raises
     OSError."""
     for path, data in writes:
         if os.path.isdir(os.path.dirname(path)):
@@ -90,6 +92,21 @@ def write_state_files(writes: list[tuple[str, bytes]]) -> None:
                 atomic_write(path, data)
             except FileNotFoundError:
                 continue
+
+
+def ttl_index_path(sdir: str) -> str:
+    """A stream's saved TTL index (jetstream/ttl.py), written with the consumers' state."""
+    return os.path.join(sdir, TTL_INDEX)
+
+
+def read_ttl_index(sdir: str) -> bytes | None:
+    """The stream's saved TTL index, None when there is none or it cannot be read (the
+    stream then reads its messages' TTLs again)."""
+    try:
+        with open(ttl_index_path(sdir), "rb") as f:
+            return f.read()
+    except OSError:
+        return None
 
 
 def write_stream_meta(sdir: str, cfg: StreamConfig, created: int) -> None:
@@ -167,7 +184,7 @@ def recover_streams(base: str | None, now_ns: int, *, sync: Any, sync_always: bo
                     f"{item['kind']} at offset {item['offset']} (seq {item['first_seq']}): "
                     f"{item['detail']}")
         yield RecoveredStream(sname, sdir, Stream(config, store, created_ns=created, domain=domain,
-                                                  now_ns=now_ns))
+                                                  now_ns=now_ns, ttl_state=read_ttl_index(sdir)))
 
 
 def recover_consumers(found: RecoveredStream, now_ns: int, *, interest: Callable[[str], bool],

@@ -24,10 +24,9 @@ Publish checks, in nats-server's order (each raises :class:`JSApiError`):
    ``rollup value invalid: "<v>"``;
 9. headers + data over ``max_msg_size`` -> 10054; headers over 65535 bytes -> 10097;
 9b. an invalid ``Nats-TTL`` (``0``, under 1 s, not a number) -> 10165 "invalid per-message
-    TTL"; a valid one (the stream has ``allow_msg_ttl``) -> 10166 "per-message TTL is not
-    supported by jetraft" (jetraft does not expire messages one by one: a message that
-    must expire is refused, never stored and kept; nats-server stores it and removes it
-    when its TTL passes);
+    TTL"; a valid one (the stream has ``allow_msg_ttl``) is stored and the message removed
+    when its TTL passes (:meth:`Stream.expire`, jetstream/ttl.py; ``never`` outlives
+    ``max_age``);
 10. ``discard: new`` at a limit -> 10077 (503) "maximum messages per subject exceeded"
     (only with ``discard_new_per_subject``; a rollup passes), "maximum messages exceeded",
     "maximum bytes exceeded".
@@ -58,8 +57,12 @@ from . import errors as E
 from . import sourcing
 from .model import LostStreamData, StreamConfig, StreamInfo, StreamState
 from .store import MAX_SUBJECT_DETAILS, CorruptMessage, MessageNotFound, StoredMessage
+from .ttl import TtlIndex
 
 __all__ = ["Stream", "parse_message_ttl"]
+
+#: The most messages whose TTL passed one expiry removes (bounded work per timer).
+TTL_EXPIRE_MAX = 10_000
 
 # Header names (nats-server server/stream.go constants).
 MSG_ID = "Nats-Msg-Id"
@@ -133,7 +136,10 @@ class Stream:
     """
 
     def __init__(self, config: StreamConfig, store: Any, *, created_ns: int = 0,
-                 domain: str = "", now_ns: int | None = None, rebuild_dedupe: bool = True) -> None:
+                 domain: str = "", now_ns: int | None = None, rebuild_dedupe: bool = True,
+                 ttl_state: bytes | None = None) -> None:
+        self._ttl_state = ttl_state         # the saved TTL index, read when the config wants one
+        self.ttls: TtlIndex | None = None   # allow_msg_ttl: the TTL'd messages (jetstream/ttl.py)
         self._transform: SubjectTransform | None = None     # subject_transform, parsed
         self._source_seqs: dict[str, int] | None = None     # sources' positions, read when first asked
         self._republish: SubjectTransform | None = None     # republish src -> dest, parsed
@@ -226,6 +232,33 @@ class Stream:
         st, rp = cfg.subject_transform, cfg.republish
         self._transform = SubjectTransform.parse(st.src, st.dest) if st is not None else None
         self._republish = SubjectTransform.parse(rp.src or ">", rp.dest) if rp is not None else None
+        if cfg.allow_msg_ttl and self.ttls is None:
+            self.ttls = self._open_ttls()
+        elif not cfg.allow_msg_ttl:
+            self.ttls = None
+
+    def _open_ttls(self) -> TtlIndex:
+        """The TTL index: the saved one (``ttl_state``) when it reads back, else a new one;
+        then the messages stored after what it covers are read for their ``Nats-TTL``."""
+        index = TtlIndex()
+        if self._ttl_state:
+            try:
+                index = TtlIndex.from_bytes(self._ttl_state, self.store.state().last_seq)
+            except ValueError:
+                index = TtlIndex()
+        self._ttl_state = None
+        index.scan(self.store, parse_message_ttl)
+        return index
+
+    def _index_ttl(self, seq: int, headers: bytes | None, ts: int, ttl: int | None = None) -> None:
+        """Message ``seq`` stored at ``ts`` goes into the TTL index (its ``Nats-TTL``:
+        ``ttl`` seconds, or read from ``headers``)."""
+        if self.ttls is None:
+            return
+        if ttl is None:
+            ttl, invalid = parse_message_ttl(_hdr(headers, MSG_TTL)) if headers else (0, False)
+            ttl = 0 if invalid else ttl
+        self.ttls.add(seq, ttl, ts)
 
     def stored_subject(self, subject: str, now_ns: int) -> str:
         """The subject a message published on ``subject`` is stored under: the stream's
@@ -323,12 +356,11 @@ class Stream:
             raise E.header_exceeds_maximum()
         if ttl_invalid:
             raise E.message_ttl_invalid()
-        if ttl != 0:        # allow_msg_ttl: jetraft cannot expire it, so it is not stored
-            raise E.message_ttl_unsupported()
         self._check_discard_new(subject, headers, data)
         destination, previous = self._republish_target(subject)
 
         seq = self.store.store(subject, headers, data, now_ns)
+        self._index_ttl(seq, headers, now_ns, ttl)
         self.last_seq = seq
         self.last_msg_id = msg_id
         if msg_id:
@@ -371,6 +403,7 @@ class Stream:
                 continue
             subject = spec.transformed(subject) or subject
             self.store.store_at(seq, subject, headers or None, data, ts)
+            self._index_ttl(seq, headers, ts)
             self.last_seq = seq
             self.enforce_limits(subject)
             stored += 1
@@ -482,25 +515,38 @@ class Stream:
     # --- retention / age ---------------------------------------------------------------
     def expire(self, now_ns: int) -> int:
         """Remove the messages older than ``max_age`` at ``now_ns`` (nats-server
-        ``memstore.go expireMsgs``: timestamp <= now - max_age) and prune the dedupe map;
-        returns how many messages were removed. Call it from a timer; 0 when no max_age."""
+        ``memstore.go expireMsgs``: timestamp <= now - max_age; a message whose
+        ``Nats-TTL`` is ``never`` stays) and those whose TTL passed (at most
+        TTL_EXPIRE_MAX a call: the next call takes the rest), and prune the dedupe map;
+        returns how many messages were removed. Call it from a timer."""
         self.prune_dedupe(now_ns)
-        if self.config.max_age <= 0:
-            return 0
-        cutoff = now_ns - self.config.max_age
         n = 0
-        seq = 0
-        while True:
-            try:
-                sm = self.store.load_next(">", seq)
-            except CorruptMessage:
-                break
-            if sm is None or sm.ts > cutoff:
-                break
-            if self.store.remove(sm.seq):
-                n += 1
-            seq = sm.seq + 1
+        if self.config.max_age > 0:
+            cutoff = now_ns - self.config.max_age
+            seq = 0
+            while True:
+                try:
+                    sm = self.store.load_next(">", seq)
+                except CorruptMessage:
+                    break
+                if sm is None or sm.ts > cutoff:
+                    break
+                if not (self.ttls is not None and self.ttls.never(sm.seq)) and self.store.remove(sm.seq):
+                    n += 1
+                seq = sm.seq + 1
+        if self.ttls is not None:
+            for seq, ts in self.ttls.due(now_ns, TTL_EXPIRE_MAX):
+                try:
+                    sm = self.store.load(seq)
+                except (MessageNotFound, CorruptMessage):
+                    continue
+                if sm.ts == ts and self.store.remove(seq):
+                    n += 1
         return n
+
+    def next_expiry(self) -> int | None:
+        """When (ns) the next message's TTL passes, or None."""
+        return self.ttls.next_expiry() if self.ttls is not None else None
 
     def ack_floor_for_retention(self, floor_seq: int) -> int:
         """HOOK, NOT YET USED: for ``interest``/``workqueue`` retention, remove every message

@@ -162,8 +162,6 @@ def test_max_consumers_and_no_ack_are_enforced():
     (False, "5", {"code": 400, "err_code": 10166, "description": "per-message TTL is disabled"}),
     (False, "bad", {"code": 400, "err_code": 10165, "description": "invalid per-message TTL"}),
     (True, "bad", {"code": 400, "err_code": 10165, "description": "invalid per-message TTL"}),
-    (True, "5", {"code": 400, "err_code": 10166, "description": "per-message TTL is not supported by jetraft"}),
-    (True, "never", {"code": 400, "err_code": 10166, "description": "per-message TTL is not supported by jetraft"}),
 ])
 def test_a_ttl_header_is_refused_never_stored(allow, ttl, error):
     acc = new_account(None)

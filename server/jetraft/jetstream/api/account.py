@@ -23,6 +23,10 @@ from jetraft.jetstream.outbound import Outbound
 from jetraft.jetstream.requests import json_bytes, pub_ack_bytes
 
 
+#: A changed TTL index is saved once in this many state flushes (every 2 s at 0.1 s).
+TTL_INDEX_FLUSH_EVERY = 20
+
+
 class JetStreamAccount(ApiDispatch, StreamRequests, ConsumerRequests, StreamReplicas,
                        SnapshotsAndRestores, LimitChecks, SourceLinks):
     """JetStream for one account (nats-server ``jsAccount``).
@@ -213,12 +217,19 @@ class JetStreamAccount(ApiDispatch, StreamRequests, ConsumerRequests, StreamRepl
 
     def pending_state_writes(self, force: bool = False) -> list[tuple[str, bytes]]:
         """``(path, bytes)`` for every consumer state file to write: those whose state
-        changed (or all, with ``force``). Serialised now, in the caller's thread, so that
+        changed (or all, with ``force``), and every changed TTL index once in
+        TTL_INDEX_FLUSH_EVERY calls (or with ``force``: what it misses is read again from
+        the messages when the stream opens). Serialised now, in the caller's thread, so that
         :func:`layout.write_state_files` may run in a worker thread."""
         writes = []
+        self._ttl_flushes += 1
+        ttl_due = force or self._ttl_flushes % TTL_INDEX_FLUSH_EVERY == 0
         for entry in self.streams.values():
             if entry.directory is None:
                 continue
+            ttls = entry.stream.ttls
+            if ttls is not None and ttls.dirty and ttl_due:
+                writes.append((layout.ttl_index_path(entry.directory), ttls.to_bytes()))
             for cname, consumer in entry.consumers.items():
                 if consumer.config.mem_storage or not (consumer.dirty or force):
                     continue

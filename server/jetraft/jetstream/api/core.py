@@ -82,6 +82,7 @@ class AccountCore:
         self.interest = interest
         self.server_version = server_version
         self.domain = domain
+        self._ttl_flushes = 0       # state flushes, to save TTL indexes once in a while
         self.streams: dict[str, StreamEntry] = {}
         #: Streams found on disk but not loaded by :meth:`recover` (name -> why); their
         #: files are kept, and STREAM.CREATE of the same name is refused.
@@ -146,7 +147,9 @@ class AccountCore:
                 if cfg.first_seq > 0:
                     store.compact_to(cfg.first_seq)
             entry = StreamEntry(Stream(cfg, store, created_ns=now_ns, domain=self.domain,
-                                       rebuild_dedupe=not opened), directory=sdir)
+                                       rebuild_dedupe=not opened,
+                                       ttl_state=layout.read_ttl_index(sdir) if opened else None),
+                                directory=sdir)
         self._add_stream(entry)
         return entry
 

@@ -103,7 +103,8 @@ class StreamReplicas(AccountCore):
             for consumer in entry.consumers.values():
                 if consumer.config.deliver_subject:
                     out.extend(Reply(m) for m in consumer.poll(now_ns))
-        removed = entry.stream.expire(now_ns) > 0 if entry.stream.config.max_age > 0 else False
+        stream = entry.stream
+        removed = stream.expire(now_ns) > 0 if stream.config.max_age > 0 or stream.ttls is not None else False
         for cname, consumer in list(entry.consumers.items()):
             if consumer.is_inactive(now_ns):
                 out.extend(Reply(m) for m in self._delete_consumer(entry, cname, "inactive"))
@@ -117,6 +118,9 @@ class StreamReplicas(AccountCore):
         if entry is None:
             return None
         deadlines = [d for c in entry.consumers.values() if (d := c.next_deadline()) is not None]
+        ttl = entry.stream.next_expiry()
+        if ttl is not None:
+            deadlines.append(ttl)
         return min(deadlines) if deadlines else None
 
     # --- the replica's state for RAFT snapshots (jetstream/replica_state.py) -------------

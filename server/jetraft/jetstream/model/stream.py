@@ -528,8 +528,8 @@ class StreamConfig(_Model):
         Refused (each when set to anything but its default): a mirror or source with
         ``external`` (another account or domain), ``subject_delete_marker_ttl``, ``allow_msg_counter``,
         ``allow_atomic``, ``allow_msg_schedules``, ``persist_mode`` async, ``allow_batched``.
-        ``allow_msg_ttl`` is accepted (nats-py sets it on every key-value bucket): a
-        ``Nats-TTL`` header is then refused at publish (stream.py), never stored and kept.
+        ``allow_msg_ttl`` is acted on: a message with a ``Nats-TTL`` header is removed when
+        its TTL passes (jetstream/ttl.py).
         ``compression`` s2 is acted on: a file stream's sealed blocks are compressed
         (jetstream/store_compress.py); a memory stream ignores it, as nats-server's does.
         Every other field is enforced (docs/jetstream.md).

@@ -38,6 +38,7 @@ import json
 import secrets
 from typing import Any
 
+from jetraft import gofmt
 from jetraft.events import rfc3339_ns
 from jetraft.jetstream.outbound import Outbound
 
@@ -62,6 +63,7 @@ STREAM_LEADER_ELECTED_TYPE = "io.nats.jetstream.advisory.v1.stream_leader_electe
 STREAM_QUORUM_LOST_TYPE = "io.nats.jetstream.advisory.v1.stream_quorum_lost"
 CONSUMER_LEADER_ELECTED_TYPE = "io.nats.jetstream.advisory.v1.consumer_leader_elected"
 CONSUMER_QUORUM_LOST_TYPE = "io.nats.jetstream.advisory.v1.consumer_quorum_lost"
+CONSUMER_PAUSE_TYPE = "io.nats.jetstream.advisory.v1.consumer_pause"
 
 #: stream/consumer action -> the subject's verb (nats-server JSAdvisoryStreamCreatedPre...)
 _VERBS = {"create": "CREATED", "modify": "UPDATED", "delete": "DELETED"}
@@ -154,6 +156,17 @@ def max_deliver(stream: str, consumer: str, stream_seq: int, deliveries: int, no
     return _out(f"{ADVISORY_PREFIX}CONSUMER.MAX_DELIVERIES.{stream}.{consumer}",
                 _event(MAX_DELIVER_TYPE, now_ns, stream=stream, consumer=consumer,
                        stream_seq=stream_seq, deliveries=deliveries), domain)
+
+
+def consumer_pause(stream: str, consumer: str, paused: bool, pause_until: int | None, now_ns: int, *,
+                   domain: str = "") -> Outbound:
+    """A consumer was paused or resumed (its ``pause_until`` changed, or passed): ``{type, id,
+    timestamp, stream, consumer, paused, pause_until, domain?}`` on
+    ``$JS.EVENT.ADVISORY.CONSUMER.PAUSE.<stream>.<consumer>`` (nats-server
+    JSConsumerPauseAdvisory; ``pause_until`` the zero time when unset)."""
+    return _out(f"{ADVISORY_PREFIX}CONSUMER.PAUSE.{stream}.{consumer}",
+                _event(CONSUMER_PAUSE_TYPE, now_ns, stream=stream, consumer=consumer, paused=paused,
+                       pause_until=gofmt.format_time(pause_until)), domain)
 
 
 def terminated(stream: str, consumer: str, consumer_seq: int, stream_seq: int, deliveries: int,

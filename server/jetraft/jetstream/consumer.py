@@ -86,6 +86,7 @@ from typing import Any
 
 from jetraft.protocol.subjects import subject_matches
 
+from . import advisories as adv
 from .consumer_acks import SECOND, _Acking, parse_ack_subject
 from .consumer_delivery import Delivery, _Delivering
 from .consumer_pacing import _Pacing
@@ -157,6 +158,7 @@ class Consumer(_ConsumerState, _PullRequests, _Delivering, _Pacing, _Acking):
         self._no_interest_since: int | None = created_ns
         self._active = False
         self._hb_next = created_ns + config.idle_heartbeat if config.idle_heartbeat else 0
+        self._unpause_due = False    # a pause set by an update: its end is advised
         self._fc_init()
         self._fc_count = 0
         self._apply_config(config)
@@ -201,6 +203,10 @@ class Consumer(_ConsumerState, _PullRequests, _Delivering, _Pacing, _Acking):
             self._fc_init()
         if old.idle_heartbeat != config.idle_heartbeat:
             self._hb_next = now_ns + config.idle_heartbeat if config.idle_heartbeat else 0
+        if old.pause_until != config.pause_until:      # nats-server updateConfig, updatePauseState
+            pause = config.pause_until
+            self._unpause_due = pause is not None and now_ns < pause
+            self._advise(adv.consumer_pause, self._unpause_due, pause, now_ns)
         self._pace_config(old, config)
         self._recount()
         self._pcheck = now_ns if self._pending else None
@@ -286,6 +292,9 @@ class Consumer(_ConsumerState, _PullRequests, _Delivering, _Pacing, _Acking):
                 self._no_interest_since = None
             elif self._no_interest_since is None:
                 self._no_interest_since = now_ns
+        if self._unpause_due and now_ns >= (cfg.pause_until or 0):
+            self._unpause_due = False       # nats-server's unpause timer: the pause ended
+            self._advise(adv.consumer_pause, False, cfg.pause_until, now_ns)
         eos = self._deliver_all(now_ns, out)
         self._flow_control_ack_due(out)
         if self._advisories:

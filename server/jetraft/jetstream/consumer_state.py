@@ -133,6 +133,7 @@ class _ConsumerState:
         }
         if self.paces:
             state["pace"] = self.pace_state()
+        state["unpause_due"] = self._unpause_due
         return state
 
     def restore_replica_state(self, state: dict) -> None:
@@ -167,6 +168,7 @@ class _ConsumerState:
         self.dirty, self._closed = state["dirty"], state["closed"]
         if state.get("pace") is not None:
             self.restore_pace_state(state["pace"])
+        self._unpause_due = bool(state.get("unpause_due", False))
 
     def _restore(self, state: dict) -> None:
         """nats-server ``applyState`` (plus the working sequences jetraft also keeps)."""

@@ -151,11 +151,13 @@ _CONSUMER_FIELDS: dict[str, Check] = {
     "fc_count": _nat,
     "dirty": _bool, "closed": _bool,
 }
-#: Keys a consumer's replica state may leave out (a consumer without a pace has none):
+#: Keys a consumer's replica state may leave out (a consumer without a pace has none;
+#: a snapshot of an older jetraft has no ``unpause_due``):
 #: ``pace`` is [replay, lseq, last stored ts, due, stage, bucket credit, bucket filled at]
 #: (consumer_pacing.py).
 _CONSUMER_OPTIONAL: dict[str, Check] = {
     "pace": _tuple(_bool, _nat, _int, _nat, _nat, _int, _opt(_int)),
+    "unpause_due": _bool,       # a pause set by an update has not ended yet (older snapshots lack it)
 }
 
 

@@ -29,7 +29,7 @@ from .model import (
 )
 from .requests import consumer_create_request, decode_request
 
-__all__ = ["EPHEMERAL_INACTIVE_THRESHOLD", "MAX_CONSUMER_NAME_LEN", "check_consumer_create",
+__all__ = ["EPHEMERAL_INACTIVE_THRESHOLD", "MAX_CONSUMER_NAME_LEN", "check_consumer_create", "static_consumer_metadata",
            "check_consumer_update", "check_new_consumer", "check_stream_create", "check_stream_update", "check_subjects_overlap",
            "consumer_filters_unique", "same_consumer_config"]
 
@@ -293,13 +293,13 @@ def check_consumer_create(tokens: list[str], payload: bytes, stream_config: Call
         raise E.consumer_name_too_long(MAX_CONSUMER_NAME_LEN)
     cfg = cfg.checked(stream, pedantic=pedantic, max_ack_pending_limit=max(max_ack_pending_limit, 0))
     cfg.check_supported()
-    cfg.metadata = _static_consumer_metadata(cfg)
+    cfg.metadata = static_consumer_metadata(cfg)
     if not cfg.durable_name and cfg.inactive_threshold <= 0:
         cfg.inactive_threshold = EPHEMERAL_INACTIVE_THRESHOLD   # consumer.go updateInactiveThreshold
     return sname, cfg, action
 
 
-def _static_consumer_metadata(cfg: ConsumerConfig) -> dict[str, str]:
+def static_consumer_metadata(cfg: ConsumerConfig) -> dict[str, str]:
     """The stored metadata: the user's, without server keys, plus ``_nats.req.level``
     (nats-server jetstream_versioning.go setStaticConsumerMetadata)."""
     level = 0

@@ -13,10 +13,12 @@ from typing import Any
 
 from jetraft.jetstream import advisories as adv
 from jetraft.jetstream import errors as E
+from jetraft import gofmt
 from jetraft.jetstream import gojson
 from jetraft.jetstream.api.core import LIST_LIMIT, NAMES_LIMIT, AccountCore, Reply, StreamEntry
 from jetraft.jetstream.consumer import Consumer
 from jetraft.jetstream.errors import JSApiError, UnsupportedSetting
+from jetraft.jetstream.requests import decode_request
 from jetraft.jetstream.model import API_LEVEL, META_SERVER_LEVEL, META_SERVER_VERSION, ConsumerConfig
 from jetraft.jetstream.validate import (
     check_consumer_create,
@@ -24,6 +26,7 @@ from jetraft.jetstream.validate import (
     check_new_consumer,
     consumer_filters_unique,
     same_consumer_config,
+    static_consumer_metadata,
 )
 
 _NAME_CHARS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
@@ -171,6 +174,39 @@ class ConsumerRequests(AccountCore):
         out.extend(Reply(m) for m in consumer.poll(now_ns))
         body = self._consumer_info(consumer, now_ns)
         body["reset_seq"] = reset
+        return body, out
+
+    def _api_consumer_pause(self, tokens: list[str], payload: bytes,
+                            now_ns: int) -> tuple[dict[str, Any], list[Reply]]:
+        """``$JS.API.CONSUMER.PAUSE.<stream>.<consumer>`` with ``{"pause_until": <RFC 3339>}``
+        (nats-server 2.11 jsConsumerPauseRequest): the consumer's ``pause_until`` set (the
+        zero time or no body resumes it), its config stored, the pause advisory sent; the
+        answer ``{paused, pause_until, pause_remaining?}`` at ``now_ns``. A body that is
+        not a JSON object or array is read as none. Raises 10025 for bad JSON or time,
+        10059/10014 for a stream or consumer not found. Also returns what the consumer
+        then sends."""
+        entry, consumer = self._consumer(tokens[4], tokens[5])
+        until = None
+        if payload.lstrip()[:1] in (b"{", b"["):
+            req = decode_request(payload, "JSApiConsumerPauseRequest") or {}
+            raw = req.get("pause_until")
+            if raw is not None:
+                if not isinstance(raw, str):
+                    raise E.invalid_json(f"json: cannot unmarshal {gojson.json_kind(raw)} into Go struct "
+                                         "field JSApiConsumerPauseRequest.pause_until of type time.Time")
+                try:
+                    until = gofmt.parse_time(raw)
+                except ValueError as exc:
+                    raise E.invalid_json(str(exc)) from None
+        cfg = ConsumerConfig.decode(consumer.config.to_json())
+        cfg.pause_until = until
+        cfg.metadata = static_consumer_metadata(cfg)
+        out = [Reply(m) for m in consumer.update_config(cfg, now_ns)]
+        self._write_consumer_meta(entry, consumer)
+        paused = until is not None and now_ns < until
+        body: dict[str, Any] = {"paused": paused, "pause_until": gofmt.format_time(until)}
+        if paused:
+            body["pause_remaining"] = until - now_ns
         return body, out
 
     def _api_consumer_info(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:

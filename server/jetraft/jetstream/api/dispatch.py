@@ -166,6 +166,8 @@ class ApiDispatch(AccountCore):
                         else (self._api_consumer_list, E.CONSUMER_LIST_RESPONSE))
             if op == "RESET" and n == 6:
                 return self._api_consumer_reset, E.CONSUMER_RESET_RESPONSE
+            if op == "PAUSE" and n == 6:
+                return self._api_consumer_pause, E.CONSUMER_PAUSE_RESPONSE
             if op in ("INFO", "DELETE") and n == 6:
                 return ((self._api_consumer_info, E.CONSUMER_INFO_RESPONSE) if op == "INFO"
                         else (self._api_consumer_delete, E.CONSUMER_DELETE_RESPONSE))

@@ -83,7 +83,7 @@ LEADER_API_SUBJECTS = (
     "$JS.API.CONSUMER.DURABLE.CREATE.{}.>", "$JS.API.CONSUMER.NAMES.{}",
     "$JS.API.CONSUMER.LIST.{}", "$JS.API.CONSUMER.INFO.{}.>", "$JS.API.CONSUMER.DELETE.{}.>",
     "$JS.API.CONSUMER.MSG.NEXT.{}.>", "$JS.API.CONSUMER.LEADER.STEPDOWN.{}.>",
-    "$JS.API.CONSUMER.RESET.{}.>",
+    "$JS.API.CONSUMER.RESET.{}.>", "$JS.API.CONSUMER.PAUSE.{}.>",
     "$JS.API.DIRECT.GET.{}", "$JS.API.DIRECT.GET.{}.>",
     # a snapshot is served by the leader (net/jetstream/snapshot.py), its chunk acks come back to it
     "$JS.API.STREAM.SNAPSHOT.{}", "$JS.SNAPSHOT.ACK.{}.>",
@@ -91,7 +91,8 @@ LEADER_API_SUBJECTS = (
 
 #: API requests about one stream that change it: replicated as an "A" entry.
 STREAM_WRITES = {"STREAM.PURGE", "STREAM.MSG.DELETE", "CONSUMER.CREATE", "CONSUMER.DURABLE",
-                  "CONSUMER.DELETE", "CONSUMER.MSG", "STREAM.UPDATE", "CONSUMER.RESET"}
+                  "CONSUMER.DELETE", "CONSUMER.MSG", "STREAM.UPDATE", "CONSUMER.RESET",
+                  "CONSUMER.PAUSE"}
 
 #: API requests about one stream that only read it: its leader answers them once a
 #: ReadIndex round confirms it still leads and its state holds every acknowledged write

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jetraft import gofmt
+from jetraft.jetstream.model.base import API_LEVEL
 from jetraft.protocol.headers import Headers, HeaderError, get_header
 from jetraft.protocol.headers import encode as encode_headers
 from jetraft.protocol.headers import parse as parse_headers
@@ -356,6 +357,24 @@ ERROR_EXTRAS: dict[str, dict[str, Any]] = {
     E.CONSUMER_LIST_RESPONSE: {**_PAGED, "consumers": []},
     E.CONSUMER_RESET_RESPONSE: {"reset_seq": 0},
 }
+
+
+#: The header by which a client asks for a minimum API level (nats-server JSRequiredApiLevel).
+REQUIRED_API_LEVEL_HEADER = "Nats-Required-Api-Level"
+
+
+def required_level_met(headers: bytes | None) -> bool:
+    """Whether a request's ``Nats-Required-Api-Level`` (absent: met) is an integer no higher
+    than this server's API level (nats-server jetstream_versioning.go
+    errorOnRequiredApiLevel: one that is not an integer is not met)."""
+    value = get_header(headers, REQUIRED_API_LEVEL_HEADER) if headers else None
+    if not value:
+        return True
+    text = value.strip()
+    digits = text[1:] if text[:1] in "+-" else text
+    if not digits.isascii() or not digits.isdigit():
+        return False
+    return int(text) <= API_LEVEL
 
 
 # --------------------------------------------------------------------------- request info

@@ -28,6 +28,7 @@ from jetraft.jetstream.requests import (
     internal_error,
     json_bytes,
     request_info,
+    required_level_met,
     str_field,
 )
 from jetraft.protocol.client import status_headers
@@ -59,9 +60,25 @@ class ApiDispatch(AccountCore):
         try:
             if client is None:
                 client = request_info(headers)
+            if headers and reply and not required_level_met(headers) and \
+                    ".".join(subject.split(".")[2:4]) not in ("DIRECT.GET", "CONSUMER.MSG"):
+                return self._level_refused(subject, reply, payload, now_ns, client)
             return self._handle_api(subject, reply, payload, now_ns, client)
         except Exception as exc:  # noqa: BLE001 - one request's failure must not reach the server
             return self.api_failed(subject, reply, exc)
+
+    def _level_refused(self, subject: str, reply: str, payload: bytes, now_ns: int,
+                       client: dict[str, Any] | None) -> list[Reply]:
+        """A request whose ``Nats-Required-Api-Level`` this server does not reach: 10185
+        (412) for its response type, nothing done (nats-server errorOnRequiredApiLevel)."""
+        tokens = subject.split(".")
+        rtype = E.ACCOUNT_INFO_RESPONSE if subject == "$JS.API.INFO" else (self._route(tokens)[1]
+                                                                          or E.SYSTEM_RESPONSE)
+        self.api_errors += 1
+        self.api_total += 1
+        body = {**E.error_response(rtype, E.api_error("JSRequiredApiLevelErr")), **ERROR_EXTRAS.get(rtype, {})}
+        response = self._respond(reply, body)
+        return response + self.audit(subject, payload, response[0].out.data, client, now_ns)
 
     def api_failed(self, subject: str, reply: str | None, exc: BaseException) -> list[Reply]:
         """Report an exception raised while handling the request on ``subject``

@@ -39,6 +39,7 @@ from jetraft.jetstream.cluster.core import (
     restore_in_progress,
 )
 from jetraft.jetstream.consumer_delivery import flow_control_last
+from jetraft.jetstream.requests import required_level_met
 from jetraft.jetstream.replicated import (
     ACK,
     API,
@@ -68,6 +69,13 @@ class ApiRouting(ControllerCore):
                 taken = self._system_api(account, subject, reply, headers, payload, hops)
             return taken, self._take()
         if subject.startswith(API_PREFIX):
+            if headers and reply and hops == 0 and not required_level_met(headers) and \
+                    api_kind(subject.split(".")) not in ("DIRECT.GET", "CONSUMER.MSG"):
+                # refused where it arrives, before any leader takes it (nats-server
+                # errorOnRequiredApiLevel): the account's answer, audited as the others
+                for r in acc.handle_api(subject, reply, headers, payload, now_ns):
+                    self._send(acc.name, r.out)
+                return True, self._take()
             try:
                 taken = self._api(acc, subject, reply, headers, payload, hops, via_meta, routed)
             except Exception as exc:  # noqa: BLE001 - one request's failure is answered, never raised

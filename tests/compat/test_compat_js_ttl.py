@@ -130,3 +130,33 @@ def test_a_key_created_with_a_ttl_and_a_purge_marker_with_one_go_as_nats_py_uses
             await apoll(gone, "the key and the purge marker expired", timeout=10)
             assert await kv.create("short", b"again") == 4    # created again: the old one went
     run(scenario)
+
+
+def test_the_last_message_of_a_subject_that_expires_leaves_a_marker(js_server):
+    """subject_delete_marker_ttl (nats-server memstore.go handleRemovalOrSdm): when its TTL
+    passes, a subject's last message is replaced by a marker (no payload, Nats-Marker-Reason
+    MaxAge, the marker TTL, a subject rollup) that expires in its turn; a message that is
+    not its subject's last goes without one."""
+    async def scenario():
+        async with js_session(js_server.url) as s:
+            created = await s.api("$JS.API.STREAM.CREATE.K", {"name": "K", "subjects": ["k.>"],
+                                                              "subject_delete_marker_ttl": 2_000_000_000})
+            config = created["config"]
+            assert (config["allow_msg_ttl"], config["allow_rollup_hdrs"]) == (True, True), config
+            await publish(s, "k.a", b"first", "1s")       # not k.a's last: goes without a marker
+            await publish(s, "k.a", b"second", "1h")
+            await publish(s, "k.b", b"lonely", "1s")      # k.b's last: a marker replaces it
+
+            async def marked():
+                state = (await s.api("$JS.API.STREAM.INFO.K"))["state"]
+                if state["last_seq"] != 4:
+                    return None
+                got = await s.api("$JS.API.STREAM.MSG.GET.K", {"seq": 4})
+                return got.get("message")
+            marker = await apoll(marked, "a marker stored at seq 4", timeout=10)
+            assert marker["subject"] == "k.b" and not marker.get("data"), marker
+            assert base64.b64decode(marker["hdrs"]) == (
+                b"NATS/1.0\r\nNats-Marker-Reason: MaxAge\r\nNats-TTL: 2s\r\nNats-Rollup: sub\r\n\r\n")
+            # the marker expires in its turn; k.a's second message stays
+            await holds(s, "K", [(2, b"second")], timeout=10)
+    run(scenario)

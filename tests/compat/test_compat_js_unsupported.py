@@ -46,8 +46,6 @@ STREAM_CASES = [
                                                                                   "deliver": ""}}}),
     ("source external", {"name": "SRC", "subjects": ["src.>"],
                          "sources": [{"name": "ORIGIN", "external": {"api": "$JS.hub.API", "deliver": ""}}]}),
-    ("subject_delete_marker_ttl", {"name": "SDM", "subjects": ["sdm"], "allow_msg_ttl": True,
-                                   "allow_rollup_hdrs": True, "subject_delete_marker_ttl": 5 * NS}),
     ("allow_msg_counter", {"name": "CNT", "subjects": ["cnt"], "allow_msg_counter": True}),
     ("allow_atomic", {"name": "AT", "subjects": ["at"], "allow_atomic": True}),
     ("allow_msg_schedules", {"name": "SCH", "subjects": ["sch.>"], "allow_msg_schedules": True,
@@ -59,8 +57,6 @@ STREAM_CASES = [
 #: (setting, what an update of stream U {"subjects": ["u"]} adds).
 UPDATE_CASES = [
     ("source external", {"sources": [{"name": "ORIGIN", "external": {"api": "$JS.hub.API", "deliver": ""}}]}),
-    ("subject_delete_marker_ttl", {"allow_msg_ttl": True, "allow_rollup_hdrs": True,
-                                   "subject_delete_marker_ttl": 5 * NS}),
     ("allow_atomic", {"allow_atomic": True}),
     ("allow_batched", {"allow_batched": True}),
 ]

@@ -73,6 +73,8 @@ EXPECTED_LAST_SUBJ_SEQ_SUBJ = "Nats-Expected-Last-Subject-Sequence-Subject"
 EXPECTED_LAST_MSG_ID = "Nats-Expected-Last-Msg-Id"
 ROLLUP = "Nats-Rollup"
 MSG_TTL = "Nats-TTL"
+#: Why a subject delete marker was stored (nats-server JSMarkerReason).
+MARKER_REASON = "Nats-Marker-Reason"
 
 MAX_HEADER_BYTES = 65535
 
@@ -531,8 +533,8 @@ class Stream:
                     break
                 if sm is None or sm.ts > cutoff:
                     break
-                if not (self.ttls is not None and self.ttls.never(sm.seq)) and self.store.remove(sm.seq):
-                    n += 1
+                if not (self.ttls is not None and self.ttls.never(sm.seq)):
+                    n += self._drop_expired(sm, now_ns)
                 seq = sm.seq + 1
         if self.ttls is not None:
             for seq, ts in self.ttls.due(now_ns, TTL_EXPIRE_MAX):
@@ -540,9 +542,28 @@ class Stream:
                     sm = self.store.load(seq)
                 except (MessageNotFound, CorruptMessage):
                     continue
-                if sm.ts == ts and self.store.remove(seq):
-                    n += 1
+                if sm.ts == ts:
+                    n += self._drop_expired(sm, now_ns)
         return n
+
+    def _drop_expired(self, sm: StoredMessage, now_ns: int) -> int:
+        """Remove expired message ``sm``; returns 1 if it was stored. With
+        ``subject_delete_marker_ttl``, the last message of its subject (not a marker itself)
+        is replaced by a marker, a message of the subject with ``Nats-Marker-Reason:
+        MaxAge``, ``Nats-TTL`` the marker TTL and ``Nats-Rollup: sub`` and no payload, stored
+        at ``now_ns`` (nats-server memstore.go handleRemovalOrSdm); one the stream refuses
+        (a limit) leaves a plain removal."""
+        marker_ttl = self.config.subject_delete_marker_ttl
+        if marker_ttl > 0 and not _hdr(sm.headers, MARKER_REASON) and \
+                self.store.subjects_state(sm.subject).get(sm.subject, 0) == 1:
+            marker = (f"NATS/1.0\r\n{MARKER_REASON}: MaxAge\r\n{MSG_TTL}: {gofmt.duration(marker_ttl)}\r\n"
+                      f"{ROLLUP}: sub\r\n\r\n").encode()
+            try:
+                self.publish_message(sm.subject, marker, b"", now_ns)
+                return 1
+            except E.JSApiError:
+                pass
+        return 1 if self.store.remove(sm.seq) else 0
 
     def next_expiry(self) -> int | None:
         """When (ns) the next message's TTL passes, or None."""

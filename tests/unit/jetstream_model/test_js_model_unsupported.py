@@ -26,7 +26,6 @@ def stream(**fields) -> StreamConfig:
 @pytest.mark.parametrize(("setting", "fields"), [
     ("mirror external", {"mirror": {"name": "O", "external": {"api": "$JS.hub.API", "deliver": ""}}}),
     ("source external", {"subjects": ["s"], "sources": [{"name": "O", "external": {"api": "$JS.hub.API"}}]}),
-    ("subject_delete_marker_ttl", {"subject_delete_marker_ttl": 2 * S}),
     ("allow_msg_counter", {"allow_msg_counter": True}),
     ("allow_atomic", {"allow_atomic": True}),
     ("allow_msg_schedules", {"allow_msg_schedules": True}),

@@ -526,7 +526,7 @@ class StreamConfig(_Model):
         jetraft enforces.
 
         Refused (each when set to anything but its default): a mirror or source with
-        ``external`` (another account or domain), ``subject_delete_marker_ttl``, ``allow_msg_counter``,
+        ``external`` (another account or domain), ``allow_msg_counter``,
         ``allow_atomic``, ``allow_msg_schedules``, ``persist_mode`` async, ``allow_batched``.
         ``allow_msg_ttl`` is acted on: a message with a ``Nats-TTL`` header is removed when
         its TTL passes (jetstream/ttl.py).
@@ -538,8 +538,6 @@ class StreamConfig(_Model):
             kind = "mirror" if src is self.mirror else "source"
             if isinstance(src, dict) and src.get("external") is not None:
                 return f"{kind} external"
-        if self.subject_delete_marker_ttl > 0:
-            return "subject_delete_marker_ttl"
         if self.allow_msg_counter:
             return "allow_msg_counter"
         if self.allow_atomic:

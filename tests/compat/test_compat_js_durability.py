@@ -265,12 +265,14 @@ def test_streams_and_consumers_survive_sigkill(procs, server_kind, tmp_path):
             cinfo = await api(nc, "$JS.API.CONSUMER.INFO.K.worker")
             assert cinfo["config"]["durable_name"] == "worker"
             # nats-server 2.15 (even with sync_interval: always, which covers message
-            # blocks only) keeps a consumer's delivered sequence across a SIGKILL but
-            # loses the two acks that ack_sync() confirmed: ack floor 0, 2 pending, and
-            # both messages are delivered again after ack_wait. At-least-once holds either
-            # way: every message after the ack floor is delivered.
+            # blocks only) keeps a consumer's delivered sequence across a SIGKILL but may
+            # lose the acks that ack_sync() confirmed, one or both (ack floor 1 or 0, seen
+            # on a loaded machine), and delivers those messages again after ack_wait.
+            # jetraft writes the consumer's state before it confirms an ack_sync(): both
+            # acks stay. At-least-once holds either way: every message after the ack floor
+            # is delivered.
             floor = cinfo["ack_floor"]["stream_seq"]
-            assert floor in (0, 2), cinfo["ack_floor"]
+            assert floor == 2 if server_kind == "jetraft" else floor in (0, 1, 2), cinfo["ack_floor"]
             assert cinfo["num_ack_pending"] + cinfo["num_pending"] == 5 - floor, cinfo
             js = nc.jetstream(timeout=5)
             sub = await js.pull_subscribe_bind("worker", stream="K")

@@ -33,10 +33,11 @@ from .errors import JSApiError
 from .model import UNSUPPORTED, ConsumerConfig, StreamConfig
 from .requests import json_bytes
 from .store import FileStore
-from .stream import Stream
+from .stream import Stream, parse_message_ttl
+from .ttl import TtlIndex
 
 __all__ = ["RecoveredStream", "atomic_write", "consumer_dir", "consumer_state_path", "msgs_dir",
-           "read_ttl_index", "recover_consumers", "recover_streams", "stream_dir", "streams_dir",
+           "read_ttl_index", "recover_consumers", "recover_streams", "save_ttl_index", "stream_dir", "streams_dir",
            "ttl_index_path", "write_consumer_meta", "write_state_files", "write_stream_meta"]
 
 #: ``problem(stream, consumer or None, path, detail)``: report what recovery could not load.
@@ -107,6 +108,16 @@ def read_ttl_index(sdir: str) -> bytes | None:
             return f.read()
     except OSError:
         return None
+
+
+def save_ttl_index(sdir: str, store: Any) -> None:
+    """Read every message of ``store`` for its ``Nats-TTL`` and save the TTL index in
+    ``sdir`` (jetstream/ttl.py), so that the stream opened over ``store`` reads it back
+    instead: call it in the worker thread that opened the store (it reads the whole store).
+    Raises OSError."""
+    index = TtlIndex()
+    index.scan(store, parse_message_ttl)
+    atomic_write(ttl_index_path(sdir), index.to_bytes())
 
 
 def write_stream_meta(sdir: str, cfg: StreamConfig, created: int) -> None:

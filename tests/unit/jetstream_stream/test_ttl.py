@@ -8,10 +8,13 @@ from __future__ import annotations
 import msgpack
 import pytest
 
+from jetraft.jetstream import layout
+from jetraft.jetstream.api import JetStreamAccount
 from jetraft.jetstream.model import StreamConfig
 from jetraft.jetstream.store import MemoryStore
 from jetraft.jetstream.stream import Stream, parse_message_ttl
 from jetraft.jetstream.ttl import NEVER, TtlIndex
+from jetraft.storage import GroupCommit
 
 T0 = 1_800_000_000_000_000_000
 S = 1_000_000_000
@@ -88,3 +91,26 @@ def test_the_index_knows_never_and_parses_as_nats_server():
     index.add(4, -1, T0)
     assert index.never(4) and not index.never(5) and index.next_expiry() is None
     assert parse_message_ttl("never") == (NEVER, False)
+
+
+def test_a_replica_store_opened_off_the_loop_saves_its_ttl_index_for_the_stream(tmp_path):
+    """A replica installed from a snapshot (or restored) opens its store in a worker thread;
+    the TTL index is read there and saved, so the stream made over the store reads it back
+    instead of reading every message on the event loop."""
+    class Events:
+        def emit(self, name: str, **fields) -> None:
+            pass
+
+    acc = JetStreamAccount("$G", store_dir=str(tmp_path), sync=GroupCommit(), events=Events(),
+                           interest=lambda s: False, server_version="2.15.1", clustered=True)
+    cfg = {"name": "T", "subjects": ["t.>"], "allow_msg_ttl": True}
+    entry = acc.create_replica(cfg, T0)
+    entry.stream.publish("t.a", ttl("5"), b"", T0)
+    entry.stream.publish("t.b", None, b"", T0)
+    entry.stream.store.sync()
+    acc.detach_replica("T")
+    store = acc.open_replica_store("T", ttl=True)
+    saved = TtlIndex.from_bytes(layout.read_ttl_index(layout.stream_dir(acc.base, "T")), 2)
+    assert saved.covered == 2 and len(saved) == 1 and saved.next_expiry() == T0 + 5 * S
+    again = acc.create_replica(cfg, T0, keep_files=True, store=store)
+    assert again.stream.ttls.covered == 2 and again.stream.next_expiry() == T0 + 5 * S

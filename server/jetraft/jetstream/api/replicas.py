@@ -50,14 +50,22 @@ class StreamReplicas(AccountCore):
             raise E.stream_create("jetstream has no store directory")
         return self._create_stream(cfg, created_ns, store=store)
 
-    def open_replica_store(self, name: str) -> FileStore:
+    def open_replica_store(self, name: str, ttl: bool = False) -> FileStore:
         """Open stream ``name``'s block files as a FileStore (reading them all: call it in a
-        worker thread); its ``recovery_report`` lists any damage found. Raises StorageError
-        or OSError."""
+        worker thread); its ``recovery_report`` lists any damage found. ``ttl``: the stream
+        has ``allow_msg_ttl``, so its TTL index is built here too and saved for the stream
+        to read back (:func:`layout.save_ttl_index`). Raises StorageError or OSError."""
         msgs = self.replica_msgs_dir(name)
-        if msgs is None:
+        if msgs is None or self.base is None:
             raise E.stream_create("jetstream has no store directory")
-        return FileStore(msgs, sync=self.sync, sync_always=self.sync_always)
+        store = FileStore(msgs, sync=self.sync, sync_always=self.sync_always)
+        if ttl:
+            try:
+                layout.save_ttl_index(layout.stream_dir(self.base, name), store)
+            except BaseException:
+                store.close()
+                raise
+        return store
 
     def replica_msgs_dir(self, name: str) -> str | None:
         """The directory of stream ``name``'s block files (None without a store directory)."""

@@ -273,7 +273,8 @@ class StreamCatchup:
                     sources += [p for p in got[2] if p not in sources]
                 cuts = {}
                 try:
-                    store = await trio.to_thread.run_sync(lambda: acc.open_replica_store(replica.name))
+                    ttl = bool((replica.config or {}).get("allow_msg_ttl"))
+                    store = await trio.to_thread.run_sync(lambda: acc.open_replica_store(replica.name, ttl))
                     if self.cluster.replicas.get(key) is not replica or replica.pending is not snap:
                         store.close()       # closed, or a newer snapshot came, meanwhile
                         nursery.cancel_scope.cancel()

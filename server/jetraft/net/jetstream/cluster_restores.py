@@ -162,7 +162,7 @@ class RestoreInstaller:
         """Step 1 of :meth:`install_restore`: the built directory in place of the replica's
         (fsynced into its parent), the store opened over it, the stream attached."""
         name = key[1]
-        _sa, _group, replica = self._restoring(key)     # raises 10062 when no longer ours
+        assigned, _group, replica = self._restoring(key)     # raises 10062 when no longer ours
         if acc.base is None:
             raise E.stream_create("jetstream has no store directory")
         sdir = layout.stream_dir(acc.base, name)
@@ -178,7 +178,8 @@ class RestoreInstaller:
         store = None
         try:
             await trio.to_thread.run_sync(swap)
-            store = await trio.to_thread.run_sync(lambda: acc.open_replica_store(name))
+            ttl = bool(assigned.config.get("allow_msg_ttl"))
+            store = await trio.to_thread.run_sync(lambda: acc.open_replica_store(name, ttl))
             sa, _group, replica = self._restoring(key)
             acc.create_replica(sa.config, sa.created_ns, keep_files=True, store=store)
         except BaseException:

@@ -590,8 +590,12 @@ class StreamTransfers:
         fileio.sync_directory(parent)
         store = None
         try:
-            store = await trio.to_thread.run_sync(
-                lambda: FileStore(layout.msgs_dir(sdir), sync=acc.sync, sync_always=acc.sync_always))
+            def opened() -> FileStore:      # the TTL index read here too, off the loop
+                opened_store = FileStore(layout.msgs_dir(sdir), sync=acc.sync, sync_always=acc.sync_always)
+                if cfg.allow_msg_ttl:
+                    layout.save_ttl_index(sdir, opened_store)
+                return opened_store
+            store = await trio.to_thread.run_sync(opened)
             body = acc.attach_restored(cfg, result, sdir, store, time.time_ns())
             entry = acc.streams[cfg.name]
             for cname, consumer in entry.consumers.items():

@@ -55,7 +55,7 @@ from jetraft.raft.types import Entry, EntryType
 from .api import JetStreamAccount, Reply
 from .admission import MAX_TS, subject_problem
 from .catchup import StreamSnapshot, StreamSnapshotError
-from .sourcing import LINK_CREATE_REPLY, FetchAnswer, LinkStep
+from .sourcing import LINK_REPLY, FetchAnswer, LinkStep
 from .store import FileStore
 
 PUBLISH, API, ACK, FLOW_CONTROL, TICK, SOURCED, LINK = "P", "A", "K", "F", "T", "S", "L"
@@ -237,7 +237,7 @@ class StreamReplica:
             if kind == PUBLISH:
                 return acc.publish(entry, item[3], item[4], item[5], item[6], ts)
             if kind == API:
-                if item[4] == LINK_CREATE_REPLY:
+                if item[4] == LINK_REPLY:
                     return acc.link_api(item[3], item[4], item[6], ts)
                 return acc.handle_api(item[3], item[4], item[5], item[6], ts) or []
             if kind == ACK:

@@ -64,9 +64,10 @@ FETCH_TIMEOUT_NS = 5_000_000_000
 POSITION_SCAN_MAX = 100_000
 #: The header a sourced message carries (nats-server JSStreamSource).
 SOURCE_HEADER = "Nats-Stream-Source"
-#: The reply subject of the CONSUMER.CREATE that makes a link's consumer: its answer is
-#: dropped, never sent (an API request without a reply is not handled, as nats-server's).
-LINK_CREATE_REPLY = "$JS.LINK.CREATED"
+#: The reply subject of the CONSUMER.CREATE and DELETE requests jetraft makes for a link's
+#: consumer: their answers are dropped, never sent (an API request without a reply is not
+#: handled, as nats-server's).
+LINK_REPLY = "$JS.LINK.REPLY"
 #: The heartbeat a link's consumer is created with, ns (nats-server sourceHealthHB).
 LINK_HEARTBEAT_NS = 1_000_000_000
 

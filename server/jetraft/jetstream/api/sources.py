@@ -16,7 +16,7 @@ from jetraft.jetstream.api.core import AccountCore, Reply, StreamEntry
 from jetraft.jetstream.requests import json_bytes
 from jetraft.jetstream.sourcing import (
     FETCH_TIMEOUT_NS,
-    LINK_CREATE_REPLY,
+    LINK_REPLY,
     IDLE_POLL_NS,
     FetchAnswer,
     FetchRequest,
@@ -123,7 +123,7 @@ class SourceLinks(AccountCore):
         out: list[Reply] = []
         if create is not None:
             subject, payload = self.link_consumer_request(req.origin, create)
-            out.extend(self.link_api(subject, LINK_CREATE_REPLY, payload, now_ns))
+            out.extend(self.link_api(subject, LINK_REPLY, payload, now_ns))
         if step is not None:
             out.extend(self.apply_link_step(req.origin, step, now_ns))
         return answer, out
@@ -165,15 +165,15 @@ class SourceLinks(AccountCore):
         for origin, cname in made:
             entry = self.streams.get(origin)
             if entry is not None and cname in entry.consumers:
-                out.extend(self.link_api(f"$JS.API.CONSUMER.DELETE.{origin}.{cname}", LINK_CREATE_REPLY,
+                out.extend(self.link_api(f"$JS.API.CONSUMER.DELETE.{origin}.{cname}", LINK_REPLY,
                                          b"", now_ns))
         return out
 
     def link_api(self, subject: str, reply: str | None, payload: bytes, now_ns: int) -> list[Reply]:
-        """An API request applied; the answer to a link consumer's create
-        (:data:`LINK_CREATE_REPLY`) is dropped, its advisories are kept."""
+        """An API request applied; the answer to a request made for a link's consumer
+        (reply :data:`LINK_REPLY`) is dropped, its advisories are kept."""
         out = self.handle_api(subject, reply, None, payload, now_ns) or []
-        return [r for r in out if r.out.subject != LINK_CREATE_REPLY] if reply == LINK_CREATE_REPLY else out
+        return [r for r in out if r.out.subject != LINK_REPLY] if reply == LINK_REPLY else out
 
     @staticmethod
     def link_consumer_request(origin: str, config: dict[str, Any]) -> tuple[str, bytes]:

@@ -42,7 +42,7 @@ from jetraft.jetstream.replicated import (
 from jetraft.jetstream.requests import (
     json_bytes,
 )
-from jetraft.jetstream.sourcing import LINK_CREATE_REPLY
+from jetraft.jetstream.sourcing import LINK_REPLY
 
 
 class ReplicaLifecycle(ControllerCore):
@@ -257,7 +257,7 @@ class ReplicaLifecycle(ControllerCore):
             subject = f"$JS.API.CONSUMER.DELETE.{origin}.{cname}"
             if (acc.name, origin) in self.meta.streams:
                 self._stream_api(acc, origin, subject.split("."), "CONSUMER.DELETE", subject,
-                                 LINK_CREATE_REPLY, None, b"", 0, via_meta=True)
+                                 LINK_REPLY, None, b"", 0, via_meta=True)
 
     def _ensure_replica(self, sa: StreamAssignment, kind: str,
                         old_peers: tuple[str, ...] = ()) -> None:

@@ -24,7 +24,7 @@ from jetraft.jetstream import errors as E
 from jetraft.jetstream.cluster.actions import AppFrame, Emit, GroupView, Key, Propose
 from jetraft.jetstream.cluster.core import ControllerCore
 from jetraft.jetstream.replicated import API, LINK, SOURCED, StreamReplica, encode_entry
-from jetraft.jetstream.sourcing import LINK_CREATE_REPLY, FetchAnswer, FetchRequest
+from jetraft.jetstream.sourcing import LINK_REPLY, FetchAnswer, FetchRequest
 
 #: Route APP frame kinds: a fetch, and its answer.
 FETCH_FRAME = "jssrc"
@@ -92,7 +92,7 @@ class SourceFeeds(ControllerCore):
                 return FetchAnswer(error=refusal.to_json())
             payload = acc.consumer_request_with_limits(subject, payload)
             self._out.append(Propose(og.name, encode_entry(API, replica.next_ts(now), interest, subject,
-                                                           LINK_CREATE_REPLY, None, payload)))
+                                                           LINK_REPLY, None, payload)))
         if step is not None:
             self._out.append(Propose(og.name, encode_entry(LINK, replica.next_ts(now), interest, step.consumer,
                                                            step.ack_seq, list(step.seqs))))

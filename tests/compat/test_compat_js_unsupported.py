@@ -46,7 +46,6 @@ STREAM_CASES = [
                                                                                   "deliver": ""}}}),
     ("source external", {"name": "SRC", "subjects": ["src.>"],
                          "sources": [{"name": "ORIGIN", "external": {"api": "$JS.hub.API", "deliver": ""}}]}),
-    ("allow_msg_counter", {"name": "CNT", "subjects": ["cnt"], "allow_msg_counter": True}),
     ("allow_atomic", {"name": "AT", "subjects": ["at"], "allow_atomic": True}),
     ("allow_msg_schedules", {"name": "SCH", "subjects": ["sch.>"], "allow_msg_schedules": True,
                              "allow_rollup_hdrs": True}),
@@ -280,15 +279,15 @@ def test_clustered_refusals_leave_nothing_created_or_changed(cluster):
         try:
             not_unavailable = lambda r: r.get("error", {}).get("err_code") != 10008  # noqa: E731
             # create: refused by jetraft before the meta group assigns anything
-            body = {"name": "CR", "subjects": ["cr.>"], "num_replicas": 3, "allow_msg_counter": True}
+            body = {"name": "CR", "subjects": ["cr.>"], "num_replicas": 3, "allow_batched": True}
             reply = await _ask_until(nc, "$JS.API.STREAM.CREATE.CR", body, not_unavailable)
             info = await _ask_until(other, "$JS.API.STREAM.INFO.CR", None, not_unavailable)
             if kind == "jetraft":
-                assert reply.get("error") == stream_refusal("allow_msg_counter"), reply
+                assert reply.get("error") == stream_refusal("allow_batched"), reply
                 assert info.get("error") == STREAM_NOT_FOUND, info
             else:
                 assert "error" not in reply, reply
-                assert info["config"]["allow_msg_counter"] is True
+                assert info["config"]["allow_batched"] is True
 
             # update of an R3 stream: refused, its config unchanged on every server
             base = {"name": "CU", "subjects": ["cu"], "num_replicas": 3}

@@ -294,13 +294,16 @@ def check_fields(req: dict[str, Any], allowed: tuple[str, ...]) -> None:
 
 def pub_ack_bytes(ack: dict[str, Any]) -> bytes:
     """A PubAck exactly as nats-server writes it (stream.go: a hand-built string, so a
-    duplicate reads ``{"stream":"S","seq":1,"duplicate": true}``, with that space)."""
+    duplicate reads ``{"stream":"S","seq":1,"duplicate": true}``, with that space; a counter's
+    ``{"stream":"S","seq":2,"val":"7"}``)."""
     text = '{"stream":' + json.dumps(ack["stream"])
     if ack.get("domain"):
         text += ',"domain":' + json.dumps(ack["domain"])
     text += f',"seq":{ack["seq"]}'
     if ack.get("duplicate"):
         text += ',"duplicate": true'
+    if "val" in ack:        # a counter's new value (ADR-49)
+        text += ',"val":' + json.dumps(ack["val"])
     return (text + "}").encode()
 
 

@@ -54,7 +54,7 @@ from jetraft.protocol.subjects import is_valid_literal_subject
 from jetraft.protocol.transform import MappingError, NoMatch, SubjectTransform
 
 from . import errors as E
-from . import sourcing
+from . import counter, sourcing
 from .model import LostStreamData, StreamConfig, StreamInfo, StreamState
 from .store import MAX_SUBJECT_DETAILS, CorruptMessage, MessageNotFound, StoredMessage
 from .ttl import TtlIndex
@@ -136,6 +136,9 @@ class Stream:
     domain, added to every PubAck when not empty. ``rebuild_dedupe`` False: leave the map
     empty (a clustered replica restores it from a snapshot instead).
     """
+
+    #: Set by :meth:`publish_prechecked` while it stores a message of an atomic batch.
+    _prechecked = False
 
     def __init__(self, config: StreamConfig, store: Any, *, created_ns: int = 0,
                  domain: str = "", now_ns: int | None = None, rebuild_dedupe: bool = True,
@@ -299,13 +302,15 @@ class Stream:
         return self.publish_message(subject, headers, data, now_ns)[0]
 
     def publish_message(self, subject: str, headers: bytes | None, data: bytes,
-                        now_ns: int) -> tuple[dict[str, Any], Message | None]:
+                        now_ns: int, *, sourced: bool = False) -> tuple[dict[str, Any], Message | None]:
         """:meth:`publish`, and the message the stream's ``republish`` sends for it (None
         without one, for a duplicate, or when its source does not take the stored subject):
         on the destination subject, the stored headers followed by Nats-Stream, Nats-Subject
         (the stored subject), Nats-Sequence, Nats-Time-Stamp and Nats-Last-Sequence (the
         subject's previous sequence, 0 for none); with ``headers_only``, Nats-Msg-Size (the
-        payload's bytes) and no payload (nats-server stream.go processJetStreamMsg)."""
+        payload's bytes) and no payload (nats-server stream.go processJetStreamMsg).
+        ``sourced``: the message comes from one of the stream's sources (its increment is
+        not checked, jetstream/counter.py)."""
         subject = self.stored_subject(subject, now_ns)
         cfg = self.config
         if cfg.sealed:
@@ -314,7 +319,9 @@ class Stream:
         msg_id = ""
         rollup = ""
         ttl, ttl_invalid = 0, False
+        incr = None
         if headers:
+            incr = counter.check_increment(headers, data, counter=cfg.allow_msg_counter, sourced=sourced)
             expected = _hdr(headers, EXPECTED_STREAM)
             if expected and expected != cfg.name:
                 raise E.stream_not_match()
@@ -323,7 +330,7 @@ class Stream:
                 raise E.message_ttl_disabled()
             subj_seq_text = _hdr(headers, EXPECTED_LAST_SUBJ_SEQ)
             subj_override = _hdr(headers, EXPECTED_LAST_SUBJ_SEQ_SUBJ)
-            if subj_seq_text:
+            if subj_seq_text and not self._prechecked:
                 want = _parse_u64(subj_seq_text)
                 have = self.store.last_seq_for_subject(subj_override or subject)
                 if have != want:
@@ -350,6 +357,14 @@ class Stream:
                 if rollup not in ("sub", "all"):
                     raise E.api_error("JSStreamRollupFailedF",
                                       err=f"rollup value invalid: {gofmt.quote(rollup)}")
+        value = None
+        if cfg.allow_msg_counter:
+            if incr is None:
+                raise E.api_error("JSMessageIncrMissingErr")
+            last = self._last_on_subject(subject)
+            update = counter.apply_increment(incr, headers, data, subject, last,
+                                             _hdr(headers, sourcing.SOURCE_HEADER))
+            headers, data, value = update.headers, update.data, update.value
         hlen = len(headers) if headers else 0
         if cfg.max_msg_size >= 0 and (hlen > cfg.max_msg_size or
                                       len(data) > cfg.max_msg_size - hlen):
@@ -381,7 +396,41 @@ class Stream:
                 lines += f"Nats-Msg-Size: {len(data)}\r\n"
                 body = b""
             republished = Message(destination, None, append_lines(headers, lines), body)
-        return self._ack(seq), republished
+        ack = self._ack(seq)
+        if value is not None:
+            ack["val"] = value
+        return ack, republished
+
+    def _last_on_subject(self, subject: str) -> tuple[bytes | None, bytes] | None:
+        """(headers, payload) of the last message on ``subject``, or None."""
+        seq = self.store.last_seq_for_subject(subject)
+        if not seq:
+            return None
+        try:
+            sm = self.store.load(seq)
+        except MessageNotFound:
+            return None
+        except CorruptMessage:
+            raise E.api_error("JSMessageCounterBrokenErr") from None
+        return sm.headers, sm.data
+
+    def seen_msg_id(self, msg_id: str) -> int | None:
+        """The sequence stored with ``msg_id`` within the duplicate window, or None."""
+        seen = self._dedupe.get(msg_id)
+        return seen[0] if seen is not None else None
+
+    def publish_prechecked(self, subject: str, headers: bytes | None, data: bytes,
+                           now_ns: int) -> tuple[dict[str, Any], Message | None]:
+        """:meth:`publish_message` for one message of a committed atomic batch that
+        :func:`jetraft.jetstream.batch.check_batch` checked against the stream as it was
+        before the batch: its ``Nats-Expected-Last-Subject-Sequence`` is not checked again
+        (an earlier message of the batch may have rolled up or pushed out that subject's
+        last message; nats-server checks a batch once, before it stores any of it)."""
+        self._prechecked = True
+        try:
+            return self.publish_message(subject, headers, data, now_ns)
+        finally:
+            self._prechecked = False
 
     # --- mirror and sources (jetstream/sourcing.py) --------------------------------------
     def source_positions(self) -> dict[str, tuple[int, str]]:
@@ -437,7 +486,7 @@ class Stream:
             headers = append_lines(sourcing.strip_source_headers(headers),
                                    f"{sourcing.SOURCE_HEADER}: {spec.header_value(seq, subject, ident)}\r\n")
             try:
-                _ack, again = self.publish_message(target, headers, data, now_ns)
+                _ack, again = self.publish_message(target, headers, data, now_ns, sourced=True)
             except E.JSApiError as err:
                 return taken, err
             if again is not None and republished is not None:

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["HeaderError", "Headers", "NATS_HDR_LINE", "append_lines", "encode", "get_header", "parse"]
+__all__ = ["HeaderError", "Headers", "NATS_HDR_LINE", "append_lines", "encode", "get_header", "parse",
+           "set_header"]
 
 NATS_HDR_LINE = b"NATS/1.0"
 _CRLF = b"\r\n"
@@ -158,6 +159,41 @@ def get_header(block: bytes | None, key: str) -> str | None:
             j += 1
         end = block.find(_CRLF, j)
         return _text(block[j:] if end < 0 else block[j:end])
+
+
+def _key_index(block: bytes, bkey: bytes) -> int:
+    """Where the first ``Key:`` line of ``block`` starts (nats-server getHeaderKeyIndex), -1."""
+    offset = 0
+    while True:
+        i = block.find(bkey, offset)
+        if i < 2:
+            return -1
+        if block[i - 2:i] == _CRLF and i + len(bkey) < len(block) and block[i + len(bkey)] == 0x3A:
+            return i
+        offset = i + len(bkey)
+
+
+def set_header(block: bytes | None, key: str, value: str) -> bytes:
+    """``block`` with the value of its first ``key`` header replaced by ``value`` (one space
+    after the colon kept), or with ``key: value`` added at its end when it has none (a new
+    ``NATS/1.0`` block when ``block`` is empty), as nats-server ``server/client.go
+    setHeader``. A line with no CR after it is left as it is. Never raises."""
+    bkey = key.encode("utf-8", "surrogateescape")
+    bval = value.encode("utf-8", "surrogateescape")
+    if not block:
+        return NATS_HDR_LINE + _CRLF + bkey + b": " + bval + _CRLF + _CRLF
+    start = _key_index(block, bkey)
+    if start >= 0:
+        vstart = start + len(bkey) + 1
+        if vstart < len(block) and block[vstart] == 0x20:
+            vstart += 1
+        vend = block.find(b"\r", vstart)
+        if vend < 0:
+            return block
+        return block[:vstart] + bval + block[vend:]
+    if block.endswith(_CRLF):
+        return block[:-2] + bkey + b": " + bval + _CRLF + _CRLF
+    return block + bkey + b": " + bval + _CRLF
 
 
 def append_lines(block: bytes | None, lines: str) -> bytes:

@@ -868,7 +868,7 @@ def test_a_request_whose_routing_fails_is_answered_500_and_the_next_one_works(mo
 
 def test_settings_jetraft_does_not_act_on_are_refused_before_any_proposal():
     w = with_stream()
-    counter = {"name": "RP", "subjects": ["rp.>"], "storage": "memory", "allow_msg_counter": True}
+    counter = {"name": "RP", "subjects": ["rp.>"], "storage": "memory", "allow_batched": True}
     w.request("$JS.API.STREAM.CREATE.RP", counter)
     w.request("$JS.API.STREAM.UPDATE.S", {**STREAM, "allow_atomic": True})
     w.request("$JS.API.CONSUMER.CREATE.S.d", {"stream_name": "S", "config": {
@@ -876,7 +876,7 @@ def test_settings_jetraft_does_not_act_on_are_refused_before_any_proposal():
         "priority_groups": ["g"]}})
     assert [b["error"] for _s, b in w.take_replies()] == [
         {"code": 500, "err_code": code, "description": f"{setting} is not supported by jetraft"}
-        for setting, code in (("allow_msg_counter", 10052), ("allow_atomic", 10052), ("priority_policy overflow", 10012))]
+        for setting, code in (("allow_batched", 10052), ("allow_atomic", 10052), ("priority_policy overflow", 10012))]
     assert untouched(w)
 
 

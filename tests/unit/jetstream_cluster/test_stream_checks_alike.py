@@ -58,7 +58,7 @@ BAD = [
     pytest.param("CREATE", "ORDERS", body(**{**ORDERS, "max_msgs": 5}), 10058, id="create-name-in-use"),
     pytest.param("CREATE", "BAD", b'{"name": "BAD", ', 10025, id="create-bad-json"),
     pytest.param("CREATE", "BAD", body(name="BAD", subjects=["a..b"]), 10052, id="create-bad-subject"),
-    pytest.param("CREATE", "RP", body(name="RP", subjects=["rp.>"], allow_msg_counter=True),
+    pytest.param("CREATE", "RP", body(name="RP", subjects=["rp.>"], allow_batched=True),
                  10052, id="create-unsupported"),
     pytest.param("UPDATE", "ORDERS", body(**{**ORDERS, "subjects": ["orders.>", "audit.x"]}), 10065,
                  id="update-overlap"),

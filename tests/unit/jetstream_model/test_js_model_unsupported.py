@@ -26,7 +26,6 @@ def stream(**fields) -> StreamConfig:
 @pytest.mark.parametrize(("setting", "fields"), [
     ("mirror external", {"mirror": {"name": "O", "external": {"api": "$JS.hub.API", "deliver": ""}}}),
     ("source external", {"subjects": ["s"], "sources": [{"name": "O", "external": {"api": "$JS.hub.API"}}]}),
-    ("allow_msg_counter", {"allow_msg_counter": True}),
     ("allow_atomic", {"allow_atomic": True}),
     ("allow_msg_schedules", {"allow_msg_schedules": True}),
     ("persist_mode async", {"persist_mode": "async"}),

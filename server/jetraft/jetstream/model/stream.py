@@ -526,10 +526,10 @@ class StreamConfig(_Model):
         jetraft enforces.
 
         Refused (each when set to anything but its default): a mirror or source with
-        ``external`` (another account or domain), ``allow_msg_counter``,
+        ``external`` (another account or domain),
         ``allow_atomic``, ``allow_msg_schedules``, ``persist_mode`` async, ``allow_batched``.
         ``allow_msg_ttl`` is acted on: a message with a ``Nats-TTL`` header is removed when
-        its TTL passes (jetstream/ttl.py).
+        its TTL passes (jetstream/ttl.py); ``allow_msg_counter`` too (jetstream/counter.py).
         ``compression`` s2 is acted on: a file stream's sealed blocks are compressed
         (jetstream/store_compress.py); a memory stream ignores it, as nats-server's does.
         Every other field is enforced (docs/jetstream.md).
@@ -538,8 +538,6 @@ class StreamConfig(_Model):
             kind = "mirror" if src is self.mirror else "source"
             if isinstance(src, dict) and src.get("external") is not None:
                 return f"{kind} external"
-        if self.allow_msg_counter:
-            return "allow_msg_counter"
         if self.allow_atomic:
             return "allow_atomic"
         if self.allow_msg_schedules:

@@ -32,6 +32,10 @@ STREAM_NOT_FOUND = {"code": 404, "err_code": 10059, "description": "stream not f
 CONSUMER_NOT_FOUND = {"code": 404, "err_code": 10014, "description": "consumer not found"}
 
 
+#: How jetraft names ``allow_batched`` (fast batch publish, nats-server 2.14) in its refusal.
+BATCHED = "allow_batched (fast batch publish, nats-server 2.14)"
+
+
 def stream_refusal(setting: str) -> dict:
     return {"code": 500, "err_code": 10052, "description": f"{setting} is not supported by jetraft"}
 
@@ -46,26 +50,18 @@ STREAM_CASES = [
                                                                                   "deliver": ""}}}),
     ("source external", {"name": "SRC", "subjects": ["src.>"],
                          "sources": [{"name": "ORIGIN", "external": {"api": "$JS.hub.API", "deliver": ""}}]}),
-    ("allow_atomic", {"name": "AT", "subjects": ["at"], "allow_atomic": True}),
-    ("allow_msg_schedules", {"name": "SCH", "subjects": ["sch.>"], "allow_msg_schedules": True,
-                             "allow_rollup_hdrs": True}),
     ("persist_mode async", {"name": "PM", "subjects": ["pm"], "persist_mode": "async"}),
-    ("allow_batched", {"name": "BT", "subjects": ["bt"], "allow_batched": True}),
+    (BATCHED, {"name": "BT", "subjects": ["bt"], "allow_batched": True}),
 ]
 
 #: (setting, what an update of stream U {"subjects": ["u"]} adds).
 UPDATE_CASES = [
     ("source external", {"sources": [{"name": "ORIGIN", "external": {"api": "$JS.hub.API", "deliver": ""}}]}),
-    ("allow_atomic", {"allow_atomic": True}),
-    ("allow_batched", {"allow_batched": True}),
+    (BATCHED, {"allow_batched": True}),
 ]
 
 #: (setting, consumer config on stream C {"subjects": ["c.>"]}); valid for nats-server.
 CONSUMER_CASES = [
-    ("priority_policy overflow", {"durable_name": "PO", "ack_policy": "explicit",
-                                  "priority_policy": "overflow", "priority_groups": ["g"]}),
-    ("priority_policy pinned_client", {"durable_name": "PC", "ack_policy": "explicit",
-                                       "priority_policy": "pinned_client", "priority_groups": ["g"]}),
     ("direct", {"name": "DI", "deliver_subject": "dl.di", "direct": True}),
     ("sourcing", {"name": "SO", "deliver_subject": "dl.so", "sourcing": True}),
 ]
@@ -137,16 +133,15 @@ def test_consumer_settings_jetraft_does_not_act_on_are_refused_and_nothing_is_cr
             # An update of a consumer to such a setting is refused too and changes nothing.
             plain = {"durable_name": "UPD", "ack_policy": "explicit"}
             assert "error" not in await _api(s.nc, "$JS.API.CONSUMER.CREATE.C.UPD", {"stream_name": "C", "config": plain})
-            overflow = {"priority_policy": "overflow", "priority_groups": ["g"]}
+            before = (await _api(s.nc, "$JS.API.CONSUMER.INFO.C.UPD"))["config"]
             reply = await _api(s.nc, "$JS.API.CONSUMER.CREATE.C.UPD",
-                               {"stream_name": "C", "config": {**plain, **overflow}})
+                               {"stream_name": "C", "config": {**plain, "sourcing": True}})
             info = await _api(s.nc, "$JS.API.CONSUMER.INFO.C.UPD")
             if server_kind == "jetraft":
-                assert reply.get("error") == consumer_refusal("priority_policy overflow")
-                assert "priority_policy" not in info["config"]
-            else:
-                assert "error" not in reply, reply
-                assert info["config"]["priority_policy"] == "overflow"
+                assert reply.get("error") == consumer_refusal("sourcing"), reply
+            else:       # nats-server: "sourcing can not be updated"
+                assert reply["error"]["err_code"] == 10012, reply
+            assert info["config"] == before and "sourcing" not in info["config"]
 
     run(scenario)
 
@@ -283,7 +278,7 @@ def test_clustered_refusals_leave_nothing_created_or_changed(cluster):
             reply = await _ask_until(nc, "$JS.API.STREAM.CREATE.CR", body, not_unavailable)
             info = await _ask_until(other, "$JS.API.STREAM.INFO.CR", None, not_unavailable)
             if kind == "jetraft":
-                assert reply.get("error") == stream_refusal("allow_batched"), reply
+                assert reply.get("error") == stream_refusal(BATCHED), reply
                 assert info.get("error") == STREAM_NOT_FOUND, info
             else:
                 assert "error" not in reply, reply
@@ -293,28 +288,27 @@ def test_clustered_refusals_leave_nothing_created_or_changed(cluster):
             base = {"name": "CU", "subjects": ["cu"], "num_replicas": 3}
             created = await _ask_until(nc, "$JS.API.STREAM.CREATE.CU", base, not_unavailable)
             assert "error" not in created, created
-            reply = await _ask_until(nc, "$JS.API.STREAM.UPDATE.CU", {**base, "allow_atomic": True},
+            reply = await _ask_until(nc, "$JS.API.STREAM.UPDATE.CU", {**base, "allow_batched": True},
                                      not_unavailable)
             info = await _ask_until(other, "$JS.API.STREAM.INFO.CU", None, not_unavailable)
             if kind == "jetraft":
-                assert reply.get("error") == stream_refusal("allow_atomic"), reply
-                assert not info["config"].get("allow_atomic")
+                assert reply.get("error") == stream_refusal(BATCHED), reply
+                assert not info["config"].get("allow_batched")
             else:
                 assert "error" not in reply, reply
-                assert info["config"]["allow_atomic"] is True
+                assert info["config"]["allow_batched"] is True
 
             # consumer on the R3 stream: refused by jetraft before its group takes the request
-            config = {"durable_name": "PO", "ack_policy": "explicit", "priority_policy": "overflow",
-                      "priority_groups": ["g"]}
+            config = {"name": "PO", "deliver_subject": "dl.po", "sourcing": True}
             reply = await _ask_until(nc, "$JS.API.CONSUMER.CREATE.CU.PO", {"stream_name": "CU", "config": config},
                                      not_unavailable)
             cinfo = await _ask_until(other, "$JS.API.CONSUMER.INFO.CU.PO", None, not_unavailable)
             if kind == "jetraft":
-                assert reply.get("error") == consumer_refusal("priority_policy overflow"), reply
+                assert reply.get("error") == consumer_refusal("sourcing"), reply
                 assert cinfo.get("error") == CONSUMER_NOT_FOUND, cinfo
             else:
                 assert "error" not in reply, reply
-                assert cinfo["config"]["priority_policy"] == "overflow"
+                assert cinfo["config"]["sourcing"] is True
 
         finally:
             await nc.close()

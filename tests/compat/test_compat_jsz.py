@@ -95,6 +95,10 @@ def test_account_and_stream_details_match_nats_server(pair):
     got, want = jsz(ours, FULL), jsz(ref, FULL)
     assert shape(got["account_details"]) == shape(want["account_details"])
     assert got["total"] == want["total"] == 1
+    # the server's API level (jetstream_versioning.go JSApiLevel), in /jsz and /varz alike
+    assert got["api"]["level"] == want["api"]["level"] == 5
+    assert ours.monitor("/varz")["jetstream"]["stats"]["api"]["level"] == \
+        ref.monitor("/varz")["jetstream"]["stats"]["api"]["level"] == 5
 
     for doc, server in ((got, ours), (want, ref)):
         [account] = doc["account_details"]

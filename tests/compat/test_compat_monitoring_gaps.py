@@ -301,14 +301,14 @@ jetstream { store_dir: "%s" }
 
 
 def test_reported_version_names_jetraft_and_keeps_nats_py_features(start_server, server_kind, tmp_path):
-    """INFO, /varz and $SYS STATSZ report ``2.10.24+jetraft.<release>``; nats-py reads
-    (2, 10, 24) from it, as from nats-server 2.10.24, and so creates a named consumer with
+    """INFO, /varz and $SYS STATSZ report ``2.12.1+jetraft.<release>``; nats-py reads
+    (2, 12, 1) from it, as from nats-server 2.12.1, and so creates a named consumer with
     ``$JS.API.CONSUMER.CREATE.<stream>.<name>`` (nats.py js/manager.py), not the legacy
     ``DURABLE.CREATE``."""
     if server_kind != "jetraft":
         pytest.skip("jetraft's own version")
     server = start_server(VERSION_CONFIG % tmp_path, http=True)
-    expected = f"2.10.24+jetraft.{jetraft.__version__.replace('+', '.')}"
+    expected = f"2.12.1+jetraft.{jetraft.__version__.replace('+', '.')}"
     seen = {}
 
     async def scenario():
@@ -328,5 +328,5 @@ def test_reported_version_names_jetraft_and_keeps_nats_py_features(start_server,
         await sys_nc.close()
     run(scenario)
     assert seen["info"] == seen["statsz"] == server.monitor("/varz")["version"] == expected
-    assert seen["parsed"] == (2, 10, 24, "", f"jetraft.{jetraft.__version__.replace('+', '.')}")
+    assert seen["parsed"] == (2, 12, 1, "", f"jetraft.{jetraft.__version__.replace('+', '.')}")
     assert seen["api"] == "$JS.API.CONSUMER.CREATE.S.C"

@@ -137,7 +137,7 @@ def test_varz_counts_http_requests_and_client_traffic(pair):
 def test_varz_version_is_the_info_version(pair):
     """``version`` is the version a client reads in INFO (nats-py picks its consumer API by
     it), a semantic version on both servers (jetraft's with its release as build metadata,
-    ``2.10.24+jetraft.0.1.0``)."""
+    ``2.12.1+jetraft.0.1.0``)."""
     for server in pair:
         info = {}
 
@@ -150,7 +150,7 @@ def test_varz_version_is_the_info_version(pair):
         assert varz["version"] == info["version"], server.kind
         assert re.fullmatch(r"\d+\.\d+\.\d+(\+[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?", varz["version"]) and varz["go"], varz
         if server.kind == "jetraft":
-            assert varz["version"].startswith("2.10.24+jetraft."), varz["version"]
+            assert varz["version"].startswith("2.12.1+jetraft."), varz["version"]
 
 
 def test_varz_without_jetstream_matches(start_server):

@@ -23,6 +23,8 @@ subject                                          ``type`` (``io.nats.jetstream.`
 ``$JS.EVENT.ADVISORY.STREAM.QUORUM_LOST.<s>``    ``advisory.v1.stream_quorum_lost``
 ``$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED..``  ``advisory.v1.consumer_leader_elected``
 ``$JS.EVENT.ADVISORY.CONSUMER.QUORUM_LOST..``    ``advisory.v1.consumer_quorum_lost``
+``$JS.EVENT.ADVISORY.CONSUMER.PINNED..``         ``advisory.v1.consumer_group_pinned``
+``$JS.EVENT.ADVISORY.CONSUMER.UNPINNED..``       ``advisory.v1.consumer_group_unpinned``
 ===============================================  ==========================================
 
 The leader-elected and quorum-lost advisories go to the stream's account and, with an
@@ -44,6 +46,7 @@ from jetraft.jetstream.outbound import Outbound
 
 __all__ = [
     "API_AUDIT", "Nuid", "api_audit", "consumer_action", "consumer_ack_metric", "max_deliver",
+    "consumer_group_pinned", "consumer_group_unpinned",
     "consumer_leader_elected", "consumer_quorum_lost",
     "stream_action", "stream_leader_elected", "stream_quorum_lost", "stream_subject",
     "terminated",
@@ -64,6 +67,8 @@ STREAM_QUORUM_LOST_TYPE = "io.nats.jetstream.advisory.v1.stream_quorum_lost"
 CONSUMER_LEADER_ELECTED_TYPE = "io.nats.jetstream.advisory.v1.consumer_leader_elected"
 CONSUMER_QUORUM_LOST_TYPE = "io.nats.jetstream.advisory.v1.consumer_quorum_lost"
 CONSUMER_PAUSE_TYPE = "io.nats.jetstream.advisory.v1.consumer_pause"
+CONSUMER_GROUP_PINNED_TYPE = "io.nats.jetstream.advisory.v1.consumer_group_pinned"
+CONSUMER_GROUP_UNPINNED_TYPE = "io.nats.jetstream.advisory.v1.consumer_group_unpinned"
 
 #: stream/consumer action -> the subject's verb (nats-server JSAdvisoryStreamCreatedPre...)
 _VERBS = {"create": "CREATED", "modify": "UPDATED", "delete": "DELETED"}
@@ -167,6 +172,40 @@ def consumer_pause(stream: str, consumer: str, paused: bool, pause_until: int | 
     return _out(f"{ADVISORY_PREFIX}CONSUMER.PAUSE.{stream}.{consumer}",
                 _event(CONSUMER_PAUSE_TYPE, now_ns, stream=stream, consumer=consumer, paused=paused,
                        pause_until=gofmt.format_time(pause_until)), domain)
+
+
+def consumer_group_pinned(stream: str, consumer: str, account: str, group: str, pinned_id: str,
+                          now_ns: int, *, domain: str = "") -> Outbound:
+    """A pull request of priority group ``group`` was pinned: ``{type, id, timestamp,
+    account?, stream, consumer, domain?, group, pinned_id}`` on
+    ``$JS.EVENT.ADVISORY.CONSUMER.PINNED.<stream>.<consumer>`` (nats-server
+    JSConsumerGroupPinnedAdvisory)."""
+    return _out(f"{ADVISORY_PREFIX}CONSUMER.PINNED.{stream}.{consumer}",
+                _group_event(CONSUMER_GROUP_PINNED_TYPE, now_ns, account, stream, consumer, domain,
+                             group=group, pinned_id=pinned_id), "")
+
+
+def consumer_group_unpinned(stream: str, consumer: str, account: str, group: str, reason: str,
+                            now_ns: int, *, domain: str = "") -> Outbound:
+    """The pin of priority group ``group`` ended, ``reason`` ``timeout`` or ``admin``
+    (CONSUMER.UNPIN): ``{type, id, timestamp, account?, stream, consumer, domain?, group,
+    reason}`` on ``$JS.EVENT.ADVISORY.CONSUMER.UNPINNED.<stream>.<consumer>`` (nats-server
+    JSConsumerGroupUnpinnedAdvisory)."""
+    return _out(f"{ADVISORY_PREFIX}CONSUMER.UNPINNED.{stream}.{consumer}",
+                _group_event(CONSUMER_GROUP_UNPINNED_TYPE, now_ns, account, stream, consumer, domain,
+                             group=group, reason=reason), "")
+
+
+def _group_event(type_: str, now_ns: int, account: str, stream: str, consumer: str, domain: str,
+                 **fields: Any) -> dict[str, Any]:
+    body = _event(type_, now_ns)
+    if account:
+        body["account"] = account
+    body.update(stream=stream, consumer=consumer)
+    if domain:
+        body["domain"] = domain
+    body.update(fields)
+    return body
 
 
 def terminated(stream: str, consumer: str, consumer_seq: int, stream_seq: int, deliveries: int,

@@ -23,7 +23,9 @@ running nats-server 2.15.1):
   ``404 No Messages``, ``408 Requests Pending``, ``408 Request Timeout`` /
   ``409 Message Size Exceeds MaxBytes`` / ``409 Batch Completed`` (these three with
   ``Nats-Pending-Messages`` and ``Nats-Pending-Bytes``), ``100 Idle Heartbeat`` (with
-  ``Nats-Last-Consumer``/``Nats-Last-Stream``) and ``409 Consumer Deleted``. A waiting
+  ``Nats-Last-Consumer``/``Nats-Last-Stream``), ``409 Consumer Deleted``, and for priority
+  groups the ``400``s of a request's priority fields, ``423 Nats-Pin-Id mismatch`` and
+  ``423 Nats-Wrong-Pin-Id`` (:mod:`~jetraft.jetstream.consumer_priority`). A waiting
   request whose reply subject lost its interest (``has_interest``) is dropped silently.
 - acks (``processAck``, ``processAckMsg``, ``processNak``, ``processTerm``,
   ``progressUpdate``), ack floors (``moveAckFloor`` for the working floor; the floor
@@ -56,9 +58,8 @@ Deviations from nats-server, by design:
 
 - a pull request body that is neither JSON nor an integer is a request for one message, as
   nats-server ``nextReqFromMsg`` does (not a 400: nats-server sends nothing else);
-- priority groups, ack policy ``flow_control``, ``direct`` and ``sourcing`` are refused
-  when the consumer is created (model.py ``ConsumerConfig.check_supported``), so never
-  reach this class;
+- ``direct`` and ``sourcing`` are refused when the consumer is created (model.py
+  ``ConsumerConfig.check_supported``), so never reach this class;
 - a message removed from the stream while pending is dropped from the pending set (as a
   term of that one message, whatever the ack policy; nats-server's ack-all consumer
   acknowledges everything below it then);
@@ -73,6 +74,8 @@ The consumer's concerns are modules beside this one, mixed into :class:`Consumer
 keeps its state, configuration, store reads, timer, lifecycle and INFO):
 :mod:`~jetraft.jetstream.consumer_state` (starting point, persisted and replica state),
 :mod:`~jetraft.jetstream.consumer_pull` (pull requests),
+:mod:`~jetraft.jetstream.consumer_priority` (priority groups: overflow, pinned client,
+prioritized),
 :mod:`~jetraft.jetstream.consumer_delivery` (delivery, ack wait, flow control, heartbeats;
 :class:`Delivery`), :mod:`~jetraft.jetstream.consumer_pacing` (``replay_policy: original``,
 ``rate_limit_bps``) and :mod:`~jetraft.jetstream.consumer_acks` (acks;
@@ -90,6 +93,7 @@ from . import advisories as adv
 from .consumer_acks import SECOND, _Acking, parse_ack_subject
 from .consumer_delivery import Delivery, _Delivering
 from .consumer_pacing import _Pacing
+from .consumer_priority import _Priority
 from .consumer_pull import _PullRequests, _status, _Waiting
 from .consumer_state import _ConsumerState
 from .model import ConsumerConfig, ConsumerInfo, SequenceInfo
@@ -102,7 +106,7 @@ __all__ = ["Consumer", "Delivery", "parse_ack_subject"]
 EPHEMERAL_INACTIVE_DEFAULT = 5 * SECOND
 
 
-class Consumer(_ConsumerState, _PullRequests, _Delivering, _Pacing, _Acking):
+class Consumer(_ConsumerState, _PullRequests, _Delivering, _Pacing, _Acking, _Priority):
     """One consumer: its config, its delivery/ack state, its waiting pull requests.
 
     ``stream``: the parent :class:`~jetraft.jetstream.stream.Stream` (its ``store`` is read,
@@ -152,6 +156,8 @@ class Consumer(_ConsumerState, _PullRequests, _Delivering, _Pacing, _Acking):
         #: whether a subscription listens on an advisory subject (set by the account);
         #: None: no advisories
         self.advisory_interest: Callable[[str], bool] | None = None
+        #: the account's name, for the advisories that carry it (set by the account)
+        self.account_name = ""
         self._pcheck: int | None = None             # earliest ack-wait deadline (or before)
         self._pcheck_stale = False
         self._last_request = created_ns             # pull activity (nats-server waiting.last)
@@ -159,6 +165,7 @@ class Consumer(_ConsumerState, _PullRequests, _Delivering, _Pacing, _Acking):
         self._active = False
         self._hb_next = created_ns + config.idle_heartbeat if config.idle_heartbeat else 0
         self._unpause_due = False    # a pause set by an update: its end is advised
+        self._priority_init()
         self._fc_init()
         self._fc_count = 0
         self._apply_config(config)
@@ -295,6 +302,8 @@ class Consumer(_ConsumerState, _PullRequests, _Delivering, _Pacing, _Acking):
         if self._unpause_due and now_ns >= (cfg.pause_until or 0):
             self._unpause_due = False       # nats-server's unpause timer: the pause ended
             self._advise(adv.consumer_pause, False, cfg.pause_until, now_ns)
+        if self._pin_due:
+            self._pin_expired(now_ns)
         eos = self._deliver_all(now_ns, out)
         self._flow_control_ack_due(out)
         if self._advisories:
@@ -348,6 +357,8 @@ class Consumer(_ConsumerState, _PullRequests, _Delivering, _Pacing, _Acking):
         pause = self.config.pause_until
         if pause is not None:
             times.append(pause)
+        if self._pin_due:
+            times.append(self._pin_due)
         threshold = self._inactive_threshold()
         if threshold:
             if self.config.deliver_subject:
@@ -468,7 +479,8 @@ class Consumer(_ConsumerState, _PullRequests, _Delivering, _Pacing, _Acking):
         """CONSUMER.INFO body without ``type`` (nats-server ``infoWithSnapAndReply``):
         stream_name, name, created, config, delivered and ack_floor (``last_active`` when
         known), num_ack_pending, num_redelivered (0 with max_deliver 1), num_waiting,
-        num_pending, push_bound (push with interest), paused/pause_remaining, ts."""
+        num_pending, push_bound (push with interest), paused/pause_remaining, ts,
+        priority_groups (:mod:`~jetraft.jetstream.consumer_priority`)."""
         self._sync_new()
         last = self._store.state().last_seq
         npc = 0 if self._sseq > last and self._lss is None else self._npc
@@ -488,5 +500,5 @@ class Consumer(_ConsumerState, _PullRequests, _Delivering, _Pacing, _Acking):
             push_bound=bool(cfg.deliver_subject) and bool(
                 self.has_interest(cfg.deliver_subject)),
             paused=paused, pause_remaining=pause - now_ns if paused else 0,
-            ts=now_ns)
+            ts=now_ns, priority_groups=self._priority_info())
         return info.to_json()

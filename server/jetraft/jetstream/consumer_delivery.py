@@ -18,6 +18,7 @@ from jetraft.protocol import headers as hdr
 from jetraft.protocol.client import status_headers
 
 from . import advisories as adv
+from .consumer_priority import pin_header
 from .consumer_pull import _status
 from .outbound import Outbound
 from .store import CorruptMessage, MessageNotFound, StoredMessage
@@ -265,6 +266,8 @@ class _Delivering:
             else:
                 self._take_waiting(wr, size)
                 target = wr.reply
+                if cfg.priority_policy == "pinned_client":   # nats-server: after nextWaiting
+                    headers = pin_header(headers, self._pin)
                 if wr.n > 0 and wr.hb:
                     wr.hbt = now + wr.hb
             self._deliver(sm, dc, target, ack, headers, data, size, now, out)

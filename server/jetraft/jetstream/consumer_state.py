@@ -8,6 +8,7 @@ own (checked by :func:`jetraft.jetstream.replica_state.check_consumer_state`).
 
 from __future__ import annotations
 
+from .consumer_priority import PriorityGroup
 from .consumer_pull import _Waiting
 from .store import CorruptMessage
 
@@ -108,7 +109,10 @@ class _ConsumerState:
         Not included: ``stream``, ``name``, ``config``, ``created_ns`` (the caller's) and
         ``has_interest``, and what :meth:`_apply_config` derives from the config. A consumer
         that keeps a pace (replay original, a rate limit) adds ``pace``
-        (:meth:`~jetraft.jetstream.consumer_pacing._Pacing.pace_state`)."""
+        (:meth:`~jetraft.jetstream.consumer_pacing._Pacing.pace_state`); one with priority
+        groups, a pin or a RAFT term seen adds ``priority``
+        (:meth:`~jetraft.jetstream.consumer_priority._Priority.priority_state`); a waiting
+        request with priority fields has them as a ninth item."""
         state = {
             "sseq": self._sseq, "dseq": self._dseq, "adflr": self._adflr, "asflr": self._asflr,
             "st_dc": self._st_dc, "st_ds": self._st_ds, "st_ac": self._st_ac, "st_as": self._st_as,
@@ -116,6 +120,7 @@ class _ConsumerState:
             "rdc": [[s, n] for s, n in self._rdc.items()],
             "rdq": list(self._rdq),
             "waiting": [[w.reply, w.n, w.b, w.expires, w.hb, w.hbt, w.no_wait, w.d]
+                        + ([] if w.pg is None else [w.pg.to_state()])
                         for w in self._waiting],
             "lss": None if self._lss is None else list(self._lss),
             "lss_resume": self._lss_resume,
@@ -134,6 +139,8 @@ class _ConsumerState:
         if self.paces:
             state["pace"] = self.pace_state()
         state["unpause_due"] = self._unpause_due
+        if self.config.priority_groups or self._pin or self._term:
+            state["priority"] = self.priority_state()
         return state
 
     def restore_replica_state(self, state: dict) -> None:
@@ -148,8 +155,8 @@ class _ConsumerState:
         self._pending = {s: [d, t] for s, d, t in state["pending"]}
         self._rdc = {s: n for s, n in state["rdc"]}
         self._rdq = list(state["rdq"])
-        self._waiting = [_Waiting(reply, n, b, expires, hb, hbt, no_wait, d)
-                         for reply, n, b, expires, hb, hbt, no_wait, d in state["waiting"]]
+        self._waiting = [_Waiting(*w[:8], PriorityGroup(*w[8]) if len(w) > 8 else None)
+                         for w in state["waiting"]]
         self._lss = None if state["lss"] is None else list(state["lss"])
         self._lss_resume = state["lss_resume"]
         undo = state["lss_undo"]
@@ -169,6 +176,8 @@ class _ConsumerState:
         if state.get("pace") is not None:
             self.restore_pace_state(state["pace"])
         self._unpause_due = bool(state.get("unpause_due", False))
+        if state.get("priority") is not None:
+            self.restore_priority_state(state["priority"])
 
     def _restore(self, state: dict) -> None:
         """nats-server ``applyState`` (plus the working sequences jetraft also keeps)."""

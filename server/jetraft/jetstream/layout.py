@@ -30,13 +30,13 @@ from jetraft.storage import fileio
 
 from .consumer import Consumer
 from .errors import JSApiError
-from .model import UNSUPPORTED, ConsumerConfig, StreamConfig
-from .requests import json_bytes
+from .model import API_LEVEL, UNSUPPORTED, ConsumerConfig, StreamConfig
+from .requests import json_bytes, unmet_required_level
 from .store import FileStore
 from .stream import Stream, parse_message_ttl
 from .ttl import TtlIndex
 
-__all__ = ["RecoveredStream", "atomic_write", "consumer_dir", "consumer_state_path", "msgs_dir",
+__all__ = ["RecoveredStream", "atomic_write", "consumer_dir", "consumer_state_path", "msgs_dir", "offline_reason",
            "read_ttl_index", "recover_consumers", "recover_streams", "save_ttl_index", "stream_dir", "streams_dir",
            "ttl_index_path", "write_consumer_meta", "write_state_files", "write_stream_meta"]
 
@@ -143,6 +143,33 @@ def _read_json(path: str) -> Any:
 _UNREADABLE = (OSError, ValueError, KeyError, TypeError, JSApiError)
 
 
+def _required_level(path: str) -> str | None:
+    """The ``_nats.req.level`` of a meta file's config when this server's API level is
+    below it, else None (:func:`unmet_required_level`). Never raises."""
+    try:
+        return unmet_required_level(_read_json(path).get("config"))
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def offline_reason(level: str | None, exc: BaseException) -> str:
+    """Why a stored stream or consumer is offline, as nats-server says it (jetstream.go
+    addStreams): ``unsupported - config error: <decoding error>`` or ``unsupported -
+    required API level: <n>, current API level: <this server's>`` when it needs a higher
+    API level, ``unsupported - <setting> is not supported by jetraft`` for a setting
+    jetraft does not act on, else ``decoding error: <error>``."""
+    text = exc.description if isinstance(exc, JSApiError) else str(exc)
+    if isinstance(exc, JSApiError) and exc.err_code == 10025:       # invalid JSON: json: ...
+        text = text.removeprefix("invalid JSON: ")
+    if level is not None:
+        if isinstance(exc, ValueError) and str(exc) == level:
+            return f"unsupported - required API level: {level}, current API level: {API_LEVEL}"
+        return f"unsupported - config error: {text.removeprefix('json: ')}"
+    if isinstance(exc, JSApiError) and text.endswith(UNSUPPORTED):
+        return f"unsupported - {text}"
+    return f"decoding error: {text}"
+
+
 def _read_meta(path: str, decode: Callable[[Any], T], now_ns: int) -> tuple[T, int]:
     """A meta file's decoded config and creation time (``now_ns`` when absent); raises one of
     :data:`_UNREADABLE`."""
@@ -167,27 +194,33 @@ def recover_streams(base: str | None, now_ns: int, *, sync: Any, sync_always: bo
     FileStore (``sync``, ``sync_always``: the server's group commit and its policy).
 
     Problems are reported through ``problem`` as they are met, before the stream is
-    yielded: an unreadable meta file; a stored config with a setting jetraft does not act
-    on (written by an older jetraft: ``StreamConfig.check_supported``), the stream then
-    yielded unloaded with its files untouched; corrupt or torn message records.
+    yielded: an unreadable meta file; a stored config that needs a higher API level than
+    this server's (``_nats.req.level``, written by a newer server) or has a setting jetraft
+    does not act on (``StreamConfig.check_supported``): the stream is then yielded
+    unloaded, offline with its reason (:func:`offline_reason`), its files untouched;
+    corrupt or torn message records.
     """
     if base is None or not os.path.isdir(base):
         return
     for sname in sorted(os.listdir(base)):
         sdir = stream_dir(base, sname)
         meta_path = os.path.join(sdir, META)
+        level = _required_level(meta_path)
         try:
             config, created = _read_meta(meta_path, StreamConfig.from_json, now_ns)
         except _UNREADABLE as exc:
-            problem(sname, None, meta_path, f"stream meta unreadable: {exc}")
-            yield RecoveredStream(sname, sdir, unloaded=f"stream meta unreadable: {exc}")
+            reason = offline_reason(level, exc)
+            problem(sname, None, meta_path, f"stream not loaded: {reason}; its files are kept")
+            yield RecoveredStream(sname, sdir, unloaded=reason)
             continue
         try:
+            if level is not None:
+                raise ValueError(level)
             config.check_supported()
-        except JSApiError as exc:
-            detail = f"stream not loaded: {exc.description}; its files are kept"
-            problem(sname, None, meta_path, detail)
-            yield RecoveredStream(sname, sdir, unloaded=detail)
+        except (JSApiError, ValueError) as exc:
+            reason = offline_reason(level, exc)
+            problem(sname, None, meta_path, f"stream not loaded: {reason}; its files are kept")
+            yield RecoveredStream(sname, sdir, unloaded=reason)
             continue
         store = FileStore(msgs_dir(sdir), sync=sync, sync_always=sync_always)
         for item in store.recovery_report:
@@ -199,13 +232,17 @@ def recover_streams(base: str | None, now_ns: int, *, sync: Any, sync_always: bo
 
 
 def recover_consumers(found: RecoveredStream, now_ns: int, *, interest: Callable[[str], bool],
-                      problem: Problem) -> Iterator[Consumer]:
+                      problem: Problem, unsupported: Callable[[str, str], None] | None = None
+                      ) -> Iterator[Consumer]:
     """The consumers of a loaded stream :func:`recover_streams` found, by name, with their
     stored state (``interest``: ``interest(subject) -> bool`` for push consumers).
 
     Reported through ``problem`` and skipped, files untouched: an unreadable meta file, a
-    stored config with a setting jetraft does not act on. An unreadable or rejected state
-    file is reported and the consumer delivers from its start.
+    stored config that needs a higher API level than this server's or has a setting
+    jetraft does not act on; those two are also told to ``unsupported(consumer, reason)``
+    (the caller takes the stream offline, as nats-server does: a stream must not remove
+    what a consumer it cannot load still needs). An unreadable or rejected state file is
+    reported and the consumer delivers from its start.
     """
     sname, sdir, stream = found.name, found.directory, found.stream
     assert stream is not None
@@ -215,15 +252,25 @@ def recover_consumers(found: RecoveredStream, now_ns: int, *, interest: Callable
     for cname in sorted(os.listdir(obs)):
         cdir = consumer_dir(sdir, cname)
         meta_path = os.path.join(cdir, META)
+        level = _required_level(meta_path)
         try:
             ccfg, ccreated = _read_meta(meta_path, lambda c: ConsumerConfig.decode(c).checked(stream.config),
                                         now_ns)
         except _UNREADABLE as exc:
-            problem(sname, cname, meta_path, f"consumer meta unreadable: {exc}")
+            if level is not None and unsupported is not None:
+                reason = offline_reason(level, exc)
+                problem(sname, cname, meta_path, f"consumer not loaded: {reason}; its files are kept")
+                unsupported(cname, reason)
+            else:
+                problem(sname, cname, meta_path, f"consumer meta unreadable: {exc}")
             continue
         what = ccfg.unsupported()
-        if what is not None:
-            problem(sname, cname, meta_path, f"consumer not loaded: {what} {UNSUPPORTED}; its files are kept")
+        if what is not None or level is not None:
+            reason = offline_reason(level, ValueError(level)) if level is not None \
+                else f"unsupported - {what} {UNSUPPORTED}"
+            problem(sname, cname, meta_path, f"consumer not loaded: {reason}; its files are kept")
+            if unsupported is not None:
+                unsupported(cname, reason)
             continue
         state = None
         state_path = os.path.join(cdir, STATE)

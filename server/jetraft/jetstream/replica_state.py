@@ -14,7 +14,8 @@ survives ``msgpack.packb(use_bin_type=True)`` and JSON::
     {"version": 1,
      "stream": {"config": <StreamConfig JSON>, "created_ns": int,
                 "last_seq": int, "last_msg_id": str,
-                "dedupe": [[msg id, seq, ts ns], ...]},          # oldest first
+                "dedupe": [[msg id, seq, ts ns], ...],           # oldest first
+                "schedules": [[subject, seq, due ns], ...]},    # allow_msg_schedules only
      "consumers": [{"name": str, "config": <ConsumerConfig JSON>, "created_ns": int,
                     "state": <Consumer.replica_state()>}, ...]}  # the stream's order
 
@@ -131,6 +132,18 @@ def _unique(items: list[list[Any]], where: str) -> None:
         seen.add(item[0])
 
 
+_WAITING = _tuple(_str, _int, _int, _int, _int, _int, _bool, _nat)
+_PRIORITY_FIELDS = _tuple(_str, _int, _int, _str, _int)
+
+
+def _waiting_request(value: Any, where: str) -> list[Any]:
+    """A waiting pull request: 8 items, or 9 with its priority fields."""
+    items = _list(value, where)
+    if len(items) == 9:
+        return _WAITING(items[:8], where) + [_PRIORITY_FIELDS(items[8], f"{where}[8]")]
+    return _WAITING(items, where)
+
+
 #: Consumer.replica_state() keys and their checks (see consumer.py for their meaning).
 _CONSUMER_FIELDS: dict[str, Check] = {
     "sseq": _nat, "dseq": _nat, "adflr": _nat, "asflr": _nat,
@@ -138,8 +151,9 @@ _CONSUMER_FIELDS: dict[str, Check] = {
     "pending": _list_of(_tuple(_nat, _nat, _int)),              # [sseq, dseq, ts]
     "rdc": _list_of(_tuple(_nat, _int)),                         # [sseq, redeliveries]
     "rdq": _list_of(_nat),
-    # [reply, n, max bytes, expires, heartbeat, next heartbeat, no_wait, delivered]
-    "waiting": _list_of(_tuple(_str, _int, _int, _int, _int, _int, _bool, _nat)),
+    # [reply, n, max bytes, expires, heartbeat, next heartbeat, no_wait, delivered,
+    #  (priority fields: [group, min_pending, min_ack_pending, pin id, priority])]
+    "waiting": _list_of(_waiting_request),
     "lss": _opt(_list_of(_nat)), "lss_resume": _nat, "lss_undo": _opt(_tuple(_nat, _nat)),
     "npc": _nat, "seen_last": _nat, "npc_stale": _bool,
     "ldt": _opt(_int), "lat": _opt(_int),
@@ -152,12 +166,16 @@ _CONSUMER_FIELDS: dict[str, Check] = {
     "dirty": _bool, "closed": _bool,
 }
 #: Keys a consumer's replica state may leave out (a consumer without a pace has none;
-#: a snapshot of an older jetraft has no ``unpause_due``):
+#: a snapshot of an older jetraft has no ``unpause_due``; one without priority groups, pin
+#: or RAFT term seen has no ``priority``):
 #: ``pace`` is [replay, lseq, last stored ts, due, stage, bucket credit, bucket filled at]
 #: (consumer_pacing.py).
 _CONSUMER_OPTIONAL: dict[str, Check] = {
     "pace": _tuple(_bool, _nat, _int, _nat, _nat, _int, _opt(_int)),
     "unpause_due": _bool,       # a pause set by an update has not ended yet (older snapshots lack it)
+    # priority groups (consumer_priority.py): [pin id, pinned ts, timer due, group, pin term,
+    # pins given, term]
+    "priority": _tuple(_str, _opt(_int), _int, _str, _nat, _nat, _nat),
 }
 
 
@@ -194,6 +212,7 @@ def build_replica_state(stream: Any, consumers: Mapping[str, Any]) -> dict[str, 
             "last_seq": stream.last_seq,
             "last_msg_id": stream.last_msg_id,
             "dedupe": [list(e) for e in stream.dedupe_entries()],
+            **({"schedules": stream.schedules.to_state()} if stream.schedules is not None else {}),
         },
         "consumers": [{"name": name, "config": c.config.to_json(), "created_ns": c.created_ns,
                        "state": c.replica_state()} for name, c in consumers.items()],
@@ -221,6 +240,7 @@ class CheckedReplicaState:
     last_msg_id: str
     dedupe: list[tuple[str, int, int]]
     consumers: list[CheckedConsumer]
+    schedules: list[list[Any]] | None = None    # [[subject, seq, due ns], ...] (schedule.py)
 
 
 def _any(value: Any, where: str) -> Any:
@@ -265,9 +285,12 @@ def check_replica_state(value: Any, stream_name: str, storage: str) -> CheckedRe
         raise ReplicaStateError(f"replica state: version {version} is not known "
                                 f"(this server reads version {VERSION})")
     top = _dict(value, "the state", {"version": _int, "stream": _any, "consumers": _list})
-    st = _dict(top["stream"], "stream", {
+    stream_fields: dict[str, Check] = {
         "config": _any, "created_ns": _int, "last_seq": _nat, "last_msg_id": _str,
-        "dedupe": _list_of(_tuple(_str, _nat, _int))})
+        "dedupe": _list_of(_tuple(_str, _nat, _int))}
+    if type(top["stream"]) is dict and "schedules" in top["stream"]:
+        stream_fields["schedules"] = _list_of(_tuple(_str, _nat, _int))
+    st = _dict(top["stream"], "stream", stream_fields)
     cfg = _stream_config(st["config"], "stream.config")
     if cfg.name != stream_name:
         raise ReplicaStateError(f"replica state: stream.config.name is {cfg.name!r}, "
@@ -294,4 +317,5 @@ def check_replica_state(value: Any, stream_name: str, storage: str) -> CheckedRe
         consumers.append(CheckedConsumer(name, ccfg, c["created_ns"],
                                          check_consumer_state(c["state"], f"{where}.state")))
     return CheckedReplicaState(cfg, st["created_ns"], st["last_seq"], st["last_msg_id"],
-                               [(m, s, t) for m, s, t in st["dedupe"]], consumers)
+                               [(m, s, t) for m, s, t in st["dedupe"]], consumers,
+                               st.get("schedules"))

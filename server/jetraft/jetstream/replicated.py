@@ -36,6 +36,9 @@ Entries (msgpack arrays, see :func:`encode_entry`)::
                                                            up to ack_seq) and deliveries
                                                            (seqs) on its consumer of this
                                                            stream (jetstream/sourcing.py LinkStep)
+    ["B", ts, interest, batch, reply, msgs]                a committed atomic batch (jetstream/
+                                                           batch.py): msgs [[subject, headers,
+                                                           data], ...], stored whole or not at all
 
 ``ts``: the leader's clock in ns since the epoch, strictly increasing along the log
 (:meth:`StreamReplica.next_ts`); ``interest``: the deliver subjects of the stream's push
@@ -54,13 +57,14 @@ from jetraft.raft.types import Entry, EntryType
 
 from .api import JetStreamAccount, Reply
 from .admission import MAX_TS, subject_problem
+from .batch import MAX_BATCH_SIZE
 from .catchup import StreamSnapshot, StreamSnapshotError
 from .sourcing import LINK_REPLY, FetchAnswer, LinkStep
 from .store import FileStore
 
-PUBLISH, API, ACK, FLOW_CONTROL, TICK, SOURCED, LINK = "P", "A", "K", "F", "T", "S", "L"
+PUBLISH, API, ACK, FLOW_CONTROL, TICK, SOURCED, LINK, BATCH = "P", "A", "K", "F", "T", "S", "L", "B"
 
-_ARITY = {PUBLISH: 7, API: 7, ACK: 6, FLOW_CONTROL: 4, TICK: 4, SOURCED: 8, LINK: 6}
+_ARITY = {PUBLISH: 7, API: 7, ACK: 6, FLOW_CONTROL: 4, TICK: 4, SOURCED: 8, LINK: 6, BATCH: 6}
 #: The most deliveries one "L" entry carries (a fetch answers at most FETCH_MAX_MSGS).
 _LINK_SEQS_MAX = 4096
 
@@ -95,11 +99,13 @@ def decode_entry(data: bytes) -> list[Any]:
             or not all(isinstance(s, str) for s in interest):
         raise EntryError("stream entry has a bad timestamp or interest list")
     strings = {PUBLISH: (3,), API: (3,), ACK: (3,), FLOW_CONTROL: (3,), TICK: (), SOURCED: (3,),
-               LINK: (3,)}[kind]
+               LINK: (3,), BATCH: (3,)}[kind]
     for i in strings:
         if not isinstance(item[i], str) or not item[i]:
             raise EntryError(f"stream entry {kind!r}: field {i} must be a subject")
-    if kind in (PUBLISH, API, ACK) and item[4] is not None and not isinstance(item[4], str):
+    if kind == BATCH:
+        _check_batch_entry(item)
+    if kind in (PUBLISH, API, ACK, BATCH) and item[4] is not None and not isinstance(item[4], str):
         raise EntryError(f"stream entry {kind!r}: reply must be a string or nil")
     if kind in (PUBLISH, API) and (item[5] is not None and not isinstance(item[5], bytes)
                                    or not isinstance(item[6], bytes)):
@@ -125,6 +131,26 @@ def decode_entry(data: bytes) -> list[Any]:
         except ValueError as exc:
             raise EntryError(f"stream entry 'S': {exc}") from None
     return item
+
+
+def _check_batch_entry(item: list[Any]) -> None:
+    """A "B" entry's fields: a batch id, a reply (a subject or nil), and 1 to
+    MAX_BATCH_SIZE messages ``[subject, headers or nil, data]`` (as lists: tuples after)."""
+    reply, msgs = item[4], item[5]
+    problem = subject_problem(reply) if isinstance(reply, str) and reply else None
+    if problem is not None or item[1] > MAX_TS:
+        raise EntryError(f"stream entry 'B': reply {problem}" if problem
+                         else f"stream entry 'B': timestamp {item[1]} is out of range")
+    if not isinstance(msgs, list) or not 0 < len(msgs) <= MAX_BATCH_SIZE:
+        raise EntryError("stream entry 'B': msgs must be a list of 1 to 1000 messages")
+    for i, m in enumerate(msgs):
+        if not (isinstance(m, list) and len(m) == 3 and isinstance(m[0], str)
+                and (m[1] is None or isinstance(m[1], bytes)) and isinstance(m[2], bytes)):
+            raise EntryError(f"stream entry 'B': message {i + 1} is not [subject, headers, data]")
+        problem = subject_problem(m[0])
+        if problem is not None:
+            raise EntryError(f"stream entry 'B': message {i + 1}'s subject {problem}")
+        msgs[i] = (m[0], m[1], m[2])
 
 
 class StoreDamaged(Exception):
@@ -195,6 +221,7 @@ class StreamReplica:
         self.is_leader = False
         self.term = 0                # the term this replica leads in (when is_leader)
         self.last_ts = 0             # the largest entry ts applied
+        self.applied_term = 0        # the term of the last entry applied
         self.applied_index = 0
         self._proposed_ts = 0
 
@@ -211,6 +238,9 @@ class StreamReplica:
         out: list[Reply] = []
         for e in entries:
             self.applied_index = max(self.applied_index, e.index)
+            if e.term != self.applied_term:     # a leader change, as every replica sees it
+                self.applied_term = e.term
+                self.account.stream_term(self.name, e.term)
             if e.type != EntryType.NORMAL or not e.data:
                 continue
             try:
@@ -236,6 +266,8 @@ class StreamReplica:
         try:
             if kind == PUBLISH:
                 return acc.publish(entry, item[3], item[4], item[5], item[6], ts)
+            if kind == BATCH:
+                return acc.apply_batch(entry, item[3], item[4], item[5], ts)
             if kind == API:
                 if item[4] == LINK_REPLY:
                     return acc.link_api(item[3], item[4], item[6], ts)

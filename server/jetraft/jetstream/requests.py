@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jetraft import gofmt
-from jetraft.jetstream.model.base import API_LEVEL
+from jetraft.jetstream.model.base import API_LEVEL, META_REQUIRED_LEVEL
 from jetraft.protocol.headers import Headers, HeaderError, get_header
 from jetraft.protocol.headers import encode as encode_headers
 from jetraft.protocol.headers import parse as parse_headers
@@ -378,6 +378,20 @@ def required_level_met(headers: bytes | None) -> bool:
     if not digits.isascii() or not digits.isdigit():
         return False
     return int(text) <= API_LEVEL
+
+
+def unmet_required_level(config: Any) -> str | None:
+    """The ``_nats.req.level`` of a stream or consumer config (a JSON dict, untrusted) when
+    this server's API level is below it, else None (nats-server jetstream_versioning.go
+    supportsRequiredApiLevel: a value that is not an integer is not supported). Never raises."""
+    meta = config.get("metadata") if isinstance(config, dict) else None
+    level = meta.get(META_REQUIRED_LEVEL) if isinstance(meta, dict) else None
+    if not isinstance(level, str) or not level:
+        return None
+    try:
+        return None if int(level) <= API_LEVEL else level
+    except ValueError:
+        return level
 
 
 # --------------------------------------------------------------------------- request info

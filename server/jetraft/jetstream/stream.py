@@ -54,9 +54,10 @@ from jetraft.protocol.subjects import is_valid_literal_subject
 from jetraft.protocol.transform import MappingError, NoMatch, SubjectTransform
 
 from . import errors as E
-from . import counter, sourcing
+from . import counter, schedule, sourcing
 from .model import LostStreamData, StreamConfig, StreamInfo, StreamState
 from .store import MAX_SUBJECT_DETAILS, CorruptMessage, MessageNotFound, StoredMessage
+from .schedule import ScheduleIndex
 from .ttl import TtlIndex
 
 __all__ = ["Stream", "parse_message_ttl"]
@@ -145,6 +146,7 @@ class Stream:
                  ttl_state: bytes | None = None) -> None:
         self._ttl_state = ttl_state         # the saved TTL index, read when the config wants one
         self.ttls: TtlIndex | None = None   # allow_msg_ttl: the TTL'd messages (jetstream/ttl.py)
+        self.schedules: ScheduleIndex | None = None     # allow_msg_schedules (jetstream/schedule.py)
         self._transform: SubjectTransform | None = None     # subject_transform, parsed
         self._source_seqs: dict[str, int] | None = None     # sources' positions, read when first asked
         self._republish: SubjectTransform | None = None     # republish src -> dest, parsed
@@ -241,6 +243,11 @@ class Stream:
             self.ttls = self._open_ttls()
         elif not cfg.allow_msg_ttl:
             self.ttls = None
+        if cfg.allow_msg_schedules and self.schedules is None:
+            self.schedules = ScheduleIndex()
+            self.schedules.scan(self.store)
+        elif not cfg.allow_msg_schedules:
+            self.schedules = None
 
     def _open_ttls(self) -> TtlIndex:
         """The TTL index: the saved one (``ttl_state``) when it reads back, else a new one;
@@ -340,6 +347,8 @@ class Stream:
             last_text = _hdr(headers, EXPECTED_LAST_SEQ)
             if last_text and _parse_u64(last_text) != self.last_seq:
                 raise E.wrong_last_sequence(self.last_seq)
+            headers = schedule.check_publish(headers, subject, cfg, sourced=sourced,
+                                             parse_ttl=parse_message_ttl, last_on=self.last_headers)
             msg_id = _hdr(headers, MSG_ID)
             if msg_id:
                 self.prune_dedupe(now_ns)
@@ -361,7 +370,7 @@ class Stream:
         if cfg.allow_msg_counter:
             if incr is None:
                 raise E.api_error("JSMessageIncrMissingErr")
-            last = self._last_on_subject(subject)
+            last = self.last_on_subject(subject)
             update = counter.apply_increment(incr, headers, data, subject, last,
                                              _hdr(headers, sourcing.SOURCE_HEADER))
             headers, data, value = update.headers, update.data, update.value
@@ -386,6 +395,10 @@ class Stream:
             self.store.purge(subject, keep=1)
         elif rollup == "all":
             self.store.purge(None, keep=1)
+        if self.schedules is not None and headers:
+            purged = self.schedules.observe(seq, subject, headers, now_ns)
+            if purged is not None:      # a schedule's last copy: the schedule goes
+                self.store.purge(purged)
         self.enforce_limits(subject)
         republished = None
         if destination is not None:
@@ -401,7 +414,13 @@ class Stream:
             ack["val"] = value
         return ack, republished
 
-    def _last_on_subject(self, subject: str) -> tuple[bytes | None, bytes] | None:
+    def last_headers(self, subject: str) -> bytes | None | bool:
+        """The headers of the last message on ``subject``: None when there is none, False
+        when it has none."""
+        last = self.last_on_subject(subject, broken=False)
+        return None if last is None else (last[0] or False)
+
+    def last_on_subject(self, subject: str, broken: bool = True) -> tuple[bytes | None, bytes] | None:
         """(headers, payload) of the last message on ``subject``, or None."""
         seq = self.store.last_seq_for_subject(subject)
         if not seq:
@@ -411,8 +430,53 @@ class Stream:
         except MessageNotFound:
             return None
         except CorruptMessage:
-            raise E.api_error("JSMessageCounterBrokenErr") from None
+            if broken:
+                raise E.api_error("JSMessageCounterBrokenErr") from None
+            return None
         return sm.headers, sm.data
+
+    # --- message schedules (jetstream/schedule.py) ---------------------------------------
+    def set_schedules(self, items: list[list[Any]]) -> None:
+        """The schedule index a replica's snapshot state holds (``[[subject, seq, due ns],
+        ...]``); raises ValueError for another shape."""
+        self.schedules = ScheduleIndex.from_state(items)
+
+    def fire_schedules(self, now_ns: int) -> tuple[int, list[Message]]:
+        """Store the copy of every schedule due at ``now_ns`` (at most SCHEDULE_FIRE_MAX),
+        as a sourced publish (nats-server scheduler.go getScheduledMessages, stream.go
+        RegisterProcessJetStreamMsg); returns (how many were stored, what ``republish``
+        sends for them). A schedule whose message is gone or no longer a schedule is
+        forgotten; one whose copy is refused (a limit) is tried again RETRY_NS later."""
+        index = self.schedules
+        if index is None:
+            return 0, []
+        stored, again = 0, []
+        for subject, seq, due in index.due(now_ns, schedule.SCHEDULE_FIRE_MAX):
+            try:
+                sm = self.store.load(seq)
+            except (MessageNotFound, CorruptMessage):
+                sm = None
+            if sm is None or sm.subject != subject:
+                index.remove(subject)
+                continue
+            copy = schedule.fired_copy(subject, sm.headers, sm.data, due, now_ns,
+                                       self._last_on_subject_quiet, parse_message_ttl)
+            if copy is None:
+                index.remove(subject)
+                continue
+            try:
+                _ack, republished = self.publish_message(copy.target, copy.headers, copy.data, now_ns,
+                                                         sourced=True)
+            except E.JSApiError:
+                index.update(subject, now_ns + schedule.RETRY_NS)
+                continue
+            stored += 1
+            if republished is not None:
+                again.append(republished)
+        return stored, again
+
+    def _last_on_subject_quiet(self, subject: str) -> tuple[bytes | None, bytes] | None:
+        return self.last_on_subject(subject, broken=False)
 
     def seen_msg_id(self, msg_id: str) -> int | None:
         """The sequence stored with ``msg_id`` within the duplicate window, or None."""
@@ -616,7 +680,10 @@ class Stream:
 
     def next_expiry(self) -> int | None:
         """When (ns) the next message's TTL passes, or None."""
-        return self.ttls.next_expiry() if self.ttls is not None else None
+        times = [t for t in (self.ttls.next_expiry() if self.ttls is not None else None,
+                             self.schedules.next_due() if self.schedules is not None else None)
+                 if t is not None]
+        return min(times) if times else None
 
     def ack_floor_for_retention(self, floor_seq: int) -> int:
         """HOOK, NOT YET USED: for ``interest``/``workqueue`` retention, remove every message

@@ -19,7 +19,9 @@ from jetraft.jetstream.store import GroupCommit
 
 T0 = 1_800_000_000_000_000_000
 REPLY = "_INBOX.r"
-ATOMIC = {"name": "RP", "subjects": ["rp.>"], "allow_atomic": True}
+BATCHED = {"name": "RP", "subjects": ["rp.>"], "allow_batched": True}
+#: How jetraft names ``allow_batched`` in its refusal.
+FAST = "allow_batched (fast batch publish, nats-server 2.14)"
 
 
 class Events:
@@ -51,8 +53,8 @@ def refusal(setting: str, err_code: int = 10052) -> dict:
 
 def test_stream_create_refused_before_anything_is_stored(tmp_path):
     acc = new_account(str(tmp_path))
-    reply = answer(acc, "$JS.API.STREAM.CREATE.RP", ATOMIC)
-    assert reply["error"] == refusal("allow_atomic")
+    reply = answer(acc, "$JS.API.STREAM.CREATE.RP", BATCHED)
+    assert reply["error"] == refusal(FAST)
     assert acc.streams == {}
     assert not os.path.exists(tmp_path / "jetstream" / "$G" / "streams" / "RP")
     assert acc.events.named("jetstream_stream_created") == []
@@ -63,23 +65,23 @@ def test_stream_update_refused_and_the_stored_config_is_unchanged(tmp_path):
     assert "error" not in answer(acc, "$JS.API.STREAM.CREATE.U", {"name": "U", "subjects": ["u"]})
     meta = tmp_path / "jetstream" / "$G" / "streams" / "U" / "meta.json"
     before = meta.read_bytes()
-    reply = answer(acc, "$JS.API.STREAM.UPDATE.U", {"name": "U", "subjects": ["u"], "allow_atomic": True})
-    assert reply["error"] == refusal("allow_atomic")
+    reply = answer(acc, "$JS.API.STREAM.UPDATE.U", {"name": "U", "subjects": ["u"], "allow_batched": True})
+    assert reply["error"] == refusal(FAST)
     assert meta.read_bytes() == before
-    assert acc.streams["U"].stream.config.allow_atomic is False
+    assert acc.streams["U"].stream.config.allow_batched is False
 
 
 def test_consumer_create_refused_before_anything_is_stored(tmp_path):
     acc = new_account(str(tmp_path))
     answer(acc, "$JS.API.STREAM.CREATE.C", {"name": "C", "subjects": ["c.>"]})
     body = {"stream_name": "C", "config": {"durable_name": "d", "ack_policy": "explicit",
-                                           "priority_policy": "overflow", "priority_groups": ["g"]}}
+                                           "deliver_subject": "dl", "sourcing": True}}
     reply = answer(acc, "$JS.API.CONSUMER.CREATE.C.d", body)
-    assert reply["error"] == refusal("priority_policy overflow", 10012)
+    assert reply["error"] == refusal("sourcing", 10012)
     assert acc.streams["C"].consumers == {}
     assert not os.path.exists(tmp_path / "jetstream" / "$G" / "streams" / "C" / "obs" / "d")
     assert acc.consumer_create_refusal("$JS.API.CONSUMER.CREATE.C.d", json.dumps(body).encode()).to_json() \
-        == refusal("priority_policy overflow", 10012)
+        == refusal("sourcing", 10012)
     # a request failing an earlier check is not this refusal (handling it answers that)
     assert acc.consumer_create_refusal("$JS.API.CONSUMER.CREATE.C.d", b"{") is None
 
@@ -95,7 +97,7 @@ def _older_jetraft_stream(tmp_path, config: dict, msgs: bytes = b"old records") 
 
 
 def test_recovery_does_not_load_a_stored_stream_with_an_unsupported_setting(tmp_path):
-    sdir = _older_jetraft_stream(tmp_path, ATOMIC)
+    sdir = _older_jetraft_stream(tmp_path, BATCHED)
     before = {name: open(os.path.join(sdir, name), "rb").read() for name in ("meta.json", "msgs/1.blk")}
     acc = new_account(str(tmp_path))
     acc.recover(T0)
@@ -103,14 +105,17 @@ def test_recovery_does_not_load_a_stored_stream_with_an_unsupported_setting(tmp_
     assert acc.stream_for("rp.x") is None          # its subjects take nothing
     (problem,) = acc.events.named("jetstream_recovery_problem")
     assert problem["stream"] == "RP"
-    assert problem["detail"] == "stream not loaded: allow_atomic is not supported by jetraft; its files are kept"
+    assert problem["detail"] == (f"stream not loaded: unsupported - {FAST} is not supported by jetraft; "
+                                 "its files are kept")
     assert {name: open(os.path.join(sdir, name), "rb").read() for name in before} == before
     # A new stream of that name would adopt the old files: refused, the files kept.
     reply = answer(acc, "$JS.API.STREAM.CREATE.RP", {"name": "RP", "subjects": ["rp.>"]})
     assert reply["error"]["err_code"] == 10049
     assert "not loaded" in reply["error"]["description"]
     assert {name: open(os.path.join(sdir, name), "rb").read() for name in before} == before
-    assert answer(acc, "$JS.API.STREAM.INFO.RP")["error"]["err_code"] == 10059
+    assert answer(acc, "$JS.API.STREAM.INFO.RP")["error"] == {
+        "code": 500, "err_code": 10194,
+        "description": f"stream is offline: unsupported - {FAST} is not supported by jetraft"}
 
 
 def test_recovery_does_not_load_a_stored_consumer_with_an_unsupported_setting(tmp_path):
@@ -122,25 +127,28 @@ def test_recovery_does_not_load_a_stored_consumer_with_an_unsupported_setting(tm
     cdir = tmp_path / "jetstream" / "$G" / "streams" / "C" / "obs" / "old"
     cdir.mkdir(parents=True)
     (cdir / "meta.json").write_text(json.dumps({"config": {"durable_name": "old", "ack_policy": "explicit",
-                                                           "priority_policy": "overflow",
-                                                           "priority_groups": ["g"]}, "created": T0}))
+                                                           "deliver_subject": "dl", "sourcing": True},
+                                                "created": T0}))
     again = new_account(str(tmp_path))
     again.recover(T0)
-    assert list(again.streams["C"].consumers) == ["ok"]
+    # the stream stops rather than remove what the consumer it cannot load still needs
+    assert "C" not in again.streams
+    assert answer(again, "$JS.API.STREAM.INFO.C")["error"] == {
+        "code": 500, "err_code": 10194, "description": 'stream is offline: stopped - unsupported consumer "old"'}
     (problem,) = again.events.named("jetstream_recovery_problem")
     assert (problem["stream"], problem["consumer"]) == ("C", "old")
-    assert problem["detail"] == ("consumer not loaded: priority_policy overflow is not supported by jetraft; "
+    assert problem["detail"] == ("consumer not loaded: unsupported - sourcing is not supported by jetraft; "
                                  "its files are kept")
     assert (cdir / "meta.json").exists()
 
 
 def test_a_replica_with_an_unsupported_setting_is_refused_before_old_files_go(tmp_path):
     """An assignment from an older jetraft's meta log: refused, nothing removed."""
-    sdir = _older_jetraft_stream(tmp_path, ATOMIC)
+    sdir = _older_jetraft_stream(tmp_path, BATCHED)
     acc = new_account(str(tmp_path))
     with pytest.raises(Exception) as info:
-        acc.create_replica({**ATOMIC, "storage": "file"}, T0)
-    assert info.value.to_json() == refusal("allow_atomic")
+        acc.create_replica({**BATCHED, "storage": "file"}, T0)
+    assert info.value.to_json() == refusal(FAST)
     assert os.path.exists(os.path.join(sdir, "msgs", "1.blk"))
     assert "RP" not in acc.streams
 
@@ -171,3 +179,54 @@ def test_a_ttl_header_is_refused_never_stored(allow, ttl, error):
     (reply,) = acc.publish(entry, "t", REPLY, f"NATS/1.0\r\nNats-TTL: {ttl}\r\n\r\n".encode(), b"x", T0)
     assert json.loads(reply.out.data) == {"error": error, "stream": "T", "seq": 0}
     assert entry.stream.store.state().messages == 0
+
+
+@pytest.mark.parametrize(("config", "reason"), [
+    ({"name": "NEW", "subjects": ["new.>"], "metadata": {"_nats.req.level": "9"}},
+     "unsupported - required API level: 9, current API level: 5"),
+    ({"name": "NEW", "subjects": ["new.>"], "metadata": {"_nats.req.level": "9"}, "allow_future": True},
+     'unsupported - config error: unknown field "allow_future"'),
+    ({"name": "NEW", "subjects": ["new.>"], "allow_future": True},
+     'decoding error: json: unknown field "allow_future"'),
+])
+def test_a_stream_a_newer_server_stored_is_offline_with_its_reason(tmp_path, config, reason):
+    """A stream whose stored config needs a higher API level, or that this server cannot
+    decode, is loaded offline as nats-server loads it: listed with its reason, refused with
+    it, its files kept (nats-server jetstream.go addStreams, jsStreamListRequest)."""
+    sdir = _older_jetraft_stream(tmp_path, config)
+    before = open(os.path.join(sdir, "meta.json"), "rb").read()
+    acc = new_account(str(tmp_path))
+    acc.recover(T0)
+    answer(acc, "$JS.API.STREAM.CREATE.A", {"name": "A", "subjects": ["a"]})
+    listed = answer(acc, "$JS.API.STREAM.LIST")
+    assert [i["config"]["name"] for i in listed["streams"]] == ["A"]
+    assert (listed["total"], listed["missing"], listed["offline"]) == (2, ["NEW"], {"NEW": reason})
+    assert answer(acc, "$JS.API.STREAM.NAMES")["streams"] == ["A", "NEW"]
+    offline = {"code": 500, "err_code": 10194, "description": f"stream is offline: {reason}"}
+    for subject, body in (("$JS.API.STREAM.INFO.NEW", None), ("$JS.API.STREAM.MSG.GET.NEW", {"seq": 1}),
+                          ("$JS.API.STREAM.PURGE.NEW", None), ("$JS.API.STREAM.DELETE.NEW", None),
+                          ("$JS.API.CONSUMER.CREATE.NEW.d", {"stream_name": "NEW", "config": {
+                              "durable_name": "d"}})):
+        assert answer(acc, subject, body)["error"] == offline, subject
+    assert acc.stream_for("new.x") is None
+    (problem,) = acc.events.named("jetstream_recovery_problem")
+    assert problem["detail"] == f"stream not loaded: {reason}; its files are kept"
+    assert open(os.path.join(sdir, "meta.json"), "rb").read() == before
+
+
+def test_a_consumer_a_newer_server_stored_stops_its_stream(tmp_path):
+    acc = new_account(str(tmp_path))
+    answer(acc, "$JS.API.STREAM.CREATE.W", {"name": "W", "subjects": ["w.>"], "retention": "workqueue"})
+    answer(acc, "$JS.API.CONSUMER.CREATE.W.new", {"stream_name": "W", "config": {
+        "durable_name": "new", "ack_policy": "explicit"}})
+    acc.close()
+    meta = tmp_path / "jetstream" / "$G" / "streams" / "W" / "obs" / "new" / "meta.json"
+    stored = json.loads(meta.read_text())
+    stored["config"]["metadata"] = {"_nats.req.level": "7"}
+    meta.write_text(json.dumps(stored))
+    again = new_account(str(tmp_path))
+    again.recover(T0)
+    assert answer(again, "$JS.API.STREAM.LIST")["offline"] == {"W": 'stopped - unsupported consumer "new"'}
+    (problem,) = again.events.named("jetstream_recovery_problem")
+    assert problem["detail"] == ("consumer not loaded: unsupported - required API level: 7, current API level: 5; "
+                                 "its files are kept")

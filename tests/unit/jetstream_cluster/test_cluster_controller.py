@@ -870,13 +870,12 @@ def test_settings_jetraft_does_not_act_on_are_refused_before_any_proposal():
     w = with_stream()
     counter = {"name": "RP", "subjects": ["rp.>"], "storage": "memory", "allow_batched": True}
     w.request("$JS.API.STREAM.CREATE.RP", counter)
-    w.request("$JS.API.STREAM.UPDATE.S", {**STREAM, "allow_atomic": True})
+    w.request("$JS.API.STREAM.UPDATE.S", {**STREAM, "allow_batched": True})
     w.request("$JS.API.CONSUMER.CREATE.S.d", {"stream_name": "S", "config": {
-        "durable_name": "d", "ack_policy": "explicit", "priority_policy": "overflow",
-        "priority_groups": ["g"]}})
+        "durable_name": "d", "ack_policy": "explicit", "deliver_subject": "dl", "sourcing": True}})
     assert [b["error"] for _s, b in w.take_replies()] == [
         {"code": 500, "err_code": code, "description": f"{setting} is not supported by jetraft"}
-        for setting, code in (("allow_batched", 10052), ("allow_atomic", 10052), ("priority_policy overflow", 10012))]
+        for setting, code in (("allow_batched (fast batch publish, nats-server 2.14)", 10052), ("allow_batched (fast batch publish, nats-server 2.14)", 10052), ("sourcing", 10012))]
     assert untouched(w)
 
 

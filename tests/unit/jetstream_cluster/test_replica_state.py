@@ -46,10 +46,13 @@ STREAM = "S"
 #: them is the restoring server's own.
 NOT_IN_WORKING_STATE = {"stream", "has_interest", "name", "config", "created_ns",
                         "_filters", "_maxp", "_ack_prefix", "_sfreq", "advisory_interest",
-                        "_advisories"}
+                        "_advisories", "account_name"}
 #: Carried in the state's "pace" when the consumer keeps a pace (consumer_pacing.py); a
 #: consumer without one has them as it starts.
 PACE = {"_replay", "_replay_lseq", "_replay_lts", "_pace_due", "_pace_stage", "_rl_credit", "_rl_last"}
+#: Carried in the state's "priority" when the consumer has priority groups, a pin or a RAFT
+#: term seen (consumer_priority.py).
+PRIORITY = {"_pin", "_pin_ts", "_pin_due", "_pin_group", "_pin_term", "_pin_seq", "_term"}
 
 
 class _Events:
@@ -120,7 +123,18 @@ CONSUMERS = {
     "RATE": {"durable_name": "RATE", "deliver_subject": "push.r", "ack_policy": "explicit",
              "rate_limit_bps": 8 * 50_000, "replay_policy": "original", "ack_wait": 2 * SECOND},
 }
+#: Consumers with priority groups (consumer_priority.py), in a priority workload only.
+PRIORITY_CONSUMERS = {
+    "PIN": {"durable_name": "PIN", "ack_policy": "explicit", "priority_policy": "pinned_client",
+            "priority_groups": ["A", "B"], "priority_timeout": 2 * SECOND, "filter_subject": "s.a",
+            "ack_wait": 1 * SECOND},
+    "OVER": {"durable_name": "OVER", "ack_policy": "explicit", "priority_policy": "overflow",
+             "priority_groups": ["A"], "filter_subject": "s.b", "ack_wait": 2 * SECOND},
+    "PRIO": {"durable_name": "PRIO", "ack_policy": "explicit", "priority_policy": "prioritized",
+             "priority_groups": ["A"], "filter_subject": "s.c.>", "ack_wait": 1 * SECOND},
+}
 PULLS = ["PULL", "PULLA", "ALL", "LPS", "EPH", "REPLAY"]
+ALL_CONSUMERS = {**CONSUMERS, **PRIORITY_CONSUMERS}
 DELIVER = {"PUSH": "push.p", "PUSHN": "push.n", "EPUSH": "push.e", "RATE": "push.r"}
 SUBJECTS = ["s.a", "s.b", "s.c.x", "s.c.y"]
 
@@ -129,16 +143,25 @@ class Workload:
     """Random log entries, each chosen from what A has sent so far (ack subjects, flow
     control requests); the same object then feeds A and B alike."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, priority: bool = False) -> None:
         self.rng = random.Random(seed)
+        #: with priority groups: their consumers, pull requests and unpins join the mix
+        self.priority = priority
+        self.consumers = list(ALL_CONSUMERS if priority else CONSUMERS)
+        self.pulls = PULLS + list(PRIORITY_CONSUMERS) if priority else PULLS
         self.now = T0
         self.acks: list[str] = []
         self.fcs: list[str] = []
         self.inboxes: list[str] = []
+        self.pins: list[str] = []
         self.interest: set[str] = set(DELIVER.values())
 
     def observe(self, wire: list[tuple]) -> None:
-        for _kind, subject, reply, *_ in wire:
+        for _kind, subject, reply, headers, *_ in wire:
+            if headers and b"Nats-Pin-Id: " in headers:
+                pin = headers.split(b"Nats-Pin-Id: ")[1].split(b"\r\n")[0].decode()
+                if pin and pin not in self.pins[-3:]:
+                    self.pins = [*self.pins[-3:], pin]
             if reply and reply.startswith("$JS.ACK."):
                 self.acks.append(reply)
             elif reply and reply.startswith("$JS.FC."):
@@ -161,11 +184,11 @@ class Workload:
             return encode_entry(PUBLISH, self.now, interest, rng.choice(SUBJECTS),
                                 rng.choice([None, "_INBOX.pub"]), hdr, b"x" * size)
         if r < 0.38:
-            name = rng.choice(list(CONSUMERS))
-            subject, body = _create(name, CONSUMERS[name])
+            name = rng.choice(self.consumers)
+            subject, body = _create(name, ALL_CONSUMERS[name])
             return encode_entry(API, self.now, interest, subject, "_INBOX.api", None, body)
         if r < 0.55:
-            name = rng.choice(PULLS)
+            name = rng.choice(self.pulls)
             inbox = f"_INBOX.pull.{rng.randint(0, 5)}"
             self.inboxes.append(inbox)
             if rng.random() < 0.8:
@@ -179,6 +202,15 @@ class Workload:
                 req["max_bytes"] = rng.randint(50, 1500)
             if rng.random() < 0.2:
                 req["no_wait"] = True
+            if name in ("PIN", "OVER", "PRIO") and rng.random() < 0.95:
+                req["group"] = rng.choice(["A", "A", "A", "B", "Z"])
+                if name == "PIN" and self.pins and rng.random() < 0.5:
+                    req["id"] = rng.choice(self.pins)
+                if name == "OVER":
+                    req.update(rng.choice([{}, {"min_pending": rng.randint(1, 8)},
+                                           {"min_ack_pending": rng.randint(1, 4)}]))
+                if name == "PRIO":
+                    req["priority"] = rng.randint(0, 10)
             return encode_entry(API, self.now, self.interest, f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{name}",
                                 inbox, None, json.dumps(req).encode())
         if r < 0.75 and self.acks:
@@ -199,10 +231,14 @@ class Workload:
                 return encode_entry(API, self.now, interest, f"$JS.API.STREAM.PURGE.{STREAM}",
                                     "_INBOX.api", None, json.dumps(req).encode())
             if op < 0.7:
-                name = rng.choice(list(CONSUMERS))
+                name = rng.choice(self.consumers)
                 return encode_entry(API, self.now, interest, f"$JS.API.CONSUMER.DELETE.{STREAM}.{name}",
                                     "_INBOX.api", None, b"")
-            name = rng.choice(list(CONSUMERS))
+            if op < 0.8 and self.priority:
+                group = rng.choice(["A", "B"])
+                return encode_entry(API, self.now, interest, f"$JS.API.CONSUMER.UNPIN.{STREAM}.PIN",
+                                    "_INBOX.api", None, json.dumps({"group": group}).encode())
+            name = rng.choice(self.consumers)
             return encode_entry(API, self.now, interest, f"$JS.API.CONSUMER.INFO.{STREAM}.{name}",
                                 "_INBOX.api", None, b"")
         self.now += rng.choice([10 * MS, 300 * MS, 1 * SECOND, 2500 * MS])
@@ -252,11 +288,12 @@ def _handover(a: Replica, b: Replica) -> None:
     b.acc.restore_replica_state(STREAM, unpacked, a.replica.last_ts)
 
 
+@pytest.mark.parametrize("priority", [False, True], ids=["plain", "priority-groups"])
 @pytest.mark.parametrize("retention", sorted(STREAMS))
 @pytest.mark.parametrize("seed", range(6))
-def test_a_restored_replica_behaves_as_the_original(retention, seed):
+def test_a_restored_replica_behaves_as_the_original(retention, seed, priority):
     a, b = Replica(STREAMS[retention]), Replica(STREAMS[retention])
-    work = Workload(seed * 31 + len(retention))
+    work = Workload(seed * 31 + len(retention), priority)
     cut = work.rng.randint(60, 260)
     b_prefix = work.rng.randint(0, cut)       # B has applied part of the log (other consumers)
     for i in range(cut):
@@ -283,11 +320,11 @@ def test_the_workload_reaches_the_states_worth_covering():
     comparisons could pass with a state that leaves these out)."""
     seen: dict[str, bool] = {k: False for k in ("waiting", "rdq", "fcid", "lss", "rdc", "dedupe",
                                                  "no_interest_since", "pending", "replay hold",
-                                                 "rate hold")}
-    for retention in STREAMS:
+                                                 "rate hold", "pin", "waiting with a pin id")}
+    for retention, priority in [(r, p) for r in STREAMS for p in (False, True)]:
         for seed in range(4):
             a = Replica(STREAMS[retention])
-            work = Workload(seed * 31 + len(retention))
+            work = Workload(seed * 31 + len(retention), priority)
             for _ in range(400):
                 work.observe(a.apply(work.next()))
                 st = a.acc.replica_state(STREAM)
@@ -298,6 +335,8 @@ def test_the_workload_reaches_the_states_worth_covering():
                         seen[key] |= bool(s[key])
                     seen["no_interest_since"] |= s["no_interest_since"] is not None \
                         and bool(c["config"].get("deliver_subject"))
+                    seen["pin"] |= bool(s.get("priority") and s["priority"][0])
+                    seen["waiting with a pin id"] |= any(len(w) > 8 and w[8][3] for w in s["waiting"])
                     pace = s.get("pace")
                     seen["replay hold"] |= bool(pace and pace[3] and pace[4] == 1)
                     seen["rate hold"] |= bool(pace and pace[3] and pace[4] == 2)
@@ -309,7 +348,7 @@ def test_every_consumer_attribute_is_carried_or_documented():
     restore every attribute of every consumer must equal the original's, and each must be
     either in Consumer.replica_state() or documented as not needing it."""
     a, b = Replica(STREAMS["limits"]), Replica(STREAMS["limits"])
-    work = Workload(7)
+    work = Workload(7, priority=True)
     for _ in range(250):
         work.observe(a.apply(work.next()))
     assert a.entry.consumers
@@ -317,7 +356,7 @@ def test_every_consumer_attribute_is_carried_or_documented():
     for name, ca in a.entry.consumers.items():
         cb = b.entry.consumers[name]
         assert set(vars(ca)) == set(vars(cb))
-        carried = {k if k == "dirty" else "_" + k for k in ca.replica_state()} | PACE
+        carried = {k if k == "dirty" else "_" + k for k in ca.replica_state()} | PACE | PRIORITY
         unaccounted = set(vars(ca)) - carried - NOT_IN_WORKING_STATE
         assert not unaccounted, f"consumer attributes not in the replica state: {unaccounted}"
         for key in set(vars(ca)) - {"stream", "has_interest"}:

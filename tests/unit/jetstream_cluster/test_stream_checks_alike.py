@@ -67,7 +67,7 @@ BAD = [
     pytest.param("UPDATE", "ORDERS", body(**{**AUDIT, "subjects": ["audit2.>"]}), 10056,
                  id="update-name-mismatch"),
     pytest.param("UPDATE", "ORDERS", b"{", 10025, id="update-bad-json"),
-    pytest.param("UPDATE", "ORDERS", body(**{**ORDERS, "allow_atomic": True}), 10052, id="update-unsupported"),
+    pytest.param("UPDATE", "ORDERS", body(**{**ORDERS, "allow_batched": True}), 10052, id="update-unsupported"),
 ]
 
 

@@ -26,10 +26,8 @@ def stream(**fields) -> StreamConfig:
 @pytest.mark.parametrize(("setting", "fields"), [
     ("mirror external", {"mirror": {"name": "O", "external": {"api": "$JS.hub.API", "deliver": ""}}}),
     ("source external", {"subjects": ["s"], "sources": [{"name": "O", "external": {"api": "$JS.hub.API"}}]}),
-    ("allow_atomic", {"allow_atomic": True}),
-    ("allow_msg_schedules", {"allow_msg_schedules": True}),
     ("persist_mode async", {"persist_mode": "async"}),
-    ("allow_batched", {"allow_batched": True}),
+    ("allow_batched (fast batch publish, nats-server 2.14)", {"allow_batched": True}),
 ])
 def test_a_stream_setting_jetraft_does_not_act_on_is_refused(setting, fields):
     cfg = stream(**fields)
@@ -75,12 +73,6 @@ def consumer(**fields) -> ConsumerConfig:
 
 
 @pytest.mark.parametrize(("setting", "fields"), [
-    ("priority_policy overflow", {"ack_policy": "explicit", "priority_policy": "overflow",
-                                  "priority_groups": ["g"]}),
-    ("priority_policy pinned_client", {"ack_policy": "explicit", "priority_policy": "pinned_client",
-                                       "priority_groups": ["g"]}),
-    ("priority_policy prioritized", {"ack_policy": "explicit", "priority_policy": "prioritized",
-                                     "priority_groups": ["g"]}),
     ("direct", {"deliver_subject": "d", "direct": True}),
     ("sourcing", {"deliver_subject": "d", "sourcing": True}),
 ])
@@ -103,6 +95,11 @@ def test_a_consumer_setting_jetraft_does_not_act_on_is_refused(setting, fields):
     {"deliver_subject": "d", "deliver_group": "q", "flow_control": True, "idle_heartbeat": S},
     {"replay_policy": "original", "ack_policy": "explicit"},                    # consumer_pacing.py
     {"deliver_subject": "d", "replay_policy": "original", "rate_limit_bps": 8000},
+    # priority groups (consumer_priority.py)
+    {"ack_policy": "explicit", "priority_policy": "overflow", "priority_groups": ["g"]},
+    {"ack_policy": "explicit", "priority_policy": "pinned_client", "priority_groups": ["g", "h"],
+     "priority_timeout": S},
+    {"ack_policy": "explicit", "priority_policy": "prioritized", "priority_groups": ["g"]},
 ])
 def test_consumer_settings_jetraft_acts_on_pass(fields):
     cfg = consumer(**fields)

@@ -8,7 +8,9 @@ files.
 
 from __future__ import annotations
 
+from jetraft import gofmt
 from jetraft.jetstream import layout
+from jetraft.jetstream.api.batches import AtomicPublish
 from jetraft.jetstream.api.consumers import ConsumerRequests
 from jetraft.jetstream.api.core import ACK_PREFIX, FC_PREFIX, Reply, StreamEntry
 from jetraft.jetstream.api.dispatch import ApiDispatch
@@ -28,7 +30,7 @@ TTL_INDEX_FLUSH_EVERY = 20
 
 
 class JetStreamAccount(ApiDispatch, StreamRequests, ConsumerRequests, StreamReplicas,
-                       SnapshotsAndRestores, LimitChecks, SourceLinks):
+                       SnapshotsAndRestores, LimitChecks, SourceLinks, AtomicPublish):
     """JetStream for one account (nats-server ``jsAccount``).
 
     ``name``: the account; ``store_dir``: JetStream's store directory (None: memory only,
@@ -46,6 +48,10 @@ class JetStreamAccount(ApiDispatch, StreamRequests, ConsumerRequests, StreamRepl
     ``clustered``: the account is one replica of a JetStream cluster (``net/jetstream/cluster.py``):
     replicas > 1 are accepted, and the cluster layer sets :attr:`cluster_info`
     (``cluster_info(stream_name) -> dict | None``, the ``cluster`` object of stream info).
+
+    ``batches``: the :class:`~jetraft.jetstream.batch.AtomicBatches` staging atomic batches
+    on this server, shared by its accounts (its limits are per server); one of its own
+    when None.
     """
 
     # ------------------------------------------------------------------ recovery
@@ -58,21 +64,29 @@ class JetStreamAccount(ApiDispatch, StreamRequests, ConsumerRequests, StreamRepl
         stored config has a setting jetraft does not act on (written by an older jetraft:
         ``StreamConfig.check_supported``, ``ConsumerConfig.check_supported``) is not loaded,
         reported with the setting named, and its files are left untouched; such a stream
-        is listed in :attr:`unloaded`.
+        is listed in :attr:`unloaded` (offline, with its reason), and so is a stream with
+        such a consumer (``stopped - unsupported consumer "<name>"``, nats-server's).
         """
         for found in layout.recover_streams(self.base, now_ns, sync=self.sync, sync_always=self.sync_always,
                                             domain=self.domain, problem=self._problem):
             if found.stream is None:
                 self.unloaded[found.name] = found.unloaded
                 continue
+            offline: list[str] = []
+            consumers = list(layout.recover_consumers(found, now_ns, interest=self.interest, problem=self._problem,
+                                                      unsupported=lambda cname, _reason: offline.append(cname)))
+            if offline:     # nats-server jetstream.go: the stream stops with an unsupported consumer
+                found.stream.store.close()
+                self.unloaded[found.name] = f"stopped - unsupported consumer {gofmt.quote(offline[0])}"
+                continue
             entry = StreamEntry(found.stream, directory=found.directory)
             self._add_stream(entry)
             state = found.stream.store.state()
             self.events.emit("jetstream_stream_recovered", account=self.name, stream=found.name,
                              messages=state.messages, last_seq=state.last_seq)
-            for consumer in layout.recover_consumers(found, now_ns, interest=self.interest,
-                                                     problem=self._problem):
+            for consumer in consumers:
                 consumer.advisory_interest = self.advisory_interest
+                consumer.account_name = self.name
                 entry.consumers[consumer.name] = consumer
 
     def _problem(self, stream: str, consumer: str | None, path: str, detail: str) -> None:

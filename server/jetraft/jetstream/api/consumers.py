@@ -1,8 +1,9 @@
 """The consumer requests of the ``$JS.API``: CONSUMER.CREATE (and DURABLE.CREATE), INFO,
-DELETE, NAMES and LIST, and pull requests (CONSUMER.MSG.NEXT).
+DELETE, NAMES and LIST, RESET, PAUSE and UNPIN, and pull requests (CONSUMER.MSG.NEXT).
 
 As nats-server server/jetstream_api.go (jsConsumerCreateRequest, jsConsumerInfoRequest,
-jsConsumerDeleteRequest, jsConsumerNamesRequest, jsConsumerListRequest) and
+jsConsumerDeleteRequest, jsConsumerNamesRequest, jsConsumerListRequest,
+jsConsumerUnpinRequest) and
 server/consumer.go (processNextMsgRequest).
 """
 
@@ -18,7 +19,8 @@ from jetraft.jetstream import gojson
 from jetraft.jetstream.api.core import LIST_LIMIT, NAMES_LIMIT, AccountCore, Reply, StreamEntry
 from jetraft.jetstream.consumer import Consumer
 from jetraft.jetstream.errors import JSApiError, UnsupportedSetting
-from jetraft.jetstream.requests import decode_request
+from jetraft.jetstream.model.base import _GROUP_NAME
+from jetraft.jetstream.requests import decode_request, str_field
 from jetraft.jetstream.model import API_LEVEL, META_SERVER_LEVEL, META_SERVER_VERSION, ConsumerConfig
 from jetraft.jetstream.validate import (
     check_consumer_create,
@@ -98,6 +100,8 @@ class ConsumerRequests(AccountCore):
             cfg.name = name
         consumer = Consumer(entry.stream, name, cfg, created_ns=now_ns, has_interest=self.interest)
         consumer.advisory_interest = self.advisory_interest
+        consumer.account_name = self.name
+        consumer.on_term(self.stream_terms.get(entry.name, 0))
         entry.consumers[name] = consumer
         self._write_consumer_meta(entry, consumer)
         self.events.emit("jetstream_consumer_created", account=self.name, stream=entry.name,
@@ -208,6 +212,44 @@ class ConsumerRequests(AccountCore):
         if paused:
             body["pause_remaining"] = until - now_ns
         return body, out
+
+    def _api_consumer_unpin(self, tokens: list[str], payload: bytes,
+                            now_ns: int) -> tuple[dict[str, Any], list[Reply]]:
+        """``$JS.API.CONSUMER.UNPIN.<stream>.<consumer>`` with ``{"group": "<name>"}``
+        (nats-server 2.11 jsConsumerUnpinRequest): the consumer's pin ends and the unpinned
+        advisory (reason ``admin``) goes out; the answer is the bare response type. Raises,
+        in nats-server's order, 10025 for a body that is not JSON (``json.Unmarshal``'s
+        words) or names no group (``consumer group not specified``), 10162 for an invalid
+        group name, 10059/10014 for a stream or consumer not found (first, in a cluster, as
+        nats-server's clustered servers check them first), 10160 for a group the consumer
+        does not have. Also returns what the consumer then sends."""
+        if self.clustered:
+            self._consumer(tokens[4], tokens[5])
+        try:
+            req = gojson.unmarshal(payload)
+        except gojson.GoJSONError as exc:
+            raise E.invalid_json(exc.unmarshal_text()) from None
+        if req is not None and not isinstance(req, dict):
+            raise E.invalid_json(f"json: cannot unmarshal {gojson.json_kind(req)} into Go value "
+                                 "of type server.JSApiConsumerUnpinRequest")
+        group = str_field(req or {}, "group", "JSApiConsumerUnpinRequest")
+        if not group:
+            raise E.invalid_json("consumer group not specified")
+        if not _GROUP_NAME.match(group):
+            raise E.api_error("JSConsumerInvalidGroupNameErr")
+        _entry, consumer = self._consumer(tokens[4], tokens[5])
+        if group not in consumer.config.priority_groups:
+            raise E.api_error("JSConsumerInvalidPriorityGroupErr")
+        return {}, [Reply(m) for m in consumer.unpin(group, now_ns)]
+
+    def stream_term(self, stream: str, term: int) -> None:
+        """The clustered stream ``stream`` applies an entry of a RAFT term later than any
+        before: its consumers' pins of earlier terms end (see
+        :meth:`~jetraft.jetstream.consumer_priority._Priority.on_term`)."""
+        self.stream_terms[stream] = term
+        entry = self.streams.get(stream)
+        for consumer in entry.consumers.values() if entry is not None else ():
+            consumer.on_term(term)
 
     def _api_consumer_info(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
         if payload.strip():

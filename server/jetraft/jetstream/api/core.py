@@ -17,6 +17,7 @@ from typing import Any
 
 from jetraft.jetstream import errors as E
 from jetraft.jetstream import layout
+from jetraft.jetstream.batch import AtomicBatches
 from jetraft.jetstream.consumer import Consumer
 from jetraft.jetstream.model import AccountLimits, StreamConfig
 from jetraft.jetstream.outbound import Outbound
@@ -69,11 +70,16 @@ class AccountCore:
                  sync_always: bool = True, domain: str = "", server_name: str = "",
                  clustered: bool = False,
                  advisory_interest: Callable[[str], bool] | None = None,
-                 limits: Mapping[str, int | bool] | None = None) -> None:
+                 limits: Mapping[str, int | bool] | None = None,
+                 batches: AtomicBatches | None = None) -> None:
         self.name = name
+        #: atomic batches staged on this server (jetstream/batch.py), shared by its accounts
+        self.batches = batches if batches is not None else AtomicBatches()
         #: whether a subscription listens on an advisory subject; None: no advisories
         self.advisory_interest = advisory_interest
         self.clustered = clustered
+        #: each clustered stream's RAFT term, as its last applied entry has it
+        self.stream_terms: dict[str, int] = {}
         self.cluster_info: Callable[[str], dict[str, Any] | None] | None = None
         self.server_name = server_name
         self.sync = sync
@@ -110,6 +116,7 @@ class AccountCore:
         self._add_capture(entry)
         for consumer in entry.consumers.values():
             consumer.advisory_interest = self.advisory_interest
+            consumer.account_name = self.name
 
     def _add_capture(self, entry: StreamEntry) -> None:
         for subject in entry.stream.config.subjects:
@@ -120,8 +127,12 @@ class AccountCore:
             self._capture.remove(subject, entry.name)
 
     def _entry(self, name: str) -> StreamEntry:
+        """The loaded stream ``name``. Raises 10194 "stream is offline: <reason>" for one
+        on disk but not loaded (:attr:`unloaded`, nats-server's offline stream), else 10059."""
         entry = self.streams.get(name)
         if entry is None:
+            if name in self.unloaded:
+                raise E.api_error("JSStreamOfflineReasonErrF", err=self.unloaded[name])
             raise E.stream_not_found()
         return entry
 

@@ -185,6 +185,8 @@ class ApiDispatch(AccountCore):
                 return self._api_consumer_reset, E.CONSUMER_RESET_RESPONSE
             if op == "PAUSE" and n == 6:
                 return self._api_consumer_pause, E.CONSUMER_PAUSE_RESPONSE
+            if op == "UNPIN" and n == 6:
+                return self._api_consumer_unpin, E.CONSUMER_UNPIN_RESPONSE
             if op in ("INFO", "DELETE") and n == 6:
                 return ((self._api_consumer_info, E.CONSUMER_INFO_RESPONSE) if op == "INFO"
                         else (self._api_consumer_delete, E.CONSUMER_DELETE_RESPONSE))
@@ -228,7 +230,10 @@ class ApiDispatch(AccountCore):
         if stream is None:
             req = self.names_request(payload, go_type, ("offset", "subject"))
             offset = max(int_field(req, "offset", go_type, "int"), 0)
-            names = self._filtered_streams(str_field(req, "subject", go_type))
+            subject = str_field(req, "subject", go_type)
+            names = self._filtered_streams(subject)
+            if not subject and self.unloaded:       # offline streams are listed too
+                names = sorted(names + [n for n in self.unloaded if n not in self.streams])
         else:
             req = self.names_request(payload, go_type, ("offset",))
             offset = max(int_field(req, "offset", go_type, "int"), 0)

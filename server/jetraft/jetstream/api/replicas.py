@@ -113,6 +113,11 @@ class StreamReplicas(AccountCore):
                     out.extend(Reply(m) for m in consumer.poll(now_ns))
         stream = entry.stream
         removed = stream.expire(now_ns) > 0 if stream.config.max_age > 0 or stream.ttls is not None else False
+        if stream.schedules is not None:
+            fired, again = stream.fire_schedules(now_ns)
+            out.extend(Reply(m, needs_sync=entry.directory is not None) for m in again)
+            if fired:
+                self.wake_links(name)
         for cname, consumer in list(entry.consumers.items()):
             if consumer.is_inactive(now_ns):
                 out.extend(Reply(m) for m in self._delete_consumer(entry, cname, "inactive"))
@@ -177,6 +182,7 @@ class StreamReplicas(AccountCore):
             consumer = Consumer(stream, c.name, c.config, created_ns=c.created_ns,
                                 has_interest=self.interest)
             consumer.advisory_interest = self.advisory_interest
+            consumer.account_name = self.name
             consumer.restore_replica_state(c.state)
             consumers[c.name] = consumer
         # nothing below raises: the account changes only now
@@ -188,6 +194,8 @@ class StreamReplicas(AccountCore):
         stream.created_ns = checked.created_ns
         stream.last_seq, stream.last_msg_id = checked.last_seq, checked.last_msg_id
         stream.set_dedupe_entries(checked.dedupe)
+        if checked.schedules is not None:
+            stream.set_schedules(checked.schedules)
         old, entry.consumers = entry.consumers, consumers
         for consumer in old.values():
             consumer.stop()

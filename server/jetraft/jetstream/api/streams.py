@@ -167,9 +167,18 @@ class StreamRequests(AccountCore):
         return {"total": len(names), "offset": offset, "limit": NAMES_LIMIT, "streams": page or None}
 
     def _api_stream_list(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
+        """STREAM.LIST: a page of stream infos; an offline stream (:attr:`unloaded`) is
+        listed by name in ``missing`` and with its reason in ``offline`` instead
+        (nats-server jsStreamListRequest)."""
         names, offset, page = self._page(payload, "JSApiStreamListRequest", None, LIST_LIMIT)
-        infos = [self.stream_info(self.streams[n], now_ns, dynamic=False) for n in page]
-        return {"total": len(names), "offset": offset, "limit": LIST_LIMIT, "streams": infos}   # [] when none
+        infos = [self.stream_info(self.streams[n], now_ns, dynamic=False) for n in page if n in self.streams]
+        out: dict[str, Any] = {"total": len(names), "offset": offset, "limit": LIST_LIMIT,
+                               "streams": infos}   # [] when none
+        missing = [n for n in page if n not in self.streams]
+        if missing:
+            out["missing"] = missing
+            out["offline"] = {n: self.unloaded[n] for n in missing}
+        return out
 
     # ------------------------------------------------------------------ direct get
 

@@ -13,6 +13,7 @@ from jetraft.jetstream import errors as E
 from jetraft.jetstream.api import (
     API_PREFIX,
     JetStreamAccount,
+    StreamEntry,
 )
 from jetraft.jetstream.api_subjects import (
     ack_stream,
@@ -38,11 +39,13 @@ from jetraft.jetstream.cluster.core import (
     ControllerCore,
     restore_in_progress,
 )
+from jetraft.jetstream.batch import batch_id
 from jetraft.jetstream.consumer_delivery import flow_control_last
 from jetraft.jetstream.requests import required_level_met
 from jetraft.jetstream.replicated import (
     ACK,
     API,
+    BATCH,
     FLOW_CONTROL,
     PUBLISH,
     encode_entry,
@@ -105,11 +108,30 @@ class ApiRouting(ControllerCore):
                 if reply:
                     self._respond(account, reply, {"error": refusal.to_json(), "stream": entry.name, "seq": 0})
                 return True, self._take()
+        if headers and batch_id(headers):
+            self._stage_atomic(acc, entry, group.name, subject, reply, headers, payload, now_ns)
+            return True, self._take()
         data = encode_entry(PUBLISH, replica.next_ts(now_ns), self._push_interest(acc, entry.name),
                             subject, reply, headers, payload)
         refused = (Refusal(account, reply, None, entry.name),) if reply else ()
         self._out.append(Propose(group.name, data, refused))
         return True, self._take()
+
+    def _stage_atomic(self, acc: JetStreamAccount, entry: StreamEntry, group: str, subject: str,
+                      reply: str | None, headers: bytes, payload: bytes, now_ns: int) -> None:
+        """A message of an atomic batch reached the stream's leader: staged here (only
+        here: a new leader has none of it), and a committed batch proposed as one entry,
+        which every replica applies whole or not at all (jetstream/batch.py)."""
+        out, committed, reply = acc.stage_atomic(entry, subject, reply, headers, payload, now_ns)
+        for r in out:
+            self._send(acc.name, r.out)
+        if committed is None:
+            return
+        replica = self.view.replica((acc.name, entry.name))
+        data = encode_entry(BATCH, replica.next_ts(now_ns), self._push_interest(acc, entry.name),
+                            committed.id, reply, [list(m) for m in committed.msgs])
+        refused = (Refusal(acc.name, reply, None, entry.name),) if reply else ()
+        self._out.append(Propose(group, data, refused))
 
     def _ack(self, acc: JetStreamAccount, subject: str, reply: str | None, headers: bytes | None,
              payload: bytes, now: int) -> bool:

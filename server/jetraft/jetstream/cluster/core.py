@@ -31,6 +31,7 @@ from jetraft.jetstream.meta import (
 from jetraft.jetstream.model import StreamConfig
 from jetraft.jetstream.outbound import Outbound
 from jetraft.jetstream.replicated import (
+    BATCH,
     PUBLISH,
     EntryError,
     InterestOverride,
@@ -83,7 +84,7 @@ LEADER_API_SUBJECTS = (
     "$JS.API.CONSUMER.DURABLE.CREATE.{}.>", "$JS.API.CONSUMER.NAMES.{}",
     "$JS.API.CONSUMER.LIST.{}", "$JS.API.CONSUMER.INFO.{}.>", "$JS.API.CONSUMER.DELETE.{}.>",
     "$JS.API.CONSUMER.MSG.NEXT.{}.>", "$JS.API.CONSUMER.LEADER.STEPDOWN.{}.>",
-    "$JS.API.CONSUMER.RESET.{}.>", "$JS.API.CONSUMER.PAUSE.{}.>",
+    "$JS.API.CONSUMER.RESET.{}.>", "$JS.API.CONSUMER.PAUSE.{}.>", "$JS.API.CONSUMER.UNPIN.{}.>",
     "$JS.API.DIRECT.GET.{}", "$JS.API.DIRECT.GET.{}.>",
     # a snapshot is served by the leader (net/jetstream/snapshot.py), its chunk acks come back to it
     "$JS.API.STREAM.SNAPSHOT.{}", "$JS.SNAPSHOT.ACK.{}.>",
@@ -92,7 +93,7 @@ LEADER_API_SUBJECTS = (
 #: API requests about one stream that change it: replicated as an "A" entry.
 STREAM_WRITES = {"STREAM.PURGE", "STREAM.MSG.DELETE", "CONSUMER.CREATE", "CONSUMER.DURABLE",
                   "CONSUMER.DELETE", "CONSUMER.MSG", "STREAM.UPDATE", "CONSUMER.RESET",
-                  "CONSUMER.PAUSE"}
+                  "CONSUMER.PAUSE", "CONSUMER.UNPIN"}
 
 #: API requests about one stream that only read it: its leader answers them once a
 #: ReadIndex round confirms it still leads and its state holds every acknowledged write
@@ -322,7 +323,7 @@ class ControllerCore:
                 item = decode_entry(e.data)
             except EntryError:
                 continue
-            if item[0] == PUBLISH and item[4]:
+            if item[0] in (PUBLISH, BATCH) and item[4]:
                 self._respond(key[0], item[4], {"error": err, "stream": key[1], "seq": 0})
         return self._take()
 

@@ -345,13 +345,17 @@ class ReplicaLifecycle(ControllerCore):
 
     def leader_changed(self, key: Key, leader: str | None, term: int, now_ns: int) -> list[Any]:
         """The group of stream ``key`` elected ``leader`` (None: no leader) in ``term``:
-        take or drop the stream's route interest; answer its create once it has a leader."""
+        take or drop the stream's route interest; abandon the atomic batches staged for it
+        here; answer its create once it has a leader."""
         self._now = now_ns
         replica = self.view.replica(key)
         if replica is None:
             return []
         mine = leader == self.me
         replica.is_leader = mine
+        acc = self.accounts.get(key[0])
+        if acc is not None:     # batches staged under the former leadership are abandoned
+            acc.batches.drop_stream(key)
         self._set_leader_interest(key, mine)
         sa = self.meta.streams.get(key)
         restoring = sa is not None and sa.restore is not None

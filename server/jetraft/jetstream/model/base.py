@@ -52,7 +52,7 @@ META_REQUIRED_LEVEL = "_nats.req.level"
 META_SERVER_VERSION = "_nats.ver"
 META_SERVER_LEVEL = "_nats.level"
 
-_GROUP_NAME = re.compile(r"^[a-zA-Z0-9/_=-]{1,16}$")
+_GROUP_NAME = re.compile(r"^[a-zA-Z0-9/_=-]{1,16}\Z")     # Go: "$" is the end of the text
 
 
 # --- names, time ---------------------------------------------------------------------

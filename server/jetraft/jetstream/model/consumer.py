@@ -348,16 +348,12 @@ class ConsumerConfig(_Model):
 
     def unsupported(self) -> str | None:
         """The first setting of this consumer config that jetraft does not act on (named as
-        in the JSON), or None. Refused: ``priority_policy`` other than none (and so
-        ``priority_groups`` and ``priority_timeout``, which need one), ``direct`` and
-        ``sourcing`` (nats-server's own consumers for mirrors and sources).
-        ``replay_policy: original`` and ``rate_limit_bps`` are served
-        (jetstream/consumer_pacing.py), ``ack_policy: flow_control`` too (acked by the
-        flow-control answers, jetstream/consumer_delivery.py)."""
-        if self.priority_policy != "none":
-            return f"priority_policy {self.priority_policy}"
-        if self.priority_groups:
-            return "priority_groups"
+        in the JSON), or None. Refused: ``direct`` and ``sourcing`` (nats-server's own
+        consumers for mirrors and sources). ``replay_policy: original`` and
+        ``rate_limit_bps`` are served (jetstream/consumer_pacing.py), ``ack_policy:
+        flow_control`` too (acked by the flow-control answers, jetstream/consumer_delivery.py),
+        and priority groups (``priority_policy`` overflow, pinned_client, prioritized:
+        jetstream/consumer_priority.py)."""
         if self.direct:
             return "direct"
         if self.sourcing:

@@ -522,12 +522,13 @@ class StreamConfig(_Model):
 
     def unsupported(self) -> str | None:
         """The first setting of this (checked) config that jetraft does not act on, named as
-        in the JSON (``"mirror external"``, ``"allow_atomic"``), or None when every setting is one
+        in the JSON (``"mirror external"``, ``"allow_batched"``), or None when every setting is one
         jetraft enforces.
 
         Refused (each when set to anything but its default): a mirror or source with
         ``external`` (another account or domain),
-        ``allow_atomic``, ``allow_msg_schedules``, ``persist_mode`` async, ``allow_batched``.
+        ``persist_mode`` async, ``allow_batched`` (fast batch
+        publish, nats-server 2.14). ``allow_msg_schedules`` is acted on (jetstream/schedule.py). ``allow_atomic`` is acted on (jetstream/batch.py).
         ``allow_msg_ttl`` is acted on: a message with a ``Nats-TTL`` header is removed when
         its TTL passes (jetstream/ttl.py); ``allow_msg_counter`` too (jetstream/counter.py).
         ``compression`` s2 is acted on: a file stream's sealed blocks are compressed
@@ -538,14 +539,10 @@ class StreamConfig(_Model):
             kind = "mirror" if src is self.mirror else "source"
             if isinstance(src, dict) and src.get("external") is not None:
                 return f"{kind} external"
-        if self.allow_atomic:
-            return "allow_atomic"
-        if self.allow_msg_schedules:
-            return "allow_msg_schedules"
         if self.persist_mode == "async":
             return "persist_mode async"
         if self.allow_batched:
-            return "allow_batched"
+            return "allow_batched (fast batch publish, nats-server 2.14)"
         return None
 
     def check_supported(self) -> None:

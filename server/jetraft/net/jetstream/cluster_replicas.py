@@ -25,8 +25,9 @@ from jetraft.jetstream import layout
 from jetraft.jetstream.api_subjects import peer_hash
 from jetraft.jetstream.catchup import StreamSnapshotError
 from jetraft.jetstream.cluster import META_GROUP, Key, OpenReplica
-from jetraft.jetstream.model import StreamConfig
+from jetraft.jetstream.model import API_LEVEL, StreamConfig
 from jetraft.jetstream.replicated import StreamReplica
+from jetraft.jetstream.requests import unmet_required_level
 from jetraft.storage import StorageError, fileio
 
 if TYPE_CHECKING:
@@ -44,6 +45,10 @@ class ReplicaRunner:
         key = (sa.account, sa.name)
         acc = self.service.accounts[sa.account]
         try:
+            level = unmet_required_level(sa.config)
+            if level is not None:
+                raise E.api_error("JSStreamOfflineReasonErrF", err=(
+                    f"unsupported - required API level: {level}, current API level: {API_LEVEL}"))
             cfg = StreamConfig.from_json(sa.config).checked()
             cfg.check_supported()
         except E.JSApiError as err:

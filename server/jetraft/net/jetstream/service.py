@@ -73,6 +73,7 @@ from jetraft.events import rfc3339_ns
 from jetraft.jetstream import errors as E
 from jetraft.jetstream import layout
 from jetraft.jetstream.api import ACK_PREFIX, API_PREFIX, FC_PREFIX, JetStreamAccount, Reply
+from jetraft.jetstream.batch import AtomicBatches, batch_id
 from jetraft.jetstream.consumer_delivery import flow_control_last
 from jetraft.jetstream.outbound import Outbound
 from jetraft.jetstream.requests import ERROR_EXTRAS, INTERNAL_ERROR_TEXT, json_bytes, with_request_info
@@ -192,6 +193,8 @@ class JetStreamService:
         # A clustered replica's files are rebuilt from its RAFT log: they are never fsynced,
         # so their writes must not ride on the RAFT logs' group commit either.
         store_sync = GroupCommit() if self.clustered else self.commit
+        #: atomic batches staged on this server, every account's (jetstream/batch.py)
+        self.batches = AtomicBatches()
         for name in server.config.jetstream_accounts():
             self.accounts[name] = JetStreamAccount(
                 name, store_dir=self.store_dir, sync=store_sync, events=server.events,
@@ -200,7 +203,8 @@ class JetStreamService:
                 sync_always=self.sync_always and not self.clustered, domain=cfg.domain or "",
                 server_name=server.server_name, clustered=self.clustered,
                 advisory_interest=self._listening_fn(name),
-                limits=dict(account.jetstream_limits) if (account := server.config.accounts.get(name)) else None)
+                limits=dict(account.jetstream_limits) if (account := server.config.accounts.get(name)) else None,
+                batches=self.batches)
         #: (account, reply, ids of the stores its call wrote, (account, stream) or None)
         self._queue: list[tuple[str, Reply, frozenset[int], tuple[str, str] | None]] = []
         self._queued = trio.Event()
@@ -616,8 +620,12 @@ class JetStreamService:
             if reply:
                 self._enqueue(account, [Reply(refusal(_refusal_error(fr.error)))])
             return True
-        self._guarded(account, name, reply, refusal,
-                      lambda: acc.publish(entry, subject, reply, headers, payload, now))
+        if headers and batch_id(headers):       # atomic batch publish (jetstream/batch.py)
+            self._guarded(account, name, reply, refusal,
+                          lambda: acc.publish_atomic(entry, subject, reply, headers, payload, now))
+        else:
+            self._guarded(account, name, reply, refusal,
+                          lambda: acc.publish(entry, subject, reply, headers, payload, now))
         if entry.consumers or acc.links_woken:   # a redelivery deadline, or a mirror or source, is due
             acc.links_woken = False
             self._wake.set()

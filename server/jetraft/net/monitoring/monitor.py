@@ -31,6 +31,7 @@ from hypercorn.trio import serve
 from jetraft import NATS_COMPAT_VERSION, __version__
 from jetraft import gofmt
 from jetraft.events import rfc3339_ns
+from jetraft.jetstream.model import API_LEVEL
 from jetraft.net.jetstream.health import HealthzOptions
 from jetraft.net.jetstream.health import healthz as js_healthz
 from jetraft.net.transport.client import ClosedClient, closed_clients
@@ -72,7 +73,7 @@ def varz(server: MonitorHost) -> dict[str, Any]:
     2.15 answers (server/monitor.go Varz); JSON numbers throughout, durations in ns.
 
     ``version`` is the version clients see in INFO (:data:`jetraft.NATS_COMPAT_VERSION`,
-    e.g. ``"2.10.24+jetraft.0.1.0"``); ``go`` names jetraft's release too
+    e.g. ``"2.12.1+jetraft.0.1.0"``); ``go`` names jetraft's release too
     (``"jetraft 0.1.0"``), where nats-server names its build toolchain. ``mem`` is the
     resident set in bytes and ``cpu`` the percent of one core used since the previous
     sample (:func:`process_figures`). ``jetstream`` is nats-server's JetStreamVarz
@@ -198,7 +199,7 @@ def jetstream_varz(server: MonitorHost) -> dict[str, Any]:
     out: dict[str, Any] = {"config": _js_config(service), "stats": {
         "memory": usage["memory"], "storage": usage["storage"], "reserved_memory": 0, "reserved_storage": 0,
         "accounts": len(service.accounts), "ha_assets": usage["ha_assets"],
-        "api": {"level": 1, "total": usage["api_total"], "errors": usage["api_errors"]}}}
+        "api": {"level": API_LEVEL, "total": usage["api_total"], "errors": usage["api_errors"]}}}
     if service.cluster is not None:
         meta = service.cluster.meta_cluster_info()
         if meta is not None:
@@ -387,7 +388,7 @@ def jsz(server: MonitorHost, opts: JszOptions | None = None) -> dict[str, Any]:
     usage = _js_usage(service)
     out.update({"memory": usage["memory"], "storage": usage["storage"], "reserved_memory": 0,
                 "reserved_storage": 0, "accounts": len(service.accounts), "ha_assets": usage["ha_assets"],
-                "api": {"level": 1, "total": usage["api_total"], "errors": usage["api_errors"]}})
+                "api": {"level": API_LEVEL, "total": usage["api_total"], "errors": usage["api_errors"]}})
     out["streams"] = usage["streams"]
     if cluster is not None:
         out["streams_leader"] = usage["leaders"]

@@ -50,7 +50,7 @@ STREAM_CASES = [
                                                                                   "deliver": ""}}}),
     ("source external", {"name": "SRC", "subjects": ["src.>"],
                          "sources": [{"name": "ORIGIN", "external": {"api": "$JS.hub.API", "deliver": ""}}]}),
-    ("persist_mode async", {"name": "PM", "subjects": ["pm"], "persist_mode": "async"}),
+    ("persist_mode async (nats-server 2.12)", {"name": "PM", "subjects": ["pm"], "persist_mode": "async"}),
     (BATCHED, {"name": "BT", "subjects": ["bt"], "allow_batched": True}),
 ]
 

@@ -26,7 +26,7 @@ def stream(**fields) -> StreamConfig:
 @pytest.mark.parametrize(("setting", "fields"), [
     ("mirror external", {"mirror": {"name": "O", "external": {"api": "$JS.hub.API", "deliver": ""}}}),
     ("source external", {"subjects": ["s"], "sources": [{"name": "O", "external": {"api": "$JS.hub.API"}}]}),
-    ("persist_mode async", {"persist_mode": "async"}),
+    ("persist_mode async (nats-server 2.12)", {"persist_mode": "async"}),
     ("allow_batched (fast batch publish, nats-server 2.14)", {"allow_batched": True}),
 ])
 def test_a_stream_setting_jetraft_does_not_act_on_is_refused(setting, fields):

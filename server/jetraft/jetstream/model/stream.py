@@ -540,7 +540,7 @@ class StreamConfig(_Model):
             if isinstance(src, dict) and src.get("external") is not None:
                 return f"{kind} external"
         if self.persist_mode == "async":
-            return "persist_mode async"
+            return "persist_mode async (nats-server 2.12)"
         if self.allow_batched:
             return "allow_batched (fast batch publish, nats-server 2.14)"
         return None

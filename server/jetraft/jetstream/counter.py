@@ -78,7 +78,7 @@ def _add(a: decimal.Decimal, b: decimal.Decimal, negate: bool = False) -> decima
 def parse_incr(headers: bytes | None) -> decimal.Decimal | None:
     """The ``Nats-Incr`` of a header block: None when absent or empty; raises JSApiError
     10171 when it is not an integer (nats-server getMessageIncr)."""
-    text = get_header(headers, INCR) if headers else None
+    text = get_header(headers, INCR) if headers and b"Nats-Incr" in headers else None
     if not text:
         return None
     value = _decimal(text)

@@ -137,7 +137,7 @@ def check_publish(headers: bytes | None, subject: str, cfg: Any, *, sourced: boo
     10212 (``Nats-Schedule-Next``/``Nats-Scheduler`` other than a purge of a schedule),
     10223 (a time zone). ``last_on(subject)``: the headers of the last message on a
     subject (None: none; False: one without headers). A sourced message is not checked."""
-    if not headers or sourced:
+    if not headers or sourced or b"Nats-Schedule" not in headers:    # covers Nats-Scheduler too
         return headers
     allowed = cfg.allow_msg_schedules
     try:
@@ -331,19 +331,21 @@ class ScheduleIndex:
                 sm = store.load(seq)
             except (MessageNotFound, CorruptMessage):
                 continue
-            if sm.headers:
-                self.observe(seq, sm.subject, sm.headers, sm.ts)
+            self.observe(seq, sm.subject, sm.headers, sm.ts)
 
     def observe(self, seq: int, subject: str, headers: bytes | None, ts: int) -> str | None:
         """Message ``seq`` on ``subject`` (stored at ``ts``) was stored: index a schedule,
         forget the one it replaced, move a fired schedule on. Returns the subject of the
         schedule a stored purge copy (``Nats-Schedule-Next: purge``) removes, for the
         caller to purge, or None."""
+        if not headers or b"Nats-Schedule" not in headers:
+            self.remove(subject)        # a message without a schedule replaces one
+            return None
         try:
             pattern = _pattern_of(headers)
         except E.JSApiError:
             pattern = None
-        scheduler = get_header(headers, SCHEDULER) if headers else None
+        scheduler = get_header(headers, SCHEDULER)
         if pattern is not None:
             self.add(subject, seq, pattern.first_due(ts))
         elif not scheduler:

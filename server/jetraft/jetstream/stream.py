@@ -395,7 +395,7 @@ class Stream:
             self.store.purge(subject, keep=1)
         elif rollup == "all":
             self.store.purge(None, keep=1)
-        if self.schedules is not None and headers:
+        if self.schedules is not None:
             purged = self.schedules.observe(seq, subject, headers, now_ns)
             if purged is not None:      # a schedule's last copy: the schedule goes
                 self.store.purge(purged)

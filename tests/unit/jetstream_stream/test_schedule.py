@@ -110,6 +110,8 @@ def test_a_schedule_replaced_or_deleted_does_not_fire():
     s = sched_stream()
     s.publish("s.a", schedule(f"@at {gofmt.format_time(T0 + S)}"), b"old", T0)
     s.publish("s.a", b"NATS/1.0\r\nK: v\r\n\r\n", b"plain", T0)          # no longer a schedule
+    s.publish("s.d", schedule(f"@at {gofmt.format_time(T0 + S)}"), b"d", T0)
+    s.publish("s.d", None, b"no headers", T0)                           # nor this one
     s.publish("s.b", schedule(f"@at {gofmt.format_time(T0 + S)}"), b"b", T0)
     s.delete_message(s.store.last_seq_for_subject("s.b"))
     s.publish("s.c", schedule(f"@at {gofmt.format_time(T0 + S)}"), b"first", T0)

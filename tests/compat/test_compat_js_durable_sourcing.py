@@ -214,6 +214,37 @@ async def gone_with_their_links(s, links: dict[str, str]) -> None:
     await apoll(none_left, "the link consumers deleted with their streams", timeout=30)
 
 
+def test_a_source_removed_by_an_update_takes_its_link_consumer_with_it(js_server):
+    """An update that removes one of a stream's workqueue sources deletes that source's
+    link consumer from its origin (nats-server tryDeleteSourceConsumer), so the origin
+    keeps the messages published after it; the other source's link is untouched."""
+    async def scenario():
+        async with js_session(js_server.url) as s:
+            for name in ("A", "B"):
+                await s.api(f"$JS.API.STREAM.CREATE.{name}", {"name": name, "subjects": [name.lower()],
+                                                               "retention": "workqueue"})
+            both = {"name": "S", "sources": [{"name": "A"}, {"name": "B"}]}
+            assert "error" not in await s.api("$JS.API.STREAM.CREATE.S", both)
+            await s.js.publish("a", b"a1")
+            await s.js.publish("b", b"b1")
+            await drained(s, "A", "S", 2)
+            updated = await s.api("$JS.API.STREAM.UPDATE.S", {"name": "S", "sources": [{"name": "B"}]})
+            assert "error" not in updated, updated
+
+            async def link_gone():
+                listed = await s.api("$JS.API.CONSUMER.NAMES.A")
+                return not listed.get("consumers")
+            await apoll(link_gone, "A's link consumer deleted by the update", timeout=30)
+            names = (await s.api("$JS.API.CONSUMER.NAMES.B"))["consumers"]
+            assert len(names) == 1 and names[0].startswith("JS_SRC_"), names
+            await s.js.publish("a", b"a2")
+            await s.js.publish("b", b"b2")
+            state, _ = await drained(s, "B", "S", 3)
+            assert state["messages"] == 0
+            assert (await s.api("$JS.API.STREAM.INFO.A"))["state"]["messages"] == 1    # a2 stays
+    run(scenario)
+
+
 def test_a_mirror_of_an_interest_origin_leaves_the_messages_to_its_other_consumers(js_server):
     async def scenario():
         async with js_session(js_server.url) as s:
@@ -422,3 +453,32 @@ def test_replicated_workqueue_links_keep_every_message_once_across_step_down_and
                 {"name": "M", "mirror": {"name": "W"}, "num_replicas": 3},
                 {"name": "S", "sources": [{"name": "V"}], "num_replicas": 3}],
             ("W", "M", "V", "S"), "W", publish, check)
+
+
+def test_a_source_removed_by_an_update_in_a_cluster_takes_its_link_consumer_with_it(formed_cluster,
+                                                                                    server_kind):
+    """Three servers, R3 workqueue origin A sourced by R3 S: the update that removes the
+    source deletes A's link consumer (the meta leader asks A's leader, once)."""
+    with formed_cluster(server_kind, "unsource", 3, jetstream=True) as c:
+        async def scenario():
+            async with js_session(c.servers[next(iter(c.servers))].url) as s:
+                for body in ({"name": "A", "subjects": ["a"], "retention": "workqueue", "num_replicas": 3},
+                             {"name": "S", "sources": [{"name": "A"}], "num_replicas": 3}):
+                    made = await asked_again(lambda body=body: s.api(f"$JS.API.STREAM.CREATE.{body['name']}", body),
+                                             f"{body['name']} created")
+                    assert "error" not in made, made
+                await asked_again(lambda: s.js.publish("a", b"a1"), "a1")
+
+                async def linked():
+                    listed = await asked_again(lambda: s.api("$JS.API.CONSUMER.NAMES.A"), "A's consumers")
+                    return bool(listed.get("consumers"))
+                await apoll(linked, "A's link consumer made", timeout=30)
+                updated = await asked_again(lambda: s.api("$JS.API.STREAM.UPDATE.S", {
+                    "name": "S", "subjects": ["s"], "num_replicas": 3}), "S updated")
+                assert "error" not in updated, updated
+
+                async def gone():
+                    listed = await asked_again(lambda: s.api("$JS.API.CONSUMER.NAMES.A"), "A's consumers")
+                    return not listed.get("consumers")
+                await apoll(gone, "A's link consumer deleted by the update", timeout=30)
+        run(scenario, timeout=180)

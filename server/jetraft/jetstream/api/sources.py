@@ -158,6 +158,13 @@ class SourceLinks(AccountCore):
                 out.append((spec.name, cname))
         return out
 
+    def dropped_link_consumers(self, name: str, old: Any, new: Any) -> list[tuple[str, str]]:
+        """The link consumers (:meth:`made_link_consumers`) stream ``name`` had with config
+        ``old`` and no longer has with ``new``: a source or mirror an update removed or
+        changed, whose consumer nats-server deletes (tryDeleteSourceConsumer)."""
+        keep = set(self.made_link_consumers(name, new))
+        return [m for m in self.made_link_consumers(name, old) if m not in keep]
+
     def drop_link_consumers(self, made: list[tuple[str, str]], now_ns: int) -> list[Reply]:
         """A single server's deletion of a deleted stream's link consumers (``made``, from
         :meth:`made_link_consumers`) that exist; returns the advisories it sends."""

@@ -73,6 +73,7 @@ class StreamRequests(AccountCore):
             if entry is not None:
                 self._add_capture(entry)
             raise
+        dropped = [] if self.clustered else self.dropped_link_consumers(entry.name, entry.stream.config, cfg)
         entry.stream.config = cfg
         for subject in cfg.subjects:
             self._capture.insert(subject, entry.name)
@@ -81,7 +82,8 @@ class StreamRequests(AccountCore):
         entry.stream.enforce_limits("")  # tightened limits apply now
         self.events.emit("jetstream_stream_updated", account=self.name, stream=cfg.name)
         return self.stream_info(entry, now_ns), (self.advise(adv.stream_action, cfg.name, "modify", now_ns)
-                                                 + self._poll_stream(entry, now_ns, removed=True))
+                                                 + self._poll_stream(entry, now_ns, removed=True)
+                                                 + self.drop_link_consumers(dropped, now_ns))
 
     def _api_stream_info(self, tokens: list[str], payload: bytes, now_ns: int) -> dict[str, Any]:
         req = decode_request(payload, "JSApiStreamInfoRequest") or {}

@@ -213,6 +213,9 @@ class ReplicaLifecycle(ControllerCore):
             now = self.meta.streams.get((sa.account, sa.name))
             if now is not None and now.group == sa.group and not self.replaying:
                 self._ensure_replica(sa, kind, change.old_peers)
+            if kind == "stream_updated" and change.old is not None and not self.replaying \
+                    and self._meta_leader() == self.me:
+                self._drop_link_consumers(self.accounts.get(sa.account), sa, change.old)
         elif kind == "stream_create_repeated":
             self._create_proposed.pop((sa.account, sa.name), None)
             if not self.replaying and sa.reply:
@@ -245,12 +248,20 @@ class ReplicaLifecycle(ControllerCore):
                     self._out.extend(assigned)
         return self._take()
 
-    def _drop_link_consumers(self, acc: Any, sa: StreamAssignment) -> None:
+    def _drop_link_consumers(self, acc: Any, sa: StreamAssignment, old: Any = None) -> None:
         """The deleted stream's link consumers (jetstream/sourcing.py) deleted from their
         origins, one request each to the origin's leader, as nats-server's deleting leader
-        tries once (tryDeleteMirrorConsumer): one that fails stays, as there."""
+        tries once (tryDeleteMirrorConsumer): one that fails stays, as there. With ``old``
+        (the assignment before an update), only those the update removed, sent by the meta
+        leader (tryDeleteSourceConsumer)."""
+        if acc is None:
+            return
         try:
-            made = acc.made_link_consumers(sa.name, StreamConfig.from_json(sa.config))
+            if old is None:
+                made = acc.made_link_consumers(sa.name, StreamConfig.from_json(sa.config))
+            else:
+                made = acc.dropped_link_consumers(sa.name, StreamConfig.from_json(old.config),
+                                                  StreamConfig.from_json(sa.config))
         except Exception:  # noqa: BLE001 - a config this version cannot read has no links to drop
             return
         for origin, cname in made:

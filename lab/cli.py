@@ -174,27 +174,33 @@ def _inventory_option(f):
 @_inventory_option
 @click.option("--run", "run_id", default=None, help="Artifacts go to lab/artifacts/<run>/.")
 def drills(inventory: Path, run_id: str | None) -> None:
-    """Zone-loss drills over SSH: kill each zone, lose two zones, partition a zone."""
+    """Zone-loss drills over SSH: kill each zone, lose two zones, partition a zone, pause a
+    leader; each with a publisher, messages with a TTL and a counter."""
     from lab.drills import Drills, Target
 
     run_dir = topology.ARTIFACTS_DIR / (run_id or time.strftime("%Y%m%d-%H%M%S"))
     results = asyncio.run(Drills(Target.from_inventory(inventory), run_dir,
                                  log=lambda m: console.print(f"[bold]lab:[/] {m}")).all())
     Console(width=max(Console().width, 110)).print(drill_table(results))
-    if any(r.lost or r.acked_during_outage for r in results):
+    if any(r.lost or r.acked_during_outage or r.ttl_outlived or r.counter_ok is False for r in results):
         sys.exit(1)
 
 
 def drill_table(results) -> Table:
     """The drills' results as a rich table."""
     table = Table("drill", "attempted", "acknowledged", "lost", "s without writes",
-                  "acked while down", "client on", "reconnects", "meta API", "replicas current", "s")
+                  "acked while down", "client on", "reconnects", "meta API", "replicas current",
+                  "TTL outlived", "counter (allowed)", "s")
     for r in results:
+        counter = ("-" if r.counter_final is None else
+                   f"{r.counter_final} ({r.counter_low}..{r.counter_high})")
         table.add_row(r.name, str(r.attempted), str(r.acknowledged), str(len(r.lost)),
                       f"{r.seconds_without_writes:.2f}", str(r.acked_during_outage),
                       r.client_server or "-", str(r.client_reconnects),
                       "-" if r.meta_answered is None else _yn(r.meta_answered),
-                      _yn(r.replicas_current), f"{r.duration_s:.1f}")
+                      _yn(r.replicas_current),
+                      f"{len(r.ttl_outlived)} of {r.ttl_acknowledged}" if r.ttl_ledger else "-",
+                      counter, f"{r.duration_s:.1f}")
     return table
 
 

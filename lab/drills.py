@@ -20,6 +20,14 @@ with a unique ``Nats-Msg-Id`` per attempt throughout. Every attempt goes to a le
 (``lab/artifacts/<run>/<drill>.ledger.jsonl``): sent and acknowledged times in
 nanoseconds since the epoch, the stream sequence or the error. At the end the stream is
 read back and every acknowledged message must be in it.
+
+The zone drills (kill, partition, pause, lose two zones) run two more workloads through the
+same client, from before the fault until healed (lab/features.py): messages with a 2 s
+``Nats-TTL`` to an R3 stream with ``allow_msg_ttl``, each looked for until 4 s after its
+TTL passed (``<drill>.ttl.jsonl``; none may be served more than 1 s after it), and
+increments of an R3 counter stream, an attempt of unknown outcome retried with its
+``Nats-Msg-Id`` (``<drill>.counter.jsonl``; the value read back once healed must be the
+sum of the acknowledged increments, within what the unknown ones allow).
 """
 
 from __future__ import annotations
@@ -317,10 +325,32 @@ class DrillResult:
     #: drained stream once healed (empty: each holds every message once, the mirror at
     #: the same sequences); None when the drill has no copies.
     copy_problems: list[str] | None = None
+    #: The zone drills' TTL'd messages (lab/features.py, ``<drill>.ttl.jsonl``): published,
+    #: acknowledged, and the ids of those served more than 1 s after their TTL passed.
+    ttl_ledger: str = ""
+    ttl_published: int = 0
+    ttl_acknowledged: int = 0
+    ttl_outlived: list[str] = field(default_factory=list)
+    #: The zone drills' counter (``<drill>.counter.jsonl``): increments (Nats-Msg-Ids)
+    #: acknowledged and of unknown outcome, the range [counter_low, counter_high] its final
+    #: value must be in, and the value read back once healed (None: not read).
+    counter_ledger: str = ""
+    counter_acknowledged: int = 0
+    counter_unknown: int = 0
+    counter_low: int | None = None
+    counter_high: int | None = None
+    counter_final: int | None = None
+
+    @property
+    def counter_ok(self) -> bool | None:
+        """The counter read back is within [counter_low, counter_high] (None: not read)."""
+        if self.counter_final is None or self.counter_low is None or self.counter_high is None:
+            return None
+        return self.counter_low <= self.counter_final <= self.counter_high
 
     def summary(self) -> dict:
         d = asdict(self)
-        for key in ("lost", "duplicates", "unexpected", "misplaced"):
+        for key in ("lost", "duplicates", "unexpected", "misplaced", "ttl_outlived"):
             d[key] = len(getattr(self, key))
         d.pop("copy_problems")
         return d
@@ -602,13 +632,59 @@ class Drills:
                  + ("hold every message once" if not problems else "; ".join(problems)))
         await self._delete(js, [f"{stream}_M", f"{stream}_S"])
 
+    async def _start_features(self, nc, js, stream: str, name: str):
+        """Make the drill's R3 stream of TTL'd messages (``<STREAM>_TTL``) and its R3 counter
+        stream (``<STREAM>_COUNTER``), start their workloads (lab/features.py) and return
+        them, (ttl, counter), once each has had a publish acknowledged."""
+        from lab.features import CounterWorkload, TtlWorkload, counter_stream, ttl_stream
+
+        run_id = f"{self.run_id}-{name}"
+        ttl = TtlWorkload(nc, js, f"{stream}_TTL", f"drill.{stream.lower()}_ttl", run_id)
+        counter = CounterWorkload(nc, js, f"{stream}_COUNTER", f"drill.{stream.lower()}_counter", run_id)
+        await self._recreate(js, ttl_stream(ttl.stream, ttl.subject),
+                             f"stream {ttl.stream} created (R3, allow_msg_ttl)")
+        await self._recreate(js, counter_stream(counter.stream, counter.subject),
+                             f"stream {counter.stream} created (R3, allow_msg_counter)")
+        ttl.start()
+        counter.start()
+        await until(lambda: any(m.acked_ns for m in ttl.messages), f"a TTL'd message acknowledged by {ttl.stream}")
+        await until(lambda: any(a["outcome"] == "ok" for a in counter.attempts),
+                    f"an increment acknowledged by {counter.stream}")
+        return ttl, counter
+
+    async def _finish_features(self, js, features, result: DrillResult) -> None:
+        """Stop the TTL and counter workloads (each TTL'd message looked for until 4 s after
+        its TTL passed), read the counter back (asked again to a deadline), write their
+        ledgers, note their figures in ``result`` and delete their streams."""
+        from lab.features import write_ledger
+
+        ttl, counter = features
+        await asyncio.gather(ttl.stop(), counter.stop())
+        await until(counter.read_final, f"the counter of {counter.stream} read back")
+        result.ttl_ledger = write_ledger(self.artifacts / f"{result.name}.ttl.jsonl", ttl.lines(result.name))
+        result.counter_ledger = write_ledger(self.artifacts / f"{result.name}.counter.jsonl",
+                                             counter.lines(result.name))
+        result.ttl_published = len(ttl.messages)
+        result.ttl_acknowledged = sum(1 for m in ttl.messages if m.acked_ns is not None)
+        result.ttl_outlived = ttl.outlived()
+        (result.counter_low, result.counter_high, result.counter_acknowledged,
+         result.counter_unknown) = counter.expected()
+        result.counter_final = counter.final_value()
+        self.log(f"drill {result.name}: {result.ttl_acknowledged} of {result.ttl_published} TTL'd messages "
+                 f"acknowledged, {len(result.ttl_outlived)} served more than 1 s after their TTL; "
+                 f"counter {result.counter_final} ({result.counter_acknowledged} increments acknowledged, "
+                 f"{result.counter_unknown} unknown: {result.counter_low}..{result.counter_high} allowed)")
+        await self._delete(js, [ttl.stream, counter.stream])
+
     async def _outage(self, name: str, servers: list[Server] | None, nemesis: Nemesis, *, fault,
                       repair, client_excludes: list[Server] = ()) -> DrillResult:
         started, result = time.monotonic(), DrillResult(name)
         nc, js = await self._connect(client_excludes)
+        features = ()
         try:
             result.stream, result.group, subject, work = await self._begin(js, name, servers, copies=True)
             stream = result.stream
+            features = await self._start_features(nc, js, stream, name)
             if servers is None:
                 servers = await self._leader(js, stream)
                 self.log(f"drill {name}: the stream leader is {servers[0].name}")
@@ -631,16 +707,20 @@ class Drills:
                 if not repaired:              # never leave the cluster broken
                     await repair(servers)
                 result.repair_ns = time.time_ns()
+            features[0].stop_publishing()     # its last messages are looked for while it heals
             await until(lambda: self._all_current(js, stream), "every replica current again")
             result.replicas_current, result.healed_ns = True, time.time_ns()
             await work.wait_acks(time.time_ns(), 20, "writes after healing")
             await work.stop()
+            await self._finish_features(js, features, result)
             await self._delete(js, probes)
             drained = await self._read_back(js, stream, subject)
             await self._check_copies(js, stream, subject, drained, result)
             result.client_reconnects = nc.stats.get("reconnects", 0)
             return self._finish(result, work, drained, started)
         finally:
+            for workload in features:         # a drill that failed leaves none running
+                workload.cancel()
             await nc.close()
 
     async def _note_client(self, nc, result: DrillResult) -> None:
@@ -659,9 +739,11 @@ class Drills:
         servers = [s for z in zones for s in self.target.zone(z)]
         result.servers = [s.name for s in servers]
         nc, js = await self._connect()
+        features = ()
         try:
             result.stream, result.group, subject, work = await self._begin(js, name, servers, copies=True)
             stream = result.stream
+            features = await self._start_features(nc, js, stream, name)
             await self._note_client(nc, result)
             fault_ns = result.fault_ns = time.time_ns()
             try:
@@ -677,17 +759,21 @@ class Drills:
             finally:
                 await nemesis.start(servers)
                 result.repair_ns = time.time_ns()
+            features[0].stop_publishing()     # its last messages are looked for while it heals
             await work.wait_acks(time.time_ns(), 50, "writes acknowledged again after the restart")
             result.seconds_without_writes = round(
                 work.longest_gap_s(fault_ns, time.time_ns()), 3)
             await until(lambda: self._all_current(js, stream), "every replica current again")
             result.replicas_current, result.healed_ns = True, time.time_ns()
             await work.stop()
+            await self._finish_features(js, features, result)
             drained = await self._read_back(js, stream, subject)
             await self._check_copies(js, stream, subject, drained, result)
             result.client_reconnects = nc.stats.get("reconnects", 0)
             return self._finish(result, work, drained, started)
         finally:
+            for workload in features:         # a drill that failed leaves none running
+                workload.cancel()
             await nc.close()
 
     async def all(self) -> list[DrillResult]:

@@ -227,12 +227,17 @@ def _print(console: Console, summary: Summary, run_dir: Path) -> None:
     console.print(steps)
     if summary.drills:
         table = Table("drill", "attempted", "acknowledged", "lost", "s without writes",
-                      "acked while down", "client on", "reconnects", title="drills")
+                      "acked while down", "client on", "reconnects", "TTL outlived",
+                      "counter (allowed)", title="drills")
         for d in summary.drills:
+            counter = ("-" if d.get("counter_final") is None else
+                       f"{d['counter_final']} ({d.get('counter_low')}..{d.get('counter_high')})")
             table.add_row(d["name"], str(d["attempted"]), str(d["acknowledged"]),
                           str(d["lost"]), f"{d['seconds_without_writes']:.2f}",
                           str(d["acked_during_outage"]), d.get("client_server") or "-",
-                          str(d.get("client_reconnects", 0)))
+                          str(d.get("client_reconnects", 0)),
+                          f"{d['ttl_outlived']} of {d.get('ttl_acknowledged', 0)}" if d.get("ttl_ledger") else "-",
+                          counter)
         console.print(table)
     if summary.validation:
         table = Table("check", "verdict", title="validation (jetraft-validate)")

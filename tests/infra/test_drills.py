@@ -3,7 +3,9 @@ what an operator needs: writes keep being acknowledged while any one zone is los
 meta group answers, no write is acknowledged with two zones lost, every replica is
 current after healing, and nothing acknowledged is missing from the stream; an R3 mirror
 and an R3 stream sourcing the drill's stream hold, once healed, each of its messages once
-(the mirror at the same sequences)."""
+(the mirror at the same sequences); no message published with a 2 s TTL is served more than
+1 s after its TTL passed, and a counter incremented throughout ends at the sum of its
+acknowledged increments."""
 
 from __future__ import annotations
 
@@ -63,6 +65,20 @@ def assert_ledger(r) -> None:
     assert all(row["error"] for row in rows if row["acked_ns"] is None)
 
 
+def assert_features(r) -> None:
+    """The drill's messages with a TTL: acknowledged, and none served more than 1 s after its
+    TTL passed; its counter, read back once healed, within the range its acknowledged
+    increments and those of unknown outcome allow (their sum when none is unknown); both
+    ledgers on disk, one line per message and per attempt (then the value read)."""
+    assert r.ttl_acknowledged > 0 and r.ttl_outlived == [], (r.ttl_outlived[:10], r.ttl_ledger)
+    assert len(open(r.ttl_ledger).readlines()) == r.ttl_published
+    assert r.counter_acknowledged > 0 and r.counter_final is not None
+    assert r.counter_low <= r.counter_final <= r.counter_high, (
+        f"counter {r.counter_final}, allowed {r.counter_low}..{r.counter_high} (ledger {r.counter_ledger})")
+    rows = [json.loads(line) for line in open(r.counter_ledger)]
+    assert rows[-1]["kind"] == "final" and int(rows[-1]["val"]) == r.counter_final
+
+
 @pytest.mark.parametrize("zone", ["a", "b", "c"])
 def test_killing_a_zone_keeps_writes_and_the_meta_group_and_loses_nothing(drills, target, results, zone):
     r = _run(drills, target, results, "kill_zone", zone)
@@ -71,6 +87,7 @@ def test_killing_a_zone_keeps_writes_and_the_meta_group_and_loses_nothing(drills
     assert r.replicas_current
     assert r.lost == [], f"acknowledged but missing: {r.lost[:10]} (ledger {r.ledger})"
     assert r.copy_problems == []
+    assert_features(r)
 
 
 def test_losing_two_zones_refuses_writes_and_healing_loses_nothing(drills, target, results):
@@ -80,6 +97,7 @@ def test_losing_two_zones_refuses_writes_and_healing_loses_nothing(drills, targe
     assert r.replicas_current
     assert r.lost == [], f"acknowledged but missing: {r.lost[:10]} (ledger {r.ledger})"
     assert r.copy_problems == []
+    assert_features(r)
 
 
 def test_partitioning_a_zone_keeps_writes_and_healing_loses_nothing(drills, target, results):
@@ -90,6 +108,7 @@ def test_partitioning_a_zone_keeps_writes_and_healing_loses_nothing(drills, targ
     assert r.replicas_current
     assert r.lost == [], f"acknowledged but missing: {r.lost[:10]} (ledger {r.ledger})"
     assert r.copy_problems == []
+    assert_features(r)
 
 
 def test_pausing_the_stream_leader_moves_the_leadership_and_loses_nothing(drills, target, results):
@@ -100,3 +119,4 @@ def test_pausing_the_stream_leader_moves_the_leadership_and_loses_nothing(drills
     assert r.replicas_current
     assert r.lost == [], f"acknowledged but missing: {r.lost[:10]} (ledger {r.ledger})"
     assert r.copy_problems == []
+    assert_features(r)

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.timeout(600)
 
 #: The checks of a run without histories, in report order.
 BEFORE = ["input", "topology", "election_safety", "term_monotonic", "log_matching", "leader_completeness",
-          "availability", "replication", "stream_catchup", "ledger"]
+          "availability", "replication", "stream_catchup", "ledger", "ttl", "counter"]
 CAMPAIGN = ["queue", "node_divergence", "linearizable", "stale_reads"]
 
 

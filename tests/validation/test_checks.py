@@ -29,10 +29,12 @@ def run(spark, root, *anomalies: str) -> dict:
 #: Two runs with anomalies, and the checks each must find invalid.
 RUNS = {
     "first": ({"two_leaders", "divergent_entry", "lost_ack", "replica_never_current", "corrupt_line",
-               "foreign_server"},
-              {"election_safety", "log_matching", "ledger", "replication", "input", "topology"}),
-    "second": ({"term_backwards", "stale_leader", "duplicate", "unexpected", "leaderless_fault"},
-               {"term_monotonic", "leader_completeness", "ledger", "availability"}),
+               "foreign_server", "ttl_outlived", "counter_missing"},
+              {"election_safety", "log_matching", "ledger", "replication", "input", "topology", "ttl",
+               "counter"}),
+    "second": ({"term_backwards", "stale_leader", "duplicate", "unexpected", "leaderless_fault",
+                "counter_extra"},
+               {"term_monotonic", "leader_completeness", "ledger", "availability", "counter"}),
 }
 
 
@@ -68,8 +70,17 @@ def test_a_valid_run_passes_every_check(spark, tmp_path):
     assert catchups["count"] >= 3 and catchups["failed"] == 1 and catchups["unfinished"] == 0
     assert len(catchups["damaged_stores"]) == 1
     assert checks["ledger"]["details"]["lost"] == 0
+    # the drill's TTL'd messages were each seen gone 0.25 s after their expiry; its counter
+    # holds the acknowledged sum, one increment of unknown outcome allowing 3 more
+    ttl = checks["ttl"]["details"]["per_drill"]["kill-zone-a"]
+    assert (ttl["acknowledged"], ttl["seen_gone"], ttl["never_seen_gone"]) == (11, 11, 0)
+    assert ttl["gone_after_expiry_max_s"] == 0.254
+    counter = checks["counter"]["details"]["per_drill"]["kill-zone-a"]
+    assert (counter["final"], counter["low"], counter["high"]) == (22, 22, 25)
+    assert (counter["acknowledged"], counter["unknown"], counter["failed"]) == (14, 1, 1)
     report = (tmp_path / "run" / "report.md").read_text()
     assert report.startswith("# jetraft validation: VALID")
+    assert "| kill-zone-a | KILL_ZONE_A_COUNTER | 14 | 1 | 1 | 2 | 22 | 22..25 | 22 | 14 |" in report
     assert (tmp_path / "run" / "timeline.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -124,6 +135,29 @@ def test_a_duplicate(reports):
 def test_a_message_never_published(reports):
     [ex] = examples(reports, "second", "ledger", "unexpected")
     assert (ex["problem"], ex["msg_id"]) == ("unexpected", "kill-zone-a-never-sent")
+
+
+def test_a_message_served_3_s_after_its_ttl_passed(reports):
+    [ex] = examples(reports, "first", "ttl")
+    assert (ex["drill"], ex["stream"], ex["msg_id"], ex["stream_seq"]) == (
+        "kill-zone-a", "KILL_ZONE_A_TTL", "kill-zone-a-ttl-7", 6)
+    assert ex["ttl_s"] == 2.0 and ex["expires_ns"] == ex["stored_ns"] + 2_000_000_000
+    assert ex["seen_s_after_expiry"] == 3.252 and ex["late_gets"] == 5
+    assert reports["first"]["checks"]["ttl"]["details"]["outlived"] == 1
+
+
+def test_a_counter_missing_an_acknowledged_increment(reports):
+    [ex] = examples(reports, "first", "counter")
+    assert (ex["problem"], ex["final"], ex["low"], ex["high"], ex["off_by"]) == (
+        "acknowledged increments missing", 20, 22, 25, -2)
+    # the stream had acknowledged the value 22 at the sequence it was read at
+    assert (ex["final_seq"], ex["last_acked_seq"], ex["last_acked_val"]) == (14, 14, 22)
+
+
+def test_a_counter_with_one_increment_too_many(reports):
+    [ex] = examples(reports, "second", "counter")
+    assert (ex["problem"], ex["final"], ex["high"], ex["off_by"]) == ("more than its increments", 27, 25, 2)
+    assert reports["second"]["checks"]["ttl"]["valid"] is True
 
 
 def test_a_replica_never_current(reports):
@@ -238,7 +272,8 @@ def test_a_replaced_machines_log_is_read_and_its_successor_starts_its_terms_anew
 LOOK_AT = {"input": "logs/n1/events.jsonl", "topology": "logs/*/events*.jsonl",
            "election_safety": "logs/", "term_monotonic": "logs/", "log_matching": "logs/",
            "leader_completeness": "logs/", "availability": "kill-zone-a.ledger.jsonl",
-           "replication": "logs/", "ledger": "kill-zone-a.stream.jsonl"}
+           "replication": "logs/", "ledger": "kill-zone-a.stream.jsonl", "ttl": "kill-zone-a.ttl.jsonl",
+           "counter": "kill-zone-a.counter.jsonl"}
 
 
 @pytest.mark.parametrize("name", RUNS)

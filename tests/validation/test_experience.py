@@ -112,7 +112,7 @@ def test_progress_is_printed_from_the_first_line_and_each_check_as_it_ends(inval
     lines = result.stderr.splitlines()
     size = sum(p.stat().st_size for p in (root / "logs").glob("*/events*.jsonl")) / 1e6
     assert lines[0] == (f"reading {root}: 5 event logs ({size:.1f} MB) from 5 hosts, 1 ledger, "
-                        f"drills.json, topology.json")
+                        f"1 TTL ledger, 1 counter ledger, drills.json, topology.json")
     assert lines[1] == "starting Spark (local[2]; this can take 30 s)..."
     assert lines[2].startswith("Spark ready (")
     assert lines[3].startswith("reading the event logs")
@@ -240,5 +240,9 @@ def test_the_survey_line_counts_logs_ledgers_and_names_what_is_missing(tmp_path)
     (root / "topology.json").unlink()
     found = survey.survey(str(root))
     assert found.line().startswith(f"reading {root}: 5 event logs (")
-    assert found.line().endswith("from 5 hosts, 1 ledger, drills.json (no topology.json)")
+    assert found.line().endswith("from 5 hosts, 1 ledger, 1 TTL ledger, 1 counter ledger, drills.json "
+                                 "(no topology.json)")
+    for ledger in (*root.glob("*.ttl.jsonl"), *root.glob("*.counter.jsonl")):
+        ledger.unlink()             # a run whose drills had neither: not named
+    assert survey.survey(str(root)).line().endswith("from 5 hosts, 1 ledger, drills.json (no topology.json)")
     assert survey.survey("hdfs:///runs/r1") is None

@@ -49,6 +49,10 @@ What is checked, and where the property comes from:
 - ``ledger`` — every acknowledged publish is in the drained stream exactly once, at the
   sequence its acknowledgement gave, and the stream holds nothing never attempted
   (Jepsen's lost / duplicated / unexpected).
+- ``ttl`` — no message a zone drill published with a ``Nats-TTL`` was seen readable more than
+  1 s after its expiry (its stored time plus its TTL); ``counter`` — each zone drill's counter
+  ends at the sum of its acknowledged increments, within the range its increments of unknown
+  outcome allow (both in :mod:`~jetraft.validation.feature_checks`).
 
 A fault campaign's run (one with ``history/*.jsonl``) has four checks more, absent from
 any other run's report:
@@ -74,7 +78,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from jetraft.events import SCHEMA_VERSION, rfc3339_ns
-from jetraft.validation import kvcheck, linearizable, queueset
+from jetraft.validation import feature_checks, kvcheck, linearizable, queueset
 from jetraft.validation.load import CORRUPT_APPLIED, UNKNOWN_VERSION_APPLIED, Inputs
 from jetraft.validation.result import UNKNOWN, CheckResult
 
@@ -746,14 +750,18 @@ def run_all(inp: Inputs, limit: int = 10, skew_ns: int = 0, progress=lambda name
         ("replication", lambda: check_replication(inp, limit)),
         ("stream_catchup", lambda: check_stream_catchup(inp, limit, catchup_limit_s)),
         ("ledger", lambda: check_ledger(inp, limit)),
+        ("ttl", lambda: feature_checks.check_ttl(inp, limit, skew_ns)),
+        ("counter", lambda: feature_checks.check_counter(inp, limit)),
         *campaign,
     ]
     return _run_steps(steps, progress, completed)
 
 
-#: The checks that read the event logs, in report order.
+#: The checks of a run with event logs (the RAFT checks, then the drills' ledgers), in report
+#: order.
 EVENT_CHECKS = ("input", "topology", "election_safety", "term_monotonic", "log_matching",
-                "leader_completeness", "availability", "replication", "stream_catchup", "ledger")
+                "leader_completeness", "availability", "replication", "stream_catchup", "ledger",
+                *feature_checks.FEATURE_CHECKS)
 #: Why those checks are unknown on a run without event logs.
 NO_EVENT_LOG = ("the run holds no event log (its servers write none: nats-server), so only "
                 "the histories are checked")

@@ -72,6 +72,20 @@ GUIDES: dict[str, Guide] = {
         "stream holds a message never published (unexpected): data a client was promised is "
         "not what the stream holds",
         "no <drill>.ledger.jsonl and <drill>.stream.jsonl in the run: run the drills to decide it"),
+    "ttl": Guide(
+        "a message published with a Nats-TTL was still served more than 1 s after its TTL had "
+        "passed (counted from the time the stream stored it): the stream's leader did not expire "
+        "it, or a leader that took over served a message its predecessor should have removed, so "
+        "clients read data they were promised would be gone",
+        "no <drill>.ttl.jsonl in the run, or no get of a TTL'd message was answered: run the zone "
+        "drills (python -m lab run) to decide it"),
+    "counter": Guide(
+        "a counter stream's final value is not the sum of the increments it acknowledged: below "
+        "it, an acknowledged increment was lost; above it, an increment was applied that was "
+        "never acknowledged nor of unknown outcome (a retry with the same Nats-Msg-Id counted "
+        "twice, or an increment applied twice)",
+        "no <drill>.counter.jsonl in the run, or no drill read its counter back: run the zone "
+        "drills (python -m lab run) to decide it"),
     "queue": Guide(
         "a publish the stream acknowledged was never read back (lost: in the prefix, middle or "
         "postfix of the run), was read at another sequence than acknowledged (misplaced), is "
@@ -330,6 +344,26 @@ def _ledger(e, names, hosts):
             f"raft_became_leader, raft_applied.")
 
 
+def _ttl(e, names, hosts):
+    drill = e.get("drill")
+    return (f"{e.get('stream')} sequence {e.get('stream_seq')} ({e.get('msg_id')}, TTL {e.get('ttl_s')} s): "
+            f"stored at {_when(e.get('stored_ns') or e.get('acked_ns'))}, expired at "
+            f"{_when(e.get('expires_ns'))}, still served by a get sent at {_when(e.get('last_seen_ns'))} "
+            f"({e.get('seen_s_after_expiry')} s later): its line in {drill}.ttl.jsonl (every get, "
+            f"answered or not), then {e.get('stream')}'s group in logs/*/events*.jsonl around the expiry: "
+            f"raft_became_leader (a leader change then), raft_applied.")
+
+
+def _counter(e, names, hosts):
+    drill = e.get("drill")
+    return (f"{e.get('stream')} ({drill}): final value {e.get('final')} (sequence {e.get('final_seq')}), "
+            f"allowed {e.get('low')}..{e.get('high')} ({e.get('acknowledged')} increments acknowledged, "
+            f"{e.get('unknown')} of unknown outcome); the last acknowledgement said {e.get('last_acked_val')} "
+            f"at sequence {e.get('last_acked_seq')}: {drill}.counter.jsonl (every attempt by Nats-Msg-Id, "
+            f"retries included), then {e.get('stream')}'s group in logs/*/events*.jsonl: raft_applied, "
+            f"raft_became_leader, stream_catchup_*.")
+
+
 def _when(ns) -> str:
     return rfc3339_ns(ns) if isinstance(ns, int) and ns > 10**17 else "-"
 
@@ -383,5 +417,5 @@ def _generic(e, names, hosts):
 _STEPS = {"input": _input, "topology": _topology, "election_safety": _election,
           "term_monotonic": _term, "log_matching": _matching, "leader_completeness": _completeness,
           "availability": _availability, "replication": _replication, "stream_catchup": _catchup,
-          "ledger": _ledger, "queue": _queue, "node_divergence": _divergence,
-          "linearizable": _linearizable, "stale_reads": _stale}
+          "ledger": _ledger, "ttl": _ttl, "counter": _counter, "queue": _queue,
+          "node_divergence": _divergence, "linearizable": _linearizable, "stale_reads": _stale}

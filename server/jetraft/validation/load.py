@@ -9,6 +9,8 @@ A run directory (``lab/artifacts/<run>``, written by ``python -m lab run``) hold
     drills.json                  each drill's summary and fault timeline (lab/drills.py)
     <drill>.ledger.jsonl         every publish attempt of a drill
     <drill>.stream.jsonl         the drill's stream as read back after healing
+    <drill>.ttl.jsonl            a zone drill's publishes with a Nats-TTL and the gets after them
+    <drill>.counter.jsonl        a zone drill's increments of a counter and its final value
     history/<workload>.jsonl     a fault campaign's histories (jetraft.validation.history)
 
 The run directory may be a local path, a glob, or any URI Spark reads (``hdfs://``,
@@ -48,7 +50,8 @@ class Inputs:
     """The DataFrames of one run. ``events`` (every event but ``raft_applied``, and every
     line that is not JSON, in ``_corrupt_record``) and ``per_index`` always exist; the
     others are None when the run has no such file (a deploy without drills has no
-    ledgers; a run that is not a fault campaign's has no ``history``). ``applied`` re-reads
+    ledgers, nor ``ttl`` and ``counter``, the zone drills' TTL and counter ledgers; a run
+    that is not a fault campaign's has no ``history``). ``applied`` re-reads
     the event logs: only for the few examples of a violation."""
 
     path: str
@@ -60,6 +63,8 @@ class Inputs:
     drills: DataFrame | None
     topology: DataFrame | None
     history: DataFrame | None = None
+    ttl: DataFrame | None = None
+    counter: DataFrame | None = None
 
     @property
     def history_only(self) -> bool:
@@ -189,4 +194,6 @@ def read(spark: SparkSession, path: str) -> Inputs:
         drills=_read(spark, schema.DRILL, f"{base}/drills.json", multiline=True),
         topology=_read(spark, schema.TOPOLOGY, f"{base}/topology.json"),
         history=read_history(spark, base),
+        ttl=_read(spark, schema.TTL_LEDGER, f"{base}/*.ttl.jsonl"),
+        counter=_read(spark, schema.COUNTER_LEDGER, f"{base}/*.counter.jsonl"),
     )

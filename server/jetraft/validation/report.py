@@ -42,7 +42,8 @@ MD_EXAMPLES = 5
 
 def write_markdown(path: Path, doc: dict, timeline: str | None) -> None:
     """Write report.md: the verdicts, the streams and their RAFT groups, the timeline, the
-    faults, membership and catch-up tables, then each check: what it checks and means, its
+    faults, membership and catch-up tables, the drills' TTL'd messages and counters, then
+    each check: what it checks and means, its
     figures, and when invalid its first offending examples as a table and where to look
     next (the raw examples are in report.json)."""
     names = doc.get("groups") or {}
@@ -74,6 +75,7 @@ def write_markdown(path: Path, doc: dict, timeline: str | None) -> None:
     lines += _section("Meta group membership", ("time", "server", "change", "log index", "logged by"),
                       [(m["ts"], m["server"], m["change"], m["index"], m["seen_by"]) for m in membership])
     lines += _catchup_sections(doc["checks"].get("stream_catchup", {}).get("details", {}), names)
+    lines += feature_sections(doc["checks"])
     lines += campaign_sections(doc["checks"])
     for name, c in doc["checks"].items():
         lines += _check_section(name, c, names, hosts)
@@ -121,7 +123,27 @@ _SHORT_CHANGE = {"added": "+voter", "added as a learner": "+learner", "removed":
 
 #: Details shown as their own tables in report.md, not again in their check's JSON.
 _TABLES = frozenset({"faults", "catchups", "damaged_stores", "membership", "hosts", "lost_on_node_epochs",
-                     "keys", "counterexamples", "per_key", "pairing_examples"})
+                     "keys", "counterexamples", "per_key", "pairing_examples", "per_drill"})
+
+
+def feature_sections(checks: dict) -> list[str]:
+    """report.md's tables of the zone drills' TTL'd messages and counters, from the ttl
+    and counter checks' ``per_drill`` details (nothing when a run has neither)."""
+    ttl = (checks.get("ttl", {}).get("details") or {}).get("per_drill") or {}
+    lines = _section("Drills: messages with a TTL",
+                     ("drill", "published", "acknowledged", "gets answered", "seen gone", "never seen gone",
+                      "gone early", "gone after expiry, median (s)", "max (s)"),
+                     [(d, t["published"], t["acknowledged"], t["gets_answered"], t["seen_gone"],
+                       t["never_seen_gone"], t["gone_early"], _num(t["gone_after_expiry_median_s"]),
+                       _num(t["gone_after_expiry_max_s"])) for d, t in ttl.items()])
+    counter = (checks.get("counter", {}).get("details") or {}).get("per_drill") or {}
+    lines += _section("Drills: counters",
+                      ("drill", "stream", "acknowledged", "unknown", "failed", "retried", "acknowledged sum",
+                       "allowed", "final", "final sequence"),
+                      [(d, c["stream"], c["acknowledged"], c["unknown"], c["failed"], c["retried"], c["acked_sum"],
+                        f"{c['low']}..{c['high']}" if c["low"] != c["high"] else c["low"], c["final"],
+                        c["final_seq"]) for d, c in counter.items()])
+    return lines
 
 
 def _catchup_sections(details: dict, names: dict | None = None) -> list[str]:

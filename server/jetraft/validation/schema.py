@@ -11,6 +11,10 @@
 - :data:`DRILL` — one drill's summary and fault timeline (``drills.json``, lab/drills.py
   DrillResult.summary()).
 - :data:`TOPOLOGY` — the inventory's view (``topology.json``, playbooks/collect_logs.yml).
+- :data:`TTL_LEDGER` — one publish with a ``Nats-TTL`` of a zone drill and the gets that
+  looked for it afterwards (``<drill>.ttl.jsonl``, lab/features.py TtlMessage).
+- :data:`COUNTER_LEDGER` — one increment attempt (``Nats-Incr``) of a zone drill, or the
+  counter's final value read back (``<drill>.counter.jsonl``, lab/features.py).
 """
 
 from __future__ import annotations
@@ -83,6 +87,38 @@ DRILL = StructType([
     _s("healed_ns", LongType()),
     _s("attempted", LongType()), _s("acknowledged", LongType()),
     _s("seconds_without_writes", DoubleType()), _s("acked_during_outage", LongType()),
+])
+
+#: One get of a TTL'd message by its stream sequence: ``ns`` when it was sent, ``answered_ns``
+#: when answered (nanoseconds since the epoch, the controller's clock); ``found`` true (the
+#: message was served), false (the stream answered that it holds no such message) or null
+#: (no answer: a timeout, no leader; ``error`` says which).
+TTL_OBSERVATION = StructType([
+    _s("ns", LongType()), _s("answered_ns", LongType()), _s("found", BooleanType()), _s("error"),
+])
+
+#: ``ttl_ns``: the message's TTL (nanoseconds); ``sent_ns`` / ``acked_ns``: nanoseconds since
+#: the epoch on the controller's clock; ``stored_ns``: the message's timestamp as the stream
+#: stored it (the leader's clock; from the first get that found it, else null);
+#: ``observations``: :data:`TTL_OBSERVATION`, in time order.
+TTL_LEDGER = StructType([
+    _s("drill"), _s("stream"), _s("subject"), _s("msg_id"), _s("ttl_ns", LongType()),
+    _s("sent_ns", LongType()), _s("acked_ns", LongType()), _s("stream_seq", LongType()),
+    _s("error"), _s("stored_ns", LongType()), _s("observations", ArrayType(TTL_OBSERVATION)),
+])
+
+#: ``kind`` ``increment``: one attempt to publish ``incr`` (an integer) with ``msg_id``
+#: (``attempt`` 1, then 2... when retried with the same id); ``outcome`` ``ok`` (acknowledged:
+#: ``stream_seq``, ``val`` the new value as a decimal string, or ``duplicate`` true when the
+#: stream had it already), ``fail`` (definitely not applied) or ``info`` (unknown: a timeout,
+#: a lost connection). ``kind`` ``final``: the counter read back once healed (``outcome`` ok:
+#: ``val``, "0" when the subject holds no message, and ``stream_seq`` of the message read).
+#: Times in nanoseconds since the epoch (``acked_ns``: when the answer came).
+COUNTER_LEDGER = StructType([
+    _s("drill"), _s("stream"), _s("subject"), _s("kind"), _s("msg_id"), _s("incr", LongType()),
+    _s("attempt", IntegerType()), _s("sent_ns", LongType()), _s("acked_ns", LongType()),
+    _s("stream_seq", LongType()), _s("val"), _s("duplicate", BooleanType()), _s("outcome"),
+    _s("error"),
 ])
 
 _INVENTORY_SERVER = StructType([_s("host"), _s("server_name"), _s("zone")])

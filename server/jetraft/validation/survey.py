@@ -28,7 +28,8 @@ class NoEventLog(Exception):
 @dataclass
 class Survey:
     """A local run's files: the event logs (paths), their total size in bytes and the
-    hosts they come from; the drills' ledgers and drained streams (counts), whether
+    hosts they come from; the drills' ledgers, drained streams and TTL and counter ledgers
+    (counts), whether
     drills.json and topology.json are there, and a fault campaign's histories
     (``history/*.jsonl``: their names)."""
 
@@ -42,10 +43,13 @@ class Survey:
     topology: bool = False
     missing: list[str] = field(default_factory=list)
     histories: list[str] = field(default_factory=list)
+    ttl_ledgers: int = 0
+    counter_ledgers: int = 0
 
     def line(self) -> str:
-        """``reading RUN: 5 event logs (8.3 MB) from 5 hosts, 6 ledgers, drills.json, topology.json``
-        (and ``, histories kv, queue`` for a fault campaign's run)."""
+        """``reading RUN: 5 event logs (8.3 MB) from 5 hosts, 6 ledgers, 5 TTL ledgers, 5 counter
+        ledgers, drills.json, topology.json`` (the TTL and counter ledgers when there are any;
+        ``, histories kv, queue`` for a fault campaign's run)."""
         if not self.event_logs:
             return (f"reading {self.run}: no event log (servers that write none, such as "
                     f"nats-server: only the histories are checked), histories "
@@ -53,6 +57,8 @@ class Survey:
         parts = [f"{_count(len(self.event_logs), 'event log')} ({self.bytes / 1e6:.1f} MB) "
                  f"from {_count(len(self.hosts), 'host')}",
                  _count(self.ledgers, "ledger")]
+        parts += [_count(n, noun) for n, noun in ((self.ttl_ledgers, "TTL ledger"),
+                                                  (self.counter_ledgers, "counter ledger")) if n]
         parts += [name for name, there in (("drills.json", self.drills), ("topology.json", self.topology))
                   if there]
         if self.histories:
@@ -115,6 +121,8 @@ def survey(run: str) -> Survey | None:
     if root is not None:
         out.ledgers = len(glob.glob(os.path.join(root, "*.ledger.jsonl")))
         out.drained = len(glob.glob(os.path.join(root, "*.stream.jsonl")))
+        out.ttl_ledgers = len(glob.glob(os.path.join(root, "*.ttl.jsonl")))
+        out.counter_ledgers = len(glob.glob(os.path.join(root, "*.counter.jsonl")))
         out.drills = os.path.isfile(os.path.join(root, "drills.json"))
         out.topology = os.path.isfile(os.path.join(root, "topology.json"))
         out.histories = _histories(root)

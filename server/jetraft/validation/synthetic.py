@@ -1,6 +1,7 @@
 """Synthetic runs for the validation's tests and benchmark: the files a lab run leaves
 (logs/<server>/events.jsonl, topology.json, drills.json, <drill>.ledger.jsonl,
-<drill>.stream.jsonl), from a small model of RAFT groups instead of a cluster.
+<drill>.stream.jsonl, <drill>.ttl.jsonl, <drill>.counter.jsonl), from a small model of RAFT
+groups instead of a cluster.
 
 The model: N servers in zones a, a, b, b, c (round robin beyond five), G groups (the meta
 group of every server, then R3 stream groups with one replica per zone, placed by the meta
@@ -14,6 +15,13 @@ before the repair every live replica snapshots and compacts its log; on the repa
 returning replica installs the leader's snapshot, and a returning stream replica fetches
 its messages (``stream_catchup_started``, then ``stream_catchup_finished``: the first
 stream's after one failed attempt, its store reported damaged first).
+
+Beside the drill's ledger, its TTL and counter ledgers (:func:`write_features`, as
+lab/features.py writes them): messages with a 2 s ``Nats-TTL`` (one publish timed out, one
+get unanswered), each looked for every 500 ms until 4 s after its expiry and gone 150 ms
+after it; increments of a counter (one retried after a timeout and answered ``duplicate``,
+one of unknown outcome after three timeouts, one refused) and the value read back, the sum
+of the acknowledged ones.
 
 ``anomalies`` injects faults the checks must find, by name (see :data:`ANOMALIES`).
 """
@@ -41,12 +49,22 @@ ANOMALIES = {
     "leaderless_fault": "the drill's stream has no leader off the faulted zone until the repair",
     "corrupt_line": "a line of an event log is not JSON",
     "foreign_server": "a server not in the inventory writes events",
+    "ttl_outlived": "a message with a Nats-TTL is still served 3.25 s after its TTL passed",
+    "counter_missing": "a counter's final value lacks an acknowledged increment",
+    "counter_extra": "a counter's final value holds one increment more than its range allows "
+                     "(the retried increment counted twice)",
 }
 
 START_NS = 1_798_761_600_000_000_000        # 2027-01-01T00:00:00Z
 STEP_NS = 1_000_000                         # 1 ms of model time per step
 DRILL = "kill-zone-a"
 DRILL_STREAM = "KILL_ZONE_A"
+TTL_STREAM = f"{DRILL_STREAM}_TTL"
+COUNTER_STREAM = f"{DRILL_STREAM}_COUNTER"
+MS = 1_000_000
+#: The TTL of the synthetic TTL'd messages, and how long after its expiry each is removed.
+TTL_NS = 2_000 * MS
+REMOVAL_NS = 150 * MS
 
 
 @dataclass
@@ -244,6 +262,7 @@ def generate(root: Path, *, servers: int = 5, groups: int = 4, events: int = 10_
     _inject(out, gs, names, zone_of, ns, anomalies, rnd)
     out.close()
     _write_drill(root, drill, ledger, anomalies)
+    write_features(root, drill["fault_ns"], drill["healed_ns"], anomalies)
     return {"events": out.count, "entries": entries, "ledger": len(ledger), "drill": drill}
 
 
@@ -345,6 +364,88 @@ def _write_drill(root: Path, drill: dict, ledger: list[dict], anomalies) -> None
     summary = {**drill, "attempted": len(ledger), "acknowledged": len(acked),
                "seconds_without_writes": 0.3, "acked_during_outage": 0}
     (root / "drills.json").write_text(json.dumps([summary], indent=2) + "\n")
+
+
+def write_features(root: Path, start_ns: int, healed_ns: int, anomalies=frozenset()) -> dict:
+    """Write the drill's TTL and counter ledgers (module docstring) into ``root``, from
+    ``start_ns`` (ns since the epoch; the counter read back after ``healed_ns``), with the
+    anomalies ``ttl_outlived``, ``counter_missing`` and ``counter_extra``. Returns
+    {ttl_messages, increments, acked_sum, final}."""
+    with open(root / f"{DRILL}.ttl.jsonl", "w") as f:
+        for i in range(12):
+            sent = start_ns + i * 500 * MS
+            row = {"drill": DRILL, "stream": TTL_STREAM, "subject": f"drill.{TTL_STREAM.lower()}",
+                   "msg_id": f"{DRILL}-ttl-{i + 1}", "ttl_ns": TTL_NS, "sent_ns": sent, "acked_ns": None,
+                   "stream_seq": None, "error": None, "stored_ns": None, "observations": []}
+            if i == 4:
+                row["error"] = "TimeoutError: nats: timeout"
+            else:
+                acked, stored = sent + 3 * MS, sent + MS
+                expires = stored + TTL_NS
+                gone = expires + (3_500 * MS if i == 6 and "ttl_outlived" in anomalies else REMOVAL_NS)
+                row.update(acked_ns=acked, stream_seq=i + 1 - (i > 4), stored_ns=stored)
+                get = acked + 250 * MS
+                while get <= expires + 4_000 * MS:
+                    unanswered = i == 2 and get == acked + 1_250 * MS
+                    row["observations"].append(
+                        {"ns": get, "answered_ns": None if unanswered else get + 2 * MS,
+                         "found": None if unanswered else get < gone,
+                         "error": "TimeoutError: nats: timeout" if unanswered else None})
+                    get += 500 * MS
+            f.write(json.dumps(row) + "\n")
+    subject = f"drill.{COUNTER_STREAM.lower()}"
+    rows, value, seq, t = [], 0, 0, start_ns
+    increments = (1, 2, 3, 1, 2, 4, 1, 3, 2, 1, 5, 1, -2, 3, 1, 2)
+
+    def attempt(msg_id: str, incr: int, n: int, outcome: str, *, applied: bool = False,
+                duplicate_of: int | None = None) -> None:
+        nonlocal value, seq, t
+        t += 40 * MS
+        row = {"drill": DRILL, "stream": COUNTER_STREAM, "subject": subject, "kind": "increment",
+               "msg_id": msg_id, "incr": incr, "attempt": n, "sent_ns": t, "acked_ns": None,
+               "stream_seq": None, "val": None, "duplicate": None, "outcome": outcome, "error": None}
+        if applied:
+            value, seq = value + incr, seq + 1
+        if outcome == "ok" and duplicate_of is not None:
+            row.update(acked_ns=t + 2 * MS, stream_seq=duplicate_of, duplicate=True)
+        elif outcome == "ok":
+            row.update(acked_ns=t + 2 * MS, stream_seq=seq, val=str(value))
+        elif outcome == "fail":
+            row["error"] = "ServiceUnavailableError: nats: no leader"
+        else:
+            row["error"] = "TimeoutError: nats: timeout"
+        rows.append(row)
+
+    acked_sum = 0
+    retried = 0
+    for i, incr in enumerate(increments):
+        msg_id = f"{DRILL}-c{i + 1}"
+        if i == 4:                  # a timeout, then the retry answered duplicate: counted once
+            attempt(msg_id, incr, 1, "info", applied=True)
+            attempt(msg_id, incr, 2, "ok", duplicate_of=seq)
+            acked_sum += incr
+            retried = incr
+        elif i == 7:                # three timeouts: unknown (not applied)
+            for n in (1, 2, 3):
+                attempt(msg_id, incr, n, "info")
+        elif i == 10:               # refused: never applied
+            attempt(msg_id, incr, 1, "fail")
+        else:
+            attempt(msg_id, incr, 1, "ok", applied=True)
+            acked_sum += incr
+    final = value
+    if "counter_missing" in anomalies:
+        final -= increments[1]
+    if "counter_extra" in anomalies:
+        final += increments[7] + retried      # the unknown one applied, the retried one twice
+    read = max(healed_ns, t) + 100 * MS
+    rows.append({"drill": DRILL, "stream": COUNTER_STREAM, "subject": subject, "kind": "final", "msg_id": None,
+                 "incr": None, "attempt": None, "sent_ns": read, "acked_ns": read + 2 * MS, "stream_seq": seq,
+                 "val": str(final), "duplicate": None, "outcome": "ok", "error": None})
+    with open(root / f"{DRILL}.counter.jsonl", "w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    return {"ttl_messages": 12, "increments": len(increments), "acked_sum": acked_sum, "final": final}
 
 
 def main() -> None:

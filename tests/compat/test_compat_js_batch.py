@@ -6,7 +6,11 @@ stores them all when ``Nats-Batch-Commit`` arrives, with one PubAck carrying ``b
 refusal's error, the limits (1,000 messages, 50 batches in flight per stream, abandoned
 after 10 s idle), deduplication and expected-sequence checks inside a batch; on three
 servers a committed batch survives a step-down and a SIGKILL of its leader, and a batch
-whose leader changed before its commit is refused and leaves nothing.
+whose leader changed before its commit is refused and leaves nothing. The
+``$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.<stream>`` advisory of each abandonment
+nats-server advises (timeout, large, incomplete, unsupported), in the account and the system
+account, the idle one when it times out; on three servers from the leader the batch was
+staged on.
 """
 
 from __future__ import annotations
@@ -14,9 +18,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import time
 
-from compat_support import run
+import servers
+from compat_support import connect, run
 from js_support import across_step_down_and_sigkill, asked_again, js_session, stream_leader
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
@@ -248,6 +254,9 @@ def test_a_batch_is_checked_once_against_the_stream_before_it(js_server):
 def test_a_batch_holds_at_most_1000_messages(js_server):
     async def scenario():
         async with js_session(js_server.url) as s:
+            got = Abandoned()
+            await s.nc.subscribe(f"{ABANDONED}.>", cb=got.cb)
+            await s.nc.flush()
             await s.api("$JS.API.STREAM.CREATE.B", ATOMIC)
             assert await batch(s, "b.x", "full", 1000) == {"stream": "B", "seq": 1000, "batch": "full", "count": 1000}
             for i in range(1, 1001):
@@ -258,6 +267,10 @@ def test_a_batch_holds_at_most_1000_messages(js_server):
                 400, 10199, "atomic publish batch is too large: 1000")
             assert await refused(s, "b.x", b"", "over", 1000, "1") == INCOMPLETE
             assert await count(s, "B") == 1000
+            # abandoned as too large once, with an advisory; the refusals after it have none
+            await s.nc.flush()
+            assert got.bodies() == [advisory("B", "over", "large")]
+            keys_in_order(got, system=False)
     run(scenario, timeout=180)
 
 
@@ -285,6 +298,121 @@ def test_50_batches_in_flight_per_stream_and_idle_ones_abandoned(js_server):
             assert json.loads(await send(s, "b.x", b"", "late", 2, "1")) == {
                 "stream": "B", "seq": 2, "batch": "late", "count": 2}
     run(scenario, timeout=90)
+
+
+# ---------------------------------------------------------------------- the abandoned advisory
+
+ABANDONED = "$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED"
+ABANDONED_TYPE = "io.nats.jetstream.advisory.v1.stream_batch_abandoned"
+RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z$")
+NUID = re.compile(r"^[0-9A-Za-z]{22}$")
+SYS_USER, SYS_PASSWORD = "admin", "sys-pass"
+APP_USER, APP_PASSWORD = "app", "app-pass"
+ACCOUNTS = (f'accounts {{\n  $SYS {{ users = [ {{ user: "{SYS_USER}", pass: "{SYS_PASSWORD}" }} ] }}\n'
+            f'  APP {{ jetstream: enabled, users = [ {{ user: "{APP_USER}", pass: "{APP_PASSWORD}" }} ] }}\n}}')
+
+
+class Abandoned:
+    """Every ``BATCH_ABANDONED`` advisory a connection receives, with when it came."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[str, dict, float]] = []
+
+    async def cb(self, msg) -> None:
+        self.got.append((msg.subject, json.loads(msg.data), time.monotonic()))
+
+    def bodies(self) -> list[tuple[str, dict]]:
+        """(subject, body without id and timestamp), in order; each id and timestamp of its form."""
+        out = []
+        for subject, body, _ in self.got:
+            assert NUID.match(body["id"]) and RFC3339.match(body["timestamp"]), body
+            out.append((subject, {k: v for k, v in body.items() if k not in ("id", "timestamp")}))
+        return out
+
+
+def advisory(stream: str, bid: str, reason: str, account: str | None = None) -> tuple[str, dict]:
+    """An abandoned advisory as nats-server sends it, bar id and timestamp (``account``: the
+    system account's copy), with its keys in nats-server's order."""
+    body: dict = {"type": ABANDONED_TYPE}
+    if account is not None:
+        body["account"] = account
+    body.update(stream=stream, batch=bid, reason=reason)
+    return f"{ABANDONED}.{stream}", body
+
+
+def keys_in_order(got: Abandoned, system: bool) -> None:
+    want = ["type", "id", "timestamp", *(["account"] if system else []), "stream", "batch", "reason"]
+    for _, body, _ in got.got:
+        assert list(body) == want, body
+
+
+def test_the_batch_abandoned_advisory_in_the_account_and_the_system_account(start_server, tmp_path):
+    """Each abandonment nats-server advises, with its reason, in the account and (with
+    ``account``) in the system account: a gap and an ``eob`` first message (incomplete), a
+    required API level too high (unsupported), and a batch idle for 10 s (timeout, sent when
+    it times out: within about a second, without another message). A bad commit value, a
+    refusal at the commit, a batch that is not staged and a batch of a deleted stream are
+    abandoned without one."""
+    srv = start_server(servers.js_config(tmp_path / "store") + "\n" + ACCOUNTS)
+
+    async def scenario():
+        async with js_session(srv.url, user=APP_USER, password=APP_PASSWORD) as s:
+            sys_ = await connect(srv.url, user=SYS_USER, password=SYS_PASSWORD)
+            try:
+                in_app, in_sys = Abandoned(), Abandoned()
+                await s.nc.subscribe(f"{ABANDONED}.>", cb=in_app.cb)
+                await sys_.subscribe(f"{ABANDONED}.>", cb=in_sys.cb)
+                await s.nc.flush()
+                await sys_.flush()
+                assert "error" not in await s.api("$JS.API.STREAM.CREATE.B", ATOMIC)
+                assert "error" not in await s.api("$JS.API.STREAM.CREATE.D", {
+                    "name": "D", "subjects": ["d.>"], "allow_atomic": True})
+                # a batch of a stream deleted meanwhile goes without an advisory
+                assert await send(s, "d.x", b"", "gone", 1) == b""
+                assert (await s.api("$JS.API.STREAM.DELETE.D"))["success"] is True
+                # staged, then left alone: abandoned 10 s after its last message
+                assert await send(s, "b.x", b"", "idle", 1) == b""
+                assert await send(s, "b.x", b"", "idle", 2) == b""
+                idle_at = time.monotonic()
+                # a gap, and an eob as the first message
+                assert await send(s, "b.x", b"", "gap", 1) == b""
+                assert await refused(s, "b.x", b"", "gap", 3) == INCOMPLETE
+                assert await refused(s, "b.x", b"", "eob1", 1, "eob") == INCOMPLETE
+                # a required API level above the server's, on the first message too
+                assert await send(s, "b.x", b"", "level", 1) == b""
+                assert (await refused(s, "b.x", b"", "level", 2, **{"Nats-Required-Api-Level": "99"}))[
+                    "err_code"] == 10185
+                assert (await refused(s, "b.x", b"", "level1", 1, **{"Nats-Required-Api-Level": "99"}))[
+                    "err_code"] == 10185
+                # no advisory: a bad commit value, a batch not staged, a refusal at the commit
+                assert await send(s, "b.x", b"", "badcommit", 1) == b""
+                assert (await refused(s, "b.x", b"", "badcommit", 2, "yes"))["err_code"] == 10200
+                assert await refused(s, "b.x", b"", "absent", 2) == INCOMPLETE
+                assert await send(s, "b.x", b"", "dup", 1, **{"Nats-Msg-Id": "m"}) == b""
+                assert await refused(s, "b.x", b"", "dup", 2, "1", **{"Nats-Msg-Id": "m"}) == DUPLICATE
+
+                now = [advisory("B", "gap", "incomplete"), advisory("B", "eob1", "incomplete"),
+                       advisory("B", "level", "unsupported"), advisory("B", "level1", "unsupported")]
+                await apoll(lambda: len(in_app.got) >= 4 and len(in_sys.got) >= 4, "the advisories", 5)
+                assert in_app.bodies() == now
+                assert in_sys.bodies() == [advisory(b["stream"], b["batch"], b["reason"], "APP") for _, b in now]
+                # the idle batch's, when it times out: no later than about a second after 10 s
+                await apoll(lambda: len(in_app.got) >= 5 and len(in_sys.got) >= 5, "the timeout advisory", 15)
+                assert in_app.bodies()[4:] == [advisory("B", "idle", "timeout")]
+                assert in_sys.bodies()[4:] == [advisory("B", "idle", "timeout", "APP")]
+                for got in (in_app, in_sys):
+                    after = got.got[4][2] - idle_at
+                    assert 9.5 <= after <= 12, f"timed out after {after:.2f} s"
+                keys_in_order(in_app, system=False)
+                keys_in_order(in_sys, system=True)
+                # and it is gone: its commit is incomplete, without another advisory
+                assert await refused(s, "b.x", b"", "idle", 3, "1") == INCOMPLETE
+                await s.nc.flush()
+                await sys_.flush()
+                assert len(in_app.got) == 5 and len(in_sys.got) == 5
+            finally:
+                await sys_.close()
+    run(scenario)
 
 
 # ---------------------------------------------------------------------- three servers
@@ -343,16 +471,28 @@ def test_committed_batches_survive_a_step_down_and_a_sigkill(formed_cluster, ser
 
 
 def test_a_leader_change_in_the_middle_of_a_batch_leaves_nothing(formed_cluster, server_kind):
+    """A batch whose leader changed is refused at its commit as incomplete by the new leader,
+    and abandoned without an advisory (nats-server 2.15.1 sends none, then or when it would
+    have timed out); a gap, or a batch left alone on the new leader, is advised as on one
+    server."""
     with formed_cluster(server_kind, "batchmid", 3, jetstream=True) as c:
         async def scenario():
             async with js_session(c.urls()[0]) as s:
+                got = Abandoned()
+                await s.nc.subscribe(f"{ABANDONED}.>", cb=got.cb)
+                await s.nc.flush()
                 created = await asked_again(lambda: s.api("$JS.API.STREAM.CREATE.E", R3), "E created")
                 assert "error" not in created, created
                 await asked_again(lambda: s.js.publish("e.x", b"before", headers={"Nats-Msg-Id": "before"}),
                                   "first publish")
                 first = await stream_leader(s, "E")
+                assert await send(s, "e.x", b"", "gap", 1) == b""
+                assert await refused(s, "e.x", b"", "gap", 3) == INCOMPLETE
+                await apoll(lambda: len(got.got) >= 1, "the gap's advisory", 5)
+                assert got.bodies() == [advisory("E", "gap", "incomplete")]
                 assert await send(s, "e.x", b"1", "mid", 1) == b""
                 assert await send(s, "e.x", b"2", "mid", 2) == b""
+                mid_at = time.monotonic()
                 await asked_again(lambda: s.api("$JS.API.STREAM.LEADER.STEPDOWN.E"), "step-down")
 
                 async def moved() -> bool:
@@ -370,6 +510,16 @@ def test_a_leader_change_in_the_middle_of_a_batch_leaves_nothing(formed_cluster,
                 assert info["state"]["messages"] == 1 and info["state"]["last_seq"] == 1, info["state"]
                 # and a new batch on the new leader commits
                 assert await batch(s, "e.y", "after", 2) == {"stream": "E", "seq": 3, "batch": "after", "count": 2}
+                # a batch left alone on the new leader is abandoned when it times out; "mid",
+                # staged before it on the former leader, never is
+                assert await send(s, "e.z", b"", "idle", 1) == b""
+                idle_at = time.monotonic()
+                await apoll(lambda: len(got.got) >= 2, "the timeout advisory", 20)
+                assert got.bodies() == [advisory("E", "gap", "incomplete"), advisory("E", "idle", "timeout")]
+                after = got.got[1][2] - idle_at
+                assert 9.5 <= after <= 12, f"timed out after {after:.2f} s"
+                assert got.got[1][2] - mid_at > 10
+                keys_in_order(got, system=False)
         run(scenario, timeout=120)
 
 

@@ -25,10 +25,11 @@ subject                                          ``type`` (``io.nats.jetstream.`
 ``$JS.EVENT.ADVISORY.CONSUMER.QUORUM_LOST..``    ``advisory.v1.consumer_quorum_lost``
 ``$JS.EVENT.ADVISORY.CONSUMER.PINNED..``         ``advisory.v1.consumer_group_pinned``
 ``$JS.EVENT.ADVISORY.CONSUMER.UNPINNED..``       ``advisory.v1.consumer_group_unpinned``
+``$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.<s>``  ``advisory.v1.stream_batch_abandoned``
 ===============================================  ==========================================
 
-The leader-elected and quorum-lost advisories go to the stream's account and, with an
-``account`` field added, to the system account, as nats-server sends them. A consumer is
+The leader-elected, quorum-lost and batch-abandoned advisories go to the stream's account
+and, with an ``account`` field added, to the system account, as nats-server sends them. A consumer is
 replicated in its stream's RAFT group, so its leader is the stream's: the consumer
 advisories follow the stream's, one per consumer (nats-server jetstream_cluster.go
 sendConsumerLeaderElectAdvisory, sendConsumerLostQuorumAdvisory).
@@ -46,7 +47,7 @@ from jetraft.jetstream.outbound import Outbound
 
 __all__ = [
     "API_AUDIT", "Nuid", "api_audit", "consumer_action", "consumer_ack_metric", "max_deliver",
-    "consumer_group_pinned", "consumer_group_unpinned",
+    "consumer_group_pinned", "consumer_group_unpinned", "stream_batch_abandoned",
     "consumer_leader_elected", "consumer_quorum_lost",
     "stream_action", "stream_leader_elected", "stream_quorum_lost", "stream_subject",
     "terminated",
@@ -69,6 +70,7 @@ CONSUMER_QUORUM_LOST_TYPE = "io.nats.jetstream.advisory.v1.consumer_quorum_lost"
 CONSUMER_PAUSE_TYPE = "io.nats.jetstream.advisory.v1.consumer_pause"
 CONSUMER_GROUP_PINNED_TYPE = "io.nats.jetstream.advisory.v1.consumer_group_pinned"
 CONSUMER_GROUP_UNPINNED_TYPE = "io.nats.jetstream.advisory.v1.consumer_group_unpinned"
+STREAM_BATCH_ABANDONED_TYPE = "io.nats.jetstream.advisory.v1.stream_batch_abandoned"
 
 #: stream/consumer action -> the subject's verb (nats-server JSAdvisoryStreamCreatedPre...)
 _VERBS = {"create": "CREATED", "modify": "UPDATED", "delete": "DELETED"}
@@ -281,6 +283,23 @@ def consumer_quorum_lost(stream: str, consumer: str, replicas: list[dict[str, An
         body["account"] = account
     body.update(stream=stream, consumer=consumer, replicas=replicas)
     return _out(f"{ADVISORY_PREFIX}CONSUMER.QUORUM_LOST.{stream}.{consumer}", body, domain)
+
+
+def stream_batch_abandoned(stream: str, batch: str, reason: str, now_ns: int, *, account: str = "",
+                           domain: str = "") -> Outbound:
+    """Atomic batch ``batch`` of ``stream`` was abandoned for ``reason`` (``timeout``,
+    ``large``, ``incomplete`` or ``unsupported``): ``{type, id, timestamp, account?, stream,
+    domain?, batch, reason}`` on ``$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.<stream>``
+    (nats-server JSStreamBatchAbandonedAdvisory, sendStreamBatchAbandonedAdvisory).
+    ``account`` is set in the system account's copy."""
+    body = _event(STREAM_BATCH_ABANDONED_TYPE, now_ns)
+    if account:
+        body["account"] = account
+    body["stream"] = stream
+    if domain:
+        body["domain"] = domain
+    body.update(batch=batch, reason=reason)
+    return _out(f"{ADVISORY_PREFIX}STREAM.BATCH_ABANDONED.{stream}", body, "")
 
 
 def stream_subject(build: Any, stream: str) -> str:

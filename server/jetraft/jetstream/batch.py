@@ -24,9 +24,18 @@ the whole batch before any of it is stored):
   or :data:`MAX_INFLIGHT_TOTAL` of the server are staged (429, 10210), a
   ``Nats-Required-Api-Level`` above the server's (10185, the batch is abandoned; the header
   is not stored otherwise);
-- a batch that gets no message for :data:`BATCH_TIMEOUT_NS` is abandoned, and so are the
-  batches of a stream whose leader changes (a clustered stream's staging is on its leader
-  only): their commit is refused as incomplete;
+- a batch that gets no message for :data:`BATCH_TIMEOUT_NS` is abandoned when that time is
+  up (the server's timers call :meth:`AtomicBatches.expire` at
+  :meth:`AtomicBatches.next_expiry`), and so are the batches of a stream whose leader
+  changes (a clustered stream's staging is on its leader only): their commit is refused as
+  incomplete;
+- an abandonment nats-server advises (``$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.<stream>``,
+  ``sendStreamBatchAbandonedAdvisory``) is named with its reason: :attr:`Staging.abandoned`
+  for the batch of the message being staged (``incomplete``: a gap or an ``eob`` first
+  message; ``large``: past :data:`MAX_BATCH_SIZE`; ``unsupported``: a required API level
+  too high), :meth:`AtomicBatches.take_abandoned` for those that timed out (``timeout``).
+  Not advised, as by nats-server: a bad commit value, a refusal at the commit, a message
+  of a batch that is not staged, a stream deleted or created again, a leader change;
 - at the commit, every message is checked against the stream as it was before the batch
   (:func:`check_batch`): ``Nats-Expected-Last-Msg-Id`` is refused (10177), a
   ``Nats-Msg-Id`` seen before or twice in the batch is refused (10201: the batch is not
@@ -41,13 +50,18 @@ Memory: a stream stages at most :data:`MAX_INFLIGHT_PER_STREAM` batches of at mo
 :data:`MAX_BATCH_SIZE` messages, each within the server's ``max_payload``. jetraft also
 bounds the bytes a batch stages (:data:`MAX_BATCH_BYTES`, so that a committed batch fits in
 one RAFT entry and one route frame; over it: 10199 with the messages staged so far) and
-the bytes all batches of the server stage (:data:`MAX_STAGED_BYTES`; over it: 10210). The
-staging is in memory on the leader: a batch not committed before the leader restarts is
-abandoned.
+the bytes all batches of the server stage (:data:`MAX_STAGED_BYTES`; over it: 10210), and
+advises those as ``large`` and ``incomplete``. The staging is in memory on the leader: a
+batch not committed before the leader restarts is abandoned.
+
+Time: ``now_ns`` is the wall clock. The staged batches are kept in the order of their last
+message, so the next expiry and each expired batch cost O(1); a clock that steps back may
+make a batch expire late by as much, never early.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,9 +74,9 @@ from .requests import REQUIRED_API_LEVEL_HEADER, required_level_met
 from .stream import ERR_MAX_BYTES, ERR_MAX_MSGS, ERR_MAX_MSGS_PER_SUBJECT, parse_message_ttl
 
 __all__ = [
-    "BATCH_COMMIT", "BATCH_ID", "BATCH_SEQ", "BATCH_TIMEOUT_NS", "MAX_BATCH_BYTES", "MAX_BATCH_ID",
-    "MAX_BATCH_SIZE", "MAX_INFLIGHT_PER_STREAM", "MAX_INFLIGHT_TOTAL", "MAX_STAGED_BYTES",
-    "AtomicBatches", "Committed", "Staging", "batch_id", "check_batch",
+    "BATCH_COMMIT", "BATCH_ID", "BATCH_SEQ", "BATCH_TIMEOUT_NS", "INCOMPLETE", "LARGE", "MAX_BATCH_BYTES",
+    "MAX_BATCH_ID", "MAX_BATCH_SIZE", "MAX_INFLIGHT_PER_STREAM", "MAX_INFLIGHT_TOTAL", "MAX_STAGED_BYTES",
+    "TIMEOUT", "UNSUPPORTED", "Abandoned", "AtomicBatches", "Committed", "Staging", "batch_id", "check_batch",
 ]
 
 BATCH_ID = "Nats-Batch-Id"
@@ -85,6 +99,12 @@ BATCH_TIMEOUT_NS = 10_000_000_000
 MAX_BATCH_BYTES = 32 * 1024 * 1024
 #: Bytes every batch of the server may stage together.
 MAX_STAGED_BYTES = 256 * 1024 * 1024
+
+# Why a batch was abandoned, as its advisory says (nats-server BatchAbandonReason).
+TIMEOUT = "timeout"
+LARGE = "large"
+INCOMPLETE = "incomplete"
+UNSUPPORTED = "unsupported"
 
 # Headers the commit checks read (nats-server server/stream.go constants).
 _MSG_ID = "Nats-Msg-Id"
@@ -146,16 +166,33 @@ class Committed:
 @dataclass(frozen=True, slots=True)
 class Staging:
     """What staging one message gives: ``error`` (answer it, nothing more), or the batch
-    ``committed`` (store it), or neither (staged: answer with an empty message)."""
+    ``committed`` (store it), or neither (staged: answer with an empty message).
+    ``abandoned``: the reason the message's batch was abandoned, when nats-server advises
+    it (see the module docstring)."""
 
     error: E.JSApiError | None = None
     committed: Committed | None = None
+    abandoned: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Abandoned:
+    """A batch abandoned without a message of it at hand (it timed out): stream ``key``
+    (account, stream), its ``id``, the stream entry it was staged for (``owner``) and
+    ``reason``."""
+
+    key: tuple[str, str]
+    id: str
+    owner: Any
+    reason: str
 
 
 class AtomicBatches:
     """The batches staged on one server, by (account, stream) then batch id; bounded by the
-    module's limits (given to the constructor for tests). Expiry is lazy: an idle batch is
-    dropped when its stream or the server's limits are next looked at."""
+    module's limits (given to the constructor for tests). An idle batch is dropped by
+    :meth:`expire` (the server's timers call it at :meth:`next_expiry`), or when its stream
+    or the server's limits are next looked at; either way it waits in :meth:`take_abandoned`
+    (at most :attr:`total` of them) for its advisory."""
 
     def __init__(self, *, max_size: int = MAX_BATCH_SIZE, per_stream: int = MAX_INFLIGHT_PER_STREAM,
                  total: int = MAX_INFLIGHT_TOTAL, timeout_ns: int = BATCH_TIMEOUT_NS,
@@ -167,6 +204,10 @@ class AtomicBatches:
         self.max_batch_bytes = max_batch_bytes
         self.max_staged_bytes = max_staged_bytes
         self._streams: dict[tuple[str, str], dict[str, _Staged]] = {}
+        #: every staged batch, in the order of its last message (the oldest first)
+        self._order: OrderedDict[tuple[tuple[str, str], str], _Staged] = OrderedDict()
+        #: batches that timed out, waiting for their advisory
+        self._abandoned: deque[Abandoned] = deque(maxlen=total)
         self._count = 0
         self._bytes = 0
 
@@ -191,6 +232,7 @@ class AtomicBatches:
         if b is not None:
             self._count -= 1
             self._bytes -= b.size
+            self._order.pop((key, bid), None)
         if not batches:
             del self._streams[key]
 
@@ -202,24 +244,54 @@ class AtomicBatches:
             return 0
         self._count -= len(batches)
         self._bytes -= sum(b.size for b in batches.values())
+        for bid in batches:
+            self._order.pop((key, bid), None)
         return len(batches)
 
+    def _time_out(self, key: tuple[str, str], bid: str, b: _Staged) -> None:
+        self._drop(key, bid)
+        self._abandoned.append(Abandoned(key, bid, b.owner, TIMEOUT))
+
     def _expire_stream(self, key: tuple[str, str], owner: Any, now_ns: int) -> None:
+        """Drop the batches of stream ``key`` staged for another stream entry (it was
+        deleted and created again: no advisory) and those idle for :attr:`timeout_ns`."""
         batches = self._streams.get(key)
         if not batches:
             return
-        for bid in [bid for bid, b in batches.items()
-                    if b.owner is not owner or now_ns - b.last_ns >= self.timeout_ns]:
-            self._drop(key, bid)
+        for bid, b in list(batches.items()):
+            if b.owner is not owner:
+                self._drop(key, bid)
+            elif now_ns - b.last_ns >= self.timeout_ns:
+                self._time_out(key, bid, b)
 
-    def expire(self, now_ns: int) -> int:
-        """Abandon every batch idle for :attr:`timeout_ns` at ``now_ns``; returns how many
-        (at most :attr:`total` looked at)."""
-        doomed = [(key, bid) for key, batches in self._streams.items()
-                  for bid, b in batches.items() if now_ns - b.last_ns >= self.timeout_ns]
-        for key, bid in doomed:
-            self._drop(key, bid)
-        return len(doomed)
+    def next_expiry(self) -> int | None:
+        """When :meth:`expire` has work next (ns; the oldest batch's timeout, or 0 when timed
+        out batches wait in :meth:`take_abandoned`), None when nothing is staged."""
+        if self._abandoned:
+            return 0
+        for b in self._order.values():
+            return b.last_ns + self.timeout_ns
+        return None
+
+    def expire(self, now_ns: int, limit: int | None = None) -> int:
+        """Abandon the batches idle for :attr:`timeout_ns` at ``now_ns`` (at most ``limit``
+        of them, oldest first), to be taken with :meth:`take_abandoned`; returns how many."""
+        n = 0
+        while self._order and (limit is None or n < limit):
+            (key, bid), b = next(iter(self._order.items()))
+            if now_ns - b.last_ns < self.timeout_ns:
+                break
+            self._time_out(key, bid, b)
+            n += 1
+        return n
+
+    def take_abandoned(self, limit: int | None = None) -> list[Abandoned]:
+        """The batches that timed out since the last call (at most ``limit``, oldest first),
+        for their advisories."""
+        out: list[Abandoned] = []
+        while self._abandoned and (limit is None or len(out) < limit):
+            out.append(self._abandoned.popleft())
+        return out
 
     # ------------------------------------------------------------------ staging
 
@@ -257,31 +329,33 @@ class AtomicBatches:
                     return Staging(E.api_error("JSAtomicPublishTooManyInflight"))
             b = _Staged(owner, last_ns=now_ns)
             self._streams.setdefault(key, {})[bid] = b
+            self._order[(key, bid)] = b
             self._count += 1
         if commit and not eob and commit_value != "1":
-            self._drop(key, bid)
+            self._drop(key, bid)        # nats-server: no advisory
             return Staging(E.api_error("JSAtomicPublishInvalidBatchCommitErr"))
         if get_header(headers, REQUIRED_API_LEVEL_HEADER) is not None:
             if not required_level_met(headers):
                 self._drop(key, bid)
-                return Staging(E.api_error("JSRequiredApiLevelErr"))
+                return Staging(E.api_error("JSRequiredApiLevelErr"), abandoned=UNSUPPORTED)
             headers = _without(headers, REQUIRED_API_LEVEL_HEADER)
         if seq != len(b.msgs) + 1 or (seq == 1 and eob):
             self._drop(key, bid)
-            return Staging(E.api_error("JSAtomicPublishIncompleteBatchErr"))
+            return Staging(E.api_error("JSAtomicPublishIncompleteBatchErr"), abandoned=INCOMPLETE)
         if size > self.max_size:
             self._drop(key, bid)
-            return Staging(E.api_error("JSAtomicPublishTooLargeBatchErrF", size=self.max_size))
+            return Staging(E.api_error("JSAtomicPublishTooLargeBatchErrF", size=self.max_size), abandoned=LARGE)
         b.last_ns = now_ns
+        self._order.move_to_end((key, bid))
         if not eob:
             need = len(subject) + len(headers) + len(data)
             if b.size + need > self.max_batch_bytes:
                 staged = len(b.msgs)
                 self._drop(key, bid)
-                return Staging(E.api_error("JSAtomicPublishTooLargeBatchErrF", size=staged))
+                return Staging(E.api_error("JSAtomicPublishTooLargeBatchErrF", size=staged), abandoned=LARGE)
             if self._bytes + need > self.max_staged_bytes:
                 self._drop(key, bid)
-                return Staging(E.api_error("JSAtomicPublishTooManyInflight"))
+                return Staging(E.api_error("JSAtomicPublishTooManyInflight"), abandoned=INCOMPLETE)
             b.msgs.append((subject, headers, data))
             b.size += need
             self._bytes += need

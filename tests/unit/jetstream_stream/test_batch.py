@@ -1,8 +1,11 @@
 """Atomic batch publish (jetraft.jetstream.batch, jetstream/api/batches.py), sans-IO: hostile
 headers and ids, the staging's bounds (messages, batches, bytes, idle time), the checks of a
 committed batch against the stream as it was before it (nats-server
-checkMsgHeadersPreClusteredProposal), all-or-nothing storing, and the "B" entry a clustered
-stream replicates a batch in (decoded with the same suspicion as any entry)."""
+checkMsgHeadersPreClusteredProposal), all-or-nothing storing, the "B" entry a clustered
+stream replicates a batch in (decoded with the same suspicion as any entry), and the
+BATCH_ABANDONED advisory: each abandonment's reason, the timers of idle batches (oldest
+first, bounded), the account's and the system account's copies, and a cluster leader's own
+tick (a leader change drops a batch without one)."""
 
 from __future__ import annotations
 
@@ -354,3 +357,203 @@ def test_replicas_apply_a_batch_entry_whole_or_not_at_all():
                               "description": "atomic publish batch contains duplicate message id"},
                     "stream": "S", "seq": 0}, separators=(",", ":")).encode()]
     assert sent["n2"] == [] and sent["n3"] == []
+
+
+# ---------------------------------------------------------------------- abandoned: reasons and timers
+
+def test_the_abandonments_nats_server_advises_name_their_reason():
+    b = AtomicBatches(max_size=2)
+    stage(b, bh("gap", 1))
+    assert stage(b, bh("gap", 3)).abandoned == "incomplete"
+    assert stage(b, bh("eob", 1, "eob")).abandoned == "incomplete"
+    assert stage(b, bh("lvl", 1, Nats_Required_Api_Level="99")).abandoned == "unsupported"
+    for i in (1, 2):
+        stage(b, bh("big", i))
+    got = stage(b, bh("big", 3))
+    assert code(got) == (10199, "atomic publish batch is too large: 2") and got.abandoned == "large"
+    small = AtomicBatches(max_batch_bytes=100)
+    stage(small, bh("bytes", 1))
+    assert stage(small, bh("bytes", 2), b"x" * 100).abandoned == "large"     # jetraft's byte bound
+    # not advised (nats-server neither): a bad commit, a batch not staged, a new one too large
+    stage(b, bh("bad", 1))
+    assert stage(b, bh("bad", 2, "yes")).abandoned is None
+    assert stage(b, bh("absent", 2)).abandoned is None
+    assert stage(b, bh("absent", 9)).abandoned is None
+    assert b.inflight() == 0 and b.take_abandoned() == []
+
+
+def test_the_server_wide_byte_bound_abandons_as_incomplete():
+    b = AtomicBatches(max_staged_bytes=150)
+    assert stage(b, bh("a", 1), b"x" * 50).error is None
+    got = stage(b, bh("b", 1), b"x" * 100)
+    assert code(got) == (10210, "atomic publish too many inflight") and got.abandoned == "incomplete"
+
+
+def test_the_next_expiry_is_the_least_recently_touched_batch_and_expiry_is_oldest_first():
+    b = AtomicBatches(timeout_ns=10 * SECOND)
+    assert b.next_expiry() is None
+    stage(b, bh("a", 1), now=T0)
+    stage(b, bh("b", 1), now=T0 + 1 * SECOND, key=("$G", "T"))
+    assert b.next_expiry() == T0 + 10 * SECOND
+    stage(b, bh("a", 2), now=T0 + 2 * SECOND)              # activity moves it to the back
+    assert b.next_expiry() == T0 + 11 * SECOND
+    assert b.expire(T0 + 11 * SECOND - 1) == 0
+    assert b.expire(T0 + 11 * SECOND) == 1
+    assert b.next_expiry() == 0                              # waiting for its advisory
+    (gone,) = b.take_abandoned()
+    assert (gone.key, gone.id, gone.owner, gone.reason) == (("$G", "T"), "b", OWNER, "timeout")
+    assert b.next_expiry() == T0 + 12 * SECOND
+    assert code(stage(b, bh("b", 2, "1"), now=T0 + 11 * SECOND, key=("$G", "T"))) == \
+        (10176, "atomic publish batch is incomplete")
+    assert b.take_abandoned() == []                          # the message of a gone batch: no advisory
+
+
+def test_expiry_is_bounded_per_call_and_a_commit_or_drop_leaves_the_order():
+    b = AtomicBatches(timeout_ns=SECOND)
+    for k in range(10):
+        stage(b, bh(f"b{k}", 1), now=T0 + k)
+    stage(b, bh("b0", 2, "1"), now=T0 + 10)                 # committed: not timed out later
+    b.drop_stream(("$G", "T"))
+    assert b.expire(T0 + 2 * SECOND, 4) == 4 and b.inflight() == 5
+    assert [g.id for g in b.take_abandoned(3)] == ["b1", "b2", "b3"]
+    assert b.next_expiry() == 0
+    assert b.expire(T0 + 2 * SECOND) == 5 and b.inflight() == 0 and b.staged_bytes == 0
+    assert [g.id for g in b.take_abandoned()] == ["b4", "b5", "b6", "b7", "b8", "b9"]
+    assert b.next_expiry() is None
+
+
+def test_a_batch_that_timed_out_is_found_when_its_stream_is_next_staged_and_advised_later():
+    b = AtomicBatches(timeout_ns=10 * SECOND)
+    stage(b, bh("a", 1), now=T0)
+    stage(b, bh("old", 1), now=T0, owner=object(), key=("$G", "T"))
+    assert code(stage(b, bh("a", 2), now=T0 + 10 * SECOND)) == (10176, "atomic publish batch is incomplete")
+    assert [(g.id, g.reason) for g in b.take_abandoned()] == [("a", "timeout")]
+    # a batch of a stream created again is dropped without one
+    assert stage(b, bh("new", 1), now=T0 + 5 * SECOND, key=("$G", "T")).error is None
+    assert b.inflight(("$G", "T")) == 1 and b.take_abandoned() == []
+
+
+def test_timed_out_batches_waiting_for_advisories_are_bounded():
+    b = AtomicBatches(total=3, per_stream=3, timeout_ns=SECOND)
+    for round_ in range(3):
+        for k in range(3):
+            stage(b, bh(f"r{round_}k{k}", 1), now=T0 + round_ * 2 * SECOND)
+        b.expire(T0 + (round_ * 2 + 1) * SECOND)
+    assert [g.id for g in b.take_abandoned()] == ["r2k0", "r2k1", "r2k2"]
+
+
+# ---------------------------------------------------------------------- abandoned: the advisories
+
+class Recorder(Events):
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, dict]] = []
+
+    def emit(self, name: str, **fields) -> None:
+        self.lines.append((name, fields))
+
+
+def listening_account(name: str = "APP", *, domain: str = "", app=True, system=True, **kw) -> JetStreamAccount:
+    return JetStreamAccount(name, store_dir=None, sync=GroupCommit(), events=Recorder(),
+                            interest=lambda s: False, server_version="2.15.1", domain=domain,
+                            advisory_interest=lambda s: app, system_account="$SYS",
+                            system_interest=lambda s: system, **kw)
+
+
+def advisories(replies) -> list[tuple[str | None, str, dict]]:
+    return [(r.account, r.out.subject, json.loads(r.out.data)) for r in replies
+            if r.out.subject.startswith("$JS.EVENT.")]
+
+
+def test_an_abandoning_message_advises_in_the_account_and_the_system_account_first():
+    acc = listening_account(domain="hub")
+    create(acc)
+    publish(acc, bh("g", 1))
+    out = acc.publish_atomic(acc.streams["S"], "s.a", "_INBOX.p", bh("g", 3), b"x", T0)
+    (a_acc, a_subj, mine), (s_acc, s_subj, sys_copy) = advisories(out)
+    assert a_acc is None and s_acc == "$SYS"
+    assert a_subj == s_subj == "$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.S"
+    assert list(mine) == ["type", "id", "timestamp", "stream", "domain", "batch", "reason"]
+    assert list(sys_copy) == ["type", "id", "timestamp", "account", "stream", "domain", "batch", "reason"]
+    assert {k: v for k, v in sys_copy.items() if k not in ("id", "timestamp")} == {
+        "type": "io.nats.jetstream.advisory.v1.stream_batch_abandoned", "account": "APP", "stream": "S",
+        "domain": "hub", "batch": "g", "reason": "incomplete"}
+    assert json.loads(out[-1].out.data)["error"]["err_code"] == 10176     # the refusal after them
+
+
+def test_advisories_only_where_someone_listens_and_never_twice_in_the_system_account():
+    quiet = listening_account(app=False, system=False)
+    create(quiet)
+    publish(quiet, bh("g", 1))
+    assert advisories(quiet.publish_atomic(quiet.streams["S"], "s.a", None, bh("g", 3), b"x", T0)) == []
+    sys_acc = listening_account("$SYS")
+    create(sys_acc)
+    publish(sys_acc, bh("g", 1))
+    got = advisories(sys_acc.publish_atomic(sys_acc.streams["S"], "s.a", None, bh("g", 3), b"x", T0))
+    assert [(a, body["account"]) for a, _, body in got] == [("$SYS", "$SYS")]
+
+
+def test_an_advisory_that_fails_is_reported_and_the_refusal_still_answered():
+    def broken(subject: str) -> bool:
+        raise RuntimeError("boom")
+    acc = listening_account(system=False)
+    acc.advisory_interest = lambda s: True
+    acc.system_interest = broken
+    create(acc)
+    publish(acc, bh("g", 1))
+    out = acc.publish_atomic(acc.streams["S"], "s.a", "_INBOX.p", bh("g", 3), b"x", T0)
+    assert len(advisories(out)) == 1 and json.loads(out[-1].out.data)["error"]["err_code"] == 10176
+    assert [n for n, _ in acc.events.lines if n == "advisory_failed"] == ["advisory_failed"]
+
+
+def test_timed_out_batches_are_advised_by_their_account_unless_their_stream_went():
+    from jetraft.jetstream.api.batches import timed_out_advisories
+    shared = AtomicBatches()
+    app, other = listening_account(batches=shared), listening_account("OTHER", batches=shared)
+    for acc in (app, other):
+        create(acc)
+    publish(app, bh("a", 1), now=T0)
+    publish(other, bh("o", 1), now=T0 + 1)
+    app.handle_api("$JS.API.STREAM.CREATE.D", "_INBOX.r", None, json.dumps(
+        {"name": "D", "subjects": ["d.>"], "storage": "memory", "allow_atomic": True}).encode(), T0)
+    app.publish_atomic(app.streams["D"], "d.x", None, bh("d", 1), b"", T0 + 2)
+    app.handle_api("$JS.API.STREAM.DELETE.D", "_INBOX.r", None, b"", T0 + 3)
+    assert shared.next_expiry() == T0 + 10 * SECOND
+    assert timed_out_advisories(shared, {"APP": app, "OTHER": other}, T0 + 10 * SECOND - 1) == []
+    got = timed_out_advisories(shared, {"APP": app, "OTHER": other}, T0 + 11 * SECOND)
+    assert [(name, r.account, json.loads(r.out.data).get("account"), json.loads(r.out.data)["batch"],
+             json.loads(r.out.data)["reason"]) for name, r in got] == [
+        ("APP", None, None, "a", "timeout"), ("APP", "$SYS", "APP", "a", "timeout"),
+        ("OTHER", None, None, "o", "timeout"), ("OTHER", "$SYS", "OTHER", "o", "timeout")]
+    assert shared.inflight() == 0 and shared.next_expiry() is None
+
+
+# ---------------------------------------------------------------------- abandoned: on a stream's leader
+
+def test_a_cluster_leader_advises_a_timed_out_batch_on_its_own_tick_and_a_leader_change_drops_silently():
+    from controller_world import World
+    from jetraft.jetstream.cluster import Send
+    w = World()
+    acc = w.accounts["$G"]
+    acc.advisory_interest = lambda s: True
+    key = w.assign("S", subjects=("s.>",), leader="n1", allow_atomic=True)
+    w.take_replies()
+
+    def sends(now: int) -> list[tuple[str, dict]]:
+        return [(a.account, json.loads(a.out.data)) for a in w.c.tick(now, now)
+                if type(a) is Send and a.out.subject.startswith("$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.")]
+
+    w.request("s.a", b"", reply="_INBOX.p", headers=bh("kept", 1), now=T0)
+    assert w.take_replies() == [("_INBOX.p", b"")] and acc.batches.inflight(key) == 1
+    assert sends(T0 + 10 * SECOND - 1) == []
+    ((account, body),) = sends(T0 + 10 * SECOND)
+    assert account == "$G" and (body["stream"], body["batch"], body["reason"]) == ("S", "kept", "timeout")
+    assert group_of_proposals(w, key) == []                 # the leader's own timer, not a replicated tick
+    # a leader change drops a staged batch without an advisory, then or later
+    w.request("s.a", b"", reply="_INBOX.p", headers=bh("moved", 1), now=T0 + 20 * SECOND)
+    w.elect(key, "n2", now=T0 + 21 * SECOND, term=2)
+    assert acc.batches.inflight() == 0
+    assert sends(T0 + 60 * SECOND) == []
+
+
+def group_of_proposals(w, key) -> list[bytes]:
+    return list(w.groups[key].proposals)

@@ -52,6 +52,10 @@ class JetStreamAccount(ApiDispatch, StreamRequests, ConsumerRequests, StreamRepl
     ``batches``: the :class:`~jetraft.jetstream.batch.AtomicBatches` staging atomic batches
     on this server, shared by its accounts (its limits are per server); one of its own
     when None.
+
+    ``system_account``, ``system_interest``: the system account's name and
+    ``system_interest(subject) -> bool`` for it, for the advisories nats-server also sends
+    there (the batch abandoned advisory: :meth:`batch_abandoned`); none there when unset.
     """
 
     # ------------------------------------------------------------------ recovery

@@ -42,6 +42,9 @@ class Reply:
     out: Outbound
     needs_sync: bool = False
     needs_state: bool = False     # an ack_sync reply: send once the consumer state file is written
+    #: the account to route it in when not the account that made it (the system account's
+    #: copy of an advisory); None: that account
+    account: str | None = None
 
 
 @dataclass(slots=True)
@@ -71,8 +74,13 @@ class AccountCore:
                  clustered: bool = False,
                  advisory_interest: Callable[[str], bool] | None = None,
                  limits: Mapping[str, int | bool] | None = None,
-                 batches: AtomicBatches | None = None) -> None:
+                 batches: AtomicBatches | None = None, system_account: str = "",
+                 system_interest: Callable[[str], bool] | None = None) -> None:
         self.name = name
+        #: the system account, and whether a subscription in it listens on an advisory
+        #: subject (for the advisories nats-server copies there, with ``account`` set)
+        self.system_account = system_account
+        self.system_interest = system_interest
         #: atomic batches staged on this server (jetstream/batch.py), shared by its accounts
         self.batches = batches if batches is not None else AtomicBatches()
         #: whether a subscription listens on an advisory subject; None: no advisories

@@ -121,10 +121,11 @@ class ApiRouting(ControllerCore):
                       reply: str | None, headers: bytes, payload: bytes, now_ns: int) -> None:
         """A message of an atomic batch reached the stream's leader: staged here (only
         here: a new leader has none of it), and a committed batch proposed as one entry,
-        which every replica applies whole or not at all (jetstream/batch.py)."""
+        which every replica applies whole or not at all (jetstream/batch.py). A batch left
+        idle times out on this server's own clock (:meth:`ReplicaLifecycle.tick`)."""
         out, committed, reply = acc.stage_atomic(entry, subject, reply, headers, payload, now_ns)
-        for r in out:
-            self._send(acc.name, r.out)
+        for r in out:       # the refusal, or the empty message; an abandoned advisory in either account
+            self._send(r.account or acc.name, r.out)
         if committed is None:
             return
         replica = self.view.replica((acc.name, entry.name))

@@ -243,7 +243,7 @@ class ControllerCore:
     def send_replies(self, account: str, replies: list[Reply]) -> list[Any]:
         """:meth:`send` for each of a state machine's replies, in order."""
         for r in replies:
-            self._send(account, r.out)
+            self._send(r.account or account, r.out)
         return self._take()
 
     def _send(self, account: str, out: Outbound) -> None:

@@ -11,6 +11,7 @@ from jetraft.jetstream import errors as E
 from jetraft.jetstream.api import (
     API_PREFIX,
 )
+from jetraft.jetstream.api.batches import timed_out_advisories
 from jetraft.jetstream.cluster.actions import (
     ChangePeer,
     CloseReplica,
@@ -52,11 +53,13 @@ class ReplicaLifecycle(ControllerCore):
         """Time passed (``now_ns`` wall clock, ``mono_ns`` monotonic): bootstrap the meta
         group once the routes settled (or join an established one), take the next step of
         the meta group's membership on its leader, drive every led stream group's
-        membership towards its assignment and propose a TICK entry where one is due."""
+        membership towards its assignment and propose a TICK entry where one is due; abandon
+        the atomic batches staged here that timed out."""
         self._now = now_ns
         self._mono = mono_ns
         if self._last_peer_change_ns is None:
             self._last_peer_change_ns = mono_ns
+        self._batch_timeouts(now_ns)
         meta = self.view.meta_group_view()
         if meta is None:
             self._maybe_bootstrap(mono_ns)
@@ -86,6 +89,28 @@ class ReplicaLifecycle(ControllerCore):
             if sa is None or sa.restore is None:
                 self._feed_sources(key, replica, group, now_ns)
         return self._take()
+
+    def _batch_timeouts(self, now_ns: int) -> None:
+        """Abandon the atomic batches staged here that timed out, with their advisories. A
+        leader-only timer on this server's clock, never a replicated TICK: a batch is staged
+        on the leader that took its messages only (and dropped, unadvised, when the stream's
+        leader changes: :meth:`leader_changed`). Bounded per tick (:func:`timed_out_advisories`)."""
+        seen: set[int] = set()
+        for acc in self.accounts.values():
+            batches = acc.batches       # one per server, shared by its accounts
+            if id(batches) in seen:
+                continue
+            seen.add(id(batches))
+            due = batches.next_expiry()
+            if due is None or due > now_ns:
+                continue
+            try:
+                sends = timed_out_advisories(batches, self.accounts, now_ns)
+            except Exception as exc:  # noqa: BLE001 - the rest of the tick goes on
+                self._emit("advisory_failed", account=None, advisory="stream_batch_abandoned", error=repr(exc))
+                continue
+            for account, r in sends:
+                self._send(r.account or account, r.out)
 
     def _maybe_tick(self, key: Key, replica: StreamReplica, group: GroupView, now: int,
                     mono_ns: int) -> None:
@@ -357,7 +382,8 @@ class ReplicaLifecycle(ControllerCore):
     def leader_changed(self, key: Key, leader: str | None, term: int, now_ns: int) -> list[Any]:
         """The group of stream ``key`` elected ``leader`` (None: no leader) in ``term``:
         take or drop the stream's route interest; abandon the atomic batches staged for it
-        here; answer its create once it has a leader."""
+        here (without an advisory, as nats-server 2.15.1: none then, none when they would
+        have timed out); answer its create once it has a leader."""
         self._now = now_ns
         replica = self.view.replica(key)
         if replica is None:

@@ -73,6 +73,7 @@ from jetraft.events import rfc3339_ns
 from jetraft.jetstream import errors as E
 from jetraft.jetstream import layout
 from jetraft.jetstream.api import ACK_PREFIX, API_PREFIX, FC_PREFIX, JetStreamAccount, Reply
+from jetraft.jetstream.api.batches import timed_out_advisories
 from jetraft.jetstream.batch import AtomicBatches, batch_id
 from jetraft.jetstream.consumer_delivery import flow_control_last
 from jetraft.jetstream.outbound import Outbound
@@ -195,6 +196,7 @@ class JetStreamService:
         store_sync = GroupCommit() if self.clustered else self.commit
         #: atomic batches staged on this server, every account's (jetstream/batch.py)
         self.batches = AtomicBatches()
+        system = server.config.system_account
         for name in server.config.jetstream_accounts():
             self.accounts[name] = JetStreamAccount(
                 name, store_dir=self.store_dir, sync=store_sync, events=server.events,
@@ -204,11 +206,14 @@ class JetStreamService:
                 server_name=server.server_name, clustered=self.clustered,
                 advisory_interest=self._listening_fn(name),
                 limits=dict(account.jetstream_limits) if (account := server.config.accounts.get(name)) else None,
-                batches=self.batches)
+                batches=self.batches, system_account=system or "",
+                system_interest=self._listening_fn(system) if system else None)
         #: (account, reply, ids of the stores its call wrote, (account, stream) or None)
         self._queue: list[tuple[str, Reply, frozenset[int], tuple[str, str] | None]] = []
         self._queued = trio.Event()
         self._wake = trio.Event()
+        #: when the standalone timers wake next (ns; None: not before woken)
+        self._timer_deadline: int | None = None
         self._interest_dirty: set[str] = set()
         #: Streams stopped by a storage failure (standalone), by (account, stream).
         self.frozen: dict[tuple[str, str], Frozen] = {}
@@ -313,7 +318,7 @@ class JetStreamService:
                     out = error_reply(out, storage_api_error(fr.error if fr else None))
                 elif reply.needs_state and key in self.frozen:
                     continue        # its consumer's state was not written: the ack is not kept
-                self.server.route_internal(account, out)
+                self.server.route_internal(reply.account or account, out)
 
     def _doomed_snapshot(self) -> list[tuple[FileStore, int]]:
         out = []
@@ -344,11 +349,16 @@ class JetStreamService:
                     d = time.time_ns() + int(EXPIRY_CHECK_S * 1e9)
                     if deadline is None or d < deadline:
                         deadline = d
+            d = self.batches.next_expiry()      # the oldest staged atomic batch times out
+            if d is not None and (deadline is None or d < deadline):
+                deadline = d
+            self._timer_deadline = deadline
             delay = max(0.0, (deadline - time.time_ns()) / 1e9) if deadline is not None else 3600.0
             with trio.move_on_after(delay):
                 await self._wake.wait()
             self._wake = trio.Event()
             now = time.time_ns()
+            self._batch_timeouts(now)
             dirty, self._interest_dirty = self._interest_dirty, set()
             for name, acc in self.accounts.items():
                 changed = name in dirty     # push consumers re-check their interest first
@@ -361,6 +371,17 @@ class JetStreamService:
                     self._guarded(name, sname, None, None,
                                   lambda acc=acc, sname=sname: acc.run_links(sname, now))
                 acc.links_woken = False
+
+    def _batch_timeouts(self, now: int) -> None:
+        """Abandon the atomic batches that timed out, with their advisories (standalone; a
+        cluster's tick does it for the batches its leaders staged). Fault isolation: a
+        failure is reported and the timers go on."""
+        try:
+            for account, reply in timed_out_advisories(self.batches, self.accounts, now):
+                self._enqueue(account, [reply])
+        except Exception as exc:  # noqa: BLE001 - the timers go on
+            self.server.events.emit("advisory_failed", account=None, advisory="stream_batch_abandoned",
+                                    error=repr(exc))
 
     async def _state_writer(self) -> None:
         while True:
@@ -623,6 +644,9 @@ class JetStreamService:
         if headers and batch_id(headers):       # atomic batch publish (jetstream/batch.py)
             self._guarded(account, name, reply, refusal,
                           lambda: acc.publish_atomic(entry, subject, reply, headers, payload, now))
+            due = self.batches.next_expiry()    # a first batch staged, or one timed out on the way
+            if due is not None and (self._timer_deadline is None or due < self._timer_deadline):
+                self._wake.set()
         else:
             self._guarded(account, name, reply, refusal,
                           lambda: acc.publish(entry, subject, reply, headers, payload, now))

@@ -52,9 +52,12 @@ class Events:
 
     def __init__(self) -> None:
         self.got: list[tuple[str, dict]] = []
+        self.probes_done = False
 
     async def cb(self, msg) -> None:
         self.got.append((msg.subject, json.loads(msg.data)))
+        if ".PROBE" in msg.subject and self.probes_done:
+            self.got.pop()          # a late copy of a test's own probe (see interest_everywhere)
 
     async def wait(self, count: int, what: str, timeout: float = 10) -> list[tuple[str, dict]]:
         await apoll(lambda: len(self.got) >= count, what, timeout)
@@ -319,9 +322,32 @@ def test_cluster_leader_elected_and_actions_in_the_account_and_the_system_accoun
             await app.flush()
             await sys_.flush()
 
-            async def ping_interest() -> bool:      # the subscriptions reached every server
-                return all(three.servers[n].alive() for n in three.servers)
-            await apoll(ping_interest, "servers up", 5)
+            # the subscriptions reached every server (the stream's leader, wherever it is,
+            # sends the advisories): a probe published on each server arrives at both
+            probes = []
+            for name in three.servers:
+                probes.append((name, await connect(three.servers[name].url, user=APP_USER, password=APP_PASSWORD),
+                               await connect(three.servers[name].url, user=SYS_USER, password=SYS_PASSWORD)))
+
+            async def interest_everywhere() -> bool:
+                for name, a, s in probes:
+                    await a.publish(f"$JS.EVENT.PROBE.{name}", b"{}")
+                    await s.publish(f"{ADV}STREAM.LEADER_ELECTED.PROBE{name}", b"{}")
+                    await a.flush()
+                    await s.flush()
+                got_app = {subj for subj, _ in in_app.got}
+                got_sys = {subj for subj, _ in in_sys.got}
+                return all(f"$JS.EVENT.PROBE.{n}" in got_app and f"{ADV}STREAM.LEADER_ELECTED.PROBE{n}" in got_sys
+                           for n, _a, _s in probes)
+            try:
+                await apoll(interest_everywhere, "the subscriptions on every server", 20)
+            finally:
+                for _name, a, s in probes:
+                    await a.close()
+                    await s.close()
+            for events in (in_app, in_sys):
+                events.probes_done = True
+                events.got.clear()
             await request_ok(app, "$JS.API.STREAM.CREATE.L", {"name": "L", "subjects": ["l.>"], "num_replicas": 3})
             await apoll(lambda: any(s.endswith("LEADER_ELECTED.L") for s, _ in in_app.got)
                         and bool(in_sys.got), "leader elected advisories", 20)

@@ -89,7 +89,8 @@ async def asked_again(call: Callable[[], Awaitable[Any]], what: str, timeout: fl
 
     A freshly formed cluster, or one electing a meta leader, may leave a stream or consumer
     create unanswered for longer than a request's timeout, answer no responders, or answer
-    503 / err_code 10008 ("JetStream system temporarily unavailable"). Any other answer,
+    503 / err_code 10008 ("JetStream system temporarily unavailable"), raised by nats-py or
+    as the ``error`` of a raw API reply (a meta leader election). Any other answer,
     error or not, is returned or raised at once. Only for idempotent requests: a create
     with the same config, or a publish carrying a ``Nats-Msg-Id``. Fails with an
     AssertionError naming ``what`` after ``timeout`` seconds.
@@ -97,7 +98,10 @@ async def asked_again(call: Callable[[], Awaitable[Any]], what: str, timeout: fl
     deadline = time.monotonic() + timeout
     while True:
         try:
-            return await call()
+            answer = await call()
+            if isinstance(answer, dict) and (answer.get("error") or {}).get("err_code") == 10008:
+                raise ServiceUnavailableError(code=503, err_code=10008, description=str(answer["error"]))
+            return answer
         except (NatsTimeoutError, NoRespondersError, NoStreamResponseError, APIError) as err:
             if isinstance(err, APIError) and not (isinstance(err, ServiceUnavailableError)
                                                   or err.err_code == 10008):

@@ -12,6 +12,7 @@ last test adds a three-replica bucket on a three-server jetraft cluster.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -22,6 +23,7 @@ import subprocess
 import threading
 import time
 
+import nats
 from click.testing import CliRunner
 from cluster import Cluster
 from polling import poll
@@ -111,6 +113,30 @@ def test_kv_add_put_get_history_ls_info(js_server, tmp_path):
     info = admin("kv", "info", "CFG").stdout
     assert field(info, "Values Stored") == ["4"] and "Cluster Information:" in info
     assert field(admin("kv", "status", "CFG").stdout, "Values Stored") == ["4"]          # natscli's alias
+
+
+def test_kv_ls_and_history_read_every_key_and_leave_no_consumer(js_server, tmp_path):
+    """kv ls lists all of 300 keys (more than one fetch) and none deleted; kv history right
+    after a put lists it (nats-py's watcher can answer "no keys" then, which kv history
+    must not); neither leaves a consumer on the bucket's stream."""
+    async def fill() -> None:
+        nc = await nats.connect(js_server.url)
+        try:
+            kv = await nc.jetstream().create_key_value(bucket="MANY", history=5)
+            for n in range(300):
+                await kv.put(f"k{n:03}", b"v")
+            await kv.delete("k000")
+        finally:
+            await nc.close()
+
+    asyncio.run(fill())
+    admin = Admin(js_server.url, tmp_path)
+    assert admin("kv", "ls", "MANY").stdout.splitlines() == [f"k{n:03}" for n in range(1, 300)]
+    for n in range(10):
+        admin("kv", "put", "MANY", f"fresh{n}", "x")
+        rows = table_rows(admin("kv", "history", "MANY", f"fresh{n}").stdout)[1:]
+        assert [(r[0], r[2], r[5]) for r in rows] == [(f"fresh{n}", "PUT", "x")]
+    assert json.loads(admin("consumer", "ls", "KV_MANY", "--json").stdout) in ([], None)
 
 
 def test_kv_del_create_update(js_server, tmp_path):

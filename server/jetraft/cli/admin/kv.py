@@ -31,6 +31,7 @@ from nats.js import api
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 from jetraft.cli.admin.groups import AliasedGroup, confirm, force_option, json_option, parsed, pass_options
+from jetraft.cli.admin.kv_read import bucket_entries, bucket_keys
 from jetraft.cli.admin.messages import until_stopped
 from jetraft.cli.admin.render import Page, cluster_rows, print_table, title_case
 from jetraft.cli.admin.session import CliError, Options, Session, fail, run
@@ -661,9 +662,11 @@ def kv_history(opts: Options, bucket: str, key: str) -> None:
     """Every revision kept of KEY: a table of Key, Revision, Op, Created, Length, Value."""
 
     async def body(session: Session) -> None:
-        store = await load_bucket(session, bucket)
+        await load_bucket(session, bucket)
         with kv_errors(bucket, key):
-            entries = await store.history(key)
+            entries = await bucket_entries(session, bucket, key, history=True)
+            if not entries:
+                raise nats.js.errors.NoKeysError
         if session.opts.json:
             session.output_json([entry_json(e) for e in entries])
             return
@@ -707,11 +710,9 @@ def kv_ls(opts: Options, bucket: str | None, names: bool) -> None:
 
     async def body(session: Session) -> None:
         if bucket is not None:
-            store = await load_bucket(session, bucket)
-            try:
-                keys = sorted(await store.keys())
-            except nats.js.errors.NoKeysError:
-                keys = []
+            await load_bucket(session, bucket)
+            with kv_errors(bucket):
+                keys = await bucket_keys(session, bucket)
             if session.opts.json:
                 session.output_json(keys)
             elif not keys:

@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.jetraft-installed
 
-.PHONY: setup check test bench fuzz lab lab-deps clean wheelhouse docs docs-serve deb
+.PHONY: setup check test bench profile fuzz lab lab-deps clean wheelhouse docs docs-serve deb
 
 # Debian packages the lab needs on this machine (systemd-nspawn, debootstrap, ...; fuse3 for
 # lab/powerloss.py and its tests; lintian for make deb and its tests).
@@ -83,6 +83,11 @@ bench: setup
 	PYTHONPATH=$(TEST_HELPERS) $(BIN)/python -m tests.bench.hostile
 	PYTHONPATH=$(TEST_HELPERS) $(BIN)/python -m tests.bench.hostile_json
 	PYTHONPATH=$(TEST_HELPERS) $(BIN)/python -m tests.bench.stream_subjects
+
+# Where each server role spends its CPU (py-spy, a flame graph per role in build/profile):
+# R3 sync, async and TLS publish and core pub/sub; PROFILE_ARGS e.g. --scenario sync.
+profile: setup
+	PYTHONPATH=$(TEST_HELPERS) $(BIN)/python -m tests.bench.profile $(PROFILE_ARGS)
 
 # Every fuzz target in tests/fuzz for FUZZ_SECONDS each, one after another; crash inputs and
 # logs in build/fuzz/. FUZZ_STRICT=1: the known crash classes stop a target too. The targets

@@ -79,6 +79,7 @@ bench: setup
 	PYTHONPATH=$(TEST_HELPERS) $(BIN)/python -m tests.bench.jetstream
 	PYTHONPATH=$(TEST_HELPERS) $(BIN)/python -m tests.bench.cluster
 	PYTHONPATH=$(TEST_HELPERS) $(BIN)/python -m tests.bench.tls
+	PYTHONPATH=$(TEST_HELPERS) $(BIN)/python -m tests.bench.idle
 	PYTHONPATH=$(TEST_HELPERS) $(BIN)/python -m tests.bench.validation
 	PYTHONPATH=$(TEST_HELPERS) $(BIN)/python -m tests.bench.hostile
 	PYTHONPATH=$(TEST_HELPERS) $(BIN)/python -m tests.bench.hostile_json

@@ -51,6 +51,7 @@ import nats
 from nats.js.api import StorageType
 from servers import RunningServer, start_server
 from tests.bench.cluster_bench import BenchCluster, log
+from tests.bench.core import cpu_seconds
 from tests.bench.tls import tls_block
 from tls_support import client_context, make_pki
 
@@ -63,7 +64,6 @@ WINDOW = 256
 #: so one server of zone a holds no replica.
 TAGS = [["az:a"], ["az:b"], ["az:c"], ["az:a"]]
 SETTLE_DEADLINE = 90.0
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def py_spy() -> Path:
@@ -73,12 +73,6 @@ def py_spy() -> Path:
     if not found:
         raise SystemExit("py-spy is not installed: make setup installs it (the dev extra)")
     return Path(found)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far (/proc/<pid>/stat fields 14, 15)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 @dataclass
@@ -94,7 +88,7 @@ class Sampler:
     cpu: float = 0.0
 
     def start(self, scenario: str) -> None:
-        self.cpu_before = cpu_seconds(self.pid)
+        self.cpu_before = cpu_seconds(self.pid) or 0.0
         for fmt, suffix in (("raw", "txt"), ("flamegraph", "svg")):
             path = self.out / f"{scenario}-{self.role}.{suffix}"
             self.procs.append(subprocess.Popen(
@@ -104,7 +98,7 @@ class Sampler:
 
     def stop(self) -> None:
         """Stop the recordings (SIGINT: py-spy writes what it sampled) and wait for them."""
-        self.cpu = cpu_seconds(self.pid) - self.cpu_before
+        self.cpu = (cpu_seconds(self.pid) or self.cpu_before) - self.cpu_before
         for proc in self.procs:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGINT)

@@ -117,7 +117,7 @@ def read_stacks(path: Path) -> collections.Counter[tuple[str, ...]]:
     stacks: collections.Counter[tuple[str, ...]] = collections.Counter()
     if not path.exists():
         return stacks
-    for line in path.read_text().splitlines():
+    for line in path.read_text(errors="replace").splitlines():
         stack, _, count = line.rpartition(" ")
         if stack and count.isdigit():
             stacks[tuple(stack.split(";"))] += int(count)

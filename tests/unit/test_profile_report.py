@@ -27,5 +27,11 @@ def test_self_and_total_time_from_collapsed_stacks(tmp_path):
     assert total == [("run (jetraft/net/raft/host.py)", 90.0), ("fdatasync (jetraft/storage/fileio.py)", 60.0)]
 
 
+def test_bytes_that_are_not_utf8_in_a_frame_do_not_stop_the_report(tmp_path):
+    raw = tmp_path / "tls-leader.txt"
+    raw.write_bytes(b"process 1;read (ssl.py:1) 2\nprocess 1;f\xfe (x.py:3) 1\n")
+    assert sum(read_stacks(raw).values()) == 3
+
+
 def test_no_samples_no_frames(tmp_path):
     assert top_frames(read_stacks(tmp_path / "absent.txt"), top=5) == ([], [], 0)

@@ -21,6 +21,7 @@ size of the tries (:class:`OverlapWorkExceeded`).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -304,7 +305,10 @@ class SubjectIndex(Generic[T]):
         self._root = _Level()
         self._count = 0
         self._nodes = 0
-        self._cache: dict[str, Match] = {}
+        # FIFO: an OrderedDict drops its oldest entry in O(1); a dict's first key after many
+        # deletions from its front is found by skipping every deleted slot (unique reply
+        # subjects, one per request, turn the cache over all the time)
+        self._cache: OrderedDict[str, Match] = OrderedDict()
         self._cache_size = cache_size
         # nats-server Sublist's counters (sublist.go inserts, removes, matches, cacheHits):
         # only ever incremented, read by stats()
@@ -446,8 +450,9 @@ class SubjectIndex(Generic[T]):
             result = _EMPTY
         cache = self._cache
         if len(cache) >= self._cache_size:
-            # FIFO eviction: dicts keep insertion order.
-            del cache[next(iter(cache))]
+            if not cache:               # cache_size 0: nothing is kept
+                return result
+            cache.popitem(last=False)
         cache[subject] = result
         return result
 

@@ -175,7 +175,7 @@ OPS = st.lists(
 
 
 @settings(deadline=None, max_examples=150)
-@given(OPS, st.lists(ANY_SUBJECTS, min_size=1, max_size=12), st.sampled_from([1, 4, 1024]))
+@given(OPS, st.lists(ANY_SUBJECTS, min_size=1, max_size=12), st.sampled_from([0, 1, 4, 1024]))
 def test_index_agrees_with_naive_model(ops: list, probes: list[str], cache_size: int) -> None:
     index: SubjectIndex[int] = SubjectIndex(cache_size=cache_size)
     model = Model()

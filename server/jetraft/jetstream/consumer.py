@@ -273,7 +273,7 @@ class Consumer(_ConsumerState, _PullRequests, _Delivering, _Pacing, _Acking, _Pr
         if self._npc_stale:
             self._recount()
             return
-        last = self._store.state().last_seq
+        last = self._store.last_sequence()
         if last > self._seen_last:
             start = max(self._seen_last + 1, self._sseq)
             if self._lss is not None:

@@ -224,9 +224,8 @@ class _Acking:
                 self._st_ac, self._st_as = self._st_dc, self._st_ds
             elif dseq == self._st_ac + 1:
                 self._st_ac, self._st_as = dseq, sseq
-                above = [s for s in self._pending if sseq < s <= self._st_ds]
-                if above and self._st_dc > dseq:
-                    low = min(above)
+                low = self._lowest_pending_above(sseq, self._st_ds)
+                if low is not None and self._st_dc > dseq:
                     self._st_ac, self._st_as = self._pending[low][0] - 1, low - 1
         if record:
             self._acked.append(sseq)
@@ -238,10 +237,19 @@ class _Acking:
             self._adflr, self._asflr = self._dseq - 1, self._sseq - 1
         elif dseq == self._adflr + 1:
             self._adflr, self._asflr = dseq, sseq
-            above = [s for s in self._pending if s > sseq]
-            if above:
-                low = min(above)
+            low = self._lowest_pending_above(sseq)
+            if low is not None:
                 self._adflr, self._asflr = self._pending[low][0] - 1, low - 1
+
+    def _lowest_pending_above(self, sseq: int, upto: int | None = None) -> int | None:
+        """The lowest pending stream sequence above ``sseq`` (and at most ``upto``), or None.
+        O(1) when it is ``sseq + 1`` (acks in delivery order), else one pass over the pending
+        messages (at most max_ack_pending)."""
+        pending = self._pending
+        if sseq + 1 in pending:
+            return sseq + 1 if upto is None or sseq + 1 <= upto else None
+        above = [s for s in pending if s > sseq and (upto is None or s <= upto)]
+        return min(above) if above else None
 
     def _nak(self, sseq: int, dseq: int, arg: bytes, now: int) -> None:
         """nats-server ``processNak``: redeliver now, or after the given delay."""

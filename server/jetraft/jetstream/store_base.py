@@ -450,6 +450,13 @@ class _IndexedStore:
         state)."""
         return self._bytes
 
+    def last_sequence(self) -> int:
+        """The stream's last sequence (``state().last_seq``, without building the state):
+        what a consumer reads on every ack and every poll. Raises as :meth:`state` on a
+        closed store."""
+        self._check_open()
+        return self._last
+
     def state(self, *, with_deleted: bool = False, subjects_filter: str | None = None,
               subjects_offset: int = 0,
               subjects_limit: int = MAX_SUBJECT_DETAILS) -> StreamState:

@@ -46,8 +46,9 @@ def operation_of(headers: dict[str, str] | None) -> str | None:
 async def bucket_entries(session: Session, bucket: str, key: str, *, history: bool) -> list[KeyValue.Entry]:
     """The entries of the keys matching ``key`` (wildcards allowed) in bucket ``bucket``, in
     stream order: every revision kept when ``history``, else the latest of each key. Deletes
-    and purges are entries too (their ``operation`` is DEL or PURGE). Raises nats-py's
-    APIError when the consumer cannot be created, TimeoutError when the server stops sending."""
+    and purges are entries too (their ``operation`` is DEL or PURGE); entries removed after
+    the count (an expiry, a purge) are not waited for beyond one fetch's timeout. Raises
+    nats-py's APIError when the consumer cannot be created."""
     stream = f"KV_{bucket}"
     prefix = f"$KV.{bucket}."
     config = api.ConsumerConfig(
@@ -68,7 +69,11 @@ async def bucket_entries(session: Session, bucket: str, key: str, *, history: bo
         sub = await session.js.pull_subscribe_bind(created.name, stream=stream)
         try:
             while len(entries) < wanted:
-                for msg in await sub.fetch(batch=min(FETCH_BATCH, wanted - len(entries)), timeout=FETCH_TIMEOUT):
+                try:
+                    batch = await sub.fetch(batch=min(FETCH_BATCH, wanted - len(entries)), timeout=FETCH_TIMEOUT)
+                except nats.errors.TimeoutError:
+                    break       # removed since the count (an expiry, a purge): what is left was read
+                for msg in batch:
                     meta = msg.metadata
                     entries.append(KeyValue.Entry(
                         bucket=bucket, key=msg.subject[len(prefix):], value=msg.data,
